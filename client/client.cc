@@ -1,0 +1,715 @@
+#include "tierpool/client.h"
+
+#include <sys/mman.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "common/checksum.h"
+#include "common/defaults.h"
+#include "transport/blocking_connection.h"
+
+namespace tierpool {
+namespace detail {
+
+using transport::FromWire;
+
+// The server's arenas, mapped once per client and kept while any connection or view uses them.
+class ArenaMappings {
+ public:
+  ~ArenaMappings() {
+    for (auto& [id, m] : maps_) ::munmap(m.base, m.size);
+  }
+  Status Map(const wire::HelloReply& hello, std::vector<UniqueFd>& fds) {
+    for (const auto& a : hello.arenas()) {
+      if (a.fd_index() < 0) continue;
+      if (static_cast<std::size_t>(a.fd_index()) >= fds.size()) {
+        return Status::Internal("server described an arena it did not pass");
+      }
+      void* p = ::mmap(nullptr, a.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                       fds[static_cast<std::size_t>(a.fd_index())].get(), 0);
+      if (p == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
+      maps_[a.id()] = {static_cast<std::byte*>(p), a.size()};
+    }
+    return Status::Ok();
+  }
+  // nullptr when the extent is not inside a mapped arena.
+  std::byte* Address(const wire::Extent& e) const {
+    auto it = maps_.find(e.arena_id());
+    if (it == maps_.end() || e.offset() > it->second.size ||
+        e.length() > it->second.size - e.offset()) {
+      return nullptr;
+    }
+    return it->second.base + e.offset();
+  }
+
+ private:
+  struct Map_ {
+    std::byte* base;
+    std::uint64_t size;
+  };
+  std::unordered_map<std::uint32_t, Map_> maps_;
+};
+
+struct PooledConnection {
+  std::mutex mu;
+  std::unique_ptr<transport::BlockingConnection> conn;
+  std::shared_ptr<ArenaMappings> mappings;
+  std::uint64_t next_id = 1;
+
+  Status Call(wire::Request& req, wire::Response* resp) {
+    std::lock_guard lock(mu);
+    req.set_id(next_id++);
+    return conn->Call(req, resp);
+  }
+  void SendOneWay(wire::Request& req) {
+    std::lock_guard lock(mu);
+    req.set_id(next_id++);
+    (void)conn->Send(req);  // a dead connection's pins are released by the server anyway
+  }
+};
+
+class TaskQueue {
+ public:
+  explicit TaskQueue(int threads) {
+    for (int i = 0; i < threads; ++i) {
+      workers_.emplace_back([this] {
+        for (;;) {
+          std::function<void()> task;
+          {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+            if (tasks_.empty()) return;
+            task = std::move(tasks_.front());
+            tasks_.pop_front();
+          }
+          task();
+        }
+      });
+    }
+  }
+  ~TaskQueue() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void Submit(std::function<void()> task) {
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> workers_;
+  bool stop_ = false;
+};
+
+class ClientCore {
+ public:
+  ClientOptions options;
+  wire::Limits limits;
+  std::shared_ptr<ArenaMappings> mappings = std::make_shared<ArenaMappings>();
+
+  ~ClientCore() { ShutdownTasks(); }
+  // Runs what is queued and stops the workers; later async calls start them again.
+  void ShutdownTasks() { tasks_.reset(); }
+
+  Result<std::shared_ptr<PooledConnection>> Open(bool first) {
+    auto conn = transport::BlockingConnection::Connect(options.socket_path);
+    if (!conn.ok()) return conn.status();
+    auto pc = std::make_shared<PooledConnection>();
+    pc->conn = std::move(conn).value();
+    pc->mappings = mappings;
+    wire::Request req;
+    req.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+    req.mutable_hello()->set_client_name(options.client_name);
+    req.set_id(pc->next_id++);
+    wire::Response resp;
+    std::vector<UniqueFd> fds;
+    TIERPOOL_RETURN_IF_ERROR(pc->conn->Call(req, &resp, &fds));
+    if (!resp.has_hello()) return Status::Internal("server did not answer the handshake");
+    if (first) {
+      limits = resp.hello().limits();
+      TIERPOOL_RETURN_IF_ERROR(mappings->Map(resp.hello(), fds));
+    }
+    pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
+    pc->conn->set_busy_poll_us(options.busy_poll_us);
+    return pc;
+  }
+
+  Result<std::shared_ptr<PooledConnection>> Acquire() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (!idle_.empty()) {
+        auto c = std::move(idle_.back());
+        idle_.pop_back();
+        return c;
+      }
+      if (open_ < options.max_connections) break;
+      cv_.wait(lock);
+    }
+    ++open_;
+    lock.unlock();
+    auto c = Open(false);
+    if (!c.ok()) {
+      lock.lock();
+      --open_;
+      cv_.notify_one();
+    }
+    return c;
+  }
+
+  void Return(std::shared_ptr<PooledConnection> c) {
+    std::lock_guard lock(mu_);
+    if (c->conn->broken()) {
+      --open_;  // dropped; a later call opens a fresh one
+    } else {
+      idle_.push_back(std::move(c));
+    }
+    cv_.notify_one();
+  }
+
+  void AddFirst(std::shared_ptr<PooledConnection> c) {
+    std::lock_guard lock(mu_);
+    ++open_;
+    idle_.push_back(std::move(c));
+  }
+
+  TaskQueue& tasks() {
+    std::call_once(tasks_once_, [this] {
+      tasks_ = std::make_unique<TaskQueue>(std::max(1, options.async_threads));
+    });
+    return *tasks_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<PooledConnection>> idle_;
+  int open_ = 0;
+  std::once_flag tasks_once_;
+  std::unique_ptr<TaskQueue> tasks_;
+};
+
+// Borrows a pooled connection for one call.
+class Borrowed {
+ public:
+  explicit Borrowed(ClientCore* core) : core_(core) {
+    auto c = core->Acquire();
+    if (c.ok()) {
+      conn_ = std::move(c).value();
+    } else {
+      status_ = c.status();
+    }
+  }
+  ~Borrowed() {
+    if (conn_) core_->Return(std::move(conn_));
+  }
+  const Status& status() const { return status_; }
+  PooledConnection* operator->() { return conn_.get(); }
+  const std::shared_ptr<PooledConnection>& shared() { return conn_; }
+
+ private:
+  ClientCore* core_;
+  std::shared_ptr<PooledConnection> conn_;
+  Status status_;
+};
+
+}  // namespace detail
+
+using detail::Borrowed;
+using transport::FromWire;
+
+namespace {
+
+ObjectMeta MetaFromWire(const wire::ObjectMeta& w) {
+  ObjectMeta m;
+  m.ns = w.ns();
+  m.key = w.key();
+  m.size = w.size();
+  m.dtype = w.dtype();
+  m.shape.assign(w.shape().begin(), w.shape().end());
+  m.kind = static_cast<ObjectKind>(w.kind());
+  m.durability = static_cast<Durability>(w.durability());
+  m.checksum = w.checksum();
+  m.tier = static_cast<TierKind>(w.tier());
+  m.created_unix_ms = w.created_unix_ms();
+  m.pins = w.pins();
+  return m;
+}
+
+void FillSpec(const std::string& ns, std::string_view key, std::size_t size, const PutOptions& o,
+              wire::PutSpec* s) {
+  s->set_ns(ns);
+  s->set_key(std::string(key));
+  s->set_size(size);
+  s->set_dtype(o.dtype);
+  for (auto d : o.shape) s->add_shape(d);
+  s->set_kind(static_cast<wire::ObjectKind>(o.kind));
+  s->set_durability(static_cast<wire::Durability>(o.durability));
+  if (o.tier) s->set_tier_hint(static_cast<wire::Tier>(*o.tier));
+  if (o.numa_node >= 0) s->set_numa_node(o.numa_node);
+}
+
+Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) {
+  return Status::InvalidArgument("buffer of " + std::to_string(capacity) +
+                                 " bytes is too small for '" + std::string(key) + "' (" +
+                                 std::to_string(size) + " bytes)");
+}
+
+}  // namespace
+
+// ---- ObjectView ----
+
+ObjectView::ObjectView(ObjectView&& o) noexcept { *this = std::move(o); }
+ObjectView& ObjectView::operator=(ObjectView&& o) noexcept {
+  if (this != &o) {
+    Release();
+    conn_ = std::move(o.conn_);
+    lease_id_ = std::exchange(o.lease_id_, 0);
+    data_ = std::exchange(o.data_, nullptr);
+    meta_ = std::move(o.meta_);
+  }
+  return *this;
+}
+ObjectView::~ObjectView() { Release(); }
+
+void ObjectView::Release() {
+  if (!conn_) return;
+  wire::Request req;
+  req.mutable_release()->add_lease_ids(lease_id_);
+  conn_->SendOneWay(req);
+  conn_.reset();
+  data_ = nullptr;
+}
+
+Status ObjectView::Verify() const {
+  std::uint64_t sum = Xxh3(data_, size());
+  if (sum != meta_.checksum) {
+    return Status::DataLoss("checksum mismatch for '" + meta_.key + "'");
+  }
+  return Status::Ok();
+}
+
+// ---- WriteReservation ----
+
+WriteReservation::WriteReservation(WriteReservation&& o) noexcept { *this = std::move(o); }
+WriteReservation& WriteReservation::operator=(WriteReservation&& o) noexcept {
+  if (this != &o) {
+    (void)Abort();
+    conn_ = std::move(o.conn_);
+    reservation_id_ = std::exchange(o.reservation_id_, 0);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    tier_ = o.tier_;
+  }
+  return *this;
+}
+WriteReservation::~WriteReservation() { (void)Abort(); }
+
+Status WriteReservation::Commit() {
+  if (!conn_) return Status::FailedPrecondition("reservation already committed or aborted");
+  wire::Request req;
+  auto* item = req.mutable_commit()->add_items();
+  item->set_reservation_id(reservation_id_);
+  item->set_checksum(Xxh3(data_, size_));
+  wire::Response resp;
+  Status s = conn_->Call(req, &resp);
+  conn_.reset();
+  if (!s.ok()) return s;
+  if (resp.statuses().items_size() != 1) return Status::Internal("bad commit reply");
+  return FromWire(resp.statuses().items(0));
+}
+
+Status WriteReservation::Abort() {
+  if (!conn_) return Status::Ok();
+  wire::Request req;
+  req.mutable_abort()->add_reservation_ids(reservation_id_);
+  wire::Response resp;
+  Status s = conn_->Call(req, &resp);
+  conn_.reset();
+  return s;
+}
+
+// ---- Client ----
+
+Client::Client(std::shared_ptr<detail::ClientCore> core) : core_(std::move(core)) {}
+// Queued async calls use this Client: finish them before it goes.
+Client::~Client() { core_->ShutdownTasks(); }
+
+Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.socket_path.empty()) options.socket_path = DefaultSocketPath();
+  if (options.max_connections < 1) options.max_connections = 1;
+  auto core = std::make_shared<detail::ClientCore>();
+  core->options = std::move(options);
+  auto first = core->Open(true);
+  if (!first.ok()) return first.status();
+  core->AddFirst(std::move(first).value());
+  return std::unique_ptr<Client>(new Client(std::move(core)));
+}
+
+const std::string& Client::ns() const { return core_->options.ns; }
+
+Status Client::Put(std::string_view key, const void* data, std::size_t size,
+                   const PutOptions& options) {
+  if (data == nullptr && size > 0) return Status::InvalidArgument("null data");
+  if (size <= core_->limits.inline_threshold_bytes()) {
+    Borrowed conn(core_.get());
+    TIERPOOL_RETURN_IF_ERROR(conn.status());
+    wire::Request req;
+    auto* item = req.mutable_put_inline()->add_items();
+    FillSpec(core_->options.ns, key, size, options, item->mutable_spec());
+    item->set_data(data, size);
+    wire::Response resp;
+    TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+    if (resp.statuses().items_size() != 1) return Status::Internal("bad put reply");
+    return FromWire(resp.statuses().items(0));
+  }
+  auto r = Reserve(key, size, options);
+  if (!r.ok()) return r.status();
+  // Copy and checksum in one pass, then commit with that checksum.
+  wire::Request req;
+  auto* item = req.mutable_commit()->add_items();
+  item->set_reservation_id(r->reservation_id_);
+  item->set_checksum(CopyAndChecksum(r->data_, data, size));
+  wire::Response resp;
+  auto conn = std::move(r->conn_);
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  if (resp.statuses().items_size() != 1) return Status::Internal("bad commit reply");
+  return FromWire(resp.statuses().items(0));
+}
+
+Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
+                                         const PutOptions& options) {
+  Borrowed conn(core_.get());
+  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  wire::Request req;
+  FillSpec(core_->options.ns, key, size, options, req.mutable_reserve()->add_items());
+  wire::Response resp;
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  if (resp.reserve().items_size() != 1) return Status::Internal("bad reserve reply");
+  const auto& item = resp.reserve().items(0);
+  TIERPOOL_RETURN_IF_ERROR(FromWire(item.status()));
+  WriteReservation r;
+  r.conn_ = conn.shared();
+  r.reservation_id_ = item.reservation_id();
+  r.size_ = size;
+  r.tier_ = static_cast<TierKind>(item.tier());
+  if (size > 0) {
+    r.data_ = core_->mappings->Address(item.extent());
+    if (r.data_ == nullptr || item.extent().length() < size) {
+      return Status::Internal("server reserved an extent this client cannot address");
+    }
+  }
+  return r;
+}
+
+Result<std::size_t> Client::Get(std::string_view key, void* buffer, std::size_t capacity) {
+  auto results = GetBatch({GetItem{std::string(key), buffer, capacity}});
+  return std::move(results[0]);
+}
+
+Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
+  auto view = GetView(key);
+  if (!view.ok()) return view.status();
+  std::vector<std::byte> out(view->data(), view->data() + view->size());
+  if (core_->options.verify_checksums && Xxh3(out.data(), out.size()) != view->meta().checksum) {
+    return Status::DataLoss("checksum mismatch for '" + std::string(key) + "'");
+  }
+  return out;
+}
+
+Result<ObjectView> Client::GetView(std::string_view key) {
+  Borrowed conn(core_.get());
+  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  wire::Request req;
+  auto* k = req.mutable_get()->add_keys();
+  k->set_ns(core_->options.ns);
+  k->set_key(std::string(key));
+  req.mutable_get()->set_mode(wire::PINNED);
+  wire::Response resp;
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  if (resp.get().items_size() != 1) return Status::Internal("bad get reply");
+  const auto& item = resp.get().items(0);
+  TIERPOOL_RETURN_IF_ERROR(FromWire(item.status()));
+  ObjectView v;
+  v.conn_ = conn.shared();
+  v.lease_id_ = item.lease_id();
+  v.meta_ = MetaFromWire(item.meta());
+  if (v.meta_.size > 0) {
+    v.data_ = core_->mappings->Address(item.extent());
+    if (v.data_ == nullptr || item.extent().length() < v.meta_.size) {
+      return Status::Internal("server returned an extent this client cannot address");
+    }
+  }
+  return v;
+}
+
+Result<ObjectMeta> Client::Stat(std::string_view key) {
+  Borrowed conn(core_.get());
+  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  wire::Request req;
+  auto* k = req.mutable_get()->add_keys();
+  k->set_ns(core_->options.ns);
+  k->set_key(std::string(key));
+  req.mutable_get()->set_mode(wire::META);
+  wire::Response resp;
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  if (resp.get().items_size() != 1) return Status::Internal("bad get reply");
+  TIERPOOL_RETURN_IF_ERROR(FromWire(resp.get().items(0).status()));
+  return MetaFromWire(resp.get().items(0).meta());
+}
+
+Status Client::Delete(std::string_view key) {
+  return std::move(DeleteBatch({std::string(key)})[0]);
+}
+
+std::vector<Status> Client::DeleteBatch(const std::vector<std::string>& keys) {
+  std::vector<Status> out;
+  Borrowed conn(core_.get());
+  wire::Request req;
+  for (const auto& key : keys) {
+    auto* k = req.mutable_del()->add_keys();
+    k->set_ns(core_->options.ns);
+    k->set_key(key);
+  }
+  wire::Response resp;
+  Status s = conn.status().ok() ? conn->Call(req, &resp) : conn.status();
+  if (s.ok() && resp.statuses().items_size() != static_cast<int>(keys.size())) {
+    s = Status::Internal("bad delete reply");
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out.push_back(s.ok() ? FromWire(resp.statuses().items(static_cast<int>(i))) : s);
+  }
+  return out;
+}
+
+Result<std::vector<ObjectMeta>> Client::List(std::string_view prefix, std::uint32_t limit) {
+  Borrowed conn(core_.get());
+  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  std::vector<ObjectMeta> out;
+  std::string start_after;
+  // Pages of at most 1000, until the limit or the end.
+  for (;;) {
+    wire::Request req;
+    auto* l = req.mutable_list();
+    l->set_ns(core_->options.ns);
+    l->set_prefix(std::string(prefix));
+    l->set_start_after(start_after);
+    l->set_limit(std::min<std::uint32_t>(1000, limit - static_cast<std::uint32_t>(out.size())));
+    wire::Response resp;
+    TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+    for (const auto& m : resp.list().objects()) out.push_back(MetaFromWire(m));
+    if (!resp.list().truncated() || out.size() >= limit || resp.list().objects_size() == 0) break;
+    start_after = out.back().key;
+  }
+  return out;
+}
+
+Status Client::Promote(std::string_view key, TierKind target) {
+  Borrowed conn(core_.get());
+  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  wire::Request req;
+  auto* k = req.mutable_promote()->add_keys();
+  k->set_ns(core_->options.ns);
+  k->set_key(std::string(key));
+  req.mutable_promote()->set_target(static_cast<wire::Tier>(target));
+  wire::Response resp;
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  if (resp.statuses().items_size() != 1) return Status::Internal("bad promote reply");
+  return FromWire(resp.statuses().items(0));
+}
+
+Result<ServerStats> Client::ServerStat() {
+  Borrowed conn(core_.get());
+  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  wire::Request req;
+  req.mutable_stat();
+  wire::Response resp;
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  ServerStats s;
+  s.server_version = resp.stat().server_version();
+  s.uptime_ms = resp.stat().uptime_ms();
+  for (const auto& t : resp.stat().tiers()) {
+    s.tiers.push_back({static_cast<TierKind>(t.tier()), t.capacity(), t.used_bytes(),
+                       t.object_count(), t.free_extents(), t.largest_free_extent(),
+                       t.fragmentation(), t.high_watermark(), t.low_watermark(), t.pages_locked(),
+                       t.backend(), t.failed_allocations()});
+  }
+  for (const auto& c : resp.stat().counters()) s.counters.emplace_back(c.name(), c.value());
+  return s;
+}
+
+std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
+  std::vector<Status> out(items.size());
+  if (items.empty()) return out;
+  Borrowed conn(core_.get());
+  if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
+  // Phase one: room for all of them in one round trip.
+  wire::Request req;
+  for (const auto& it : items) {
+    FillSpec(core_->options.ns, it.key, it.size, it.options, req.mutable_reserve()->add_items());
+  }
+  wire::Response resp;
+  Status s = conn->Call(req, &resp);
+  if (s.ok() && resp.reserve().items_size() != static_cast<int>(items.size())) {
+    s = Status::Internal("bad reserve reply");
+  }
+  if (!s.ok()) return std::vector<Status>(items.size(), s);
+  // Copy each into place, then commit the lot in a second round trip.
+  wire::Request commit;
+  std::vector<int> committed_index;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto& r = resp.reserve().items(static_cast<int>(i));
+    out[i] = FromWire(r.status());
+    if (!out[i].ok()) continue;
+    std::uint64_t sum;
+    if (items[i].size == 0) {
+      sum = Xxh3(nullptr, 0);
+    } else {
+      std::byte* dst = core_->mappings->Address(r.extent());
+      if (dst == nullptr || items[i].data == nullptr) {
+        out[i] = dst == nullptr ? Status::Internal("unaddressable extent")
+                                : Status::InvalidArgument("null data");
+        commit.mutable_abort()->add_reservation_ids(r.reservation_id());
+        continue;
+      }
+      sum = CopyAndChecksum(dst, items[i].data, items[i].size);
+    }
+    auto* c = commit.mutable_commit()->add_items();
+    c->set_reservation_id(r.reservation_id());
+    c->set_checksum(sum);
+    committed_index.push_back(static_cast<int>(i));
+  }
+  if (commit.has_abort()) {
+    wire::Request abort;
+    *abort.mutable_abort() = commit.abort();
+    wire::Response ignored;
+    (void)conn->Call(abort, &ignored);
+  }
+  if (committed_index.empty()) return out;
+  wire::Request c2;
+  *c2.mutable_commit() = commit.commit();
+  wire::Response cresp;
+  s = conn->Call(c2, &cresp);
+  if (s.ok() && cresp.statuses().items_size() != static_cast<int>(committed_index.size())) {
+    s = Status::Internal("bad commit reply");
+  }
+  for (std::size_t j = 0; j < committed_index.size(); ++j) {
+    out[static_cast<std::size_t>(committed_index[j])] =
+        s.ok() ? FromWire(cresp.statuses().items(static_cast<int>(j))) : s;
+  }
+  return out;
+}
+
+std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& items) {
+  std::vector<Result<std::size_t>> out;
+  out.reserve(items.size());
+  Borrowed conn(core_.get());
+  wire::Request req;
+  for (const auto& it : items) {
+    auto* k = req.mutable_get()->add_keys();
+    k->set_ns(core_->options.ns);
+    k->set_key(it.key);
+  }
+  req.mutable_get()->set_mode(wire::AUTO);
+  wire::Response resp;
+  Status s = conn.status().ok() ? conn->Call(req, &resp) : conn.status();
+  if (s.ok() && resp.get().items_size() != static_cast<int>(items.size())) {
+    s = Status::Internal("bad get reply");
+  }
+  if (!s.ok()) {
+    for (std::size_t i = 0; i < items.size(); ++i) out.emplace_back(s);
+    return out;
+  }
+  wire::Request release;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto& r = resp.get().items(static_cast<int>(i));
+    const GetItem& it = items[i];
+    Status st = FromWire(r.status());
+    if (!st.ok()) {
+      out.emplace_back(st);
+      continue;
+    }
+    std::uint64_t size = r.meta().size();
+    if (r.lease_id() != 0) release.mutable_release()->add_lease_ids(r.lease_id());
+    if (size > it.capacity) {
+      out.emplace_back(TooSmall(it.key, it.capacity, size));
+      continue;
+    }
+    const void* src = nullptr;
+    if (r.has_data()) {
+      src = r.data().data();
+    } else if (size > 0) {
+      src = core_->mappings->Address(r.extent());
+      if (src == nullptr) {
+        out.emplace_back(Status::Internal("server returned an extent this client cannot address"));
+        continue;
+      }
+    }
+    if (size > 0) {
+      if (core_->options.verify_checksums) {
+        if (CopyAndChecksum(it.buffer, src, size) != r.meta().checksum()) {
+          out.emplace_back(Status::DataLoss("checksum mismatch for '" + it.key + "'"));
+          continue;
+        }
+      } else {
+        std::memcpy(it.buffer, src, size);
+      }
+    }
+    out.emplace_back(static_cast<std::size_t>(size));
+  }
+  if (release.has_release()) conn->SendOneWay(release);
+  return out;
+}
+
+std::future<Status> Client::PutAsync(std::string key, const void* data, std::size_t size,
+                                     PutOptions options) {
+  auto task = std::make_shared<std::packaged_task<Status()>>(
+      [this, key = std::move(key), data, size, options = std::move(options)] {
+        return Put(key, data, size, options);
+      });
+  auto f = task->get_future();
+  core_->tasks().Submit([task] { (*task)(); });
+  return f;
+}
+
+std::future<Result<std::size_t>> Client::GetAsync(std::string key, void* buffer,
+                                                  std::size_t capacity) {
+  auto task = std::make_shared<std::packaged_task<Result<std::size_t>()>>(
+      [this, key = std::move(key), buffer, capacity] { return Get(key, buffer, capacity); });
+  auto f = task->get_future();
+  core_->tasks().Submit([task] { (*task)(); });
+  return f;
+}
+
+std::future<std::vector<Status>> Client::PutBatchAsync(std::vector<PutItem> items) {
+  auto task = std::make_shared<std::packaged_task<std::vector<Status>()>>(
+      [this, items = std::move(items)] { return PutBatch(items); });
+  auto f = task->get_future();
+  core_->tasks().Submit([task] { (*task)(); });
+  return f;
+}
+
+std::future<std::vector<Result<std::size_t>>> Client::GetBatchAsync(std::vector<GetItem> items) {
+  auto task = std::make_shared<std::packaged_task<std::vector<Result<std::size_t>>()>>(
+      [this, items = std::move(items)] { return GetBatch(items); });
+  auto f = task->get_future();
+  core_->tasks().Submit([task] { (*task)(); });
+  return f;
+}
+
+}  // namespace tierpool

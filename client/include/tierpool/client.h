@@ -1,0 +1,189 @@
+// The tierpool client: put tensors into the node's tierpoold and get them back.
+//
+//   auto client = tierpool::Client::Connect();            // default socket, namespace "default"
+//   client.value()->Put("layer3.act", buf, bytes);        // copy in
+//   auto view = client.value()->GetView("layer3.act");    // zero copy; released with the view
+//
+// One Client is safe to use from several threads: each call takes a connection from a small
+// pool. Objects are named by key inside the client's namespace.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierpool/status.h"
+#include "tierpool/types.h"
+
+namespace tierpool {
+
+namespace detail {
+class ClientCore;
+struct PooledConnection;
+}  // namespace detail
+
+struct ClientOptions {
+  std::string socket_path;        // empty: $TIERPOOL_SOCKET, $XDG_RUNTIME_DIR/tierpool.sock,
+                                  // else /tmp/tierpool-<uid>.sock
+  std::string ns = "default";     // the namespace every key of this client lives in
+  std::string client_name;        // shows in the server's logs
+  int max_connections = 4;        // connections opened on demand for concurrent callers
+  bool verify_checksums = false;  // check XXH3 of bytes read from dram/hbm too (nvme and remote
+                                  // bytes are always checked by the server)
+  int async_threads = 2;          // worker threads behind the *Async calls
+  // Poll this long for a reply before sleeping: saves a thread wakeup (tens of microseconds on
+  // VMs) per call at the price of a busy core meanwhile. 0: always sleep.
+  unsigned busy_poll_us = 50;
+};
+
+struct PutOptions {
+  std::string dtype;                // e.g. "float16"; free-form, informational
+  std::vector<std::int64_t> shape;  // informational
+  ObjectKind kind = ObjectKind::kOther;
+  Durability durability = Durability::kRetained;
+  std::optional<TierKind> tier;  // kHbm to place it in hbm; default dram
+  int numa_node = -1;            // preferred NUMA node for dram; -1: any
+};
+
+struct PutItem {
+  std::string key;
+  const void* data = nullptr;
+  std::size_t size = 0;
+  PutOptions options;
+};
+
+struct GetItem {
+  std::string key;
+  void* buffer = nullptr;
+  std::size_t capacity = 0;
+};
+
+struct TierInfo {
+  TierKind tier = TierKind::kDram;
+  std::uint64_t capacity = 0;
+  std::uint64_t used_bytes = 0;
+  std::uint64_t object_count = 0;
+  std::uint64_t free_extents = 0;
+  std::uint64_t largest_free_extent = 0;
+  double fragmentation = 0;
+  double high_watermark = 0;
+  double low_watermark = 0;
+  bool pages_locked = false;
+  std::string backend;
+  std::uint64_t failed_allocations = 0;
+};
+
+struct ServerStats {
+  std::string server_version;
+  std::uint64_t uptime_ms = 0;
+  std::vector<TierInfo> tiers;
+  std::vector<std::pair<std::string, std::uint64_t>> counters;
+  std::uint64_t counter(std::string_view name) const {
+    for (const auto& [n, v] : counters) {
+      if (n == name) return v;
+    }
+    return 0;
+  }
+};
+
+// A pinned, read-only object the caller reads in place. The server will not move or free it
+// until the view is released (on destruction, or Release()), or its lease expires.
+class ObjectView {
+ public:
+  ObjectView() = default;
+  ObjectView(ObjectView&&) noexcept;
+  ObjectView& operator=(ObjectView&&) noexcept;
+  ~ObjectView();
+
+  const std::byte* data() const { return data_; }
+  std::size_t size() const { return static_cast<std::size_t>(meta_.size); }
+  const ObjectMeta& meta() const { return meta_; }
+  // Checks the bytes against the object's XXH3-64 checksum.
+  Status Verify() const;
+  void Release();
+
+ private:
+  friend class Client;
+  std::shared_ptr<detail::PooledConnection> conn_;
+  std::uint64_t lease_id_ = 0;
+  const std::byte* data_ = nullptr;
+  ObjectMeta meta_;
+};
+
+// Room for one object, reserved in shared memory: write the bytes at data(), then Commit().
+// Destroying it uncommitted aborts the reservation.
+class WriteReservation {
+ public:
+  WriteReservation() = default;
+  WriteReservation(WriteReservation&&) noexcept;
+  WriteReservation& operator=(WriteReservation&&) noexcept;
+  ~WriteReservation();
+
+  std::byte* data() { return data_; }
+  std::size_t size() const { return size_; }
+  TierKind tier() const { return tier_; }
+  // Checksums the bytes and publishes the object under its key.
+  Status Commit();
+  Status Abort();
+
+ private:
+  friend class Client;
+  std::shared_ptr<detail::PooledConnection> conn_;
+  std::uint64_t reservation_id_ = 0;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  TierKind tier_ = TierKind::kDram;
+};
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> Connect(ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& ns() const;
+
+  // Copies size bytes from data. Replaces an object of the same key.
+  Status Put(std::string_view key, const void* data, std::size_t size,
+             const PutOptions& options = {});
+  // Two-phase put: reserve, write in place, commit.
+  Result<WriteReservation> Reserve(std::string_view key, std::size_t size,
+                                   const PutOptions& options = {});
+  // Copies the object into buffer; returns its size. INVALID_ARGUMENT when capacity is too small
+  // (the message says how large the object is).
+  Result<std::size_t> Get(std::string_view key, void* buffer, std::size_t capacity);
+  Result<std::vector<std::byte>> GetBytes(std::string_view key);
+  // Zero copy: pins the object where it is and maps it read-only.
+  Result<ObjectView> GetView(std::string_view key);
+  // Metadata only.
+  Result<ObjectMeta> Stat(std::string_view key);
+  Status Delete(std::string_view key);
+  Result<std::vector<ObjectMeta>> List(std::string_view prefix = "", std::uint32_t limit = 1000);
+  // Moves an object to a tier (kHbm: ahead of use; kDram: out of the way).
+  Status Promote(std::string_view key, TierKind target = TierKind::kHbm);
+  Result<ServerStats> ServerStat();
+
+  // Batch forms: one round trip for the lot; one status per item.
+  std::vector<Status> PutBatch(const std::vector<PutItem>& items);
+  std::vector<Result<std::size_t>> GetBatch(const std::vector<GetItem>& items);
+  std::vector<Status> DeleteBatch(const std::vector<std::string>& keys);
+
+  // Async forms: the buffers must stay valid until the future is ready.
+  std::future<Status> PutAsync(std::string key, const void* data, std::size_t size,
+                               PutOptions options = {});
+  std::future<Result<std::size_t>> GetAsync(std::string key, void* buffer, std::size_t capacity);
+  std::future<std::vector<Status>> PutBatchAsync(std::vector<PutItem> items);
+  std::future<std::vector<Result<std::size_t>>> GetBatchAsync(std::vector<GetItem> items);
+
+ private:
+  explicit Client(std::shared_ptr<detail::ClientCore> core);
+  std::shared_ptr<detail::ClientCore> core_;
+};
+
+}  // namespace tierpool

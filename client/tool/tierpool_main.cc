@@ -1,0 +1,294 @@
+// tierpool: the command-line tool. put, get, rm, ls, stat, bench against a running tierpoold.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "client/tool/bench.h"
+#include "common/defaults.h"
+#include "common/units.h"
+#include "tierpool/client.h"
+
+namespace po = boost::program_options;
+using nlohmann::json;
+using namespace tierpool;
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: tierpool COMMAND [options]
+
+commands:
+  put KEY FILE     store the bytes of FILE under KEY ("-" reads standard input)
+  get KEY FILE     write the object KEY to FILE ("-" writes standard output)
+  rm KEY           delete KEY
+  ls [PREFIX]      list objects [--json]
+  stat [KEY]       each tier's capacity, use and object count, or one object's metadata [--json]
+  promote KEY      move KEY to hbm (--to dram moves it down)
+  bench            put/get throughput and latency against memcpy [--json]
+
+every command takes --socket PATH (default $TIERPOOL_SOCKET or )"
+                               "/tmp/tierpool-<uid>.sock)"
+                               R"( and --ns NAMESPACE (default "default").
+)";
+
+int Fail(const Status& s) {
+  std::cerr << "tierpool: " << s.ToString() << "\n";
+  return 1;
+}
+
+json MetaJson(const ObjectMeta& m) {
+  char sum[17];
+  std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(m.checksum));
+  return {{"namespace", m.ns},
+          {"key", m.key},
+          {"size", m.size},
+          {"dtype", m.dtype},
+          {"shape", m.shape},
+          {"kind", ObjectKindName(m.kind)},
+          {"durability", DurabilityName(m.durability)},
+          {"checksum_xxh3", sum},
+          {"tier", TierName(m.tier)},
+          {"created_unix_ms", m.created_unix_ms}};
+}
+
+json StatsJson(const ServerStats& s) {
+  json tiers = json::array();
+  for (const auto& t : s.tiers) {
+    tiers.push_back({{"tier", TierName(t.tier)},
+                     {"capacity", t.capacity},
+                     {"used_bytes", t.used_bytes},
+                     {"object_count", t.object_count},
+                     {"free_extents", t.free_extents},
+                     {"largest_free_extent", t.largest_free_extent},
+                     {"fragmentation", t.fragmentation},
+                     {"high_watermark", t.high_watermark},
+                     {"low_watermark", t.low_watermark},
+                     {"pages_locked", t.pages_locked},
+                     {"backend", t.backend},
+                     {"failed_allocations", t.failed_allocations}});
+  }
+  json counters = json::object();
+  for (const auto& [n, v] : s.counters) counters[n] = v;
+  return {{"server_version", s.server_version},
+          {"uptime_ms", s.uptime_ms},
+          {"tiers", tiers},
+          {"counters", counters}};
+}
+
+Result<std::string> ReadInput(const std::string& path) {
+  if (path == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open " + path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  std::string command = argv[1];
+  std::string socket, ns, to = "hbm", durability = "retained", kind = "other", dtype;
+  bool as_json = false;
+  double seconds = 0.4;
+  std::vector<std::string> args;
+  po::options_description opts("options");
+  // clang-format off
+  opts.add_options()
+    ("help,h", "print help")
+    ("socket", po::value(&socket)->default_value(DefaultSocketPath()), "tierpoold's socket")
+    ("ns", po::value(&ns)->default_value("default"), "namespace")
+    ("json", po::bool_switch(&as_json), "print JSON")
+    ("durability", po::value(&durability)->default_value("retained"), "put: retained or cache")
+    ("kind", po::value(&kind)->default_value("other"),
+     "put: other, kv_block, activation, optimizer_state, weight")
+    ("dtype", po::value(&dtype), "put: dtype label")
+    ("to", po::value(&to)->default_value("hbm"), "promote: hbm or dram")
+    ("seconds", po::value(&seconds)->default_value(0.4), "bench: time per measured case")
+    ("args", po::value(&args), "positional arguments");
+  // clang-format on
+  po::positional_options_description pos;
+  pos.add("args", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc - 1, argv + 1).options(opts).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "tierpool: " << e.what() << "\n" << kUsage;
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << kUsage << "\n" << opts;
+    return 0;
+  }
+  auto need = [&](std::size_t n, const char* form) {
+    if (args.size() != n) {
+      std::cerr << "tierpool: usage: tierpool " << form << "\n";
+      std::exit(2);
+    }
+  };
+
+  ClientOptions copts;
+  copts.socket_path = socket;
+  copts.ns = ns;
+  copts.client_name = "tierpool-cli";
+  copts.verify_checksums = true;
+  auto client_or = Client::Connect(copts);
+  if (!client_or.ok()) return Fail(client_or.status());
+  Client& client = **client_or;
+
+  if (command == "put") {
+    need(2, "put KEY FILE");
+    auto data = ReadInput(args[1]);
+    if (!data.ok()) return Fail(data.status());
+    PutOptions o;
+    o.dtype = dtype;
+    if (durability == "cache") {
+      o.durability = Durability::kCache;
+    } else if (durability != "retained") {
+      return Fail(Status::InvalidArgument("--durability must be retained or cache"));
+    }
+    bool kind_ok = false;
+    for (auto k : {ObjectKind::kOther, ObjectKind::kKvBlock, ObjectKind::kActivation,
+                   ObjectKind::kOptimizerState, ObjectKind::kWeight}) {
+      if (ObjectKindName(k) == kind) {
+        o.kind = k;
+        kind_ok = true;
+      }
+    }
+    if (!kind_ok) return Fail(Status::InvalidArgument("unknown --kind " + kind));
+    Status s = client.Put(args[0], data->data(), data->size(), o);
+    if (!s.ok()) return Fail(s);
+    auto meta = client.Stat(args[0]);
+    if (!meta.ok()) return Fail(meta.status());
+    char sum[17];
+    std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(meta->checksum));
+    std::cout << "stored " << ns << "/" << args[0] << ": " << FormatBytes(meta->size) << " in "
+              << TierName(meta->tier) << ", " << DurabilityName(meta->durability) << ", xxh3 "
+              << sum << "\n";
+    return 0;
+  }
+  if (command == "get") {
+    need(2, "get KEY FILE");
+    auto bytes = client.GetBytes(args[0]);
+    if (!bytes.ok()) return Fail(bytes.status());
+    if (args[1] == "-") {
+      std::cout.write(reinterpret_cast<const char*>(bytes->data()),
+                      static_cast<std::streamsize>(bytes->size()));
+      return std::cout ? 0 : 1;
+    }
+    std::ofstream out(args[1], std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes->data()),
+              static_cast<std::streamsize>(bytes->size()));
+    if (!out) return Fail(Status::IoError("cannot write " + args[1]));
+    std::cerr << "wrote " << FormatBytes(bytes->size()) << " of " << ns << "/" << args[0] << " to "
+              << args[1] << " (checksum verified)\n";
+    return 0;
+  }
+  if (command == "rm") {
+    need(1, "rm KEY");
+    Status s = client.Delete(args[0]);
+    if (!s.ok()) return Fail(s);
+    std::cout << "deleted " << ns << "/" << args[0] << "\n";
+    return 0;
+  }
+  if (command == "promote") {
+    need(1, "promote KEY [--to hbm|dram]");
+    if (to != "hbm" && to != "dram")
+      return Fail(Status::InvalidArgument("--to must be hbm or dram"));
+    Status s = client.Promote(args[0], to == "hbm" ? TierKind::kHbm : TierKind::kDram);
+    if (!s.ok()) return Fail(s);
+    std::cout << "moved " << ns << "/" << args[0] << " to " << to << "\n";
+    return 0;
+  }
+  if (command == "ls") {
+    if (args.size() > 1) need(1, "ls [PREFIX]");
+    auto list = client.List(args.empty() ? "" : args[0], 100000);
+    if (!list.ok()) return Fail(list.status());
+    if (as_json) {
+      json out = json::array();
+      for (const auto& m : *list) out.push_back(MetaJson(m));
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    std::printf("%-40s %12s %-6s %-9s %-16s\n", "KEY", "SIZE", "TIER", "CLASS", "KIND");
+    for (const auto& m : *list) {
+      std::printf("%-40s %12s %-6s %-9s %-16s\n", m.key.c_str(), FormatBytes(m.size).c_str(),
+                  std::string(TierName(m.tier)).c_str(),
+                  std::string(DurabilityName(m.durability)).c_str(),
+                  std::string(ObjectKindName(m.kind)).c_str());
+    }
+    std::printf("%zu object(s) in namespace %s\n", list->size(), ns.c_str());
+    return 0;
+  }
+  if (command == "stat") {
+    if (args.size() == 1) {
+      auto meta = client.Stat(args[0]);
+      if (!meta.ok()) return Fail(meta.status());
+      std::cout << MetaJson(*meta).dump(2) << "\n";
+      return 0;
+    }
+    need(0, "stat [KEY]");
+    auto stats = client.ServerStat();
+    if (!stats.ok()) return Fail(stats.status());
+    if (as_json) {
+      std::cout << StatsJson(*stats).dump(2) << "\n";
+      return 0;
+    }
+    std::printf("tierpoold %s, up %.1f s\n", stats->server_version.c_str(),
+                static_cast<double>(stats->uptime_ms) / 1000.0);
+    std::printf("%-6s %12s %12s %6s %8s %6s  %s\n", "TIER", "CAPACITY", "USED", "USE%", "OBJECTS",
+                "FRAG", "BACKEND");
+    for (const auto& t : stats->tiers) {
+      double pct = t.capacity
+                       ? 100.0 * static_cast<double>(t.used_bytes) / static_cast<double>(t.capacity)
+                       : 0.0;
+      std::printf("%-6s %12s %12s %5.1f%% %8llu %6.2f  %s%s\n",
+                  std::string(TierName(t.tier)).c_str(), FormatBytes(t.capacity).c_str(),
+                  FormatBytes(t.used_bytes).c_str(), pct,
+                  static_cast<unsigned long long>(t.object_count), t.fragmentation,
+                  t.backend.c_str(), t.pages_locked ? ", page-locked" : "");
+    }
+    std::printf("counters:");
+    for (const auto& [n, v] : stats->counters) {
+      std::printf(" %s=%llu", n.c_str(), static_cast<unsigned long long>(v));
+    }
+    std::printf("\n");
+    return 0;
+  }
+  if (command == "bench") {
+    need(0, "bench [--json] [--seconds S]");
+    // Measure what a library user gets by default: no client-side re-verification of dram bytes.
+    copts.verify_checksums = false;
+    auto bench_client = Client::Connect(copts);
+    if (!bench_client.ok()) return Fail(bench_client.status());
+    auto rows = tool::RunBench(**bench_client, {.seconds_per_case = seconds});
+    if (!rows.ok()) return Fail(rows.status());
+    if (as_json) {
+      std::cout << rows->dump(2) << "\n";
+      return 0;
+    }
+    std::printf("%-10s %-10s %-10s %10s %14s %10s %10s %9s\n", "SIZE", "OP", "PATH", "GB/s",
+                "objects/s", "p50 us", "p99 us", "x memcpy");
+    for (const auto& r : *rows) {
+      std::printf("%-10s %-10s %-10s %10.2f %14.0f %10.1f %10.1f %9s\n",
+                  FormatBytes(r["size"].get<std::uint64_t>()).c_str(),
+                  r["op"].get<std::string>().c_str(), r["path"].get<std::string>().c_str(),
+                  r["gbps"].get<double>(), r["objects_per_s"].get<double>(),
+                  r["p50_us"].get<double>(), r["p99_us"].get<double>(),
+                  r.contains("ratio_to_memcpy")
+                      ? std::to_string(r["ratio_to_memcpy"].get<double>()).substr(0, 5).c_str()
+                      : "-");
+    }
+    return 0;
+  }
+  std::cerr << "tierpool: unknown command '" << command << "'\n" << kUsage;
+  return 2;
+}

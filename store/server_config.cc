@@ -1,0 +1,141 @@
+#include "store/server_config.h"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+
+#include "common/defaults.h"
+#include "common/logging.h"
+#include "common/units.h"
+
+namespace tierpool {
+
+namespace po = boost::program_options;
+
+Status ServerConfig::validate() const {
+  TIERPOOL_RETURN_IF_ERROR(transport.validate());
+  TIERPOOL_RETURN_IF_ERROR(store.validate());
+  TIERPOOL_RETURN_IF_ERROR(dram.validate());
+  TIERPOOL_RETURN_IF_ERROR(hbm.validate());
+  TIERPOOL_RETURN_IF_ERROR(dram_watermarks.validate("dram"));
+  TIERPOOL_RETURN_IF_ERROR(hbm_watermarks.validate("hbm"));
+  if (service.max_frame_bytes != transport.max_frame_bytes) {
+    return Status::Internal("service and transport frame limits differ");
+  }
+  TIERPOOL_RETURN_IF_ERROR(service.validate());
+  return Status::Ok();
+}
+
+Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now) {
+  *exit_now = false;
+  ServerConfig c;
+  std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
+              inline_threshold = "64K", config_file;
+  po::options_description opts("tierpoold options");
+  // clang-format off
+  opts.add_options()
+    ("help,h", "print this help")
+    ("version", "print the version")
+    ("config", po::value(&config_file), "read options from this file (key = value lines)")
+    ("socket", po::value(&c.transport.socket_path)->default_value(DefaultSocketPath()),
+     "Unix socket to listen on")
+    ("socket-mode", po::value(&socket_mode)->default_value("0600"), "permissions of the socket (octal)")
+    ("dram", po::value(&dram)->default_value("1G"), "dram tier capacity (K/M/G suffixes)")
+    ("hbm", po::value(&hbm)->default_value("256M"), "hbm tier capacity (0 turns it off)")
+    ("hbm-high-watermark", po::value(&c.hbm_watermarks.high)->default_value(0.90),
+     "demote from hbm above this fraction")
+    ("hbm-low-watermark", po::value(&c.hbm_watermarks.low)->default_value(0.75),
+     "stop demoting below this fraction")
+    ("dram-high-watermark", po::value(&c.dram_watermarks.high)->default_value(0.90), "dram high watermark")
+    ("dram-low-watermark", po::value(&c.dram_watermarks.low)->default_value(0.75), "dram low watermark")
+    ("reservation-ttl-ms", po::value(&c.store.reservation_ttl_ms)->default_value(30000),
+     "an uncommitted reservation is freed after this")
+    ("lease-ttl-ms", po::value(&c.store.lease_ttl_ms)->default_value(60000),
+     "a pin not released is dropped after this")
+    ("max-key-bytes", po::value(&c.store.max_key_bytes)->default_value(1024), "longest key")
+    ("max-frame", po::value(&max_frame)->default_value("16M"), "largest frame accepted or sent")
+    ("inline-threshold", po::value(&inline_threshold)->default_value("64K"),
+     "gets of objects up to this size carry the bytes in the reply")
+    ("io-threads", po::value(&c.transport.io_threads)->default_value(1), "I/O threads")
+    ("busy-poll-us", po::value(&c.transport.busy_poll_us)->default_value(50),
+     "poll this long after each request before sleeping (0: never spin)")
+    ("max-connections", po::value(&c.transport.max_connections)->default_value(1024),
+     "connections served at once")
+    ("no-populate", "do not pre-fault the dram arenas at start")
+    ("log-level", po::value(&c.log_level)->default_value("info"),
+     "trace, debug, info, warn, error, critical, off");
+  // clang-format on
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("config")) {
+      std::ifstream in(vm["config"].as<std::string>());
+      if (!in) {
+        return Status::NotFound("cannot read config file " + vm["config"].as<std::string>());
+      }
+      po::store(po::parse_config_file(in, opts), vm);  // flags given first win
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return Status::InvalidArgument(std::string(e.what()) + " (see tierpoold --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << "tierpoold: keeps tensors in hbm, dram and (later) nvme tiers for local "
+                 "clients.\n\n"
+              << opts << "\n";
+    *exit_now = true;
+    return c;
+  }
+  if (vm.count("version")) {
+    std::cout << "tierpoold " << TIERPOOL_VERSION << "\n";
+    *exit_now = true;
+    return c;
+  }
+  try {
+    std::size_t used = 0;
+    unsigned long mode = std::stoul(socket_mode, &used, 8);
+    if (used != socket_mode.size()) throw std::invalid_argument("trailing characters");
+    c.transport.socket_mode = static_cast<std::uint32_t>(mode);
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("--socket-mode must be octal, like 0600");
+  }
+  auto parse = [](const std::string& flag, const std::string& v) -> Result<std::uint64_t> {
+    auto r = ParseByteSize(v);
+    if (!r.ok()) return Status::InvalidArgument("--" + flag + ": " + r.status().message());
+    return r;
+  };
+  auto d = parse("dram", dram);
+  if (!d.ok()) return d.status();
+  auto h = parse("hbm", hbm);
+  if (!h.ok()) return h.status();
+  auto f = parse("max-frame", max_frame);
+  if (!f.ok()) return f.status();
+  auto it = parse("inline-threshold", inline_threshold);
+  if (!it.ok()) return it.status();
+  if (*f > (1ull << 30)) return Status::InvalidArgument("--max-frame must be at most 1G");
+  c.dram.capacity = *d;
+  c.dram.populate = vm.count("no-populate") == 0;
+  c.hbm.capacity = *h;
+  c.transport.max_frame_bytes = static_cast<std::uint32_t>(*f);
+  c.service.max_frame_bytes = c.transport.max_frame_bytes;
+  c.service.inline_threshold_bytes = *it;
+  TIERPOOL_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  auto dram = DramTier::Create(config.dram);
+  if (!dram.ok()) return dram.status();
+  (*dram)->set_watermarks(config.dram_watermarks);
+  tiers.push_back(std::move(dram).value());
+  if (config.hbm.capacity > 0) {
+    auto hbm = HbmTier::Create(config.hbm, std::make_unique<HostPinnedHbmBackend>());
+    if (!hbm.ok()) return hbm.status();
+    (*hbm)->set_watermarks(config.hbm_watermarks);
+    tiers.push_back(std::move(hbm).value());
+  }
+  return ObjectStore::Create(config.store, std::move(tiers));
+}
+
+}  // namespace tierpool

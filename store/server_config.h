@@ -1,0 +1,34 @@
+// tierpoold's configuration: built-in defaults, then a config file (--config), then flags.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "store/object_store.h"
+#include "store/service.h"
+#include "tiers/dram_tier.h"
+#include "tiers/hbm_tier.h"
+#include "transport/unix_server.h"
+
+namespace tierpool {
+
+struct ServerConfig {
+  transport::UnixServerConfig transport;
+  StoreConfig store;
+  ServiceConfig service;
+  DramTierConfig dram;
+  HbmTierConfig hbm;
+  Watermarks dram_watermarks;
+  Watermarks hbm_watermarks;
+  std::string log_level = "info";
+  Status validate() const;
+};
+
+// Parses argv. Returns the config, or an error; sets *exit_now when --help or --version printed
+// what was asked.
+Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now);
+
+// Builds the tiers and the store from a validated config.
+Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config);
+
+}  // namespace tierpool

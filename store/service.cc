@@ -1,0 +1,341 @@
+#include "store/service.h"
+
+#include "common/logging.h"
+
+namespace tierpool {
+
+using transport::ToWire;
+
+Status ServiceConfig::validate() const {
+  if (inline_threshold_bytes > max_frame_bytes / 2) {
+    return Status::InvalidArgument("inline threshold must be at most half the frame limit");
+  }
+  if (max_batch_items == 0) return Status::InvalidArgument("max batch items must be > 0");
+  return Status::Ok();
+}
+
+StoreService::StoreService(ServiceConfig config, ObjectStore* store)
+    : config_(config), store_(store) {}
+
+namespace {
+
+PutSpec FromWire(const wire::PutSpec& w) {
+  PutSpec s;
+  s.ns = w.ns();
+  s.key = w.key();
+  s.size = w.size();
+  s.dtype = w.dtype();
+  s.shape.assign(w.shape().begin(), w.shape().end());
+  s.kind = static_cast<ObjectKind>(w.kind());
+  s.durability = static_cast<Durability>(w.durability());
+  if (w.has_tier_hint()) s.tier_hint = static_cast<TierKind>(w.tier_hint());
+  s.numa_node = w.has_numa_node() ? w.numa_node() : -1;
+  return s;
+}
+
+void ToWire(const ObjectMeta& m, wire::ObjectMeta* w) {
+  w->set_ns(m.ns);
+  w->set_key(m.key);
+  w->set_size(m.size);
+  w->set_dtype(m.dtype);
+  for (auto d : m.shape) w->add_shape(d);
+  w->set_kind(static_cast<wire::ObjectKind>(m.kind));
+  w->set_durability(static_cast<wire::Durability>(m.durability));
+  w->set_checksum(m.checksum);
+  w->set_tier(static_cast<wire::Tier>(m.tier));
+  w->set_created_unix_ms(m.created_unix_ms);
+  w->set_pins(m.pins);
+}
+
+void ToWire(const Extent& e, wire::Extent* w) {
+  w->set_arena_id(e.arena_id);
+  w->set_offset(e.offset);
+  w->set_length(e.length);
+}
+
+template <typename Items>
+Status CheckBatch(const Items& items, std::uint32_t max) {
+  if (static_cast<std::uint32_t>(items.size()) > max) {
+    return Status::InvalidArgument("batch of " + std::to_string(items.size()) +
+                                   " items exceeds the limit of " + std::to_string(max));
+  }
+  return Status::Ok();
+}
+
+// Enum values from the wire are checked: an out-of-range value is an error, not a cast.
+Status CheckSpec(const wire::PutSpec& w) {
+  if (!wire::ObjectKind_IsValid(w.kind())) return Status::InvalidArgument("unknown object kind");
+  if (!wire::Durability_IsValid(w.durability())) {
+    return Status::InvalidArgument("unknown durability class");
+  }
+  if (w.has_tier_hint() && !wire::Tier_IsValid(w.tier_hint())) {
+    return Status::InvalidArgument("unknown tier");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool StoreService::Handle(std::uint64_t session, const wire::Request& req, wire::Response* resp,
+                          std::vector<int>* fds) {
+  switch (req.body_case()) {
+    case wire::Request::kHello: {
+      if (req.hello().protocol_version() != transport::kProtocolVersion) {
+        ToWire(Status::FailedPrecondition(
+                   "client speaks protocol " + std::to_string(req.hello().protocol_version()) +
+                   ", this server speaks " + std::to_string(transport::kProtocolVersion)),
+               resp->mutable_status());
+        return true;
+      }
+      auto* h = resp->mutable_hello();
+      h->set_protocol_version(transport::kProtocolVersion);
+      h->set_server_version(TIERPOOL_VERSION);
+      h->set_session_id(session);
+      for (const auto& a : store_->Arenas()) {
+        auto* w = h->add_arenas();
+        w->set_id(a.id);
+        w->set_tier(static_cast<wire::Tier>(a.tier));
+        w->set_size(a.size);
+        w->set_numa_node(a.numa_node);
+        w->set_fd_index(a.fd >= 0 ? static_cast<int>(fds->size()) : -1);
+        if (a.fd >= 0) fds->push_back(a.fd);
+      }
+      auto* l = h->mutable_limits();
+      l->set_max_frame_bytes(config_.max_frame_bytes);
+      l->set_max_key_bytes(store_->config().max_key_bytes);
+      l->set_max_namespace_bytes(store_->config().max_namespace_bytes);
+      l->set_max_object_bytes(store_->config().max_object_bytes);
+      l->set_inline_threshold_bytes(config_.inline_threshold_bytes);
+      l->set_max_batch_items(config_.max_batch_items);
+      return true;
+    }
+    case wire::Request::kReserve: {
+      const auto& items = req.reserve().items();
+      if (Status s = CheckBatch(items, config_.max_batch_items); !s.ok()) {
+        ToWire(s, resp->mutable_status());
+        return true;
+      }
+      auto* reply = resp->mutable_reserve();
+      for (const auto& item : items) {
+        auto* out = reply->add_items();
+        Status s = CheckSpec(item);
+        if (!s.ok()) {
+          ToWire(s, out->mutable_status());
+          continue;
+        }
+        auto r = store_->Reserve(FromWire(item), session);
+        if (!r.ok()) {
+          ToWire(r.status(), out->mutable_status());
+          continue;
+        }
+        out->set_reservation_id(r->id);
+        ToWire(r->extent, out->mutable_extent());
+        out->set_tier(static_cast<wire::Tier>(r->tier));
+      }
+      return true;
+    }
+    case wire::Request::kCommit: {
+      const auto& items = req.commit().items();
+      if (Status s = CheckBatch(items, config_.max_batch_items); !s.ok()) {
+        ToWire(s, resp->mutable_status());
+        return true;
+      }
+      auto* reply = resp->mutable_statuses();
+      for (const auto& item : items) {
+        ToWire(store_->Commit(item.reservation_id(), item.checksum(), session), reply->add_items());
+      }
+      return true;
+    }
+    case wire::Request::kAbort: {
+      auto* reply = resp->mutable_statuses();
+      for (auto id : req.abort().reservation_ids()) {
+        ToWire(store_->Abort(id, session), reply->add_items());
+      }
+      return true;
+    }
+    case wire::Request::kPutInline: {
+      const auto& items = req.put_inline().items();
+      if (Status s = CheckBatch(items, config_.max_batch_items); !s.ok()) {
+        ToWire(s, resp->mutable_status());
+        return true;
+      }
+      auto* reply = resp->mutable_statuses();
+      for (const auto& item : items) {
+        Status s = CheckSpec(item.spec());
+        if (s.ok() && item.data().size() != item.spec().size()) {
+          s = Status::InvalidArgument("inline put of " + item.spec().key() + " declares " +
+                                      std::to_string(item.spec().size()) + " bytes but carries " +
+                                      std::to_string(item.data().size()));
+        }
+        if (s.ok()) s = store_->PutCopy(FromWire(item.spec()), item.data().data(), session);
+        ToWire(s, reply->add_items());
+      }
+      return true;
+    }
+    case wire::Request::kGet: {
+      if (Status s = CheckBatch(req.get().keys(), config_.max_batch_items); !s.ok()) {
+        ToWire(s, resp->mutable_status());
+        return true;
+      }
+      HandleGet(session, req.get(), resp->mutable_get());
+      return true;
+    }
+    case wire::Request::kRelease: {
+      for (auto id : req.release().lease_ids()) {
+        Status s = store_->Release(id, session);
+        if (!s.ok()) spdlog::debug("session {}: release: {}", session, s.ToString());
+      }
+      return false;  // one-way
+    }
+    case wire::Request::kDel: {
+      if (Status s = CheckBatch(req.del().keys(), config_.max_batch_items); !s.ok()) {
+        ToWire(s, resp->mutable_status());
+        return true;
+      }
+      auto* reply = resp->mutable_statuses();
+      for (const auto& k : req.del().keys())
+        ToWire(store_->Delete(k.ns(), k.key()), reply->add_items());
+      return true;
+    }
+    case wire::Request::kList: {
+      const auto& l = req.list();
+      bool truncated = false;
+      auto objects =
+          store_->List(l.ns(), l.prefix(), l.start_after(),
+                       std::min<std::uint32_t>(l.limit(), 10000), l.all_namespaces(), &truncated);
+      auto* reply = resp->mutable_list();
+      for (const auto& m : objects) ToWire(m, reply->add_objects());
+      reply->set_truncated(truncated);
+      return true;
+    }
+    case wire::Request::kStat:
+      HandleStat(resp->mutable_stat());
+      return true;
+    case wire::Request::kPromote: {
+      if (!wire::Tier_IsValid(req.promote().target())) {
+        ToWire(Status::InvalidArgument("unknown tier"), resp->mutable_status());
+        return true;
+      }
+      if (Status s = CheckBatch(req.promote().keys(), config_.max_batch_items); !s.ok()) {
+        ToWire(s, resp->mutable_status());
+        return true;
+      }
+      auto target = static_cast<TierKind>(req.promote().target());
+      auto* reply = resp->mutable_statuses();
+      for (const auto& k : req.promote().keys()) {
+        ToWire(store_->Promote(k.ns(), k.key(), target), reply->add_items());
+      }
+      return true;
+    }
+    case wire::Request::BODY_NOT_SET:
+      break;
+  }
+  ToWire(Status::Unimplemented("unknown message type"), resp->mutable_status());
+  return true;
+}
+
+void StoreService::HandleGet(std::uint64_t session, const wire::GetRequest& req,
+                             wire::GetReply* reply) {
+  std::uint64_t inline_budget = config_.max_frame_bytes - 64 * 1024;  // room for metadata
+  for (const auto& k : req.keys()) {
+    auto* out = reply->add_items();
+    if (req.mode() == wire::META) {
+      auto meta = store_->Head(k.ns(), k.key());
+      if (!meta.ok()) {
+        ToWire(meta.status(), out->mutable_status());
+      } else {
+        ToWire(*meta, out->mutable_meta());
+      }
+      continue;
+    }
+    auto pinned = store_->Pin(k.ns(), k.key(), session);
+    if (!pinned.ok()) {
+      ToWire(pinned.status(), out->mutable_status());
+      continue;
+    }
+    std::uint64_t size = pinned->meta.size;
+    bool inline_it = req.mode() == wire::INLINE ||
+                     (req.mode() == wire::AUTO && size <= config_.inline_threshold_bytes);
+    if (inline_it && size > inline_budget) {
+      Status s = store_->Release(pinned->lease_id, session);
+      (void)s;
+      ToWire(Status::ResourceExhausted("object of " + std::to_string(size) +
+                                       " bytes does not fit the rest of this reply frame; get it "
+                                       "pinned or in a smaller batch"),
+             out->mutable_status());
+      continue;
+    }
+    ToWire(pinned->meta, out->mutable_meta());
+    if (inline_it) {
+      inline_budget -= size;
+      out->set_has_data(true);
+      if (size > 0) {
+        out->set_data(reinterpret_cast<const char*>(store_->HostAddress(pinned->extent)), size);
+      }
+      Status s = store_->Release(pinned->lease_id, session);
+      if (!s.ok()) spdlog::error("release after inline get: {}", s.ToString());
+    } else {
+      out->set_lease_id(pinned->lease_id);
+      ToWire(pinned->extent, out->mutable_extent());
+    }
+  }
+}
+
+void StoreService::HandleStat(wire::StatReply* reply) {
+  StoreStats s = store_->Stats();
+  for (const auto& t : s.tiers) {
+    auto* w = reply->add_tiers();
+    w->set_tier(static_cast<wire::Tier>(t.tier.kind));
+    w->set_capacity(t.tier.capacity);
+    w->set_used_bytes(t.tier.used_bytes);
+    w->set_object_count(t.object_count);
+    w->set_free_extents(t.tier.free_extents);
+    w->set_largest_free_extent(t.tier.largest_free_extent);
+    w->set_fragmentation(t.tier.fragmentation);
+    w->set_high_watermark(t.watermarks.high);
+    w->set_low_watermark(t.watermarks.low);
+    w->set_pages_locked(t.tier.pages_locked);
+    w->set_backend(t.tier.backend);
+    w->set_failed_allocations(t.tier.failed_allocations);
+  }
+  auto add = [reply](const char* name, std::uint64_t v) {
+    auto* c = reply->add_counters();
+    c->set_name(name);
+    c->set_value(v);
+  };
+  add("objects", s.objects);
+  add("reservations_open", s.reservations_open);
+  add("leases_open", s.leases_open);
+  add("puts", s.puts);
+  add("bytes_put", s.bytes_put);
+  add("gets", s.gets);
+  add("get_misses", s.get_misses);
+  add("deletes", s.deletes);
+  add("evictions", s.evictions);
+  add("demotions", s.demotions);
+  add("promotions", s.promotions);
+  add("migrations_aborted", s.migrations_aborted);
+  add("reservations_expired", s.reservations_expired);
+  add("leases_expired", s.leases_expired);
+  add("resource_exhausted", s.resource_exhausted);
+  add("sessions_cleaned", s.sessions_cleaned);
+  if (transport_ != nullptr) {
+    auto t = transport_->stats();
+    add("connections_accepted", t.connections_accepted);
+    add("connections_active", t.connections_active);
+    add("connections_refused", t.connections_refused);
+    add("frames_received", t.frames_received);
+    add("bad_frames", t.bad_frames);
+    add("malformed_messages", t.malformed_messages);
+    add("unknown_messages", t.unknown_messages);
+  }
+  reply->set_uptime_ms(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - started_)
+                                     .count()));
+  reply->set_server_version(TIERPOOL_VERSION);
+}
+
+void StoreService::OnDisconnect(std::uint64_t session_id) { store_->ReleaseOwner(session_id); }
+
+}  // namespace tierpool

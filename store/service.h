@@ -1,0 +1,39 @@
+// Maps wire requests onto the ObjectStore: the server's RequestHandler.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "store/object_store.h"
+#include "transport/unix_server.h"
+
+namespace tierpool {
+
+struct ServiceConfig {
+  std::uint32_t max_frame_bytes = transport::kDefaultMaxFrameBytes;
+  std::uint64_t inline_threshold_bytes = 64 * 1024;  // AUTO gets inline up to this size
+  std::uint32_t max_batch_items = 4096;
+  Status validate() const;
+};
+
+class StoreService final : public transport::RequestHandler {
+ public:
+  StoreService(ServiceConfig config, ObjectStore* store);
+  bool Handle(std::uint64_t session_id, const wire::Request& request, wire::Response* response,
+              std::vector<int>* fds) override;
+  void OnDisconnect(std::uint64_t session_id) override;
+  // Lets stat report transport counters too.
+  void set_transport(const transport::UnixServer* server) { transport_ = server; }
+
+ private:
+  void HandleGet(std::uint64_t session, const wire::GetRequest& req, wire::GetReply* reply);
+  void HandleStat(wire::StatReply* reply);
+
+  ServiceConfig config_;
+  ObjectStore* store_;
+  const transport::UnixServer* transport_ = nullptr;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace tierpool

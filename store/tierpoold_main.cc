@@ -1,0 +1,52 @@
+// tierpoold: the per-node sidecar. Runs on built-in defaults; flags override them.
+#include <csignal>
+#include <iostream>
+
+#include "common/logging.h"
+#include "common/units.h"
+#include "store/server_config.h"
+
+int main(int argc, char** argv) {
+  using namespace tierpool;
+  bool exit_now = false;
+  auto config = ParseServerFlags(argc, argv, &exit_now);
+  if (!config.ok()) {
+    std::cerr << "tierpoold: " << config.status().ToString() << "\n";
+    return 2;
+  }
+  if (exit_now) return 0;
+  if (Status s = SetLogLevel(config->log_level); !s.ok()) {
+    std::cerr << "tierpoold: " << s.ToString() << "\n";
+    return 2;
+  }
+  // Block the stop signals in every thread; the main thread waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto store = BuildStore(*config);
+  if (!store.ok()) {
+    spdlog::critical("cannot set up the tiers: {}", store.status().ToString());
+    return 1;
+  }
+  StoreService service(config->service, store->get());
+  transport::UnixServer server(config->transport, &service);
+  service.set_transport(&server);
+  if (Status s = server.Start(); !s.ok()) {
+    spdlog::critical("cannot listen: {}", s.ToString());
+    return 1;
+  }
+  (*store)->Start();
+  spdlog::info("tierpoold {} listening on {} (dram {}, hbm {})", TIERPOOL_VERSION,
+               config->transport.socket_path, FormatBytes(config->dram.capacity),
+               FormatBytes(config->hbm.capacity));
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("signal {}: shutting down", sig);
+  server.Stop();
+  (*store)->Stop();
+  return 0;
+}

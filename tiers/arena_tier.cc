@@ -1,0 +1,95 @@
+#include "tiers/arena_tier.h"
+
+#include <algorithm>
+
+#include "common/units.h"
+
+namespace tierpool {
+
+void ArenaTier::AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd,
+                          int numa_node, std::uint64_t alignment) {
+  std::lock_guard lock(mu_);
+  regions_.push_back(Region{arena_id, base, size, fd, numa_node,
+                            ExtentAllocator({.capacity = size, .alignment = alignment})});
+  capacity_ += size;
+}
+
+ArenaTier::Region* ArenaTier::FindRegion(std::uint32_t arena_id) {
+  for (auto& r : regions_) {
+    if (r.arena_id == arena_id) return &r;
+  }
+  return nullptr;
+}
+
+Result<Extent> ArenaTier::Allocate(std::uint64_t size, int numa_hint) {
+  std::lock_guard lock(mu_);
+  // The hinted node first, then the others with the most free space first.
+  std::vector<Region*> order;
+  for (auto& r : regions_) order.push_back(&r);
+  std::stable_sort(order.begin(), order.end(), [&](Region* a, Region* b) {
+    bool ha = a->numa_node == numa_hint, hb = b->numa_node == numa_hint;
+    if (ha != hb) return ha;
+    return a->allocator.stats().free_bytes > b->allocator.stats().free_bytes;
+  });
+  for (Region* r : order) {
+    if (auto range = r->allocator.Allocate(size)) {
+      return Extent{r->arena_id, range->offset, range->length};
+    }
+  }
+  return Status::ResourceExhausted(std::string(TierName(kind_)) + " has no free extent of " +
+                                   FormatBytes(size));
+}
+
+Status ArenaTier::Free(const Extent& extent) {
+  std::lock_guard lock(mu_);
+  Region* r = FindRegion(extent.arena_id);
+  if (r == nullptr) return Status::Internal("free of an extent in unknown arena");
+  return r->allocator.Free({extent.offset, extent.length});
+}
+
+std::byte* ArenaTier::HostAddress(const Extent& extent) {
+  std::lock_guard lock(mu_);
+  Region* r = FindRegion(extent.arena_id);
+  if (r == nullptr || extent.offset + extent.length > r->size) return nullptr;
+  return r->base + extent.offset;
+}
+
+std::vector<ArenaInfo> ArenaTier::Arenas() const {
+  std::lock_guard lock(mu_);
+  std::vector<ArenaInfo> out;
+  for (const auto& r : regions_) out.push_back({r.arena_id, kind_, r.fd, r.size, r.numa_node});
+  return out;
+}
+
+std::uint64_t ArenaTier::used_bytes() const {
+  std::lock_guard lock(mu_);
+  std::uint64_t used = 0;
+  for (const auto& r : regions_) used += r.allocator.stats().used_bytes;
+  return used;
+}
+
+TierStats ArenaTier::Stats() const {
+  std::lock_guard lock(mu_);
+  TierStats s;
+  s.kind = kind_;
+  s.backend = backend_;
+  s.pages_locked = pages_locked_;
+  std::uint64_t free_bytes = 0;
+  for (const auto& r : regions_) {
+    const auto& a = r.allocator.stats();
+    s.capacity += a.capacity;
+    s.used_bytes += a.used_bytes;
+    s.free_extents += a.free_extents;
+    s.largest_free_extent = std::max(s.largest_free_extent, a.largest_free_extent);
+    s.allocations += a.allocations;
+    s.frees += a.frees;
+    s.failed_allocations += a.failed_allocations;
+    free_bytes += a.free_bytes;
+  }
+  s.fragmentation = free_bytes == 0 ? 0.0
+                                    : 1.0 - static_cast<double>(s.largest_free_extent) /
+                                                static_cast<double>(free_bytes);
+  return s;
+}
+
+}  // namespace tierpool

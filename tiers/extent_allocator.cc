@@ -1,0 +1,102 @@
+#include "tiers/extent_allocator.h"
+
+#include <string>
+
+namespace tierpool {
+
+Status ExtentAllocatorConfig::validate() const {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    return Status::InvalidArgument("extent alignment must be a power of two, got " +
+                                   std::to_string(alignment));
+  }
+  if (capacity % alignment != 0) {
+    return Status::InvalidArgument("capacity " + std::to_string(capacity) +
+                                   " is not a multiple of the alignment " +
+                                   std::to_string(alignment));
+  }
+  return Status::Ok();
+}
+
+ExtentAllocator::ExtentAllocator(ExtentAllocatorConfig config) : config_(config) {
+  stats_.capacity = config_.capacity;
+  stats_.free_bytes = config_.capacity;
+  if (config_.capacity > 0) InsertFree(0, config_.capacity);
+}
+
+std::uint64_t ExtentAllocator::RoundUp(std::uint64_t size) const {
+  return (size + config_.alignment - 1) & ~(config_.alignment - 1);
+}
+
+void ExtentAllocator::InsertFree(std::uint64_t offset, std::uint64_t length) {
+  free_by_offset_.emplace(offset, length);
+  free_by_size_.emplace(length, offset);
+}
+
+void ExtentAllocator::EraseFree(std::map<std::uint64_t, std::uint64_t>::iterator it) {
+  free_by_size_.erase({it->second, it->first});
+  free_by_offset_.erase(it);
+}
+
+std::optional<AllocatedRange> ExtentAllocator::Allocate(std::uint64_t size) {
+  std::uint64_t need = RoundUp(size);
+  if (size == 0 || need < size) {
+    ++stats_.failed_allocations;
+    return std::nullopt;
+  }
+  auto best = free_by_size_.lower_bound({need, 0});
+  if (best == free_by_size_.end()) {
+    ++stats_.failed_allocations;
+    return std::nullopt;
+  }
+  auto [length, offset] = *best;
+  EraseFree(free_by_offset_.find(offset));
+  if (length > need) InsertFree(offset + need, length - need);
+  stats_.used_bytes += need;
+  stats_.free_bytes -= need;
+  ++stats_.allocations;
+  stats_.free_extents = free_by_offset_.size();
+  stats_.largest_free_extent = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  return AllocatedRange{offset, need};
+}
+
+Status ExtentAllocator::Free(AllocatedRange range) {
+  if (range.length == 0 || range.offset % config_.alignment != 0 ||
+      range.length % config_.alignment != 0 || range.offset + range.length > config_.capacity ||
+      range.offset + range.length < range.offset) {
+    return Status::Internal("free of an extent the allocator never handed out: offset " +
+                            std::to_string(range.offset) + " length " +
+                            std::to_string(range.length));
+  }
+  auto next = free_by_offset_.lower_bound(range.offset);
+  if (next != free_by_offset_.end() && next->first < range.offset + range.length) {
+    return Status::Internal("double free: extent at " + std::to_string(range.offset) +
+                            " overlaps free space");
+  }
+  std::uint64_t offset = range.offset;
+  std::uint64_t length = range.length;
+  if (next != free_by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second > offset) {
+      return Status::Internal("double free: extent at " + std::to_string(range.offset) +
+                              " overlaps free space");
+    }
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      length += prev->second;
+      EraseFree(prev);
+    }
+  }
+  if (next != free_by_offset_.end() && next->first == range.offset + range.length) {
+    length += next->second;
+    EraseFree(next);
+  }
+  InsertFree(offset, length);
+  stats_.used_bytes -= range.length;
+  stats_.free_bytes += range.length;
+  ++stats_.frees;
+  stats_.free_extents = free_by_offset_.size();
+  stats_.largest_free_extent = free_by_size_.rbegin()->first;
+  return Status::Ok();
+}
+
+}  // namespace tierpool

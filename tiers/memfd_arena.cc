@@ -1,0 +1,83 @@
+#include "tiers/memfd_arena.h"
+
+#include <fcntl.h>
+#include <numa.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/units.h"
+
+namespace tierpool {
+
+std::vector<int> NumaNodes() {
+  std::vector<int> nodes;
+  if (numa_available() < 0) return {0};
+  struct bitmask* mask = numa_get_mems_allowed();
+  for (int n = 0; n <= numa_max_node(); ++n) {
+    if (numa_bitmask_isbitset(mask, static_cast<unsigned>(n))) nodes.push_back(n);
+  }
+  numa_bitmask_free(mask);
+  if (nodes.empty()) nodes.push_back(0);
+  return nodes;
+}
+
+Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& options) {
+  if (options.size == 0) return Status::InvalidArgument("arena size must be > 0");
+  std::unique_ptr<MemfdArena> arena(new MemfdArena());
+  int fd = ::memfd_create(options.name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return ErrnoStatus("memfd_create", errno);
+  arena->fd_.reset(fd);
+  if (::ftruncate(fd, static_cast<off_t>(options.size)) != 0) {
+    return ErrnoStatus("ftruncate arena to " + FormatBytes(options.size), errno);
+  }
+  // Clients get this fd: seal the size so no client can shrink it under the server (SIGBUS).
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return ErrnoStatus("seal arena", errno);
+  }
+  void* p = ::mmap(nullptr, options.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return ErrnoStatus("mmap arena of " + FormatBytes(options.size), errno);
+  arena->base_ = static_cast<std::byte*>(p);
+  arena->size_ = options.size;
+  if (options.numa_node >= 0) {
+    // Bind before the first touch so the pages are allocated on the node.
+    if (numa_available() >= 0) {
+      numa_tonode_memory(p, options.size, options.numa_node);
+      arena->numa_node_ = options.numa_node;
+    } else {
+      spdlog::warn("libnuma reports no NUMA support; arena '{}' is not bound to a node",
+                   options.name);
+    }
+  }
+  if (options.lock_pages) {
+    if (::mlock(p, options.size) == 0) {
+      arena->locked_ = true;
+    } else {
+      spdlog::warn(
+          "could not page-lock {} for '{}' ({}); it stays pageable. Raise "
+          "RLIMIT_MEMLOCK (ulimit -l) or grant CAP_IPC_LOCK to lock it",
+          FormatBytes(options.size), options.name, std::strerror(errno));
+    }
+  }
+  if (options.populate && !arena->locked_) {
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(p, options.size, MADV_POPULATE_WRITE) != 0)
+#endif
+    {
+      // Older kernels: touch one byte per page.
+      for (std::uint64_t off = 0; off < options.size; off += 4096) {
+        static_cast<volatile std::byte*>(p)[off] = std::byte{0};
+      }
+    }
+  }
+  return arena;
+}
+
+MemfdArena::~MemfdArena() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+}
+
+}  // namespace tierpool

@@ -1,0 +1,49 @@
+// A shared-memory arena: a sealed memfd mapped in the server, optionally bound to a NUMA node and
+// page-locked. Clients map the same fd (passed over the Unix socket) and read/write in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/posix.h"
+#include "common/status.h"
+
+namespace tierpool {
+
+struct MemfdArenaOptions {
+  std::string name = "tierpool";
+  std::uint64_t size = 0;
+  int numa_node = -1;       // bind the pages to this node with libnuma; -1: no binding
+  bool lock_pages = false;  // mlock; failure is a logged warning, not an error
+  bool populate = true;     // fault every page in now, so first use pays no page faults
+};
+
+class MemfdArena {
+ public:
+  static Result<std::unique_ptr<MemfdArena>> Create(const MemfdArenaOptions& options);
+  ~MemfdArena();
+  MemfdArena(const MemfdArena&) = delete;
+  MemfdArena& operator=(const MemfdArena&) = delete;
+
+  std::byte* base() const { return base_; }
+  std::uint64_t size() const { return size_; }
+  int fd() const { return fd_.get(); }
+  int numa_node() const { return numa_node_; }
+  bool locked() const { return locked_; }
+
+ private:
+  MemfdArena() = default;
+  UniqueFd fd_;
+  std::byte* base_ = nullptr;
+  std::uint64_t size_ = 0;
+  int numa_node_ = -1;
+  bool locked_ = false;
+};
+
+// libnuma's view of the machine: the nodes memory can be placed on (at least {0}).
+std::vector<int> NumaNodes();
+
+}  // namespace tierpool

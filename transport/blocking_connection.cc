@@ -1,0 +1,127 @@
+#include "transport/blocking_connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace tierpool::transport {
+
+Result<std::unique_ptr<BlockingConnection>> BlockingConnection::Connect(
+    const std::string& socket_path) {
+  sockaddr_un addr{};
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument("socket path too long: " + socket_path);
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus("socket", errno);
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    return Status::Unavailable("cannot connect to tierpoold at " + socket_path + ": " +
+                               std::strerror(err) + " (is tierpoold running?)");
+  }
+  return std::unique_ptr<BlockingConnection>(new BlockingConnection(std::move(fd)));
+}
+
+Status BlockingConnection::SendRaw(const void* data, std::size_t size) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::send(fd_.get(), p, size, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      broken_ = true;
+      return ErrnoStatus("send to tierpoold", errno);
+    }
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status BlockingConnection::Send(const wire::Request& request) {
+  if (broken_) return Status::Unavailable("connection to tierpoold is broken");
+  auto frame = EncodeFrame(request, max_frame_bytes_);
+  if (!frame.ok()) return frame.status();
+  return SendRaw(frame->data(), frame->size());
+}
+
+Status BlockingConnection::ReadFull(void* data, std::size_t size, std::vector<UniqueFd>* fds,
+                                    bool spin) {
+  auto* p = static_cast<char*>(data);
+  auto spin_until = SteadyClock::now() + std::chrono::microseconds(spin ? busy_poll_us_ : 0);
+  while (size > 0) {
+    iovec iov{p, size};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 64)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    int flags = MSG_CMSG_CLOEXEC;
+    if (spin && SteadyClock::now() < spin_until) flags |= MSG_DONTWAIT;
+    ssize_t n = ::recvmsg(fd_.get(), &msg, flags);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      broken_ = true;
+      return ErrnoStatus("receive from tierpoold", errno);
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+          int passed;
+          std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          if (fds != nullptr) {
+            fds->emplace_back(passed);
+          } else {
+            ::close(passed);
+          }
+        }
+      }
+    }
+    if (n == 0) {
+      broken_ = true;
+      return Status::Unavailable("tierpoold closed the connection");
+    }
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status BlockingConnection::Receive(wire::Response* response, std::vector<UniqueFd>* fds) {
+  if (broken_) return Status::Unavailable("connection to tierpoold is broken");
+  std::uint8_t header[kFrameHeaderSize];
+  TIERPOOL_RETURN_IF_ERROR(ReadFull(header, sizeof(header), fds, busy_poll_us_ > 0));
+  auto h = DecodeFrameHeader(header, max_frame_bytes_);
+  if (!h.ok()) {
+    broken_ = true;
+    return h.status();
+  }
+  buffer_.resize(h->length);
+  TIERPOOL_RETURN_IF_ERROR(ReadFull(buffer_.data(), h->length, fds, false));
+  if (!response->ParseFromArray(buffer_.data(), static_cast<int>(h->length))) {
+    broken_ = true;
+    return Status::DataLoss("malformed response from tierpoold");
+  }
+  return Status::Ok();
+}
+
+Status BlockingConnection::Call(const wire::Request& request, wire::Response* response,
+                                std::vector<UniqueFd>* fds) {
+  TIERPOOL_RETURN_IF_ERROR(Send(request));
+  TIERPOOL_RETURN_IF_ERROR(Receive(response, fds));
+  if (response->id() != request.id()) {
+    broken_ = true;
+    return Status::Internal("reply " + std::to_string(response->id()) +
+                            " does not answer request " + std::to_string(request.id()));
+  }
+  return FromWire(response->status());
+}
+
+}  // namespace tierpool::transport

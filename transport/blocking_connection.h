@@ -1,0 +1,48 @@
+// The client side of a connection: blocking I/O on a Unix stream socket, one frame at a time,
+// receiving file descriptors passed with a frame (SCM_RIGHTS). Not thread-safe: callers serialize.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/posix.h"
+#include "transport/framing.h"
+
+namespace tierpool::transport {
+
+class BlockingConnection {
+ public:
+  // Connects to a Unix socket path. UNAVAILABLE when nobody listens there.
+  static Result<std::unique_ptr<BlockingConnection>> Connect(const std::string& socket_path);
+
+  Status Send(const wire::Request& request);
+  // Reads one frame. Descriptors passed with it are appended to fds (when fds is not null; else
+  // closed).
+  Status Receive(wire::Response* response, std::vector<UniqueFd>* fds = nullptr);
+  // Send, then Receive; checks that the reply answers this request.
+  Status Call(const wire::Request& request, wire::Response* response,
+              std::vector<UniqueFd>* fds = nullptr);
+
+  // Raw bytes, for tests that speak a broken protocol on purpose.
+  Status SendRaw(const void* data, std::size_t size);
+
+  void set_max_frame_bytes(std::uint32_t v) { max_frame_bytes_ = v; }
+  // Before blocking for a reply, poll for this long: a blocked thread's wakeup costs tens of
+  // microseconds on virtual machines, more than the whole request. 0 turns it off.
+  void set_busy_poll_us(std::uint32_t v) { busy_poll_us_ = v; }
+  int fd() const { return fd_.get(); }
+  bool broken() const { return broken_; }
+
+ private:
+  explicit BlockingConnection(UniqueFd fd) : fd_(std::move(fd)) {}
+  Status ReadFull(void* data, std::size_t size, std::vector<UniqueFd>* fds, bool spin);
+
+  UniqueFd fd_;
+  std::uint32_t max_frame_bytes_ = kDefaultMaxFrameBytes + (1u << 20);
+  std::string buffer_;
+  bool broken_ = false;
+  std::uint32_t busy_poll_us_ = 0;
+};
+
+}  // namespace tierpool::transport

@@ -21,6 +21,8 @@ ExtentAllocator::ExtentAllocator(ExtentAllocatorConfig config) : config_(config)
   stats_.capacity = config_.capacity;
   stats_.free_bytes = config_.capacity;
   if (config_.capacity > 0) InsertFree(0, config_.capacity);
+  stats_.free_extents = free_by_offset_.size();
+  stats_.largest_free_extent = config_.capacity;
 }
 
 std::uint64_t ExtentAllocator::RoundUp(std::uint64_t size) const {

@@ -89,12 +89,12 @@ Result<std::string> ReadInput(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
-      std::string(argv[1]) == "help") {
+  if (argc < 2 || std::string(argv[1]) == "help") {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;
   }
-  std::string command = argv[1];
+  std::string command;
+  std::string tier;
   std::string socket, ns, to = "hbm", durability = "retained", kind = "other", dtype;
   bool as_json = false;
   double seconds = 0.4;
@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
     ("kind", po::value(&kind)->default_value("other"),
      "put: other, kv_block, activation, optimizer_state, weight")
     ("dtype", po::value(&dtype), "put: dtype label")
+    ("tier", po::value(&tier), "put: place it in hbm or dram (default dram)")
     ("to", po::value(&to)->default_value("hbm"), "promote: hbm or dram")
     ("seconds", po::value(&seconds)->default_value(0.4), "bench: time per measured case")
     ("args", po::value(&args), "positional arguments");
@@ -118,8 +119,9 @@ int main(int argc, char** argv) {
   pos.add("args", -1);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(opts).positional(pos).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
     po::notify(vm);
+
   } catch (const po::error& e) {
     std::cerr << "tierpool: " << e.what() << "\n" << kUsage;
     return 2;
@@ -128,6 +130,13 @@ int main(int argc, char** argv) {
     std::cout << kUsage << "\n" << opts;
     return 0;
   }
+  // The command is the first positional argument, so flags may come before or after it.
+  if (args.empty()) {
+    std::cerr << "tierpool: no command given\n" << kUsage;
+    return 2;
+  }
+  command = args.front();
+  args.erase(args.begin());
   auto need = [&](std::size_t n, const char* form) {
     if (args.size() != n) {
       std::cerr << "tierpool: usage: tierpool " << form << "\n";
@@ -150,6 +159,11 @@ int main(int argc, char** argv) {
     if (!data.ok()) return Fail(data.status());
     PutOptions o;
     o.dtype = dtype;
+    if (tier == "hbm") {
+      o.tier = TierKind::kHbm;
+    } else if (!tier.empty() && tier != "dram") {
+      return Fail(Status::InvalidArgument("--tier must be hbm or dram"));
+    }
     if (durability == "cache") {
       o.durability = Durability::kCache;
     } else if (durability != "retained") {

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Quick start: install what is missing, build, start tierpoold on its built-in defaults and walk
+# through a put, a get and a stat. Pass --keep-running to leave the daemon up afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+keep_running=0
+[ "${1:-}" = "--keep-running" ] && keep_running=1
+
+./scripts/install-deps.sh
+echo "==> building (cmake --preset default)"
+cmake --preset default -DTIERPOOL_BUILD_TESTS=OFF -DTIERPOOL_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build build/default -j"$(nproc)" --target tierpoold tierpool >/dev/null
+
+BIN=build/default
+TIERPOOL="$BIN/client/tierpool"
+LOG=$(mktemp /tmp/tierpoold-quickstart.XXXXXX.log)
+
+started_here=0
+if "$TIERPOOL" stat >/dev/null 2>&1; then
+  echo "==> a tierpoold is already running; using it"
+else
+  echo "==> starting tierpoold with its built-in defaults (log: $LOG)"
+  "$BIN/store/tierpoold" >"$LOG" 2>&1 &
+  pid=$!
+  started_here=1
+  for _ in $(seq 1 100); do
+    "$TIERPOOL" stat >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || { echo "tierpoold failed to start:"; cat "$LOG"; exit 1; }
+    sleep 0.1
+  done
+fi
+stop() { if [ "$started_here" = 1 ] && [ "$keep_running" = 0 ]; then kill "$pid" 2>/dev/null || true; fi; }
+trap stop EXIT
+
+demo=$(mktemp -d /tmp/tierpool-demo.XXXXXX)
+head -c $((8 * 1024 * 1024)) /dev/urandom >"$demo/activation.bin"
+echo
+echo "==> 1. put: store an 8 MiB tensor (random bytes) under the key 'layer0.activation'"
+"$TIERPOOL" put layer0.activation "$demo/activation.bin" --kind activation --dtype float16
+echo
+echo "==> 2. promote it to the hbm tier, as the prefetcher does before a tensor is needed"
+"$TIERPOOL" promote layer0.activation
+echo
+echo "==> 3. get: read it back and compare with the original"
+"$TIERPOOL" get layer0.activation "$demo/back.bin"
+cmp "$demo/activation.bin" "$demo/back.bin" && echo "    identical: $(stat -c %s "$demo/back.bin") bytes"
+echo
+echo "==> 4. ls and stat: what the server holds, tier by tier"
+"$TIERPOOL" ls
+echo
+"$TIERPOOL" stat
+"$TIERPOOL" rm layer0.activation >/dev/null
+rm -rf "$demo"
+echo
+if [ "$started_here" = 1 ] && [ "$keep_running" = 1 ]; then
+  echo "tierpoold keeps running (pid $pid). Try: $TIERPOOL bench   Stop it: kill $pid"
+else
+  echo "Done. Start the daemon yourself with: $BIN/store/tierpoold   (see --help)"
+  echo "then try: $TIERPOOL bench"
+fi

@@ -1,0 +1,177 @@
+// The client library's contract: thread safety, async forms, reservations, errors; and the CLI.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+#include "tests/e2e/server_process.h"
+
+namespace tierpool::testing {
+namespace {
+
+class ClientApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess({"--dram", "128M", "--hbm", "16M"}); }
+  static void TearDownTestSuite() { delete server_; }
+  void SetUp() override {
+    ASSERT_TRUE(server_->started());
+    auto c = server_->Connect();
+    ASSERT_TRUE(c.ok());
+    client_ = std::move(c).value();
+  }
+  static ServerProcess* server_;
+  std::unique_ptr<Client> client_;
+};
+ServerProcess* ClientApi::server_ = nullptr;
+
+TEST_F(ClientApi, ConnectToNothingIsUnavailable) {
+  ClientOptions o;
+  o.socket_path = "/tmp/no-such-tierpool.sock";
+  auto c = Client::Connect(o);
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(c.status().message().find("tierpoold"), std::string::npos);
+}
+
+TEST_F(ClientApi, OneClientManyThreads) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::string key = "mt-" + std::to_string(t) + "-" + std::to_string(i);
+        std::string b = Pattern(static_cast<std::uint64_t>(t * 1000 + i), 1000 + 997 * i);
+        if (!client_->Put(key, b.data(), b.size()).ok()) ++failures;
+        auto got = client_->GetBytes(key);
+        if (!got.ok() || got->size() != b.size() ||
+            std::memcmp(got->data(), b.data(), b.size()) != 0) {
+          ++failures;
+        }
+        auto view = client_->GetView(key);
+        if (!view.ok() || !view->Verify().ok()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_F(ClientApi, AsyncForms) {
+  std::string a = Pattern(1, 100000), b = Pattern(2, 5000);
+  auto f1 = client_->PutAsync("async-a", a.data(), a.size());
+  auto f2 = client_->PutBatchAsync({{"async-b", b.data(), b.size(), {}}});
+  ASSERT_TRUE(f1.get().ok());
+  ASSERT_TRUE(f2.get()[0].ok());
+  std::string out(a.size(), '\0');
+  auto g = client_->GetAsync("async-a", out.data(), out.size());
+  ASSERT_TRUE(g.get().ok());
+  EXPECT_TRUE(out == a);
+  std::string out2(b.size(), '\0');
+  auto g2 = client_->GetBatchAsync({{"async-b", out2.data(), out2.size()}});
+  ASSERT_TRUE(g2.get()[0].ok());
+  EXPECT_TRUE(out2 == b);
+}
+
+TEST_F(ClientApi, DroppedReservationIsAborted) {
+  {
+    auto r = client_->Reserve("dropped", 1 << 20);
+    ASSERT_TRUE(r.ok());
+  }
+  EXPECT_EQ(client_->Stat("dropped").status().code(), StatusCode::kNotFound);
+  auto s = client_->ServerStat();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->counter("reservations_open"), 0u);
+}
+
+TEST_F(ClientApi, SmallBufferSaysHowLargeTheObjectIs) {
+  std::string b(5000, 'q');
+  ASSERT_TRUE(client_->Put("big", b.data(), b.size()).ok());
+  char small[10];
+  auto r = client_->Get("big", small, sizeof(small));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("5000"), std::string::npos);
+  // The pin taken for the failed copy is released.
+  EXPECT_TRUE(server_->WaitFor([](const ServerStats& s) { return s.counter("leases_open") == 0; }));
+}
+
+TEST_F(ClientApi, MetadataTravels) {
+  PutOptions o;
+  o.dtype = "bfloat16";
+  o.shape = {2, 3, 4};
+  o.kind = ObjectKind::kOptimizerState;
+  std::string b(48, 'm');
+  ASSERT_TRUE(client_->Put("meta", b.data(), b.size(), o).ok());
+  auto m = client_->Stat("meta");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->dtype, "bfloat16");
+  EXPECT_EQ(m->shape, (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_EQ(m->kind, ObjectKind::kOptimizerState);
+  EXPECT_EQ(m->durability, Durability::kRetained);
+  EXPECT_EQ(m->ns, "test");
+}
+
+TEST_F(ClientApi, NamespacesAreSeparate) {
+  ClientOptions o = server_->options();
+  o.ns = "other-job";
+  auto other = Client::Connect(o);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(client_->Put("shared-name", "mine", 4).ok());
+  EXPECT_EQ((*other)->Stat("shared-name").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*other)->Put("shared-name", "theirs", 6).ok());
+  EXPECT_EQ(client_->Stat("shared-name")->size, 4u);
+}
+
+std::string RunShell(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *rc = WEXITSTATUS(::pclose(p));
+  return out;
+}
+
+TEST_F(ClientApi, CommandLineTool) {
+  std::string cli = std::string(TIERPOOL_CLI_PATH) + " --socket " + server_->socket() + " ";
+  std::string in = ::testing::TempDir() + "/cli-in.bin",
+              out = ::testing::TempDir() + "/cli-out.bin";
+  std::string data = Pattern(77, 300000);
+  std::FILE* f = std::fopen(in.c_str(), "wb");
+  std::fwrite(data.data(), 1, data.size(), f);
+  std::fclose(f);
+  int rc;
+  std::string o = RunShell(cli + "put weights " + in, &rc);
+  ASSERT_EQ(rc, 0) << o;
+  EXPECT_NE(o.find("stored default/weights"), std::string::npos) << o;
+  o = RunShell(cli + "get weights " + out, &rc);
+  ASSERT_EQ(rc, 0) << o;
+  std::string back(data.size() + 1, '\0');
+  f = std::fopen(out.c_str(), "rb");
+  back.resize(std::fread(back.data(), 1, back.size(), f));
+  std::fclose(f);
+  EXPECT_TRUE(back == data);
+  o = RunShell(cli + "ls --json", &rc);
+  ASSERT_EQ(rc, 0) << o;
+  auto list = nlohmann::json::parse(o);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["key"], "weights");
+  o = RunShell(cli + "stat --json", &rc);
+  ASSERT_EQ(rc, 0) << o;
+  auto stat = nlohmann::json::parse(o);
+  EXPECT_EQ(stat["tiers"].size(), 2u);
+  EXPECT_GE(stat["counters"]["objects"].get<int>(), 1);
+  o = RunShell(cli + "rm weights", &rc);
+  EXPECT_EQ(rc, 0) << o;
+  o = RunShell(cli + "get weights " + out, &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("NOT_FOUND"), std::string::npos) << o;
+  o = RunShell(cli + "frobnicate", &rc);
+  EXPECT_EQ(rc, 2);
+}
+
+}  // namespace
+}  // namespace tierpool::testing

@@ -1,0 +1,114 @@
+// Round trips through a real tierpoold: every size, every path, bytes and checksums compared.
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "tests/e2e/server_process.h"
+
+namespace tierpool::testing {
+namespace {
+
+class RoundTrip : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess({"--dram", "256M", "--hbm", "128M"}); }
+  static void TearDownTestSuite() { delete server_; }
+  static ServerProcess* server_;
+};
+ServerProcess* RoundTrip::server_ = nullptr;
+
+TEST_P(RoundTrip, CopyAndZeroCopyPathsReturnTheSameBytes) {
+  ASSERT_TRUE(server_->started());
+  const std::size_t size = GetParam();
+  auto client = server_->Connect();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Client& c = **client;
+  const std::string key = "rt-" + std::to_string(size);
+  const std::string bytes = Pattern(1, size);
+  const std::uint64_t want = XXH3_64bits(bytes.data(), bytes.size());
+
+  // Copy in, copy out.
+  ASSERT_TRUE(c.Put(key, bytes.data(), size).ok());
+  std::string out(size, '\0');
+  auto got = c.Get(key, out.data(), out.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, size);
+  EXPECT_TRUE(out == bytes);
+  auto meta = c.Stat(key);
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->size, size);
+  EXPECT_EQ(meta->checksum, want);
+
+  // Zero copy out.
+  {
+    auto view = c.GetView(key);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    ASSERT_EQ(view->size(), size);
+    EXPECT_TRUE(size == 0 || std::memcmp(view->data(), bytes.data(), size) == 0);
+    EXPECT_TRUE(view->Verify().ok());
+  }
+
+  // Reserve, write in place, commit; then read back through the other path.
+  const std::string bytes2 = Pattern(2, size);
+  {
+    auto r = c.Reserve(key, size);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (size > 0) std::memcpy(r->data(), bytes2.data(), size);
+    ASSERT_TRUE(r->Commit().ok());
+  }
+  out.assign(size, '\0');
+  ASSERT_TRUE(c.Get(key, out.data(), out.size()).ok());
+  EXPECT_TRUE(out == bytes2);
+  EXPECT_EQ(c.Stat(key)->checksum, XXH3_64bits(bytes2.data(), size));
+
+  // Into hbm and back out.
+  ASSERT_TRUE(c.Promote(key, TierKind::kHbm).ok());
+  EXPECT_EQ(c.Stat(key)->tier, TierKind::kHbm);
+  auto view = c.GetView(key);
+  ASSERT_TRUE(view.ok());
+  EXPECT_TRUE(view->Verify().ok());
+  view->Release();
+  ASSERT_TRUE(c.Delete(key).ok());
+  EXPECT_EQ(c.Stat(key).status().code(), StatusCode::kNotFound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RoundTrip,
+                         ::testing::Values(0, 1, 4096, 64 * 1024 + 1, 64 * 1024 * 1024),
+                         [](const auto& p) { return "bytes_" + std::to_string(p.param); });
+
+TEST(RoundTripBatch, SixtyFourBlocksInOneCall) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  std::vector<std::string> data;
+  std::vector<PutItem> puts;
+  for (int i = 0; i < 64; ++i) data.push_back(Pattern(static_cast<std::uint64_t>(i), 4096));
+  for (int i = 0; i < 64; ++i) {
+    PutOptions o;
+    o.kind = ObjectKind::kKvBlock;
+    o.durability = Durability::kCache;
+    puts.push_back({"blk" + std::to_string(i), data[static_cast<std::size_t>(i)].data(), 4096, o});
+  }
+  for (const auto& s : (*client)->PutBatch(puts)) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<std::string> out(64, std::string(4096, '\0'));
+  std::vector<GetItem> gets;
+  for (int i = 0; i < 64; ++i) {
+    gets.push_back({"blk" + std::to_string(i), out[static_cast<std::size_t>(i)].data(), 4096});
+  }
+  gets.push_back({"missing", nullptr, 0});
+  auto results = (*client)->GetBatch(gets);
+  ASSERT_EQ(results.size(), 65u);
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(results[static_cast<std::size_t>(i)].ok());
+    EXPECT_TRUE(out[static_cast<std::size_t>(i)] == data[static_cast<std::size_t>(i)]);
+  }
+  EXPECT_EQ(results[64].status().code(), StatusCode::kNotFound);
+  auto list = (*client)->List("blk");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 64u);
+  EXPECT_EQ(list->front().kind, ObjectKind::kKvBlock);
+}
+
+}  // namespace
+}  // namespace tierpool::testing

@@ -1,0 +1,98 @@
+#include "tests/e2e/server_process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace tierpool::testing {
+
+namespace {
+std::atomic<int> g_counter{0};
+}
+
+ServerProcess::ServerProcess(std::vector<std::string> extra) {
+  socket_ = "/tmp/tierpool-test-" + std::to_string(::getpid()) + "-" + std::to_string(g_counter++) +
+            ".sock";
+  std::vector<std::string> args = {TIERPOOLD_PATH,  "--socket",    socket_,
+                                   "--no-populate", "--log-level", "warn"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!alive()) return;
+    if (Client::Connect(options()).ok()) {
+      started_ = true;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  for (int i = 0; i < 500; ++i) {
+    if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ADD_FAILURE() << "tierpoold did not stop on SIGTERM within 5 s";
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+}
+
+bool ServerProcess::alive() {
+  if (pid_ <= 0) return false;
+  int status;
+  return ::waitpid(pid_, &status, WNOHANG) == 0;
+}
+
+ClientOptions ServerProcess::options() const {
+  ClientOptions o;
+  o.socket_path = socket_;
+  o.ns = "test";
+  o.client_name = "e2e";
+  return o;
+}
+
+bool ServerProcess::WaitFor(const std::function<bool(const ServerStats&)>& pred,
+                            int timeout_ms) const {
+  auto client = Connect();
+  if (!client.ok()) return false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    auto s = (*client)->ServerStat();
+    if (s.ok() && pred(*s)) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::string Pattern(std::uint64_t seed, std::size_t size) {
+  std::string s(size, '\0');
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + size);
+  std::size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    std::uint64_t v = rng();
+    std::memcpy(s.data() + i, &v, 8);
+  }
+  for (; i < size; ++i) s[i] = static_cast<char>(rng());
+  return s;
+}
+
+}  // namespace tierpool::testing

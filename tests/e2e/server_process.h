@@ -1,0 +1,38 @@
+// Starts a real tierpoold on a temporary socket for end-to-end tests, and stops it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "tierpool/client.h"
+
+namespace tierpool::testing {
+
+class ServerProcess {
+ public:
+  // extra: flags added to "--socket PATH --no-populate --log-level warn".
+  explicit ServerProcess(std::vector<std::string> extra = {});
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  bool started() const { return started_; }
+  bool alive();
+  const std::string& socket() const { return socket_; }
+  ClientOptions options() const;
+  Result<std::unique_ptr<Client>> Connect() const { return Client::Connect(options()); }
+  // Polls the server's stats until pred holds or timeout_ms passes.
+  bool WaitFor(const std::function<bool(const ServerStats&)>& pred, int timeout_ms = 5000) const;
+
+ private:
+  std::string socket_;
+  pid_t pid_ = -1;
+  bool started_ = false;
+};
+
+// Deterministic bytes for (seed, size), so any reader can check what it got.
+std::string Pattern(std::uint64_t seed, std::size_t size);
+
+}  // namespace tierpool::testing

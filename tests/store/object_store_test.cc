@@ -1,0 +1,275 @@
+#include "store/object_store.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/checksum.h"
+#include "tiers/dram_tier.h"
+#include "tiers/hbm_tier.h"
+
+namespace tierpool {
+namespace {
+
+constexpr std::uint64_t kOwner = 42;
+
+class ObjectStoreTest : public ::testing::Test {
+ protected:
+  void Make(std::uint64_t dram, std::uint64_t hbm, StoreConfig config = {}) {
+    std::vector<std::unique_ptr<Tier>> tiers;
+    auto d = DramTier::Create({.capacity = dram, .populate = false});
+    ASSERT_TRUE(d.ok());
+    tiers.push_back(std::move(d).value());
+    if (hbm > 0) {
+      auto h = HbmTier::Create({.capacity = hbm}, std::make_unique<HostPinnedHbmBackend>());
+      ASSERT_TRUE(h.ok());
+      (*h)->set_watermarks({.high = 0.5, .low = 0.25});
+      tiers.push_back(std::move(h).value());
+    }
+    auto s = ObjectStore::Create(config, std::move(tiers));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+
+  Status Put(const std::string& key, std::uint64_t size, Durability d = Durability::kRetained,
+             std::optional<TierKind> tier = std::nullopt) {
+    std::string bytes(size, static_cast<char>(key.size() + size));
+    PutSpec spec{.ns = "ns", .key = key, .size = size, .durability = d, .tier_hint = tier};
+    return store_->PutCopy(spec, bytes.data(), kOwner);
+  }
+
+  std::uint64_t Counter(std::uint64_t StoreStats::*field) { return store_->Stats().*field; }
+  TierUsage Usage(TierKind k) {
+    for (auto& t : store_->Stats().tiers) {
+      if (t.tier.kind == k) return t;
+    }
+    return {};
+  }
+
+  std::unique_ptr<ObjectStore> store_;
+};
+
+TEST_F(ObjectStoreTest, TwoPhasePutThenReadBack) {
+  Make(8 << 20, 0);
+  PutSpec spec{.ns = "ns", .key = "k", .size = 5000, .dtype = "float32", .shape = {10, 125}};
+  auto r = store_->Reserve(spec, kOwner);
+  ASSERT_TRUE(r.ok());
+  std::byte* p = store_->HostAddress(r->extent);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 7, 5000);
+  // Not visible before commit.
+  EXPECT_EQ(store_->Head("ns", "k").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->Commit(r->id, Xxh3(p, 5000), kOwner).ok());
+  auto meta = store_->Head("ns", "k");
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->size, 5000u);
+  EXPECT_EQ(meta->dtype, "float32");
+  EXPECT_EQ(meta->shape, (std::vector<std::int64_t>{10, 125}));
+  std::string out;
+  ASSERT_TRUE(store_->ReadCopy("ns", "k", &out).ok());
+  EXPECT_EQ(out, std::string(5000, '\7'));
+  EXPECT_EQ(Xxh3(out.data(), out.size()), meta->checksum);
+  // A second commit of the same reservation is refused.
+  EXPECT_EQ(store_->Commit(r->id, 0, kOwner).code(), StatusCode::kNotFound);
+}
+
+TEST_F(ObjectStoreTest, OnlyTheOwnerCommits) {
+  Make(8 << 20, 0);
+  auto r = store_->Reserve({.ns = "ns", .key = "k", .size = 10}, kOwner);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(store_->Commit(r->id, 0, kOwner + 1).code(), StatusCode::kPermissionDenied);
+}
+
+TEST_F(ObjectStoreTest, RejectsBadNames) {
+  Make(8 << 20, 0);
+  EXPECT_EQ(Put("", 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Put(std::string(5000, 'k'), 1).code(), StatusCode::kInvalidArgument);
+  PutSpec spec{.ns = "ns", .key = "k", .size = 1, .shape = std::vector<std::int64_t>(40, 1)};
+  EXPECT_EQ(store_->Reserve(spec, kOwner).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ObjectStoreTest, RetainedNeverEvictedPutFailsClearly) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("a", 600 << 10).ok());
+  Status s = Put("b", 600 << 10);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("retained"), std::string::npos) << s.message();
+  EXPECT_TRUE(store_->Head("ns", "a").ok());
+  EXPECT_EQ(Counter(&StoreStats::resource_exhausted), 1u);
+}
+
+TEST_F(ObjectStoreTest, CacheObjectsEvictedLeastRecentlyUsedFirst) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("old", 300 << 10, Durability::kCache).ok());
+  ASSERT_TRUE(Put("mid", 300 << 10, Durability::kCache).ok());
+  ASSERT_TRUE(Put("keep", 300 << 10, Durability::kRetained).ok());
+  std::string out;
+  ASSERT_TRUE(store_->ReadCopy("ns", "old", &out).ok());  // "old" is now more recent than "mid"
+  ASSERT_TRUE(Put("new", 300 << 10, Durability::kCache).ok());
+  EXPECT_TRUE(store_->Head("ns", "old").ok());
+  EXPECT_FALSE(store_->Head("ns", "mid").ok());
+  EXPECT_TRUE(store_->Head("ns", "keep").ok());
+  EXPECT_EQ(Counter(&StoreStats::evictions), 1u);
+}
+
+TEST_F(ObjectStoreTest, PinnedCacheObjectsAreNotEvicted) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("a", 600 << 10, Durability::kCache).ok());
+  auto pin = store_->Pin("ns", "a", kOwner);
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(Put("b", 600 << 10).code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store_->Release(pin->lease_id, kOwner).ok());
+  EXPECT_TRUE(Put("b", 600 << 10).ok());
+}
+
+TEST_F(ObjectStoreTest, DeleteWhilePinnedFreesAfterRelease) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("a", 512 << 10).ok());
+  auto pin = store_->Pin("ns", "a", kOwner);
+  ASSERT_TRUE(pin.ok());
+  std::byte* p = store_->HostAddress(pin->extent);
+  ASSERT_TRUE(store_->Delete("ns", "a").ok());
+  EXPECT_FALSE(store_->Head("ns", "a").ok());
+  // The reader's bytes stay put: no new object may take the extent while it is pinned.
+  EXPECT_EQ(Put("b", 600 << 10).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(static_cast<unsigned char>(p[0]), static_cast<unsigned char>(1 + (512 << 10)));
+  ASSERT_TRUE(store_->Release(pin->lease_id, kOwner).ok());
+  EXPECT_TRUE(Put("b", 600 << 10).ok());
+}
+
+TEST_F(ObjectStoreTest, OverwriteReplacesAndFreesTheOldBytes) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("a", 600 << 10).ok());
+  ASSERT_TRUE(store_->Delete("ns", "a").ok());
+  ASSERT_TRUE(Put("a", 300 << 10).ok());
+  ASSERT_TRUE(Put("a", 400 << 10).ok());
+  EXPECT_EQ(store_->Head("ns", "a")->size, 400u << 10);
+  EXPECT_EQ(Usage(TierKind::kDram).object_count, 1u);
+  EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 400u << 10);
+}
+
+TEST_F(ObjectStoreTest, ZeroByteObjects) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("empty", 0).ok());
+  std::string out = "junk";
+  auto meta = store_->ReadCopy("ns", "empty", &out);
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->size, 0u);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(meta->checksum, Xxh3(nullptr, 0));
+}
+
+TEST_F(ObjectStoreTest, HbmAboveHighWatermarkDemotesLeastRecentlyUsed) {
+  Make(8 << 20, 1 << 20);  // hbm watermarks: high 0.5, low 0.25
+  ASSERT_TRUE(Put("h1", 200 << 10, Durability::kRetained, TierKind::kHbm).ok());
+  ASSERT_TRUE(Put("h2", 200 << 10, Durability::kRetained, TierKind::kHbm).ok());
+  ASSERT_TRUE(Put("h3", 200 << 10, Durability::kRetained, TierKind::kHbm).ok());
+  EXPECT_EQ(store_->Head("ns", "h3")->tier, TierKind::kHbm);
+  store_->RunMaintenance();
+  // 600K > 512K high: demote LRU until <= 256K low: h1 and h2 go, h3 stays.
+  EXPECT_EQ(store_->Head("ns", "h1")->tier, TierKind::kDram);
+  EXPECT_EQ(store_->Head("ns", "h2")->tier, TierKind::kDram);
+  EXPECT_EQ(store_->Head("ns", "h3")->tier, TierKind::kHbm);
+  EXPECT_EQ(Counter(&StoreStats::demotions), 2u);
+  std::string out;
+  ASSERT_TRUE(store_->ReadCopy("ns", "h1", &out).ok());
+  EXPECT_EQ(out, std::string(200 << 10, static_cast<char>(2 + (200 << 10))));
+}
+
+TEST_F(ObjectStoreTest, PromoteMakesRoomInHbmByDemoting) {
+  Make(8 << 20, 1 << 20);
+  ASSERT_TRUE(Put("a", 600 << 10, Durability::kRetained, TierKind::kHbm).ok());
+  ASSERT_TRUE(Put("b", 600 << 10).ok());
+  ASSERT_TRUE(store_->Promote("ns", "b", TierKind::kHbm).ok());
+  EXPECT_EQ(store_->Head("ns", "b")->tier, TierKind::kHbm);
+  EXPECT_EQ(store_->Head("ns", "a")->tier, TierKind::kDram);
+  EXPECT_EQ(Counter(&StoreStats::promotions), 1u);
+  // A pinned object cannot move: its reader holds its address.
+  auto pin = store_->Pin("ns", "a", kOwner);
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(store_->Promote("ns", "a", TierKind::kHbm).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ObjectStoreTest, ReservationsAndLeasesExpire) {
+  StoreConfig config;
+  config.reservation_ttl_ms = 30;
+  config.lease_ttl_ms = 30;
+  Make(1 << 20, 0, config);
+  auto r = store_->Reserve({.ns = "ns", .key = "never", .size = 900 << 10}, kOwner);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(Put("a", 50 << 10).ok());
+  auto pin = store_->Pin("ns", "a", kOwner);
+  ASSERT_TRUE(pin.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  store_->RunMaintenance();
+  EXPECT_EQ(Counter(&StoreStats::reservations_expired), 1u);
+  EXPECT_EQ(Counter(&StoreStats::leases_expired), 1u);
+  EXPECT_EQ(store_->Stats().reservations_open, 0u);
+  EXPECT_EQ(store_->Head("ns", "a")->pins, 0u);
+  EXPECT_EQ(store_->Commit(r->id, 0, kOwner).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Release(pin->lease_id, kOwner).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Put("b", 900 << 10).ok());
+}
+
+TEST_F(ObjectStoreTest, ReleaseOwnerDropsItsReservationsAndPins) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("a", 10).ok());
+  ASSERT_TRUE(store_->Reserve({.ns = "ns", .key = "r", .size = 100}, 7).ok());
+  ASSERT_TRUE(store_->Pin("ns", "a", 7).ok());
+  ASSERT_TRUE(store_->Pin("ns", "a", 8).ok());
+  store_->ReleaseOwner(7);
+  EXPECT_EQ(store_->Stats().reservations_open, 0u);
+  EXPECT_EQ(store_->Head("ns", "a")->pins, 1u);  // owner 8's pin stays
+}
+
+TEST_F(ObjectStoreTest, ListsByNamespaceAndPrefix) {
+  Make(1 << 20, 0);
+  for (const char* k : {"a1", "a2", "b1"}) ASSERT_TRUE(Put(k, 1).ok());
+  ASSERT_TRUE(store_->PutCopy({.ns = "other", .key = "a3", .size = 1}, "x", kOwner).ok());
+  bool truncated = false;
+  auto all = store_->List("ns", "", "", 0, false, &truncated);
+  EXPECT_EQ(all.size(), 3u);
+  auto a = store_->List("ns", "a", "", 0, false, &truncated);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[1].key, "a2");
+  auto page = store_->List("ns", "", "a1", 1, false, &truncated);
+  ASSERT_EQ(page.size(), 1u);
+  EXPECT_EQ(page[0].key, "a2");
+  EXPECT_TRUE(truncated);
+  EXPECT_EQ(store_->List("", "", "", 0, true, &truncated).size(), 4u);
+}
+
+// Readers, writers and the maintenance thread at once; checked by checksums.
+TEST_F(ObjectStoreTest, ConcurrentPutsGetsAndDemotions) {
+  Make(32 << 20, 2 << 20);
+  store_->Start();
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        std::string key = "k" + std::to_string(t) + "-" + std::to_string(i % 20);
+        std::string bytes(16 << 10, static_cast<char>(t * 31 + i));
+        PutSpec spec{.ns = "ns",
+                     .key = key,
+                     .size = bytes.size(),
+                     .tier_hint = (i % 2) ? std::optional(TierKind::kHbm) : std::nullopt};
+        if (!store_->PutCopy(spec, bytes.data(), kOwner + static_cast<std::uint64_t>(t)).ok()) {
+          ++bad;
+        }
+        std::string out;
+        auto meta = store_->ReadCopy("ns", key, &out);
+        if (meta.ok() && Xxh3(out.data(), out.size()) != meta->checksum) ++bad;
+        if (i % 7 == 0) (void)store_->Promote("ns", key, TierKind::kHbm);
+        if (i % 11 == 0) (void)store_->Delete("ns", key);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  store_->Stop();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace
+}  // namespace tierpool

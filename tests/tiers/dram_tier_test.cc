@@ -1,0 +1,56 @@
+#include "tiers/dram_tier.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+namespace tierpool {
+namespace {
+
+TEST(DramTier, RejectsBadConfig) {
+  EXPECT_FALSE(DramTier::Create({.capacity = 0}).ok());
+  EXPECT_FALSE(DramTier::Create({.capacity = 1 << 20, .alignment = 1000}).ok());
+}
+
+TEST(DramTier, ArenasAreSharedAndMappable) {
+  auto tier = DramTier::Create({.capacity = 8 << 20, .alignment = 4096, .first_arena_id = 5});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Tier& t = **tier;
+  EXPECT_EQ(t.kind(), TierKind::kDram);
+  EXPECT_EQ(t.capacity(), 8u << 20);
+  auto arenas = t.Arenas();
+  ASSERT_FALSE(arenas.empty());
+  EXPECT_EQ(arenas[0].id, 5u);
+  EXPECT_GE(arenas[0].numa_node, 0);  // placed through libnuma even on one node
+
+  auto e = t.Allocate(10000, -1);
+  ASSERT_TRUE(e.ok());
+  std::byte* p = t.HostAddress(*e);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0xab, 10000);
+  // A second mapping of the fd (what a client does) sees the same bytes.
+  void* m = ::mmap(nullptr, arenas[0].size, PROT_READ, MAP_SHARED, arenas[0].fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  EXPECT_EQ(static_cast<unsigned char*>(m)[e->offset + 9999], 0xab);
+  ::munmap(m, arenas[0].size);
+  // Sealed: a client cannot shrink the arena under the server.
+  EXPECT_NE(::ftruncate(arenas[0].fd, 4096), 0);
+
+  EXPECT_EQ(t.used_bytes(), 12288u);
+  ASSERT_TRUE(t.Free(*e).ok());
+  EXPECT_EQ(t.used_bytes(), 0u);
+  EXPECT_EQ(t.Stats().allocations, 1u);
+  EXPECT_EQ(t.Stats().frees, 1u);
+}
+
+TEST(DramTier, FullTierSaysResourceExhausted) {
+  auto tier = DramTier::Create({.capacity = 1 << 20});
+  ASSERT_TRUE(tier.ok());
+  auto e = (*tier)->Allocate(2 << 20, -1);
+  EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*tier)->Stats().failed_allocations, 1u);
+}
+
+}  // namespace
+}  // namespace tierpool

@@ -547,7 +547,8 @@ Result<ServerStats> Client::ServerStat() {
     s.tiers.push_back({static_cast<TierKind>(t.tier()), t.capacity(), t.used_bytes(),
                        t.object_count(), t.free_extents(), t.largest_free_extent(),
                        t.fragmentation(), t.high_watermark(), t.low_watermark(), t.pages_locked(),
-                       t.backend(), t.failed_allocations()});
+                       t.backend(), t.failed_allocations(), t.state(), t.read_errors(),
+                       t.write_errors(), t.checksum_failures()});
   }
   for (const auto& c : resp.stat().counters()) s.counters.emplace_back(c.name(), c.value());
   return s;

@@ -1,5 +1,7 @@
 #include "common/logging.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+
 #include <string>
 
 namespace tierpool {
@@ -14,5 +16,7 @@ Status SetLogLevel(std::string_view level) {
   spdlog::set_level(lvl);
   return Status::Ok();
 }
+
+void LogToStderr() { spdlog::set_default_logger(spdlog::stderr_color_mt("tierpool")); }
 
 }  // namespace tierpool

@@ -12,4 +12,7 @@ namespace tierpool {
 // Accepts trace, debug, info, warn, error, critical, off.
 Status SetLogLevel(std::string_view level);
 
+// Sends the process's log to standard error, so standard output stays for results (JSON).
+void LogToStderr();
+
 }  // namespace tierpool

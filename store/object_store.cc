@@ -70,6 +70,7 @@ ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> 
     int k = static_cast<int>(t->kind());
     tiers_[k] = std::move(t);
   }
+  nvme_ = dynamic_cast<NvmeTier*>(tiers_[static_cast<int>(TierKind::kNvme)].get());
 }
 
 ObjectStore::~ObjectStore() { Stop(); }
@@ -163,10 +164,12 @@ bool ObjectStore::EvictOneLocked(TierKind kind) {
   return false;
 }
 
-Result<Extent> ObjectStore::AllocateLocked(TierKind kind, std::uint64_t size, int numa_hint) {
+Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
+                                           std::uint64_t size, int numa_hint) {
   Tier* t = tier(kind);
   if (t == nullptr) return Status::FailedPrecondition(std::string(TierName(kind)) + " tier is off");
-  if (size > t->capacity()) {
+  std::uint64_t footprint = kind == TierKind::kNvme ? nvme_->RecordBytes(size) : size;
+  if (footprint > t->capacity()) {
     return Status::ResourceExhausted(FormatBytes(size) + " is larger than the whole " +
                                      std::string(TierName(kind)) + " tier (" +
                                      FormatBytes(t->capacity()) + ")");
@@ -174,12 +177,43 @@ Result<Extent> ObjectStore::AllocateLocked(TierKind kind, std::uint64_t size, in
   for (;;) {
     auto extent = t->Allocate(size, numa_hint);
     if (extent.ok()) return extent;
-    // dram is the last tier for now: make room there by dropping `cache` objects, LRU first.
-    // Room in hbm is made by demotion instead (MakeRoomInHbmLocked).
-    if (kind != TierKind::kDram || !EvictOneLocked(kind)) return extent.status();
+    // Room in hbm is made by demotion (Promote, maintenance), never by dropping here.
+    if (kind == TierKind::kHbm) return extent.status();
+    if (kind == TierKind::kDram && nvme_ != nullptr && SpillOneLocked(lock)) continue;
+    // The last tier with room is full: drop `cache` objects, least recently used first.
+    if (EvictOneLocked(kind)) continue;
+    if (kind == TierKind::kDram && nvme_ != nullptr) {
+      // nvme may be full of cache objects that can go to make room for a spill.
+      if (EvictOneLocked(TierKind::kNvme) && SpillOneLocked(lock)) continue;
+    }
+    return extent.status();
   }
 }
 
+bool ObjectStore::SpillOneLocked(std::unique_lock<std::mutex>& lock) {
+  if (nvme_ == nullptr) return false;
+  std::vector<std::uint64_t> candidates;
+  for (std::uint64_t id : lru_[static_cast<int>(TierKind::kDram)]) {
+    const Object& obj = *objects_.at(id);
+    if (obj.pins == 0 && !obj.migrating && obj.meta.size > 0) candidates.push_back(id);
+    if (candidates.size() == 8) break;
+  }
+  for (std::uint64_t id : candidates) {
+    auto it = objects_.find(id);
+    if (it == objects_.end()) continue;
+    Object& obj = *it->second;
+    if (obj.pins > 0 || obj.migrating || obj.meta.tier != TierKind::kDram || !obj.linked) continue;
+    if (obj.meta.durability == Durability::kCache &&
+        config_.cache_policy == StoreConfig::CachePolicy::kDrop) {
+      ++counters_.evictions;
+      UnlinkLocked(obj);
+      return true;
+    }
+    if (!nvme_->CheckWritable().ok()) return false;
+    if (MigrateLocked(lock, id, TierKind::kNvme).ok()) return true;
+  }
+  return false;
+}
 Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owner) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(spec.ns, spec.key));
   if (spec.dtype.size() > config_.max_dtype_bytes) {
@@ -210,7 +244,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     Status last;
     bool ok = false;
     for (TierKind k : order) {
-      auto e = AllocateLocked(k, spec.size, spec.numa_node);
+      auto e = AllocateLocked(lock, k, spec.size, spec.numa_node);
       if (e.ok()) {
         extent = *e;
         placed = k;
@@ -300,11 +334,42 @@ Status ObjectStore::PutCopy(const PutSpec& spec, const void* data, std::uint64_t
   return Commit(r->id, checksum, owner);
 }
 
+Status ObjectStore::EnsureInMemoryLocked(std::unique_lock<std::mutex>& lock, const ObjectKey& key) {
+  constexpr int kNvmeReadAttempts = 3;
+  int read_failures = 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return Status::NotFound("no object " + key.first + "/" + key.second);
+    Object& obj = *objects_.at(it->second);
+    if (obj.meta.tier != TierKind::kNvme) return Status::Ok();
+    if (obj.migrating) {
+      migration_done_.wait(lock);
+      continue;
+    }
+    Status s = MigrateLocked(lock, obj.id, TierKind::kDram);
+    if (s.ok()) {
+      ++counters_.nvme_reads;
+      return s;
+    }
+    if (s.code() == StatusCode::kAborted) continue;  // lost a race; look again
+    ++counters_.nvme_read_failures;
+    // A read error or a checksum mismatch may be transient (a flaky link, a bad DMA): the
+    // record is read again before the caller hears of it. The bytes returned are checked anyway.
+    bool transient = s.code() == StatusCode::kIoError || s.code() == StatusCode::kDataLoss;
+    if (!transient || ++read_failures >= kNvmeReadAttempts) return s;
+  }
+  return Status::Aborted("object kept moving; try again");
+}
+
 Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& key,
                                       std::uint64_t owner) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   ++counters_.gets;
+  if (Status s = EnsureInMemoryLocked(lock, {ns, key}); !s.ok()) {
+    if (s.code() == StatusCode::kNotFound) ++counters_.get_misses;
+    return s;
+  }
   auto it = index_.find({ns, key});
   if (it == index_.end()) {
     ++counters_.get_misses;
@@ -317,7 +382,6 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   TouchLocked(obj);
   return PinnedObject{lease_id, MetaLocked(obj), obj.extent};
 }
-
 Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
   std::lock_guard lock(mu_);
   auto it = leases_.find(lease_id);
@@ -388,53 +452,96 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
   return out;
 }
 
+Status ObjectStore::CopyBetweenTiers(TierKind from, const Extent& src, TierKind to,
+                                     const Extent& dst, const ObjectMeta& meta,
+                                     std::uint64_t object_id) {
+  RecordInfo info{KeyHash(meta.ns, meta.key), object_id, meta.size, meta.checksum};
+  if (to == TierKind::kNvme) {
+    const std::byte* bytes = tier(from)->HostAddress(src);
+    // Clients map dram read-write: check the bytes still match their checksum before they go
+    // to disk, so a record on nvme is never "verified" wrong bytes.
+    if (Xxh3(bytes, meta.size) != meta.checksum) {
+      return Status::DataLoss("bytes of " + meta.ns + "/" + meta.key +
+                              " no longer match their checksum");
+    }
+    return nvme_->WriteRecord(dst, info, bytes);
+  }
+  if (from == TierKind::kNvme) return nvme_->ReadRecord(src, info, tier(to)->HostAddress(dst));
+  std::memcpy(tier(to)->HostAddress(dst), tier(from)->HostAddress(src), meta.size);
+  return Status::Ok();
+}
+
 Status ObjectStore::MigrateLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
                                   TierKind target) {
   auto it = objects_.find(object_id);
   if (it == objects_.end()) return Status::NotFound("object vanished");
-  Object& obj = *it->second;
-  if (!obj.committed || obj.doomed) return Status::NotFound("object is being deleted");
-  if (obj.migrating) return Status::Aborted("object is already moving");
-  if (obj.pins > 0) return Status::FailedPrecondition("object is pinned by a reader");
-  TierKind source = obj.meta.tier;
+  Object* obj = it->second.get();
+  if (!obj->committed || obj->doomed) return Status::NotFound("object is being deleted");
+  if (obj->migrating) return Status::Aborted("object is already moving");
+  if (obj->pins > 0) return Status::FailedPrecondition("object is pinned by a reader");
+  const TierKind source = obj->meta.tier;
   if (source == target) return Status::Ok();
-  Extent dst;
-  if (obj.meta.size > 0) {
-    auto e = AllocateLocked(target, obj.meta.size, -1);
-    if (!e.ok()) return e.status();
-    dst = *e;
-    obj.migrating = true;
-    std::byte* from = tier(source)->HostAddress(obj.extent);
-    std::byte* to = tier(target)->HostAddress(dst);
-    lock.unlock();
-    std::memcpy(to, from, obj.meta.size);
-    lock.lock();
-    obj.migrating = false;
-    if (obj.doomed || obj.pins > 0) {
-      // Deleted, or a reader pinned the source while it was copied: keep the source.
-      Status s = tier(target)->Free(dst);
-      if (!s.ok()) spdlog::error("freeing migration target: {}", s.ToString());
-      ++counters_.migrations_aborted;
-      if (obj.doomed && obj.pins == 0) FreeObjectLocked(object_id);
-      return Status::Aborted("object was deleted or pinned while it moved");
-    }
-    Status s = tier(source)->Free(obj.extent);
-    if (!s.ok()) spdlog::error("freeing migration source: {}", s.ToString());
+  if (tier(target) == nullptr) {
+    return Status::FailedPrecondition(std::string(TierName(target)) + " tier is off");
   }
-  if (obj.in_lru) lru_[static_cast<int>(source)].erase(obj.lru_pos);
+  if (target == TierKind::kNvme) TIERPOOL_RETURN_IF_ERROR(nvme_->CheckWritable());
+  // From here the object cannot be freed or moved by anyone else (see `migrating`), though the
+  // lock is dropped while room is made and while the bytes move.
+  obj->migrating = true;
+  auto finish = [&](Status s, std::optional<Extent> dst) {
+    obj->migrating = false;
+    migration_done_.notify_all();
+    if (dst && dst->length > 0) {
+      Status f = tier(target)->Free(*dst);
+      if (!f.ok()) spdlog::error("freeing migration target: {}", f.ToString());
+    }
+    if (obj->doomed && obj->pins == 0) FreeObjectLocked(object_id);
+    return s;
+  };
+  Extent dst;
+  if (obj->meta.size > 0) {
+    auto e = AllocateLocked(lock, target, obj->meta.size, -1);
+    if (!e.ok()) return finish(e.status(), std::nullopt);
+    dst = *e;
+    if (obj->doomed) return finish(Status::Aborted("object was deleted while room was made"), dst);
+    const Extent src = obj->extent;
+    const ObjectMeta meta = obj->meta;
+    lock.unlock();
+    Status copied = CopyBetweenTiers(source, src, target, dst, meta, object_id);
+    lock.lock();
+    if (!copied.ok()) {
+      if (target == TierKind::kNvme) ++counters_.spill_failures;
+      if (copied.code() == StatusCode::kDataLoss && target == TierKind::kNvme) {
+        ++counters_.corrupt_in_memory;
+        spdlog::error("{}", copied.ToString());
+      }
+      return finish(copied, dst);
+    }
+    if (obj->doomed || obj->pins > 0) {
+      // Deleted, or a reader pinned the source while it was copied: keep the source.
+      ++counters_.migrations_aborted;
+      return finish(Status::Aborted("object was deleted or pinned while it moved"), dst);
+    }
+    if (obj->extent.length > 0) {
+      Status f = tier(source)->Free(obj->extent);
+      if (!f.ok()) spdlog::error("freeing migration source: {}", f.ToString());
+    }
+  }
+  if (obj->in_lru) lru_[static_cast<int>(source)].erase(obj->lru_pos);
   auto& list = lru_[static_cast<int>(target)];
-  obj.lru_pos = list.insert(list.end(), obj.id);
-  obj.in_lru = true;
-  obj.extent = dst;
-  obj.meta.tier = target;
-  if (static_cast<int>(target) < static_cast<int>(source)) {
+  obj->lru_pos = list.insert(list.end(), obj->id);
+  obj->in_lru = true;
+  obj->extent = dst;
+  obj->meta.tier = target;
+  if (target == TierKind::kNvme) {
+    ++counters_.spills;
+  } else if (static_cast<int>(target) < static_cast<int>(source)) {
     ++counters_.promotions;
   } else {
     ++counters_.demotions;
   }
-  return Status::Ok();
+  return finish(Status::Ok(), std::nullopt);
 }
-
 // Demotes the least recently used unpinned hbm objects until `need` more bytes fit under the
 // low watermark (need = 0: just get under it). A `cache` object with no room below is dropped.
 void ObjectStore::DemoteUnderPressureLocked(std::unique_lock<std::mutex>& lock, TierKind kind) {
@@ -454,6 +561,15 @@ void ObjectStore::DemoteUnderPressureLocked(std::unique_lock<std::mutex>& lock, 
         UnlinkLocked(*it->second);
       }
     }
+  }
+}
+
+// Spills dram's least recently used objects to nvme until dram is under its low watermark.
+void ObjectStore::SpillUnderPressureLocked(std::unique_lock<std::mutex>& lock) {
+  Tier* d = tier(TierKind::kDram);
+  auto low = static_cast<std::uint64_t>(d->watermarks().low * static_cast<double>(d->capacity()));
+  while (d->used_bytes() > low && !stopping_) {
+    if (!nvme_->CheckWritable().ok() || !SpillOneLocked(lock)) break;
   }
 }
 
@@ -554,6 +670,11 @@ void ObjectStore::RunMaintenance() {
       static_cast<double>(hbm->used_bytes()) >
           hbm->watermarks().high * static_cast<double>(hbm->capacity())) {
     DemoteUnderPressureLocked(lock, TierKind::kHbm);
+  }
+  Tier* dram = tier(TierKind::kDram);
+  if (nvme_ != nullptr && static_cast<double>(dram->used_bytes()) >
+                              dram->watermarks().high * static_cast<double>(dram->capacity())) {
+    SpillUnderPressureLocked(lock);
   }
 }
 

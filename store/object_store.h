@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tiers/nvme_tier.h"
 #include "tiers/tier.h"
 
 namespace tierpool {
@@ -44,6 +45,10 @@ struct StoreConfig {
   std::uint32_t max_shape_dims = 16;
   std::uint64_t max_object_bytes = 0;  // 0: limited by tier capacity only
   std::uint32_t maintenance_interval_ms = 20;
+  // What to do with a `cache` object when dram needs room and nvme exists: spill it like a
+  // retained one, or drop it (a miss is recomputed) and keep nvme for retained objects.
+  enum class CachePolicy : std::uint8_t { kSpill, kDrop };
+  CachePolicy cache_policy = CachePolicy::kSpill;
   Status validate() const;
 };
 
@@ -83,6 +88,11 @@ struct StoreStats {
   std::uint64_t leases_expired = 0;
   std::uint64_t resource_exhausted = 0;
   std::uint64_t sessions_cleaned = 0;
+  std::uint64_t spills = 0;              // dram -> nvme
+  std::uint64_t spill_failures = 0;      // the object stayed where it was
+  std::uint64_t nvme_reads = 0;          // objects brought back from nvme
+  std::uint64_t nvme_read_failures = 0;  // I/O error or checksum mismatch: an error to the caller
+  std::uint64_t corrupt_in_memory = 0;   // bytes in dram no longer match their checksum at spill
 };
 
 class ObjectStore {
@@ -138,8 +148,15 @@ class ObjectStore {
   ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers);
   Status ValidateName(const std::string& ns, const std::string& key) const;
   Tier* tier(TierKind kind) const { return tiers_[static_cast<int>(kind)].get(); }
-  // Allocates in the kind's tier, evicting LRU `cache` objects of that tier if needed.
-  Result<Extent> AllocateLocked(TierKind kind, std::uint64_t size, int numa_hint);
+  // Allocates in the kind's tier. dram makes room by spilling its LRU objects to nvme (may drop
+  // the lock) and then by dropping LRU `cache` objects; nvme by dropping `cache` objects.
+  Result<Extent> AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
+                                std::uint64_t size, int numa_hint);
+  // Spills dram's least recently used movable object to nvme (or drops it, for `cache` under
+  // CachePolicy::kDrop). False when nothing could move.
+  bool SpillOneLocked(std::unique_lock<std::mutex>& lock);
+  Status CopyBetweenTiers(TierKind from, const Extent& src, TierKind to, const Extent& dst,
+                          const ObjectMeta& meta, std::uint64_t object_id);
   bool EvictOneLocked(TierKind kind);
   void FreeObjectLocked(std::uint64_t object_id);
   void UnlinkLocked(Object& obj);
@@ -150,6 +167,9 @@ class ObjectStore {
   Status MigrateLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
                        TierKind target);
   void DemoteUnderPressureLocked(std::unique_lock<std::mutex>& lock, TierKind kind);
+  void SpillUnderPressureLocked(std::unique_lock<std::mutex>& lock);
+  // Brings an object on nvme back to dram (waiting for a move already under way).
+  Status EnsureInMemoryLocked(std::unique_lock<std::mutex>& lock, const ObjectKey& key);
   void ExpireLocked(std::uint64_t now_us);
   void MaintenanceLoop();
 
@@ -165,6 +185,8 @@ class ObjectStore {
   std::uint64_t next_id_ = 1;
   StoreStats counters_;
 
+  NvmeTier* nvme_ = nullptr;  // tiers_[kNvme], typed
+  std::condition_variable migration_done_;
   std::thread maintenance_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -23,6 +23,7 @@ Status ServerConfig::validate() const {
     return Status::Internal("service and transport frame limits differ");
   }
   TIERPOOL_RETURN_IF_ERROR(service.validate());
+  if (nvme.capacity > 0) TIERPOOL_RETURN_IF_ERROR(nvme.validate());
   return Status::Ok();
 }
 
@@ -30,7 +31,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   *exit_now = false;
   ServerConfig c;
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
-              inline_threshold = "64K", config_file;
+              inline_threshold = "64K", config_file, nvme_bytes = "0", nvme_block = "1M",
+              cache_policy = "spill";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -62,6 +64,19 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("max-connections", po::value(&c.transport.max_connections)->default_value(1024),
      "connections served at once")
     ("no-populate", "do not pre-fault the dram arenas at start")
+    ("nvme-path", po::value(&c.nvme.path), "nvme tier: a directory for its files, or a block device")
+    ("nvme-bytes", po::value(&nvme_bytes)->default_value("0"),
+     "nvme tier capacity (0 turns it off; needs --nvme-path)")
+    ("nvme-files", po::value(&c.nvme.files)->default_value(1), "nvme tier: files to spread over")
+    ("nvme-queue-depth", po::value(&c.nvme.queue_depth)->default_value(16), "nvme I/Os in flight")
+    ("nvme-block-size", po::value(&nvme_block)->default_value("1M"),
+     "largest single nvme I/O; records are split into these")
+    ("nvme-backend", po::value(&c.nvme.backend)->default_value("io_uring"),
+     "io_uring, posix (pread/pwrite) or memory (testing)")
+    ("nvme-verify-writes", po::value(&c.nvme.verify_writes)->default_value(true),
+     "read each spilled record back and check it before freeing its dram copy")
+    ("cache-policy", po::value(&cache_policy)->default_value("spill"),
+     "cache objects under dram pressure: spill (to nvme) or drop")
     ("log-level", po::value(&c.log_level)->default_value("info"),
      "trace, debug, info, warn, error, critical, off");
   // clang-format on
@@ -113,6 +128,20 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   auto it = parse("inline-threshold", inline_threshold);
   if (!it.ok()) return it.status();
   if (*f > (1ull << 30)) return Status::InvalidArgument("--max-frame must be at most 1G");
+  auto nb = parse("nvme-bytes", nvme_bytes);
+  if (!nb.ok()) return nb.status();
+  auto nbs = parse("nvme-block-size", nvme_block);
+  if (!nbs.ok()) return nbs.status();
+  c.nvme.capacity = *nb;
+  c.nvme.io_size = *nbs;
+  if (c.nvme.capacity > 0 && c.nvme.path.empty() && c.nvme.backend != "memory") {
+    return Status::InvalidArgument("--nvme-bytes needs --nvme-path");
+  }
+  if (cache_policy == "drop") {
+    c.store.cache_policy = StoreConfig::CachePolicy::kDrop;
+  } else if (cache_policy != "spill") {
+    return Status::InvalidArgument("--cache-policy must be spill or drop");
+  }
   c.dram.capacity = *d;
   c.dram.populate = vm.count("no-populate") == 0;
   c.hbm.capacity = *h;
@@ -134,6 +163,16 @@ Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config) {
     if (!hbm.ok()) return hbm.status();
     (*hbm)->set_watermarks(config.hbm_watermarks);
     tiers.push_back(std::move(hbm).value());
+  }
+  if (config.nvme.capacity > 0) {
+    // The dram arenas are registered with the nvme backend for fixed-buffer I/O.
+    std::vector<iovec> pinned;
+    for (const auto& a : tiers[0]->Arenas()) {
+      pinned.push_back({tiers[0]->HostAddress({a.id, 0, a.size}), a.size});
+    }
+    auto nvme = NvmeTier::Create(config.nvme, nullptr, pinned);
+    if (!nvme.ok()) return nvme.status();
+    tiers.push_back(std::move(nvme).value());
   }
   return ObjectStore::Create(config.store, std::move(tiers));
 }

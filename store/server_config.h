@@ -8,6 +8,7 @@
 #include "store/service.h"
 #include "tiers/dram_tier.h"
 #include "tiers/hbm_tier.h"
+#include "tiers/nvme_tier.h"
 #include "transport/unix_server.h"
 
 namespace tierpool {
@@ -18,6 +19,7 @@ struct ServerConfig {
   ServiceConfig service;
   DramTierConfig dram;
   HbmTierConfig hbm;
+  NvmeTierConfig nvme;  // on when nvme.capacity > 0
   Watermarks dram_watermarks;
   Watermarks hbm_watermarks;
   std::string log_level = "info";

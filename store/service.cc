@@ -297,6 +297,10 @@ void StoreService::HandleStat(wire::StatReply* reply) {
     w->set_pages_locked(t.tier.pages_locked);
     w->set_backend(t.tier.backend);
     w->set_failed_allocations(t.tier.failed_allocations);
+    w->set_state(t.tier.state);
+    w->set_read_errors(t.tier.read_errors);
+    w->set_write_errors(t.tier.write_errors);
+    w->set_checksum_failures(t.tier.checksum_failures);
   }
   auto add = [reply](const char* name, std::uint64_t v) {
     auto* c = reply->add_counters();
@@ -319,6 +323,11 @@ void StoreService::HandleStat(wire::StatReply* reply) {
   add("leases_expired", s.leases_expired);
   add("resource_exhausted", s.resource_exhausted);
   add("sessions_cleaned", s.sessions_cleaned);
+  add("spills", s.spills);
+  add("spill_failures", s.spill_failures);
+  add("nvme_reads", s.nvme_reads);
+  add("nvme_read_failures", s.nvme_read_failures);
+  add("corrupt_in_memory", s.corrupt_in_memory);
   if (transport_ != nullptr) {
     auto t = transport_->stats();
     add("connections_accepted", t.connections_accepted);

@@ -46,7 +46,11 @@ struct TierStats {
   std::uint64_t frees = 0;
   std::uint64_t failed_allocations = 0;
   bool pages_locked = false;
-  std::string backend;  // e.g. "memfd/numa", "host-pinned"
+  std::string backend;       // e.g. "memfd/numa", "host-pinned"
+  std::string state = "ok";  // ok, degraded (repeated I/O errors), full (ENOSPC)
+  std::uint64_t read_errors = 0;
+  std::uint64_t write_errors = 0;
+  std::uint64_t checksum_failures = 0;
 };
 
 class Tier {

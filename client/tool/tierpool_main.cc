@@ -1,6 +1,11 @@
 // tierpool: the command-line tool. put, get, rm, ls, stat, bench against a running tierpoold.
+#include <unistd.h>
 #include <boost/program_options.hpp>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -27,6 +32,8 @@ commands:
   stat [KEY]       each tier's capacity, use and object count, or one object's metadata [--json]
   promote KEY      move KEY to hbm (--to dram moves it down)
   bench            put/get throughput and latency against memcpy [--json]
+  bench nvme       nvme spill write / promote read against fio [--path DIR --size 1G
+                   --block-size 1M --queue-depth 16 --json]
 
 every command takes --socket PATH (default $TIERPOOL_SOCKET or )"
                                "/tmp/tierpool-<uid>.sock)"
@@ -67,7 +74,11 @@ json StatsJson(const ServerStats& s) {
                      {"low_watermark", t.low_watermark},
                      {"pages_locked", t.pages_locked},
                      {"backend", t.backend},
-                     {"failed_allocations", t.failed_allocations}});
+                     {"failed_allocations", t.failed_allocations},
+                     {"state", t.state},
+                     {"read_errors", t.read_errors},
+                     {"write_errors", t.write_errors},
+                     {"checksum_failures", t.checksum_failures}});
   }
   json counters = json::object();
   for (const auto& [n, v] : s.counters) counters[n] = v;
@@ -89,6 +100,17 @@ Result<std::string> ReadInput(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `tierpool bench nvme ...` measures the nvme tier in-process against fio: a sibling binary.
+  if (argc >= 3 && std::string(argv[1]) == "bench" && std::string(argv[2]) == "nvme") {
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::string bench = self.substr(0, self.rfind('/') + 1) + "tierpool-nvme-bench";
+    std::vector<char*> args = {bench.data()};
+    for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    ::execv(bench.c_str(), args.data());
+    std::cerr << "tierpool: cannot run " << bench << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
   if (argc < 2 || std::string(argv[1]) == "help") {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;
@@ -258,17 +280,23 @@ int main(int argc, char** argv) {
     }
     std::printf("tierpoold %s, up %.1f s\n", stats->server_version.c_str(),
                 static_cast<double>(stats->uptime_ms) / 1000.0);
-    std::printf("%-6s %12s %12s %6s %8s %6s  %s\n", "TIER", "CAPACITY", "USED", "USE%", "OBJECTS",
-                "FRAG", "BACKEND");
+    std::printf("%-6s %12s %12s %6s %8s %6s %-8s %s\n", "TIER", "CAPACITY", "USED", "USE%",
+                "OBJECTS", "FRAG", "STATE", "BACKEND");
     for (const auto& t : stats->tiers) {
       double pct = t.capacity
                        ? 100.0 * static_cast<double>(t.used_bytes) / static_cast<double>(t.capacity)
                        : 0.0;
-      std::printf("%-6s %12s %12s %5.1f%% %8llu %6.2f  %s%s\n",
+      std::string errors;
+      if (t.read_errors + t.write_errors + t.checksum_failures > 0) {
+        errors = " (errors: " + std::to_string(t.read_errors) + " read, " +
+                 std::to_string(t.write_errors) + " write, " + std::to_string(t.checksum_failures) +
+                 " checksum)";
+      }
+      std::printf("%-6s %12s %12s %5.1f%% %8llu %6.2f %-8s %s%s%s\n",
                   std::string(TierName(t.tier)).c_str(), FormatBytes(t.capacity).c_str(),
                   FormatBytes(t.used_bytes).c_str(), pct,
-                  static_cast<unsigned long long>(t.object_count), t.fragmentation,
-                  t.backend.c_str(), t.pages_locked ? ", page-locked" : "");
+                  static_cast<unsigned long long>(t.object_count), t.fragmentation, t.state.c_str(),
+                  t.backend.c_str(), t.pages_locked ? ", page-locked" : "", errors.c_str());
     }
     std::printf("counters:");
     for (const auto& [n, v] : stats->counters) {

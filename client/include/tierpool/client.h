@@ -76,6 +76,10 @@ struct TierInfo {
   bool pages_locked = false;
   std::string backend;
   std::uint64_t failed_allocations = 0;
+  std::string state;  // ok, degraded (repeated I/O errors), full (the device said ENOSPC)
+  std::uint64_t read_errors = 0;
+  std::uint64_t write_errors = 0;
+  std::uint64_t checksum_failures = 0;
 };
 
 struct ServerStats {

@@ -1,0 +1,107 @@
+// The nvme tier: local flash as preallocated files (or a block device) holding one record per
+// object, written and read through an IoBackend. Records are self-describing and checked on
+// every read; the layout is in docs/nvme-format.md.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tiers/extent_allocator.h"
+#include "tiers/io_backend.h"
+#include "tiers/tier.h"
+
+namespace tierpool {
+
+struct NvmeTierConfig {
+  std::string path;            // a directory (files are created in it) or a block device
+  std::uint64_t capacity = 0;  // bytes, split evenly over `files`
+  std::uint32_t files = 1;
+  std::uint32_t block_size = 4096;  // device alignment; records start on it
+  std::uint64_t io_size = 1 << 20;  // largest single I/O; payloads are split into these
+  std::uint32_t queue_depth = 16;
+  std::string backend = "io_uring";        // io_uring, posix, or memory (no files; for tests)
+  std::uint32_t degrade_after_errors = 3;  // consecutive I/O errors that mark the tier degraded
+  std::uint32_t retry_degraded_ms = 2000;  // then one write is tried again after this long
+  // Read every record back and check it before a spill counts as done, so a write the device
+  // garbled is caught while the bytes still exist above. Costs a read per spill.
+  bool verify_writes = true;
+  Status validate() const;
+};
+
+// What a record must say about itself; checked on read.
+struct RecordInfo {
+  std::uint64_t key_hash = 0;
+  std::uint64_t object_id = 0;
+  std::uint64_t size = 0;
+  std::uint64_t checksum = 0;  // XXH3-64 of the payload
+};
+
+// The fixed header at the start of every record (little-endian, 64 bytes, in its own block).
+inline constexpr std::uint32_t kRecordMagic = 0x43525054;  // "TPRC"
+inline constexpr std::uint16_t kRecordVersion = 1;
+inline constexpr std::size_t kRecordHeaderBytes = 64;
+
+// XXH3-64 of namespace, a zero byte, and key: stored in each record to catch index mix-ups.
+std::uint64_t KeyHash(const std::string& ns, const std::string& key);
+
+class NvmeTier final : public Tier {
+ public:
+  // backend: use this one instead of building config.backend (tests pass a fault injector).
+  // pinned: memory to register for fixed-buffer I/O (the dram arenas).
+  static Result<std::unique_ptr<NvmeTier>> Create(const NvmeTierConfig& config,
+                                                  std::unique_ptr<IoBackend> backend = nullptr,
+                                                  const std::vector<iovec>& pinned = {});
+  ~NvmeTier() override;
+
+  TierKind kind() const override { return TierKind::kNvme; }
+  Result<Extent> Allocate(std::uint64_t size, int numa_hint) override;
+  Status Free(const Extent& extent) override;
+  std::byte* HostAddress(const Extent&) override { return nullptr; }
+  std::vector<ArenaInfo> Arenas() const override { return {}; }
+  TierStats Stats() const override;
+  std::uint64_t capacity() const override { return capacity_; }
+  std::uint64_t used_bytes() const override;
+
+  // Record size on disk for a payload of size bytes: one header block + the rounded payload.
+  std::uint64_t RecordBytes(std::uint64_t size) const;
+  // Bytes a payload buffer must span for I/O: size rounded up to the block.
+  std::uint64_t PayloadSpan(std::uint64_t size) const;
+  // Refuses with RESOURCE_EXHAUSTED when full, UNAVAILABLE while degraded.
+  Status CheckWritable();
+  // Writes header and payload. payload must be block-aligned and readable for PayloadSpan(size).
+  Status WriteRecord(const Extent& extent, const RecordInfo& info, const std::byte* payload);
+  // Reads into dst (block-aligned, PayloadSpan(size) bytes of room) and checks header and
+  // payload against expect: DATA_LOSS on any mismatch, never unchecked bytes.
+  Status ReadRecord(const Extent& extent, const RecordInfo& expect, std::byte* dst);
+
+  IoBackend& backend() { return *backend_; }
+  bool degraded() const;
+
+ private:
+  explicit NvmeTier(NvmeTierConfig config) : config_(std::move(config)) {}
+  Status Open();
+  void NoteResult(const Status& s, bool is_write);
+  AlignedBuffer TakeHeaderBuffer();
+  void ReturnHeaderBuffer(AlignedBuffer b);
+
+  NvmeTierConfig config_;
+  std::vector<UniqueFd> fds_;
+  std::unique_ptr<IoBackend> backend_;
+  std::uint64_t capacity_ = 0;
+  std::uint64_t per_file_ = 0;
+
+  mutable std::mutex mu_;
+  std::vector<ExtentAllocator> allocators_;
+  std::vector<AlignedBuffer> header_pool_;
+  std::uint32_t consecutive_errors_ = 0;
+  bool degraded_ = false;
+  bool full_ = false;
+  std::chrono::steady_clock::time_point retry_at_;
+  std::uint64_t read_errors_ = 0, write_errors_ = 0, checksum_failures_ = 0;
+  std::uint64_t records_written_ = 0, records_read_ = 0, verify_failures_ = 0;
+};
+
+}  // namespace tierpool

@@ -1,0 +1,218 @@
+#include "prefetch/planner.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "common/units.h"
+
+namespace tierpool::prefetch {
+
+Status PlannerConfig::validate() const {
+  if (hbm_budget == 0) return Status::InvalidArgument("hbm budget must be > 0");
+  if (!(prefetch_margin >= 1.0 && prefetch_margin <= 100)) {
+    return Status::InvalidArgument("prefetch margin must be in [1, 100]");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+struct Occurrence {
+  std::int64_t window;  // first step it must be resident for this occurrence
+  std::int64_t step;    // the use (or def)
+};
+
+struct TensorState {
+  std::vector<Occurrence> occ;  // over the whole planned timeline, ascending
+  std::size_t next = 0;         // index of the next occurrence not yet reached
+  bool resident = false;
+  bool dirty = false;  // hbm holds the only current copy
+  std::int64_t last_touch = -1;
+  std::int64_t resident_since = -1;
+  std::vector<std::pair<std::int64_t, std::int64_t>> intervals;  // [from, to] steps resident
+};
+
+}  // namespace
+
+Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                 const PlannerConfig& config) {
+  TIERPOOL_RETURN_IF_ERROR(config.validate());
+  const std::int64_t n = lt.steps();
+  const int iterations = s.repeats() ? 3 : 1;
+  const int kept = s.repeats() ? 1 : 0;
+  const std::int64_t total = n * iterations;
+  const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
+
+  // Start time of every step on the planned timeline, from the compute estimates.
+  std::vector<double> start(static_cast<std::size_t>(total) + 1, 0.0);
+  for (std::int64_t g = 0; g < total; ++g) {
+    start[static_cast<std::size_t>(g + 1)] =
+        start[static_cast<std::size_t>(g)] + s.steps(static_cast<int>(g % n)).compute_us();
+  }
+  auto window_for = [&](std::uint64_t bytes, std::int64_t use, std::int64_t prev) {
+    double need = (d.link_latency_us + static_cast<double>(bytes) / (d.h2d_gbps * 1e3)) *
+                  config.prefetch_margin;
+    // Latest step w with start[use] - start[w] >= need.
+    double target = start[static_cast<std::size_t>(use)] - need;
+    auto it = std::upper_bound(start.begin(), start.begin() + use + 1, target);
+    std::int64_t w = static_cast<std::int64_t>(it - start.begin()) - 1;
+    return std::max<std::int64_t>({w, prev + 1, 0});
+  };
+
+  std::vector<TensorState> ts(nt);
+  std::vector<std::vector<std::uint32_t>> windows_at(static_cast<std::size_t>(total));
+  std::vector<std::vector<std::uint32_t>> defs_at(static_cast<std::size_t>(total));
+  std::vector<std::vector<std::uint32_t>> touch_at(static_cast<std::size_t>(total));
+  std::vector<std::vector<std::uint32_t>> update_at(static_cast<std::size_t>(n));
+  for (std::size_t t = 0; t < nt; ++t) {
+    const auto& tensor = s.tensors(static_cast<int>(t));
+    auto& st = ts[t];
+    std::int64_t prev = -1;
+    for (int k = 0; k < iterations; ++k) {
+      std::int64_t base = static_cast<std::int64_t>(k) * n;
+      if (!lt.persistent(static_cast<std::uint32_t>(t))) {
+        std::int64_t def = base + lt.def(static_cast<std::uint32_t>(t));
+        st.occ.push_back({def, def});
+        defs_at[static_cast<std::size_t>(def)].push_back(static_cast<std::uint32_t>(t));
+        prev = def;
+      }
+      for (auto u : lt.uses(static_cast<std::uint32_t>(t))) {
+        std::int64_t g = base + u;
+        std::int64_t w = window_for(tensor.size_bytes(), g, prev);
+        st.occ.push_back({w, g});
+        prev = g;
+      }
+      if (!lt.persistent(static_cast<std::uint32_t>(t))) prev = -1;  // a fresh instance
+    }
+    for (const auto& o : st.occ) {
+      if (o.window != o.step || lt.persistent(static_cast<std::uint32_t>(t))) {
+        windows_at[static_cast<std::size_t>(o.window)].push_back(static_cast<std::uint32_t>(t));
+      }
+      touch_at[static_cast<std::size_t>(o.step)].push_back(static_cast<std::uint32_t>(t));
+    }
+    for (auto u : tensor.update_steps()) update_at[u].push_back(static_cast<std::uint32_t>(t));
+  }
+
+  schedule::Plan plan;
+  plan.set_format_version(1);
+  plan.set_schedule(s.name());
+  plan.set_hbm_budget_bytes(config.hbm_budget);
+  plan.set_device(d.name);
+  const std::int64_t keep_from = kept * n, keep_to = keep_from + n;
+
+  // Resident tensors keyed by the start of their next window: the largest is the eviction victim.
+  std::set<std::pair<std::int64_t, std::uint32_t>> by_next;
+  auto key = [&](std::uint32_t t) {
+    const auto& st = ts[t];
+    return st.next < st.occ.size() ? st.occ[st.next].window : kNever;
+  };
+  std::uint64_t occupancy = 0;
+  auto size_of = [&](std::uint32_t t) { return s.tensors(static_cast<int>(t)).size_bytes(); };
+  auto make_resident = [&](std::uint32_t t, std::int64_t g, bool dirty) {
+    auto& st = ts[t];
+    st.resident = true;
+    st.dirty = dirty;
+    st.resident_since = g;
+    occupancy += size_of(t);
+    by_next.insert({key(t), t});
+  };
+  auto drop = [&](std::uint32_t t, std::int64_t after_step) {
+    auto& st = ts[t];
+    by_next.erase({key(t), t});
+    st.resident = false;
+    occupancy -= size_of(t);
+    st.intervals.emplace_back(st.resident_since, after_step);
+  };
+
+  for (std::int64_t g = 0; g < total; ++g) {
+    const bool keep = g >= keep_from && g < keep_to;
+    // 1. What must be resident from this step on: windows opening, tensors defined.
+    std::vector<std::uint32_t> loads;
+    for (auto t : windows_at[static_cast<std::size_t>(g)]) {
+      if (!ts[t].resident) loads.push_back(t);
+    }
+    std::uint64_t adding = 0;
+    for (auto t : loads) adding += size_of(t);
+    for (auto t : defs_at[static_cast<std::size_t>(g)]) adding += size_of(t);
+    // 2. Make room: evict what is needed farthest in the future.
+    while (occupancy + adding > config.hbm_budget) {
+      if (by_next.empty() || by_next.rbegin()->first <= g) {
+        return Status::FailedPrecondition(
+            "hbm budget " + FormatBytes(config.hbm_budget) + " is below what step " +
+            std::to_string(g % n) + " (" + s.steps(static_cast<int>(g % n)).name() +
+            ") and the transfers feeding it need at once: " + FormatBytes(occupancy + adding));
+      }
+      std::uint32_t victim = by_next.rbegin()->second;
+      auto& vs = ts[victim];
+      // The copy-out goes right after the victim's last touch, so it has the idle gap to run.
+      std::int64_t after = std::max<std::int64_t>(vs.last_touch, vs.resident_since);
+      if (after < 0) after = g - 1;  // resident before anything touched it: drop now
+      if (keep && after >= 0) {
+        auto* a = plan.add_actions();
+        a->set_kind(vs.dirty ? schedule::OFFLOAD : schedule::FREE);
+        a->set_tensor(victim);
+        a->set_step(static_cast<std::uint32_t>(after % n));
+        a->set_after(true);
+      }
+      vs.dirty = false;  // the host holds a current copy now
+      drop(victim, after);
+    }
+    for (auto t : loads) {
+      if (keep) {
+        auto* a = plan.add_actions();
+        a->set_kind(schedule::PREFETCH);
+        a->set_tensor(t);
+        a->set_step(static_cast<std::uint32_t>(g % n));
+        a->set_after(false);
+        a->set_needed_by(static_cast<std::uint32_t>(ts[t].occ[ts[t].next].step % n));
+      }
+      make_resident(t, g, false);
+    }
+    for (auto t : defs_at[static_cast<std::size_t>(g)]) make_resident(t, g, true);
+    // 3. The step runs; touched tensors move on to their next occurrence.
+    for (auto t : touch_at[static_cast<std::size_t>(g)]) {
+      auto& st = ts[t];
+      if (st.resident) by_next.erase({key(t), t});
+      while (st.next < st.occ.size() && st.occ[st.next].step <= g) ++st.next;
+      st.last_touch = g;
+      if (st.resident) by_next.insert({key(t), t});
+    }
+    for (auto t : update_at[static_cast<std::size_t>(g % n)]) ts[t].dirty = true;
+    // 4. Dead tensors (last touch of this instance) are freed after the step.
+    for (auto t : touch_at[static_cast<std::size_t>(g)]) {
+      auto& st = ts[t];
+      if (lt.persistent(t) || !st.resident) continue;
+      // Each iteration defines a fresh instance: this one is done when nothing of it is left in
+      // this iteration.
+      if (st.next >= st.occ.size() || st.occ[st.next].step / n != g / n) drop(t, g);
+    }
+  }
+  for (std::size_t t = 0; t < nt; ++t) {
+    if (ts[t].resident) ts[t].intervals.emplace_back(ts[t].resident_since, total);
+  }
+
+  // Occupancy over the kept iteration, and what is resident when it starts.
+  std::vector<std::int64_t> delta(static_cast<std::size_t>(total) + 2, 0);
+  for (std::size_t t = 0; t < nt; ++t) {
+    for (auto [from, to] : ts[t].intervals) {
+      auto sz = static_cast<std::int64_t>(size_of(static_cast<std::uint32_t>(t)));
+      delta[static_cast<std::size_t>(from)] += sz;
+      delta[static_cast<std::size_t>(to) + 1] -= sz;
+      if (from < keep_from && to >= keep_from) {
+        plan.add_resident_at_start(static_cast<std::uint32_t>(t));
+      }
+    }
+  }
+  std::int64_t running = 0, peak = 0;
+  for (std::int64_t g = 0; g < keep_to; ++g) {
+    running += delta[static_cast<std::size_t>(g)];
+    if (g >= keep_from) peak = std::max(peak, running);
+  }
+  plan.set_predicted_peak_bytes(static_cast<std::uint64_t>(peak));
+  return plan;
+}
+
+}  // namespace tierpool::prefetch

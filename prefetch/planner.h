@@ -1,0 +1,29 @@
+// The offload planner: from a schedule, an hbm budget and the links' speed, a plan of when to
+// offload, prefetch and free each tensor so that hbm stays within the budget and transfers hide
+// behind compute where bandwidth allows.
+//
+// How: every use of a tensor gets a prefetch window, the latest stretch of steps whose
+// estimated compute covers the tensor's transfer (with a margin). Walking the steps in order,
+// when hbm would go over the budget the planner evicts the resident tensor whose next window
+// is farthest away (Belady's rule, using lifetime knowledge), and schedules its offload right
+// after its previous use, so the copy-out has the whole idle gap to finish. A tensor evicted
+// before its window is prefetched when the window opens. Repeating schedules are planned over
+// three iterations and the middle one is kept: the plan is for the steady state.
+#pragma once
+
+#include "prefetch/device_profile.h"
+#include "prefetch/schedule.h"
+
+namespace tierpool::prefetch {
+
+struct PlannerConfig {
+  std::uint64_t hbm_budget = 0;
+  double prefetch_margin = 1.5;  // windows cover this many times the transfer's estimate
+  Status validate() const;
+};
+
+// FAILED_PRECONDITION when the budget is below what some step needs at once.
+Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                 const PlannerConfig& config);
+
+}  // namespace tierpool::prefetch

@@ -1,0 +1,272 @@
+#include "prefetch/report.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/units.h"
+
+namespace tierpool::prefetch {
+
+using nlohmann::json;
+
+namespace {
+json ReportObject(const ReplayReport& r) {
+  json j = {{"policy", r.policy},
+            {"hbm_budget_bytes", r.budget},
+            {"peak_hbm_bytes", r.peak_hbm},
+            {"time_us", r.time_us},
+            {"compute_us", r.compute_us},
+            {"stall_us", r.stall_us},
+            {"stall_lower_bound_us", r.stall_lower_bound_us},
+            {"bytes_h2d", r.h2d_bytes},
+            {"bytes_d2h", r.d2h_bytes},
+            {"actions", r.actions},
+            {"missing_at_use", r.missing_at_use},
+            {"budget_violations", r.budget_violations},
+            {"bad_actions", r.bad_actions}};
+  if (!r.problems.empty()) j["problems"] = r.problems;
+  return j;
+}
+}  // namespace
+
+std::string ReportJson(const ReplayReport& r, const Schedule& s) {
+  json j = ReportObject(r);
+  j["schedule"] = s.name();
+  j["device"] = s.device();
+  j["steps"] = s.steps_size();
+  j["tensors"] = s.tensors_size();
+  return j.dump(2);
+}
+
+std::string ChromeTraceJson(const ReplayReport& r) {
+  json events = json::array();
+  events.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"args", {{"name", "compute"}}}});
+  events.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", 1},
+                    {"tid", 2},
+                    {"args", {{"name", "host->hbm"}}}});
+  events.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", 1},
+                    {"tid", 3},
+                    {"args", {{"name", "hbm->host"}}}});
+  for (const auto& e : r.timeline) {
+    switch (e.kind) {
+      case TimelineEvent::Kind::kCompute:
+      case TimelineEvent::Kind::kStall:
+        events.push_back({{"name", e.name},
+                          {"cat", e.kind == TimelineEvent::Kind::kStall ? "stall" : "compute"},
+                          {"ph", "X"},
+                          {"ts", e.start_us},
+                          {"dur", e.dur_us},
+                          {"pid", 1},
+                          {"tid", 1}});
+        break;
+      case TimelineEvent::Kind::kH2D:
+      case TimelineEvent::Kind::kD2H:
+        events.push_back({{"name", e.name},
+                          {"cat", "transfer"},
+                          {"ph", "X"},
+                          {"ts", e.start_us},
+                          {"dur", e.dur_us},
+                          {"pid", 1},
+                          {"tid", e.kind == TimelineEvent::Kind::kH2D ? 2 : 3}});
+        break;
+      case TimelineEvent::Kind::kHbmBytes:
+      case TimelineEvent::Kind::kHostBytes:
+        events.push_back(
+            {{"name", e.kind == TimelineEvent::Kind::kHbmBytes ? "hbm bytes" : "host bytes"},
+             {"ph", "C"},
+             {"ts", e.start_us},
+             {"pid", 1},
+             {"args", {{"bytes", e.value}}}});
+        break;
+    }
+  }
+  json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", ReportObject(r)}};
+  return doc.dump();
+}
+
+std::string MemorySvg(const ReplayReport& r, const std::string& title) {
+  const double w = 960, h = 420, left = 80, right = 20, top = 40, bottom = 50;
+  double t0 = std::numeric_limits<double>::infinity(), t1 = 0, ymax = 1;
+  for (const auto& e : r.timeline) {
+    t0 = std::min(t0, e.start_us);
+    t1 = std::max(t1, e.start_us + e.dur_us);
+    if (e.kind == TimelineEvent::Kind::kHbmBytes || e.kind == TimelineEvent::Kind::kHostBytes) {
+      ymax = std::max(ymax, e.value);
+    }
+  }
+  if (r.budget > 0) ymax = std::max(ymax, static_cast<double>(r.budget));
+  if (!(t1 > t0)) t1 = t0 + 1;
+  auto x = [&](double t) { return left + (t - t0) / (t1 - t0) * (w - left - right); };
+  auto y = [&](double v) { return top + (1 - v / (ymax * 1.05)) * (h - top - bottom); };
+  std::ostringstream out;
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h
+      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+         "fill='white'/>\n"
+      << "<text x='" << left << "' y='20' font-size='14'>" << title << " — " << r.policy
+      << "</text>\n";
+  auto series = [&](TimelineEvent::Kind kind, const char* color, const char* label, int row) {
+    std::ostringstream pts;
+    double last = 0;
+    bool first = true;
+    for (const auto& e : r.timeline) {
+      if (e.kind != kind) continue;
+      if (!first) pts << x(e.start_us) << "," << y(last) << " ";
+      pts << x(e.start_us) << "," << y(e.value) << " ";
+      last = e.value;
+      first = false;
+    }
+    pts << x(t1) << "," << y(last);
+    out << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='" << pts.str()
+        << "'/>\n<text x='" << w - 200 << "' y='" << 20 + 16 * row << "' fill='" << color << "'>"
+        << label << "</text>\n";
+  };
+  series(TimelineEvent::Kind::kHostBytes, "#2a7", "host (pooled dram) bytes", 0);
+  series(TimelineEvent::Kind::kHbmBytes, "#c33", "hbm bytes", 1);
+  if (r.budget > 0) {
+    out << "<line x1='" << left << "' x2='" << w - right << "' y1='"
+        << y(static_cast<double>(r.budget)) << "' y2='" << y(static_cast<double>(r.budget))
+        << "' stroke='#888' stroke-dasharray='6,4'/>\n<text x='" << left + 4 << "' y='"
+        << y(static_cast<double>(r.budget)) - 4 << "' fill='#666'>hbm budget "
+        << FormatBytes(r.budget) << "</text>\n";
+  }
+  // Axes.
+  out << "<line x1='" << left << "' y1='" << h - bottom << "' x2='" << w - right << "' y2='"
+      << h - bottom << "' stroke='black'/>\n<line x1='" << left << "' y1='" << top << "' x2='"
+      << left << "' y2='" << h - bottom << "' stroke='black'/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    double v = ymax * 1.05 * i / 4, t = t0 + (t1 - t0) * i / 4;
+    out << "<text x='" << left - 6 << "' y='" << y(v) + 4 << "' text-anchor='end'>"
+        << FormatBytes(static_cast<std::uint64_t>(v)) << "</text>\n";
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f ms", (t - t0) / 1000);
+    out << "<text x='" << x(t) << "' y='" << h - bottom + 18 << "' text-anchor='middle'>" << buf
+        << "</text>\n";
+  }
+  out << "<text x='" << (w + left) / 2 << "' y='" << h - 10
+      << "' text-anchor='middle'>time (one iteration)</text>\n</svg>\n";
+  return out.str();
+}
+
+Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                          double max_overhead, double step, double lowest) {
+  if (!(step > 0 && step < 1) || !(lowest > 0 && lowest <= 1)) {
+    return Status::InvalidArgument("sweep step and lowest fraction must be in (0, 1)");
+  }
+  SweepResult out;
+  out.max_overhead = max_overhead;
+  auto none = Replay(s, lt, d, {.policy = Policy::kNone});
+  if (!none.ok()) return none.status();
+  out.none = std::move(none).value();
+  const double base_time = out.none.time_us;
+  for (double f = 1.0; f >= lowest - 1e-9; f -= step) {
+    SweepRow row;
+    row.fraction = f;
+    row.budget = static_cast<std::uint64_t>(static_cast<double>(out.none.peak_hbm) * f);
+    auto t0 = std::chrono::steady_clock::now();
+    auto plan = BuildPlan(s, lt, d, {.hbm_budget = row.budget});
+    out.planning_ms_max = std::max(
+        out.planning_ms_max,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    auto reactive = Replay(s, lt, d, {.policy = Policy::kReactiveLru, .hbm_budget = row.budget});
+    if (reactive.ok()) row.reactive = std::move(reactive).value();
+    if (plan.ok()) {
+      auto planned = Replay(
+          s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &plan.value()});
+      if (!planned.ok()) return planned.status();
+      row.planned = std::move(planned).value();
+      row.planned_ok = true;
+      double overhead = row.planned.time_us / base_time - 1;
+      if (overhead <= max_overhead + 1e-12) out.smallest_within = out.rows.size();
+    } else {
+      row.planned_error = plan.status().message();
+    }
+    out.rows.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProfile& d) {
+  std::ostringstream o;
+  char buf[256];
+  double base = r.none.time_us;
+  std::snprintf(buf, sizeof(buf), "%s on %s: no-offload peak %s, iteration %.2f ms\n",
+                s.name().c_str(), d.name.c_str(), FormatBytes(r.none.peak_hbm).c_str(),
+                base / 1000);
+  o << buf;
+  std::snprintf(buf, sizeof(buf), "%7s %12s | %12s %9s %10s | %12s %9s %10s\n", "budget", "bytes",
+                "planned peak", "overhead", "stall ms", "reactive pk", "overhead", "stall ms");
+  o << buf;
+  for (const auto& row : r.rows) {
+    std::string p_peak = "infeasible", p_over = "-", p_stall = "-";
+    if (row.planned_ok) {
+      p_peak = FormatBytes(row.planned.peak_hbm);
+      std::snprintf(buf, sizeof(buf), "%+.2f%%", 100 * (row.planned.time_us / base - 1));
+      p_over = buf;
+      std::snprintf(buf, sizeof(buf), "%.3f", row.planned.stall_us / 1000);
+      p_stall = buf;
+    }
+    char r_over[32], r_stall[32];
+    std::snprintf(r_over, sizeof(r_over), "%+.2f%%", 100 * (row.reactive.time_us / base - 1));
+    std::snprintf(r_stall, sizeof(r_stall), "%.3f", row.reactive.stall_us / 1000);
+    std::snprintf(buf, sizeof(buf), "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s\n",
+                  100 * row.fraction, FormatBytes(row.budget).c_str(), p_peak.c_str(),
+                  p_over.c_str(), p_stall.c_str(), FormatBytes(row.reactive.peak_hbm).c_str(),
+                  r_over, r_stall);
+    o << buf;
+  }
+  if (r.smallest_within) {
+    const auto& row = r.rows[*r.smallest_within];
+    std::snprintf(buf, sizeof(buf),
+                  "smallest budget within %.1f%% overhead: %s (%.0f%% of the no-offload peak, "
+                  "%.1f%% lower peak)\n",
+                  100 * r.max_overhead, FormatBytes(row.budget).c_str(), 100 * row.fraction,
+                  100 * (1 - static_cast<double>(row.planned.peak_hbm) /
+                                 static_cast<double>(r.none.peak_hbm)));
+    o << buf;
+  } else {
+    o << "no budget in the sweep stays within the overhead\n";
+  }
+  std::snprintf(buf, sizeof(buf), "slowest plan: %.1f ms\n", r.planning_ms_max);
+  o << buf;
+  return o.str();
+}
+
+std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfile& d) {
+  json rows = json::array();
+  for (const auto& row : r.rows) {
+    json j = {{"fraction", row.fraction},
+              {"budget_bytes", row.budget},
+              {"reactive", ReportObject(row.reactive)}};
+    if (row.planned_ok) {
+      j["planned"] = ReportObject(row.planned);
+    } else {
+      j["planned_error"] = row.planned_error;
+    }
+    rows.push_back(j);
+  }
+  json out = {
+      {"schedule", s.name()},         {"device", d.name}, {"max_overhead", r.max_overhead},
+      {"none", ReportObject(r.none)}, {"rows", rows},     {"planning_ms_max", r.planning_ms_max}};
+  if (r.smallest_within) {
+    const auto& row = r.rows[*r.smallest_within];
+    out["smallest_budget_within_overhead"] = {
+        {"budget_bytes", row.budget},
+        {"fraction", row.fraction},
+        {"peak_reduction",
+         1 - static_cast<double>(row.planned.peak_hbm) / static_cast<double>(r.none.peak_hbm)}};
+  }
+  return out.dump(2);
+}
+
+}  // namespace tierpool::prefetch

@@ -1,0 +1,164 @@
+#include "prefetch/schedule.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tierpool::prefetch {
+
+namespace {
+constexpr std::uint64_t kMaxTensorBytes = 1ull << 44;  // 16 TiB: anything larger is garbage
+constexpr std::size_t kMaxSteps = 10'000'000;
+constexpr std::size_t kMaxTensors = 50'000'000;
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+Status Validate(const Schedule& s) {
+  if (s.format_version() != 1) {
+    return Status::InvalidArgument("schedule format version " + std::to_string(s.format_version()) +
+                                   " (this reads 1)");
+  }
+  if (s.steps_size() == 0) return Status::InvalidArgument("schedule has no steps");
+  if (static_cast<std::size_t>(s.steps_size()) > kMaxSteps ||
+      static_cast<std::size_t>(s.tensors_size()) > kMaxTensors) {
+    return Status::InvalidArgument("schedule too large");
+  }
+  const auto n = static_cast<std::uint32_t>(s.steps_size());
+  for (int i = 0; i < s.steps_size(); ++i) {
+    const auto& st = s.steps(i);
+    if (!(st.compute_us() >= 0) || st.compute_us() > 1e12 || !(st.flops() >= 0)) {
+      return Status::InvalidArgument("step " + std::to_string(i) + " (" + st.name() +
+                                     ") has a negative or absurd compute time or FLOP count");
+    }
+  }
+  for (int i = 0; i < s.tensors_size(); ++i) {
+    const auto& t = s.tensors(i);
+    std::string who = "tensor " + std::to_string(i) + " (" + t.name() + ")";
+    if (t.id() != static_cast<std::uint32_t>(i)) {
+      return Status::InvalidArgument(who + " has id " + std::to_string(t.id()) +
+                                     "; ids must be the tensor's index");
+    }
+    if (t.size_bytes() > kMaxTensorBytes) return Status::InvalidArgument(who + " is too large");
+    if (t.def_step() < -1 || t.def_step() >= static_cast<int>(n)) {
+      return Status::InvalidArgument(who + " is defined at step " + std::to_string(t.def_step()) +
+                                     ", outside 0.." + std::to_string(n - 1));
+    }
+    std::int64_t prev = t.def_step();
+    for (auto u : t.use_steps()) {
+      if (u >= n) {
+        return Status::InvalidArgument(who + " is used at step " + std::to_string(u) +
+                                       ", outside the schedule");
+      }
+      if (static_cast<std::int64_t>(u) <= prev && !(prev == t.def_step() && t.def_step() < 0)) {
+        return Status::InvalidArgument(who + ": uses must be ascending and after the def");
+      }
+      prev = u;
+    }
+    for (auto u : t.update_steps()) {
+      if (u >= n) return Status::InvalidArgument(who + " is updated outside the schedule");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<Schedule> ParseScheduleJson(const std::string& json) {
+  Schedule s;
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;
+  auto st = google::protobuf::util::JsonStringToMessage(json, &s, opts);
+  if (!st.ok()) return Status::InvalidArgument("not a schedule: " + st.ToString());
+  TIERPOOL_RETURN_IF_ERROR(Validate(s));
+  return s;
+}
+
+Result<Schedule> LoadSchedule(const std::string& path, std::uint64_t max_bytes) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::NotFound("cannot read " + path + ": " + ec.message());
+  if (size > max_bytes) return Status::InvalidArgument(path + " is larger than the limit");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string data = ss.str();
+  if (EndsWith(path, ".json")) {
+    auto s = ParseScheduleJson(data);
+    if (!s.ok()) return Status(s.status().code(), path + ": " + s.status().message());
+    return s;
+  }
+  Schedule s;
+  if (!s.ParseFromString(data)) {
+    return Status::InvalidArgument(path + " is not a binary schedule (use .json for JSON)");
+  }
+  if (Status v = Validate(s); !v.ok()) return Status(v.code(), path + ": " + v.message());
+  return s;
+}
+
+Status SaveSchedule(const Schedule& s, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out || !s.SerializeToOstream(&out)) return Status::IoError("cannot write " + path);
+  return Status::Ok();
+}
+
+Status SaveScheduleJson(const Schedule& s, const std::string& path) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.preserve_proto_field_names = true;
+  auto st = google::protobuf::util::MessageToJsonString(s, &json, opts);
+  if (!st.ok()) return Status::Internal(st.ToString());
+  std::ofstream out(path, std::ios::trunc);
+  out << json;
+  if (!out) return Status::IoError("cannot write " + path);
+  return Status::Ok();
+}
+
+Lifetimes::Lifetimes(const Schedule& s) : steps_(static_cast<std::uint32_t>(s.steps_size())) {
+  const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
+  def_.resize(nt);
+  uses_.resize(nt);
+  last_.resize(nt);
+  defs_at_.resize(steps_);
+  uses_at_.resize(steps_);
+  std::vector<std::int64_t> delta(steps_ + 1, 0);
+  for (std::size_t t = 0; t < nt; ++t) {
+    const auto& ts = s.tensors(static_cast<int>(t));
+    def_[t] = ts.def_step();
+    uses_[t].assign(ts.use_steps().begin(), ts.use_steps().end());
+    std::uint32_t last = def_[t] < 0 ? 0 : static_cast<std::uint32_t>(def_[t]);
+    if (!uses_[t].empty()) last = std::max(last, uses_[t].back());
+    last_[t] = last;
+    if (def_[t] >= 0)
+      defs_at_[static_cast<std::size_t>(def_[t])].push_back(static_cast<std::uint32_t>(t));
+    for (auto u : uses_[t]) uses_at_[u].push_back(static_cast<std::uint32_t>(t));
+    auto size = static_cast<std::int64_t>(ts.size_bytes());
+    if (def_[t] < 0) {
+      persistent_bytes_ += ts.size_bytes();
+      delta[0] += size;
+    } else {
+      delta[static_cast<std::size_t>(def_[t])] += size;
+      delta[last + 1] -= size;
+    }
+  }
+  curve_.resize(steps_);
+  std::int64_t running = 0;
+  for (std::uint32_t i = 0; i < steps_; ++i) {
+    running += delta[i];
+    curve_[i] = static_cast<std::uint64_t>(running);
+    peak_ = std::max(peak_, curve_[i]);
+  }
+}
+
+std::uint32_t Lifetimes::NextUse(std::uint32_t t, std::uint32_t step) const {
+  const auto& u = uses_[t];
+  auto it = std::lower_bound(u.begin(), u.end(), step);
+  return it == u.end() ? kNoUse : *it;
+}
+
+}  // namespace tierpool::prefetch

@@ -1,0 +1,61 @@
+// Replay: a discrete-event simulation of a schedule's compute and its transfers over the
+// host<->hbm links (each direction one link, shared by the transfers on it), under a policy:
+//   none          everything stays in hbm: the baseline for peak and time
+//   reactive-lru  swap on demand, least recently used out (what runtime offloaders do)
+//   planned       follow a Plan from the planner
+// It reports peak hbm, time, stall time, bytes per link and actions, and can record a timeline.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "prefetch/device_profile.h"
+#include "prefetch/schedule.h"
+
+namespace tierpool::prefetch {
+
+enum class Policy { kNone, kReactiveLru, kPlanned };
+Result<Policy> ParsePolicy(const std::string& name);
+std::string PolicyName(Policy p);
+
+struct TimelineEvent {
+  enum class Kind { kCompute, kStall, kH2D, kD2H, kHbmBytes, kHostBytes };
+  Kind kind;
+  double start_us;
+  double dur_us;     // 0 for counters
+  std::string name;  // step or tensor
+  double value = 0;  // bytes, for counters
+};
+
+struct ReplayReport {
+  std::string policy;
+  std::uint64_t budget = 0;  // 0: unlimited
+  std::uint64_t peak_hbm = 0;
+  double time_us = 0;  // the measured iteration
+  double compute_us = 0;
+  double stall_us = 0;
+  double stall_lower_bound_us = 0;
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t actions = 0;  // transfers and frees issued
+  // Invariant breaches (a correct plan has none): uses that found their tensor absent,
+  // moments over the budget, actions on tensors that were dead or in the wrong place.
+  std::uint64_t missing_at_use = 0;
+  std::uint64_t budget_violations = 0;
+  std::uint64_t bad_actions = 0;
+  std::vector<std::string> problems;  // the first few, spelled out
+  std::vector<TimelineEvent> timeline;
+};
+
+struct ReplayOptions {
+  Policy policy = Policy::kNone;
+  std::uint64_t hbm_budget = 0;          // required for reactive-lru and planned
+  const schedule::Plan* plan = nullptr;  // required for planned
+  bool record_timeline = false;
+};
+
+// Repeating schedules run two iterations (the first warms up) and report the second.
+Result<ReplayReport> Replay(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                            const ReplayOptions& options);
+
+}  // namespace tierpool::prefetch

@@ -1,0 +1,166 @@
+#include "prefetch/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+
+#include "prefetch/report.h"
+#include "prefetch/simulator.h"
+
+namespace tierpool::prefetch {
+namespace {
+
+// A random training-like schedule: weights used in a forward and a backward half, activations
+// defined in the forward half and used again in the backward half, some short-lived temporaries.
+Schedule RandomSchedule(std::mt19937_64& rng, std::uint32_t steps, bool repeats) {
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("random");
+  s.set_repeats(repeats);
+  for (std::uint32_t i = 0; i < steps; ++i) {
+    auto* st = s.add_steps();
+    st->set_name("op" + std::to_string(i));
+    st->set_compute_us(5 + static_cast<double>(rng() % 200));
+  }
+  auto add = [&](std::uint64_t size, int def, std::vector<std::uint32_t> uses,
+                 schedule::TensorKind kind) {
+    std::sort(uses.begin(), uses.end());
+    uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
+    t->set_name("t" + std::to_string(t->id()));
+    t->set_size_bytes(size);
+    t->set_def_step(def);
+    t->set_kind(kind);
+    for (auto u : uses) t->add_use_steps(u);
+    return t;
+  };
+  std::uint32_t half = steps / 2;
+  for (std::uint32_t i = 0; i < half; ++i) {
+    // A weight used at i and at its mirror step in the backward half.
+    auto* w = add(1 + rng() % (4 << 20), -1, {i, steps - 1 - i}, schedule::WEIGHT);
+    if (rng() % 3 == 0) w->add_update_steps(steps - 1 - i);
+    // An activation saved for backward.
+    if (i + 1 < half)
+      add(1 + rng() % (8 << 20), static_cast<int>(i), {i + 1, steps - 2 - i},
+          schedule::SAVED_ACTIVATION);
+    // A temporary.
+    if (i + 1 < steps)
+      add(1 + rng() % (1 << 20), static_cast<int>(i), {i + 1}, schedule::ACTIVATION);
+  }
+  return s;
+}
+
+// Whatever the schedule and budget, a plan the planner accepts keeps hbm within the budget,
+// has every tensor in hbm when a step uses it, and never acts on a dead tensor.
+TEST(Planner, InvariantsHoldOnRandomSchedules) {
+  const std::uint64_t seed = std::random_device{}();
+  std::printf("Planner invariants seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto device = BuiltinProfile("h100");
+  ASSERT_TRUE(device.ok());
+  int planned = 0;
+  for (int round = 0; round < 30; ++round) {
+    Schedule s = RandomSchedule(rng, 8 + static_cast<std::uint32_t>(rng() % 120), rng() % 2 == 0);
+    ASSERT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+    Lifetimes lt(s);
+    for (double f : {1.0, 0.8, 0.6, 0.45, 0.3}) {
+      auto budget = static_cast<std::uint64_t>(static_cast<double>(lt.peak_bytes()) * f);
+      auto plan = BuildPlan(s, lt, *device, {.hbm_budget = budget});
+      if (!plan.ok()) {
+        ASSERT_EQ(plan.status().code(), StatusCode::kFailedPrecondition)
+            << plan.status().ToString();
+        continue;
+      }
+      ++planned;
+      EXPECT_LE(plan->predicted_peak_bytes(), budget);
+      auto r = Replay(s, lt, *device,
+                      {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan});
+      ASSERT_TRUE(r.ok());
+      std::string problems;
+      for (const auto& p : r->problems) problems += p + "\n";
+      EXPECT_EQ(r->budget_violations, 0u) << "round " << round << " f " << f << "\n" << problems;
+      EXPECT_EQ(r->missing_at_use, 0u) << "round " << round << " f " << f << "\n" << problems;
+      EXPECT_EQ(r->bad_actions, 0u) << "round " << round << " f " << f << "\n" << problems;
+      EXPECT_LE(r->peak_hbm, budget);
+      EXPECT_GE(r->stall_us + 1e-6, r->stall_lower_bound_us);
+    }
+  }
+  EXPECT_GT(planned, 60);
+}
+
+TEST(Planner, RefusesABudgetBelowAStepsWorkingSet) {
+  std::mt19937_64 rng(5);
+  Schedule s = RandomSchedule(rng, 40, true);
+  Lifetimes lt(s);
+  auto device = BuiltinProfile("gh200");
+  auto plan = BuildPlan(s, lt, *device, {.hbm_budget = 1});
+  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(plan.status().message().find("below what step"), std::string::npos);
+}
+
+TEST(Planner, BeatsReactiveLruAndTheNoneBaselineHasNoStalls) {
+  std::mt19937_64 rng(11);
+  Schedule s = RandomSchedule(rng, 200, true);
+  Lifetimes lt(s);
+  auto device = BuiltinProfile("gh200");
+  auto none = Replay(s, lt, *device, {.policy = Policy::kNone});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->stall_us, 0);
+  EXPECT_EQ(none->peak_hbm, lt.peak_bytes());
+  auto budget = lt.peak_bytes() * 6 / 10;
+  auto plan = BuildPlan(s, lt, *device, {.hbm_budget = budget});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto planned =
+      Replay(s, lt, *device, {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan});
+  auto reactive = Replay(s, lt, *device, {.policy = Policy::kReactiveLru, .hbm_budget = budget});
+  ASSERT_TRUE(planned.ok() && reactive.ok());
+  EXPECT_LE(planned->peak_hbm, budget);
+  EXPECT_LE(reactive->peak_hbm, budget);
+  EXPECT_LE(planned->stall_us, reactive->stall_us * 0.5 + 1);
+}
+
+TEST(Planner, PlansTenThousandStepsInUnderASecond) {
+  std::mt19937_64 rng(3);
+  Schedule s = RandomSchedule(rng, 10000, true);
+  Lifetimes lt(s);
+  auto device = BuiltinProfile("h100");
+  auto t0 = std::chrono::steady_clock::now();
+  auto plan = BuildPlan(s, lt, *device, {.hbm_budget = lt.peak_bytes() / 2});
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::printf("planned %d steps, %d tensors in %.1f ms\n", s.steps_size(), s.tensors_size(), ms);
+  // Not a timing assertion (machines vary): the figure goes to docs/benchmarks.md.
+  EXPECT_GT(plan->actions_size(), 0);
+}
+
+TEST(Report, TraceAndSvgAreWellFormed) {
+  std::mt19937_64 rng(9);
+  Schedule s = RandomSchedule(rng, 30, true);
+  Lifetimes lt(s);
+  auto device = BuiltinProfile("h100");
+  auto budget = lt.peak_bytes() * 7 / 10;
+  auto plan = BuildPlan(s, lt, *device, {.hbm_budget = budget});
+  ASSERT_TRUE(plan.ok());
+  auto r = Replay(
+      s, lt, *device,
+      {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan, .record_timeline = true});
+  ASSERT_TRUE(r.ok());
+  std::string trace = ChromeTraceJson(*r);
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("\"ph\":\"C\""), std::string::npos);
+  EXPECT_NE(trace.find("\"ph\":\"X\""), std::string::npos);
+  std::string svg = MemorySvg(*r, "random");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  auto sweep = Sweep(s, lt, *device, 0.01);
+  ASSERT_TRUE(sweep.ok());
+  EXPECT_FALSE(sweep->rows.empty());
+  EXPECT_NE(SweepTable(*sweep, s, *device).find("budget"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tierpool::prefetch

@@ -64,7 +64,10 @@ double EstimateComputeUs(const DeviceProfile& d, double flops, std::uint64_t byt
 
 void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s) {
   for (auto& st : *s->mutable_steps()) {
-    st.set_compute_us(EstimateComputeUs(d, st.flops(), st.bytes_touched()));
+    // Steps that carry no cost inputs keep the time they were given.
+    if (st.flops() > 0 || st.bytes_touched() > 0) {
+      st.set_compute_us(EstimateComputeUs(d, st.flops(), st.bytes_touched()));
+    }
   }
   s->set_device(d.name);
 }

@@ -41,8 +41,11 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
                                  const PlannerConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   const std::int64_t n = lt.steps();
-  const int iterations = s.repeats() ? 3 : 1;
-  const int kept = s.repeats() ? 1 : 0;
+  // A repeating schedule is planned over five iterations and the middle one is kept: the cold
+  // start is two iterations behind it, and every decision that takes effect in it (evictions are
+  // decided later, when room is needed) still sees two iterations of real future.
+  const int iterations = s.repeats() ? 5 : 1;
+  const int kept = s.repeats() ? 2 : 0;
   const std::int64_t total = n * iterations;
   const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
 
@@ -103,6 +106,17 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   plan.set_device(d.name);
   const std::int64_t keep_from = kept * n, keep_to = keep_from + n;
 
+  // Actions belong to the kept iteration when the use they serve (prefetch) or the point they
+  // take effect (offload, free) falls in it; a prefetch whose window opens in the previous
+  // iteration is issued at that step of every iteration, for the next one's use.
+  struct Pending {
+    schedule::ActionKind kind;
+    std::uint32_t tensor;
+    std::int64_t at;   // the step it is issued at (global)
+    std::int64_t use;  // prefetch: the use it serves; else == at
+  };
+  std::vector<Pending> pending;
+
   // Resident tensors keyed by the start of their next window: the largest is the eviction victim.
   std::set<std::pair<std::int64_t, std::uint32_t>> by_next;
   auto key = [&](std::uint32_t t) {
@@ -128,7 +142,6 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   };
 
   for (std::int64_t g = 0; g < total; ++g) {
-    const bool keep = g >= keep_from && g < keep_to;
     // 1. What must be resident from this step on: windows opening, tensors defined.
     std::vector<std::uint32_t> loads;
     for (auto t : windows_at[static_cast<std::size_t>(g)]) {
@@ -137,38 +150,56 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     std::uint64_t adding = 0;
     for (auto t : loads) adding += size_of(t);
     for (auto t : defs_at[static_cast<std::size_t>(g)]) adding += size_of(t);
-    // 2. Make room: evict what is needed farthest in the future.
+    // 2. Make room: evict what is needed farthest in the future. When nothing can go, a load
+    // for a later step waits a step (its prefetch starts later, and may stall); only what this
+    // step itself needs cannot wait.
+    std::sort(loads.begin(), loads.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return ts[a].occ[ts[a].next].step < ts[b].occ[ts[b].next].step;
+    });
     while (occupancy + adding > config.hbm_budget) {
       if (by_next.empty() || by_next.rbegin()->first <= g) {
+        if (!loads.empty() && ts[loads.back()].occ[ts[loads.back()].next].step > g) {
+          std::uint32_t t = loads.back();
+          loads.pop_back();
+          adding -= size_of(t);
+          ts[t].occ[ts[t].next].window = g + 1;
+          windows_at[static_cast<std::size_t>(g + 1)].push_back(t);
+          continue;
+        }
         return Status::FailedPrecondition(
             "hbm budget " + FormatBytes(config.hbm_budget) + " is below what step " +
             std::to_string(g % n) + " (" + s.steps(static_cast<int>(g % n)).name() +
-            ") and the transfers feeding it need at once: " + FormatBytes(occupancy + adding));
+            ") needs at once: " + FormatBytes(occupancy + adding));
       }
+      // Among the farthest-needed few, prefer one that is free to drop (clean) or whose copy-out
+      // finishes within its idle gap; else the farthest.
       std::uint32_t victim = by_next.rbegin()->second;
+      int looked = 0;
+      for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < 16;
+           ++it, ++looked) {
+        const auto& c = ts[it->second];
+        std::int64_t after = std::max<std::int64_t>(c.last_touch, c.resident_since);
+        double idle = after < 0 ? 0 : start[static_cast<std::size_t>(g)] -
+                                          start[static_cast<std::size_t>(after + 1)];
+        double out_us = d.link_latency_us + static_cast<double>(size_of(it->second)) /
+                                                (d.d2h_gbps * 1e3);
+        if (!c.dirty || idle >= out_us) {
+          victim = it->second;
+          break;
+        }
+      }
       auto& vs = ts[victim];
       // The copy-out goes right after the victim's last touch, so it has the idle gap to run.
       std::int64_t after = std::max<std::int64_t>(vs.last_touch, vs.resident_since);
       if (after < 0) after = g - 1;  // resident before anything touched it: drop now
-      if (keep && after >= 0) {
-        auto* a = plan.add_actions();
-        a->set_kind(vs.dirty ? schedule::OFFLOAD : schedule::FREE);
-        a->set_tensor(victim);
-        a->set_step(static_cast<std::uint32_t>(after % n));
-        a->set_after(true);
+      if (after >= 0) {
+        pending.push_back({vs.dirty ? schedule::OFFLOAD : schedule::FREE, victim, after, after});
       }
       vs.dirty = false;  // the host holds a current copy now
       drop(victim, after);
     }
     for (auto t : loads) {
-      if (keep) {
-        auto* a = plan.add_actions();
-        a->set_kind(schedule::PREFETCH);
-        a->set_tensor(t);
-        a->set_step(static_cast<std::uint32_t>(g % n));
-        a->set_after(false);
-        a->set_needed_by(static_cast<std::uint32_t>(ts[t].occ[ts[t].next].step % n));
-      }
+      pending.push_back({schedule::PREFETCH, t, g, ts[t].occ[ts[t].next].step});
       make_resident(t, g, false);
     }
     for (auto t : defs_at[static_cast<std::size_t>(g)]) make_resident(t, g, true);
@@ -192,6 +223,17 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   }
   for (std::size_t t = 0; t < nt; ++t) {
     if (ts[t].resident) ts[t].intervals.emplace_back(ts[t].resident_since, total);
+  }
+  std::sort(pending.begin(), pending.end(),
+            [](const Pending& a, const Pending& b) { return a.at < b.at; });
+  for (const auto& pa : pending) {
+    if (pa.use < keep_from || pa.use >= keep_to) continue;
+    auto* a = plan.add_actions();
+    a->set_kind(pa.kind);
+    a->set_tensor(pa.tensor);
+    a->set_step(static_cast<std::uint32_t>(pa.at % n));
+    a->set_after(pa.kind != schedule::PREFETCH);
+    if (pa.kind == schedule::PREFETCH) a->set_needed_by(static_cast<std::uint32_t>(pa.use % n));
   }
 
   // Occupancy over the kept iteration, and what is resident when it starts.

@@ -7,8 +7,9 @@
 // when hbm would go over the budget the planner evicts the resident tensor whose next window
 // is farthest away (Belady's rule, using lifetime knowledge), and schedules its offload right
 // after its previous use, so the copy-out has the whole idle gap to finish. A tensor evicted
-// before its window is prefetched when the window opens. Repeating schedules are planned over
-// three iterations and the middle one is kept: the plan is for the steady state.
+// before its window is prefetched when the window opens; a prefetch that does not fit waits a
+// step. Repeating schedules are planned over five iterations and the middle one is kept: the
+// plan is for the steady state, and repeats every iteration.
 #pragma once
 
 #include "prefetch/device_profile.h"

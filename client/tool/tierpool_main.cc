@@ -34,6 +34,10 @@ commands:
   bench            put/get throughput and latency against memcpy [--json]
   bench nvme       nvme spill write / promote read against fio [--path DIR --size 1G
                    --block-size 1M --queue-depth 16 --json]
+  schedule ...     build a lifetime schedule from an ONNX file or a PyTorch model
+  plan ...         the offload/prefetch plan for a schedule under an hbm budget
+  replay ...       simulate a schedule under a policy, or sweep budgets
+                   (tierpool schedule --help for these three)
 
 every command takes --socket PATH (default $TIERPOOL_SOCKET or )"
                                "/tmp/tierpool-<uid>.sock)"
@@ -109,6 +113,18 @@ int main(int argc, char** argv) {
     args.push_back(nullptr);
     ::execv(bench.c_str(), args.data());
     std::cerr << "tierpool: cannot run " << bench << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  // Schedules, plans and replays live in tierpool-schedule, beside this binary.
+  if (argc >= 2 && (std::string(argv[1]) == "schedule" || std::string(argv[1]) == "replay" ||
+                    std::string(argv[1]) == "plan")) {
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::string tool = self.substr(0, self.rfind('/') + 1) + "tierpool-schedule";
+    std::vector<char*> args = {tool.data()};
+    for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    ::execv(tool.c_str(), args.data());
+    std::cerr << "tierpool: cannot run " << tool << ": " << std::strerror(errno) << "\n";
     return 1;
   }
   if (argc < 2 || std::string(argv[1]) == "help") {

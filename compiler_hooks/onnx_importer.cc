@@ -1,0 +1,278 @@
+#include "compiler_hooks/onnx_importer.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+namespace tierpool::hooks {
+
+namespace {
+
+using prefetch::Schedule;
+
+// Bytes per element; 0 for types the schedule cannot size.
+std::uint64_t ElementBytes(int type) {
+  switch (type) {
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::INT8:
+    case onnx::TensorProto::UINT8: return 1;
+    case onnx::TensorProto::INT16:
+    case onnx::TensorProto::UINT16:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16: return 2;
+    case onnx::TensorProto::INT32:
+    case onnx::TensorProto::UINT32:
+    case onnx::TensorProto::FLOAT: return 4;
+    case onnx::TensorProto::INT64:
+    case onnx::TensorProto::UINT64:
+    case onnx::TensorProto::DOUBLE:
+    case onnx::TensorProto::COMPLEX64: return 8;
+    case onnx::TensorProto::COMPLEX128: return 16;
+    default: return 0;
+  }
+}
+
+std::string TypeName(int type) {
+  return onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(type));
+}
+
+struct Value {
+  std::vector<std::int64_t> shape;
+  int elem_type = 0;
+  bool known = false;
+};
+
+Value FromType(const onnx::TypeProto& t) {
+  Value v;
+  if (!t.has_tensor_type()) return v;
+  v.elem_type = t.tensor_type().elem_type();
+  if (!t.tensor_type().has_shape()) return v;
+  v.known = true;
+  for (const auto& d : t.tensor_type().shape().dim()) {
+    if (!d.has_dim_value() || d.dim_value() < 0) {
+      v.known = false;
+      break;
+    }
+    v.shape.push_back(d.dim_value());
+  }
+  return v;
+}
+
+std::uint64_t Elements(const std::vector<std::int64_t>& shape) {
+  std::uint64_t n = 1;
+  for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+  return n;
+}
+
+double Flops(const onnx::NodeProto& node, const std::vector<const Value*>& in,
+             const std::vector<const Value*>& out) {
+  const std::string& op = node.op_type();
+  auto shape = [](const Value* v) { return v ? v->shape : std::vector<std::int64_t>{}; };
+  if ((op == "MatMul" || op == "MatMulInteger") && in.size() >= 2 && !out.empty() && out[0]) {
+    auto a = shape(in[0]);
+    if (a.empty()) return 0;
+    // out = A @ B: every output element is a K-long dot product.
+    return 2.0 * static_cast<double>(Elements(out[0]->shape)) * static_cast<double>(a.back());
+  }
+  if (op == "Gemm" && in.size() >= 2 && !out.empty() && out[0]) {
+    auto a = shape(in[0]);
+    if (a.size() != 2) return 0;
+    std::int64_t k = a[1];
+    for (const auto& attr : node.attribute()) {
+      if (attr.name() == "transA" && attr.i() != 0) k = a[0];
+    }
+    return 2.0 * static_cast<double>(Elements(out[0]->shape)) * static_cast<double>(k);
+  }
+  if ((op == "Conv" || op == "ConvTranspose") && in.size() >= 2 && in[1] && !out.empty() && out[0]) {
+    // Each output element: C_in/group * kernel multiply-adds; W is [C_out, C_in/group, k...].
+    auto w = in[1]->shape;
+    if (w.size() < 3) return 0;
+    std::uint64_t per = 1;
+    for (std::size_t i = 1; i < w.size(); ++i) per *= static_cast<std::uint64_t>(w[i]);
+    const Value* big = op == "Conv" ? out[0] : in[0];
+    return 2.0 * static_cast<double>(Elements(big->shape)) * static_cast<double>(per);
+  }
+  if ((op == "Attention" || op == "MultiHeadAttention") && !in.empty() && in[0] &&
+      in[0]->shape.size() == 3) {
+    // Q K^T and the weighted sum: 4 * batch * seq^2 * hidden.
+    auto q = in[0]->shape;
+    return 4.0 * static_cast<double>(q[0]) * static_cast<double>(q[1]) *
+           static_cast<double>(q[1]) * static_cast<double>(q[2]);
+  }
+  return 0;  // memory-bound: timed by its bytes
+}
+
+}  // namespace
+
+Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& options) {
+  if (options.batch < 1) return Status::InvalidArgument("--batch must be >= 1");
+  std::error_code ec;
+  auto file_size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::NotFound("cannot read " + path + ": " + ec.message());
+  if (file_size > options.max_file_bytes) return Status::InvalidArgument(path + " is too large");
+  onnx::ModelProto model;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!model.ParseFromIstream(&in)) return Status::InvalidArgument(path + " is not an ONNX model");
+  }
+  if (!model.has_graph() || model.graph().node_size() == 0) {
+    return Status::InvalidArgument(path + ": the ONNX graph has no nodes");
+  }
+  auto* graph = model.mutable_graph();
+  std::set<std::string> initializer_names;
+  for (const auto& init : graph->initializer()) initializer_names.insert(init.name());
+
+  // Fix symbolic dimensions of the inputs, so shape inference can size everything.
+  std::set<std::string> data_inputs(options.data_inputs.begin(), options.data_inputs.end());
+  for (auto& input : *graph->mutable_input()) {
+    if (initializer_names.count(input.name())) continue;
+    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape()) {
+      return Status::InvalidArgument("graph input '" + input.name() + "' has no shape");
+    }
+    auto* dims = input.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim();
+    for (int i = 0; i < dims->size(); ++i) {
+      auto* d = dims->Mutable(i);
+      if (d->has_dim_value()) continue;
+      data_inputs.insert(input.name());
+      std::string param = d->has_dim_param() ? d->dim_param() : "";
+      auto given = options.dims.find(param);
+      if (given != options.dims.end()) {
+        d->set_dim_value(given->second);
+      } else if (i == 0) {
+        d->set_dim_value(options.batch);
+      } else {
+        return Status::InvalidArgument(
+            "graph input '" + input.name() + "' has symbolic dimension " + std::to_string(i) +
+            (param.empty() ? "" : " ('" + param + "')") + "; give its size with --dim " +
+            (param.empty() ? "NAME" : param) + "=N");
+      }
+    }
+  }
+  // Graphs exported without weights: with no symbolic input, the first input is the data.
+  if (data_inputs.empty()) {
+    for (const auto& input : graph->input()) {
+      if (!initializer_names.count(input.name())) {
+        data_inputs.insert(input.name());
+        break;
+      }
+    }
+  }
+  for (const auto& node : graph->node()) {
+    if (node.op_type() == "Loop" || node.op_type() == "If" || node.op_type() == "Scan") {
+      return Status::Unimplemented("node '" + node.name() + "': control-flow op " +
+                                   node.op_type() + " is not supported (export a flat graph)");
+    }
+  }
+  try {
+    onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/1,
+                                     /*enable_data_propagation=*/true};
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), opts);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(path + ": ONNX shape inference failed: " + e.what());
+  }
+
+  std::unordered_map<std::string, Value> values;
+  for (const auto& vi : graph->input()) values[vi.name()] = FromType(vi.type());
+  for (const auto& vi : graph->value_info()) values[vi.name()] = FromType(vi.type());
+  for (const auto& vi : graph->output()) values[vi.name()] = FromType(vi.type());
+  for (const auto& init : graph->initializer()) {
+    Value v;
+    v.elem_type = init.data_type();
+    v.known = true;
+    v.shape.assign(init.dims().begin(), init.dims().end());
+    values[init.name()] = v;
+  }
+
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name(graph->name().empty() ? std::filesystem::path(path).stem().string() : graph->name());
+  s.set_source("onnx:" + path);
+  s.set_repeats(options.repeats);
+  std::unordered_map<std::string, std::uint32_t> tensor_of;
+  std::set<std::string> outputs;
+  for (const auto& o : graph->output()) outputs.insert(o.name());
+
+  auto add_tensor = [&](const std::string& name, int def, schedule::TensorKind kind,
+                        const std::string& where) -> Result<std::uint32_t> {
+    auto it = values.find(name);
+    if (it == values.end() || !it->second.known) {
+      return Status::InvalidArgument(
+          "cannot size value '" + name + "' (" + where +
+          "): shape inference left its shape unknown; give symbolic input dimensions with "
+          "--batch or --dim NAME=N");
+    }
+    std::uint64_t elem = ElementBytes(it->second.elem_type);
+    if (elem == 0) {
+      return Status::Unimplemented("value '" + name + "' (" + where + ") has element type " +
+                                   TypeName(it->second.elem_type) + ", which has no fixed size");
+    }
+    auto* t = s.add_tensors();
+    auto id = static_cast<std::uint32_t>(s.tensors_size() - 1);
+    t->set_id(id);
+    t->set_name(name);
+    t->set_size_bytes(Elements(it->second.shape) * elem);
+    t->set_dtype(TypeName(it->second.elem_type));
+    for (auto d : it->second.shape) t->add_shape(d);
+    t->set_kind(kind);
+    t->set_def_step(def);
+    tensor_of[name] = id;
+    return id;
+  };
+
+  // Weights and inputs exist before the first step.
+  for (const auto& init : graph->initializer()) {
+    auto r = add_tensor(init.name(), -1, schedule::WEIGHT, "initializer");
+    if (!r.ok()) return r.status();
+  }
+  for (const auto& input : graph->input()) {
+    if (tensor_of.count(input.name())) continue;
+    auto kind = data_inputs.count(input.name()) ? schedule::INPUT : schedule::WEIGHT;
+    auto r = add_tensor(input.name(), -1, kind, "graph input");
+    if (!r.ok()) return r.status();
+  }
+  for (int i = 0; i < graph->node_size(); ++i) {
+    const auto& node = graph->node(i);
+    std::string where = "node " + std::to_string(i) + " '" + node.name() + "', op " + node.op_type();
+    auto* step = s.add_steps();
+    step->set_name(node.name().empty() ? node.op_type() + "_" + std::to_string(i) : node.name());
+    step->set_op_type(node.op_type());
+    std::vector<const Value*> in, out;
+    std::uint64_t bytes = 0;
+    std::set<std::uint32_t> used;
+    for (const auto& name : node.input()) {
+      if (name.empty()) {
+        in.push_back(nullptr);
+        continue;
+      }
+      auto it = tensor_of.find(name);
+      if (it == tensor_of.end()) {
+        return Status::InvalidArgument(where + " reads '" + name +
+                                       "', which nothing before it defines (graph not in order?)");
+      }
+      in.push_back(&values[name]);
+      if (used.insert(it->second).second) {
+        s.mutable_tensors(static_cast<int>(it->second))->add_use_steps(static_cast<std::uint32_t>(i));
+        bytes += s.tensors(static_cast<int>(it->second)).size_bytes();
+      }
+    }
+    for (const auto& name : node.output()) {
+      if (name.empty()) continue;
+      auto r = add_tensor(name, i, outputs.count(name) ? schedule::OUTPUT : schedule::ACTIVATION, where);
+      if (!r.ok()) return r.status();
+      out.push_back(&values[name]);
+      bytes += s.tensors(static_cast<int>(*r)).size_bytes();
+    }
+    step->set_bytes_touched(bytes);
+    step->set_flops(Flops(node, in, out));
+  }
+  TIERPOOL_RETURN_IF_ERROR(prefetch::Validate(s));
+  return s;
+}
+
+}  // namespace tierpool::hooks

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "common/units.h"
@@ -145,7 +146,10 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     // 1. What must be resident from this step on: windows opening, tensors defined.
     std::vector<std::uint32_t> loads;
     for (auto t : windows_at[static_cast<std::size_t>(g)]) {
-      if (!ts[t].resident) loads.push_back(t);
+      // A deferred load can be listed twice for one step; it loads once.
+      if (!ts[t].resident && std::find(loads.begin(), loads.end(), t) == loads.end()) {
+        loads.push_back(t);
+      }
     }
     std::uint64_t adding = 0;
     for (auto t : loads) adding += size_of(t);
@@ -166,10 +170,50 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
           windows_at[static_cast<std::size_t>(g + 1)].push_back(t);
           continue;
         }
-        return Status::FailedPrecondition(
-            "hbm budget " + FormatBytes(config.hbm_budget) + " is below what step " +
-            std::to_string(g % n) + " (" + s.steps(static_cast<int>(g % n)).name() +
-            ") needs at once: " + FormatBytes(occupancy + adding));
+        // Last resort: a resident tensor already in its prefetch window but not used by this
+        // step goes out and comes back later (its window reopens next step; it may stall).
+        std::uint32_t late = static_cast<std::uint32_t>(nt);
+        std::int64_t late_use = g;
+        for (const auto& [k, t] : by_next) {
+          const auto& st = ts[t];
+          if (st.next < st.occ.size() && st.occ[st.next].step > late_use) {
+            late_use = st.occ[st.next].step;
+            late = t;
+          }
+        }
+        if (late < nt) {
+          auto& ls = ts[late];
+          bool prefetched_unused = ls.resident_since > ls.last_touch && !ls.dirty;
+          if (prefetched_unused) {
+            // It came in for this use and has not been used: take the prefetch back instead.
+            for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
+              if (it->tensor == late && it->kind == schedule::PREFETCH &&
+                  it->at == ls.resident_since) {
+                pending.erase(std::next(it).base());
+                break;
+              }
+            }
+            by_next.erase({key(late), late});
+            ls.resident = false;
+            occupancy -= size_of(late);
+          } else {
+            std::int64_t after = std::max<std::int64_t>(ls.last_touch, ls.resident_since);
+            if (after < 0) after = g - 1;
+            if (after >= 0) {
+              pending.push_back(
+                  {ls.dirty ? schedule::OFFLOAD : schedule::FREE, late, after, after});
+            }
+            ls.dirty = false;
+            drop(late, after);
+          }
+          ls.occ[ls.next].window = g + 1;
+          windows_at[static_cast<std::size_t>(g + 1)].push_back(late);
+          continue;
+        }
+        return Status::FailedPrecondition("hbm budget " + FormatBytes(config.hbm_budget) +
+                                          " is below what step " + std::to_string(g % n) + " (" +
+                                          s.steps(static_cast<int>(g % n)).name() +
+                                          ") needs at once: " + FormatBytes(occupancy + adding));
       }
       // Among the farthest-needed few, prefer one that is free to drop (clean) or whose copy-out
       // finishes within its idle gap; else the farthest.
@@ -179,10 +223,11 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
            ++it, ++looked) {
         const auto& c = ts[it->second];
         std::int64_t after = std::max<std::int64_t>(c.last_touch, c.resident_since);
-        double idle = after < 0 ? 0 : start[static_cast<std::size_t>(g)] -
-                                          start[static_cast<std::size_t>(after + 1)];
-        double out_us = d.link_latency_us + static_cast<double>(size_of(it->second)) /
-                                                (d.d2h_gbps * 1e3);
+        double idle = after < 0 ? 0
+                                : start[static_cast<std::size_t>(g)] -
+                                      start[static_cast<std::size_t>(after + 1)];
+        double out_us =
+            d.link_latency_us + static_cast<double>(size_of(it->second)) / (d.d2h_gbps * 1e3);
         if (!c.dirty || idle >= out_us) {
           victim = it->second;
           break;

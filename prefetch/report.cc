@@ -159,7 +159,7 @@ std::string MemorySvg(const ReplayReport& r, const std::string& title) {
 }
 
 Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                          double max_overhead, double step, double lowest) {
+                          double max_overhead, double step, double lowest, double prefetch_margin) {
   if (!(step > 0 && step < 1) || !(lowest > 0 && lowest <= 1)) {
     return Status::InvalidArgument("sweep step and lowest fraction must be in (0, 1)");
   }
@@ -174,7 +174,7 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
     row.fraction = f;
     row.budget = static_cast<std::uint64_t>(static_cast<double>(out.none.peak_hbm) * f);
     auto t0 = std::chrono::steady_clock::now();
-    auto plan = BuildPlan(s, lt, d, {.hbm_budget = row.budget});
+    auto plan = BuildPlan(s, lt, d, {.hbm_budget = row.budget, .prefetch_margin = prefetch_margin});
     out.planning_ms_max = std::max(
         out.planning_ms_max,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

@@ -36,7 +36,8 @@ struct SweepResult {
 
 // Tries budgets from 100% of the no-offload peak down in `step` fractions to `lowest`.
 Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                          double max_overhead, double step = 0.05, double lowest = 0.2);
+                          double max_overhead, double step = 0.05, double lowest = 0.2,
+                          double prefetch_margin = PlannerConfig{}.prefetch_margin);
 std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProfile& d);
 std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfile& d);
 

@@ -357,6 +357,19 @@ class Simulation {
     switch (a.kind()) {
       case schedule::PREFETCH:
         if (!Alive(t, "prefetch", step)) return;
+        if (where_[t] == Where::kOut) {
+          // Still being copied out, so its bytes are still in hbm: keep them, drop the copy.
+          auto& link = links_[1];
+          for (std::size_t i = 0; i < link.size(); ++i) {
+            if (link[i].tensor == t) {
+              link.erase(link.begin() + static_cast<long>(i));
+              break;
+            }
+          }
+          where_[t] = Where::kHbm;
+          dirty_[t] = true;  // the host copy never completed
+          return;
+        }
         if (where_[t] == Where::kHost) {
           MakeRoom(size(t), {});
           where_[t] = Where::kIn;
@@ -368,6 +381,9 @@ class Simulation {
       case schedule::OFFLOAD:
       case schedule::FREE:
         if (!Alive(t, a.kind() == schedule::FREE ? "free" : "offload", step)) return;
+        if (where_[t] == Where::kIn) {
+          WaitUntil([&] { return where_[t] != Where::kIn; });  // transfers run in order
+        }
         if (where_[t] != Where::kHbm) return;  // already out: nothing to do
         if (dirty_[t]) {
           if (a.kind() == schedule::FREE) {

@@ -3,8 +3,8 @@
 //   schedule from-torch --model MODULE:CALLABLE --input SHAPE [...] [--optimizer adam] -o OUT.pb
 //   schedule show SCHEDULE
 //   plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json]
-//   replay SCHEDULE --device NAME --hbm BUDGET --policy P [--json R.json] [--trace T.json] [--svg M.svg]
-//   replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
+//   replay SCHEDULE --device NAME --hbm BUDGET --policy P [--json R.json] [--trace T.json] [--svg
+//   M.svg] replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
@@ -92,7 +92,8 @@ std::string Summary(const Schedule& s) {
 }
 
 Status Emit(const Schedule& s, const std::string& out, const std::string& json) {
-  if (out.empty() && json.empty()) return Status::InvalidArgument("give -o OUT.pb and/or --json OUT.json");
+  if (out.empty() && json.empty())
+    return Status::InvalidArgument("give -o OUT.pb and/or --json OUT.json");
   if (!out.empty()) TIERPOOL_RETURN_IF_ERROR(SaveSchedule(s, out));
   if (!json.empty()) TIERPOOL_RETURN_IF_ERROR(SaveScheduleJson(s, json));
   std::cout << Summary(s);
@@ -109,11 +110,12 @@ std::string HookPath() {
 int main(int argc, char** argv) {
   LogToStderr();
   std::vector<std::string> args;
-  std::string out, json, device = "h100", hbm, policy = "planned", trace, svg, model, optimizer = "adam",
-                        python = "/usr/bin/python3", hook, dtype = "float32";
+  std::string out, json, device = "h100", hbm, policy = "planned", trace, svg, model,
+                         optimizer = "adam", python = "/usr/bin/python3", hook, dtype = "float32";
   std::vector<std::string> dims, data_inputs, inputs;
   std::int64_t batch = 1;
-  double max_overhead = 0.01, sweep_step = 0.05, sweep_lowest = 0.2;
+  double max_overhead = 0.01, sweep_step = 0.05, sweep_lowest = 0.2,
+         margin = PlannerConfig{}.prefetch_margin;
   bool no_repeat = false, sweep = false;
   po::options_description opts("options");
   // clang-format off
@@ -140,6 +142,8 @@ int main(int argc, char** argv) {
     ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead")
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
+    ("prefetch-margin", po::value(&margin)->default_value(PlannerConfig{}.prefetch_margin),
+     "plan: prefetch windows cover this many times a transfer's estimated time")
     ("args", po::value(&args), "positional");
   // clang-format on
   po::positional_options_description pos;
@@ -183,12 +187,16 @@ int main(int argc, char** argv) {
   }
   if (cmd == "schedule" && args.size() >= 2 && args[1] == "from-torch") {
     if (model.empty() || inputs.empty()) {
-      return Fail(Status::InvalidArgument("from-torch needs --model MODULE:CALLABLE and --input SHAPE"));
+      return Fail(
+          Status::InvalidArgument("from-torch needs --model MODULE:CALLABLE and --input SHAPE"));
     }
     std::string tmp = std::filesystem::temp_directory_path() /
                       ("tierpool-torch-" + std::to_string(::getpid()) + ".json");
-    std::vector<std::string> cmdline = {python, hook.empty() ? HookPath() : hook, "--model", model,
-                                        "--optimizer", optimizer, "--dtype", dtype, "--out", tmp};
+    std::vector<std::string> cmdline = {python,        hook.empty() ? HookPath() : hook,
+                                        "--model",     model,
+                                        "--optimizer", optimizer,
+                                        "--dtype",     dtype,
+                                        "--out",       tmp};
     for (const auto& in : inputs) {
       cmdline.push_back("--input");
       cmdline.push_back(in);
@@ -225,7 +233,7 @@ int main(int argc, char** argv) {
     ApplyCostModel(*profile, &*s);
     Lifetimes lt(*s);
     if (cmd == "replay" && sweep) {
-      auto r = Sweep(*s, lt, *profile, max_overhead, sweep_step, sweep_lowest);
+      auto r = Sweep(*s, lt, *profile, max_overhead, sweep_step, sweep_lowest, margin);
       if (!r.ok()) return Fail(r.status());
       std::cout << SweepTable(*r, *s, *profile);
       if (!json.empty()) {
@@ -247,7 +255,7 @@ int main(int argc, char** argv) {
     auto p = ParsePolicy(policy);
     if (!p.ok()) return Fail(p.status());
     if (cmd == "plan" || *p == Policy::kPlanned) {
-      auto built = BuildPlan(*s, lt, *profile, {.hbm_budget = budget});
+      auto built = BuildPlan(*s, lt, *profile, {.hbm_budget = budget, .prefetch_margin = margin});
       if (!built.ok()) return Fail(built.status());
       plan = std::move(built).value();
     }
@@ -272,15 +280,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto r = Replay(*s, lt, *profile,
-                    {.policy = *p, .hbm_budget = budget, .plan = plan ? &*plan : nullptr,
+                    {.policy = *p,
+                     .hbm_budget = budget,
+                     .plan = plan ? &*plan : nullptr,
                      .record_timeline = !trace.empty() || !svg.empty()});
     if (!r.ok()) return Fail(r.status());
-    std::printf("%s, %s, budget %s: peak hbm %s, time %.3f ms (compute %.3f ms, stall %.3f ms, "
-                "lower bound %.3f ms), h2d %s, d2h %s, %llu actions\n",
-                s->name().c_str(), r->policy.c_str(), budget ? FormatBytes(budget).c_str() : "none",
-                FormatBytes(r->peak_hbm).c_str(), r->time_us / 1000, r->compute_us / 1000,
-                r->stall_us / 1000, r->stall_lower_bound_us / 1000, FormatBytes(r->h2d_bytes).c_str(),
-                FormatBytes(r->d2h_bytes).c_str(), static_cast<unsigned long long>(r->actions));
+    std::printf(
+        "%s, %s, budget %s: peak hbm %s, time %.3f ms (compute %.3f ms, stall %.3f ms, "
+        "lower bound %.3f ms), h2d %s, d2h %s, %llu actions\n",
+        s->name().c_str(), r->policy.c_str(), budget ? FormatBytes(budget).c_str() : "none",
+        FormatBytes(r->peak_hbm).c_str(), r->time_us / 1000, r->compute_us / 1000,
+        r->stall_us / 1000, r->stall_lower_bound_us / 1000, FormatBytes(r->h2d_bytes).c_str(),
+        FormatBytes(r->d2h_bytes).c_str(), static_cast<unsigned long long>(r->actions));
     for (const auto& prob : r->problems) std::printf("  problem: %s\n", prob.c_str());
     if (!json.empty()) {
       Status st = WriteFile(json, ReportJson(*r, *s));

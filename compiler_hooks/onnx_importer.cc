@@ -4,8 +4,11 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -21,20 +24,26 @@ std::uint64_t ElementBytes(int type) {
   switch (type) {
     case onnx::TensorProto::BOOL:
     case onnx::TensorProto::INT8:
-    case onnx::TensorProto::UINT8: return 1;
+    case onnx::TensorProto::UINT8:
+      return 1;
     case onnx::TensorProto::INT16:
     case onnx::TensorProto::UINT16:
     case onnx::TensorProto::FLOAT16:
-    case onnx::TensorProto::BFLOAT16: return 2;
+    case onnx::TensorProto::BFLOAT16:
+      return 2;
     case onnx::TensorProto::INT32:
     case onnx::TensorProto::UINT32:
-    case onnx::TensorProto::FLOAT: return 4;
+    case onnx::TensorProto::FLOAT:
+      return 4;
     case onnx::TensorProto::INT64:
     case onnx::TensorProto::UINT64:
     case onnx::TensorProto::DOUBLE:
-    case onnx::TensorProto::COMPLEX64: return 8;
-    case onnx::TensorProto::COMPLEX128: return 16;
-    default: return 0;
+    case onnx::TensorProto::COMPLEX64:
+      return 8;
+    case onnx::TensorProto::COMPLEX128:
+      return 16;
+    default:
+      return 0;
   }
 }
 
@@ -89,7 +98,8 @@ double Flops(const onnx::NodeProto& node, const std::vector<const Value*>& in,
     }
     return 2.0 * static_cast<double>(Elements(out[0]->shape)) * static_cast<double>(k);
   }
-  if ((op == "Conv" || op == "ConvTranspose") && in.size() >= 2 && in[1] && !out.empty() && out[0]) {
+  if ((op == "Conv" || op == "ConvTranspose") && in.size() >= 2 && in[1] && !out.empty() &&
+      out[0]) {
     // Each output element: C_in/group * kernel multiply-adds; W is [C_out, C_in/group, k...].
     auto w = in[1]->shape;
     if (w.size() < 3) return 0;
@@ -102,10 +112,169 @@ double Flops(const onnx::NodeProto& node, const std::vector<const Value*>& in,
       in[0]->shape.size() == 3) {
     // Q K^T and the weighted sum: 4 * batch * seq^2 * hidden.
     auto q = in[0]->shape;
-    return 4.0 * static_cast<double>(q[0]) * static_cast<double>(q[1]) *
-           static_cast<double>(q[1]) * static_cast<double>(q[2]);
+    return 4.0 * static_cast<double>(q[0]) * static_cast<double>(q[1]) * static_cast<double>(q[1]) *
+           static_cast<double>(q[2]);
   }
   return 0;  // memory-bound: timed by its bytes
+}
+
+// Small int64 tensors computed from shapes (Shape -> Gather -> Div -> Concat -> Slice ...).
+// ONNX's shape inference cannot always follow such arithmetic; folding it to constants lets it.
+struct IntConst {
+  std::vector<std::int64_t> v;
+  std::vector<std::int64_t> dims;  // empty: a scalar
+};
+
+std::optional<IntConst> ReadIntTensor(const onnx::TensorProto& t) {
+  if (t.data_type() != onnx::TensorProto::INT64 && t.data_type() != onnx::TensorProto::INT32) {
+    return std::nullopt;
+  }
+  IntConst c;
+  c.dims.assign(t.dims().begin(), t.dims().end());
+  std::uint64_t n = Elements(c.dims);
+  if (n > 64) return std::nullopt;
+  if (t.has_raw_data()) {
+    std::size_t width = t.data_type() == onnx::TensorProto::INT64 ? 8 : 4;
+    if (t.raw_data().size() != n * width) return std::nullopt;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (width == 8) {
+        std::int64_t x;
+        std::memcpy(&x, t.raw_data().data() + i * 8, 8);
+        c.v.push_back(x);
+      } else {
+        std::int32_t x;
+        std::memcpy(&x, t.raw_data().data() + i * 4, 4);
+        c.v.push_back(x);
+      }
+    }
+  } else if (t.data_type() == onnx::TensorProto::INT64) {
+    c.v.assign(t.int64_data().begin(), t.int64_data().end());
+  } else {
+    c.v.assign(t.int32_data().begin(), t.int32_data().end());
+  }
+  if (c.v.size() != n) return std::nullopt;
+  return c;
+}
+
+// One round: evaluates what it can and adds the results as initializers. Returns how many.
+int FoldShapeArithmetic(onnx::GraphProto* g, const std::unordered_map<std::string, Value>& shapes) {
+  std::unordered_map<std::string, IntConst> k;
+  std::set<std::string> have;
+  for (const auto& init : g->initializer()) {
+    have.insert(init.name());
+    if (auto c = ReadIntTensor(init)) k[init.name()] = *c;
+  }
+  auto attr_i = [](const onnx::NodeProto& n, const char* name, std::int64_t def) {
+    for (const auto& a : n.attribute()) {
+      if (a.name() == name) return a.i();
+    }
+    return def;
+  };
+  int added = 0;
+  for (const auto& n : g->node()) {
+    if (n.output_size() == 0 || n.output(0).empty() || k.count(n.output(0))) continue;
+    const std::string& op = n.op_type();
+    auto in = [&](int i) -> const IntConst* {
+      if (i >= n.input_size() || n.input(i).empty()) return nullptr;
+      auto it = k.find(n.input(i));
+      return it == k.end() ? nullptr : &it->second;
+    };
+    std::optional<IntConst> out;
+    if (op == "Constant") {
+      for (const auto& a : n.attribute()) {
+        if (a.name() == "value" && a.has_t()) out = ReadIntTensor(a.t());
+      }
+    } else if (op == "Shape" && n.input_size() == 1) {
+      auto it = shapes.find(n.input(0));
+      if (it != shapes.end() && it->second.known) {
+        IntConst c{it->second.shape, {static_cast<std::int64_t>(it->second.shape.size())}};
+        std::int64_t r = static_cast<std::int64_t>(c.v.size());
+        std::int64_t s = attr_i(n, "start", 0), e = attr_i(n, "end", r);
+        if (s < 0) s += r;
+        if (e < 0) e += r;
+        s = std::clamp<std::int64_t>(s, 0, r);
+        e = std::clamp<std::int64_t>(e, s, r);
+        c.v = std::vector<std::int64_t>(c.v.begin() + s, c.v.begin() + e);
+        c.dims = {e - s};
+        out = c;
+      }
+    } else if (op == "Gather" && in(0) && in(1) && in(0)->dims.size() == 1 &&
+               attr_i(n, "axis", 0) == 0) {
+      IntConst c{{}, in(1)->dims};
+      for (auto idx : in(1)->v) {
+        if (idx < 0) idx += static_cast<std::int64_t>(in(0)->v.size());
+        if (idx < 0 || idx >= static_cast<std::int64_t>(in(0)->v.size())) return added;
+        c.v.push_back(in(0)->v[static_cast<std::size_t>(idx)]);
+      }
+      out = c;
+    } else if ((op == "Unsqueeze" || op == "Squeeze" || op == "Cast" || op == "Identity") &&
+               in(0)) {
+      IntConst c = *in(0);
+      c.dims = op == "Squeeze" ? std::vector<std::int64_t>{}
+                               : std::vector<std::int64_t>{static_cast<std::int64_t>(c.v.size())};
+      if (op == "Cast" || op == "Identity" || (op == "Squeeze" && c.v.size() != 1))
+        c.dims = in(0)->dims;
+      out = c;
+    } else if (op == "Concat" && n.input_size() > 0) {
+      IntConst c;
+      bool ok = true;
+      for (int i = 0; i < n.input_size() && ok; ++i) {
+        ok = in(i) != nullptr;
+        if (ok) c.v.insert(c.v.end(), in(i)->v.begin(), in(i)->v.end());
+      }
+      c.dims = {static_cast<std::int64_t>(c.v.size())};
+      if (ok) out = c;
+    } else if (op == "Slice" && in(0) && in(1) && in(2) && in(0)->dims.size() == 1 &&
+               in(1)->v.size() == 1 && in(2)->v.size() == 1 &&
+               (!in(4) || in(4)->v == std::vector<std::int64_t>{1})) {
+      auto r = static_cast<std::int64_t>(in(0)->v.size());
+      std::int64_t s = in(1)->v[0], e = in(2)->v[0];
+      if (s < 0) s += r;
+      if (e < 0) e += r;
+      s = std::clamp<std::int64_t>(s, 0, r);
+      e = std::clamp<std::int64_t>(e, s, r);
+      out =
+          IntConst{std::vector<std::int64_t>(in(0)->v.begin() + s, in(0)->v.begin() + e), {e - s}};
+    } else if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && in(0) && in(1)) {
+      const IntConst &a = *in(0), &b = *in(1);
+      std::size_t len = std::max(a.v.size(), b.v.size());
+      if ((a.v.size() == len || a.v.size() == 1) && (b.v.size() == len || b.v.size() == 1)) {
+        IntConst c{{}, a.v.size() >= b.v.size() ? a.dims : b.dims};
+        for (std::size_t i = 0; i < len; ++i) {
+          std::int64_t x = a.v[a.v.size() == 1 ? 0 : i], y = b.v[b.v.size() == 1 ? 0 : i];
+          if (op == "Div" && y == 0) return added;
+          c.v.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+        }
+        out = c;
+      }
+    }
+    if (!out) continue;
+    k[n.output(0)] = *out;
+    if (op == "Constant" || have.count(n.output(0))) continue;
+    auto* init = g->add_initializer();
+    init->set_name(n.output(0));
+    init->set_data_type(onnx::TensorProto::INT64);
+    for (auto d : out->dims) init->add_dims(d);
+    for (auto x : out->v) init->add_int64_data(x);
+    have.insert(n.output(0));
+    ++added;
+  }
+  return added;
+}
+
+std::unordered_map<std::string, Value> CollectShapes(const onnx::GraphProto& g) {
+  std::unordered_map<std::string, Value> values;
+  for (const auto& vi : g.input()) values[vi.name()] = FromType(vi.type());
+  for (const auto& vi : g.value_info()) values[vi.name()] = FromType(vi.type());
+  for (const auto& vi : g.output()) values[vi.name()] = FromType(vi.type());
+  for (const auto& init : g.initializer()) {
+    Value v;
+    v.elem_type = init.data_type();
+    v.known = true;
+    v.shape.assign(init.dims().begin(), init.dims().end());
+    values[init.name()] = v;
+  }
+  return values;
 }
 
 }  // namespace
@@ -119,7 +288,8 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
   onnx::ModelProto model;
   {
     std::ifstream in(path, std::ios::binary);
-    if (!model.ParseFromIstream(&in)) return Status::InvalidArgument(path + " is not an ONNX model");
+    if (!model.ParseFromIstream(&in))
+      return Status::InvalidArgument(path + " is not an ONNX model");
   }
   if (!model.has_graph() || model.graph().node_size() == 0) {
     return Status::InvalidArgument(path + ": the ONNX graph has no nodes");
@@ -165,29 +335,32 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
   }
   for (const auto& node : graph->node()) {
     if (node.op_type() == "Loop" || node.op_type() == "If" || node.op_type() == "Scan") {
-      return Status::Unimplemented("node '" + node.name() + "': control-flow op " +
-                                   node.op_type() + " is not supported (export a flat graph)");
+      return Status::Unimplemented("node '" + node.name() + "': control-flow op " + node.op_type() +
+                                   " is not supported (export a flat graph)");
     }
   }
-  try {
-    onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/1,
-                                     /*enable_data_propagation=*/true};
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), opts);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(path + ": ONNX shape inference failed: " + e.what());
-  }
-
+  // Shape inference, then folding of shape arithmetic it could not follow, until nothing new.
+  std::set<std::string> folded;
   std::unordered_map<std::string, Value> values;
-  for (const auto& vi : graph->input()) values[vi.name()] = FromType(vi.type());
-  for (const auto& vi : graph->value_info()) values[vi.name()] = FromType(vi.type());
-  for (const auto& vi : graph->output()) values[vi.name()] = FromType(vi.type());
-  for (const auto& init : graph->initializer()) {
-    Value v;
-    v.elem_type = init.data_type();
-    v.known = true;
-    v.shape.assign(init.dims().begin(), init.dims().end());
-    values[init.name()] = v;
+  for (int round = 0; round < 8; ++round) {
+    try {
+      onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/1,
+                                       /*enable_data_propagation=*/true};
+      std::unordered_map<std::string, onnx::TensorShapeProto> shape_data;
+      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), opts,
+                                         &shape_data);
+    } catch (const std::exception& e) {
+      return Status::InvalidArgument(path + ": ONNX shape inference failed: " + e.what());
+    }
+    values = CollectShapes(*graph);
+    int before = graph->initializer_size();
+    if (FoldShapeArithmetic(graph, values) == 0) break;
+    for (int i = before; i < graph->initializer_size(); ++i)
+      folded.insert(graph->initializer(i).name());
   }
+  // The folded values are ours, not the model's: they are not weights.
+  for (const auto& name : folded) values.erase(name);
+  values = CollectShapes(*graph);
 
   Schedule s;
   s.set_format_version(1);
@@ -227,6 +400,11 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
 
   // Weights and inputs exist before the first step.
   for (const auto& init : graph->initializer()) {
+    if (folded.count(init.name())) {
+      auto r = add_tensor(init.name(), -1, schedule::OTHER, "folded shape value");
+      if (!r.ok()) return r.status();
+      continue;
+    }
     auto r = add_tensor(init.name(), -1, schedule::WEIGHT, "initializer");
     if (!r.ok()) return r.status();
   }
@@ -238,7 +416,8 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
   }
   for (int i = 0; i < graph->node_size(); ++i) {
     const auto& node = graph->node(i);
-    std::string where = "node " + std::to_string(i) + " '" + node.name() + "', op " + node.op_type();
+    std::string where =
+        "node " + std::to_string(i) + " '" + node.name() + "', op " + node.op_type();
     auto* step = s.add_steps();
     step->set_name(node.name().empty() ? node.op_type() + "_" + std::to_string(i) : node.name());
     step->set_op_type(node.op_type());
@@ -257,13 +436,15 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
       }
       in.push_back(&values[name]);
       if (used.insert(it->second).second) {
-        s.mutable_tensors(static_cast<int>(it->second))->add_use_steps(static_cast<std::uint32_t>(i));
+        s.mutable_tensors(static_cast<int>(it->second))
+            ->add_use_steps(static_cast<std::uint32_t>(i));
         bytes += s.tensors(static_cast<int>(it->second)).size_bytes();
       }
     }
     for (const auto& name : node.output()) {
       if (name.empty()) continue;
-      auto r = add_tensor(name, i, outputs.count(name) ? schedule::OUTPUT : schedule::ACTIVATION, where);
+      auto r =
+          add_tensor(name, i, outputs.count(name) ? schedule::OUTPUT : schedule::ACTIVATION, where);
       if (!r.ok()) return r.status();
       out.push_back(&values[name]);
       bytes += s.tensors(static_cast<int>(*r)).size_bytes();

@@ -7,6 +7,8 @@ PACKAGES=(
   liburing-dev libnuma-dev libboost-dev libboost-program-options-dev
   libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libonnx-dev fio
+  python3 python3-torch python3-torchvision
 )
 
 missing=()

@@ -1,0 +1,138 @@
+// The ONNX importer on real graphs exported by python3-torch at test time.
+#include "compiler_hooks/onnx_importer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "prefetch/device_profile.h"
+
+namespace tierpool::hooks {
+namespace {
+
+std::string Dir() { return ::testing::TempDir() + "/onnx-" + std::to_string(::getpid()); }
+
+// Exports a model with torch.onnx.export and prints its parameter count; empty if python3-torch
+// is missing (the test is then skipped).
+std::int64_t Export(const std::string& model_expr, const std::string& input_expr,
+                    const std::string& file, const std::string& extra = "") {
+  std::string script = Dir() + "/export.py";
+  std::ofstream(script) << "import sys, torch\n"
+                           "torch.manual_seed(0)\n"
+                           "m = "
+                        << model_expr << "\n"
+                        << "m.eval()\n"
+                           // Distinct values everywhere: the exporter shares equal initializers.
+                           "for p in m.parameters(): p.data.normal_()\n"
+                           "x = "
+                        << input_expr << "\n"
+                        << "torch.onnx.export(m, x, sys.argv[1], input_names=['x'], "
+                           "opset_version=13"
+                        << extra << ")\n"
+                        << "print(sum(p.numel() for p in m.parameters()))\n";
+  std::string cmd = "/usr/bin/python3 " + script + " " + file + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[64] = {0};
+  std::size_t n = p ? std::fread(buf, 1, sizeof(buf) - 1, p) : 0;
+  int rc = p ? ::pclose(p) : -1;
+  if (rc != 0 || n == 0) return -1;
+  return std::atoll(buf);
+}
+
+class OnnxImporter : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::system(("mkdir -p " + Dir()).c_str());
+    if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
+      GTEST_SKIP() << "python3-torch is not installed";
+    }
+  }
+};
+
+std::uint64_t WeightBytes(const prefetch::Schedule& s) {
+  std::uint64_t b = 0;
+  for (const auto& t : s.tensors()) {
+    if (t.kind() == schedule::WEIGHT) b += t.size_bytes();
+  }
+  return b;
+}
+
+TEST_F(OnnxImporter, SizesEveryWeightOfATransformer) {
+  std::string file = Dir() + "/encoder.onnx";
+  // Static shapes: the attention block's shape arithmetic is folded away at export.
+  auto params = Export(
+      // Independently initialised layers: the exporter shares identical initializers, which
+      // nn.TransformerEncoder's deep-copied layers would be.
+      "torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True) "
+      "for _ in range(2)])",
+      "torch.randn(8, 16, 64)", file);
+  ASSERT_GT(params, 0) << "export failed";
+  OnnxImportOptions o;
+  auto s = ImportOnnx(file, o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(WeightBytes(*s), static_cast<std::uint64_t>(params) * 4);
+  EXPECT_TRUE(s->repeats());
+  // The batch reached every activation: the input is 8 x 16 x 64 floats.
+  bool saw_input = false;
+  double flops = 0;
+  for (const auto& t : s->tensors()) {
+    if (t.kind() == schedule::INPUT) {
+      saw_input = true;
+      EXPECT_EQ(t.size_bytes(), 8u * 16 * 64 * 4);
+    }
+  }
+  for (const auto& st : s->steps()) flops += st.flops();
+  EXPECT_TRUE(saw_input);
+  EXPECT_GT(flops, 0);  // MatMul / Gemm FLOPs were counted
+  auto d = prefetch::BuiltinProfile("h100");
+  prefetch::ApplyCostModel(*d, &*s);
+  for (const auto& st : s->steps()) EXPECT_GT(st.compute_us(), 0);
+}
+
+TEST_F(OnnxImporter, GraphExportedWithoutWeightsTakesThemAsInputs) {
+  std::string file = Dir() + "/mlp_noweights.onnx";
+  // Weights exported as graph inputs instead of initializers.
+  auto params = Export(
+      "torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))",
+      "torch.randn(4, 32)", file, ", export_params=False");
+  ASSERT_GT(params, 0);
+  auto s = ImportOnnx(file, {});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(WeightBytes(*s), static_cast<std::uint64_t>(params) * 4);
+}
+
+TEST_F(OnnxImporter, ConvolutionFlopsAreCounted) {
+  std::string file = Dir() + "/conv.onnx";
+  auto params = Export("torch.nn.Conv2d(3, 8, 3, padding=1)", "torch.randn(1, 3, 16, 16)", file);
+  ASSERT_GT(params, 0);
+  auto s = ImportOnnx(file, {});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->steps_size(), 1);
+  // 8 x 16 x 16 outputs, each 3 x 3 x 3 multiply-adds.
+  EXPECT_DOUBLE_EQ(s->steps(0).flops(), 2.0 * 8 * 16 * 16 * 27);
+}
+
+TEST_F(OnnxImporter, BadInputsGetClearErrors) {
+  EXPECT_EQ(ImportOnnx(Dir() + "/missing.onnx", {}).status().code(), StatusCode::kNotFound);
+  std::string junk = Dir() + "/junk.onnx";
+  std::ofstream(junk) << "this is not a protobuf \xff\xff\xff";
+  auto r = ImportOnnx(junk, {});
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ONNX"), std::string::npos) << r.status().ToString();
+  // A second symbolic dimension nobody gave a value for.
+  std::string file = Dir() + "/seq.onnx";
+  auto params = Export("torch.nn.Linear(8, 8)", "torch.randn(2, 5, 8)", file,
+                       ", dynamic_axes={'x': {0: 'batch', 1: 'seq'}}");
+  ASSERT_GT(params, 0);
+  auto s = ImportOnnx(file, {});
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--dim seq=N"), std::string::npos) << s.status().ToString();
+  OnnxImportOptions o;
+  o.dims["seq"] = 5;
+  EXPECT_TRUE(ImportOnnx(file, o).ok());
+}
+
+}  // namespace
+}  // namespace tierpool::hooks

@@ -38,9 +38,16 @@ struct TensorState {
 
 }  // namespace
 
-Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                                 const PlannerConfig& config) {
-  TIERPOOL_RETURN_IF_ERROR(config.validate());
+// Earlier window starts for some uses, keyed by (tensor, global use step).
+using WindowOverrides = std::map<std::pair<std::uint32_t, std::int64_t>, std::int64_t>;
+struct Reload {
+  std::uint32_t tensor;
+  std::int64_t use;
+};
+
+Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                const PlannerConfig& config, const WindowOverrides& overrides,
+                                std::vector<Reload>* reloads) {
   const std::int64_t n = lt.steps();
   // A repeating schedule is planned over five iterations and the middle one is kept: the cold
   // start is two iterations behind it, and every decision that takes effect in it (evictions are
@@ -66,6 +73,33 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     return std::max<std::int64_t>({w, prev + 1, 0});
   };
 
+  // Optimizer states are read in a burst of short update steps: if each got a window sized for
+  // its own transfer, all would start together and arrive late. Their windows are instead laid
+  // out on one link, back to back, as late as possible, walking back from the last update.
+  std::map<std::pair<std::uint32_t, std::int64_t>, std::int64_t> burst_window;
+  {
+    std::vector<std::pair<std::int64_t, std::uint32_t>> uses;  // (global use, tensor)
+    for (std::size_t t = 0; t < nt; ++t) {
+      if (s.tensors(static_cast<int>(t)).kind() != schedule::OPTIMIZER_STATE) continue;
+      for (int k = 0; k < iterations; ++k) {
+        for (auto u : lt.uses(static_cast<std::uint32_t>(t))) {
+          uses.emplace_back(static_cast<std::int64_t>(k) * n + u, static_cast<std::uint32_t>(t));
+        }
+      }
+    }
+    std::sort(uses.rbegin(), uses.rend());
+    double link_free = std::numeric_limits<double>::infinity();
+    for (auto [use, t] : uses) {
+      double xfer =
+          d.link_latency_us +
+          static_cast<double>(s.tensors(static_cast<int>(t)).size_bytes()) / (d.h2d_gbps * 1e3);
+      double end = std::min(start[static_cast<std::size_t>(use)], link_free);
+      link_free = end - xfer;
+      auto it = std::upper_bound(start.begin(), start.begin() + use + 1, link_free);
+      burst_window[{t, use}] = std::max<std::int64_t>(0, (it - start.begin()) - 1);
+    }
+  }
+
   std::vector<TensorState> ts(nt);
   std::vector<std::vector<std::uint32_t>> windows_at(static_cast<std::size_t>(total));
   std::vector<std::vector<std::uint32_t>> defs_at(static_cast<std::size_t>(total));
@@ -86,6 +120,13 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
       for (auto u : lt.uses(static_cast<std::uint32_t>(t))) {
         std::int64_t g = base + u;
         std::int64_t w = window_for(tensor.size_bytes(), g, prev);
+        if (auto b = burst_window.find({static_cast<std::uint32_t>(t), g});
+            b != burst_window.end()) {
+          w = std::max<std::int64_t>(std::min(w, b->second), prev + 1);
+        }
+        if (auto o = overrides.find({static_cast<std::uint32_t>(t), g}); o != overrides.end()) {
+          w = std::max<std::int64_t>(std::min(w, o->second), prev + 1);
+        }
         st.occ.push_back({w, g});
         prev = g;
       }
@@ -215,22 +256,30 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
                                           s.steps(static_cast<int>(g % n)).name() +
                                           ") needs at once: " + FormatBytes(occupancy + adding));
       }
-      // Among the farthest-needed few, prefer one that is free to drop (clean) or whose copy-out
-      // finishes within its idle gap; else the farthest.
+      // Among the farthest-needed candidates, the one freeing the most bytes for the longest
+      // (size x time until its window: GreedyDual-Size's rule), preferring one that is free to
+      // drop (clean) or whose copy-out finishes within its idle gap. Many small transfers cost
+      // a link latency each and crowd the big ones.
       std::uint32_t victim = by_next.rbegin()->second;
+      double best = -1;
+      bool best_cheap = false;
       int looked = 0;
-      for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < 16;
+      const double now_start = start[static_cast<std::size_t>(g)];
+      for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < 64;
            ++it, ++looked) {
         const auto& c = ts[it->second];
         std::int64_t after = std::max<std::int64_t>(c.last_touch, c.resident_since);
-        double idle = after < 0 ? 0
-                                : start[static_cast<std::size_t>(g)] -
-                                      start[static_cast<std::size_t>(after + 1)];
+        double idle = after < 0 ? 0 : now_start - start[static_cast<std::size_t>(after + 1)];
         double out_us =
             d.link_latency_us + static_cast<double>(size_of(it->second)) / (d.d2h_gbps * 1e3);
-        if (!c.dirty || idle >= out_us) {
+        bool cheap = !c.dirty || idle >= out_us;
+        double until = it->first >= total ? start.back() - now_start + 1e6
+                                          : start[static_cast<std::size_t>(it->first)] - now_start;
+        double score = static_cast<double>(size_of(it->second)) * std::max(until, 1.0);
+        if ((cheap && !best_cheap) || (cheap == best_cheap && score > best)) {
+          best = score;
+          best_cheap = cheap;
           victim = it->second;
-          break;
         }
       }
       auto& vs = ts[victim];
@@ -245,6 +294,7 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     }
     for (auto t : loads) {
       pending.push_back({schedule::PREFETCH, t, g, ts[t].occ[ts[t].next].step});
+      reloads->push_back({t, ts[t].occ[ts[t].next].step});
       make_resident(t, g, false);
     }
     for (auto t : defs_at[static_cast<std::size_t>(g)]) make_resident(t, g, true);
@@ -293,6 +343,55 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
       }
     }
   }
+  // Make the plan periodic by construction: walk the kept iteration from its start state with
+  // its own actions. A persistent tensor that ends out of hbm but started in it starts out
+  // instead and comes in at its window before its first use; one that ends in but started out
+  // goes after its last use. Both only lower hbm use, so the budget still holds.
+  auto by_step = [](const schedule::Action& a, const schedule::Action& b) {
+    return a.step() != b.step() ? a.step() < b.step() : !a.after() && b.after();
+  };
+  std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), by_step);
+  if (s.repeats()) {
+    std::vector<char> in(nt, 0), at_start(nt, 0);
+    for (auto t : plan.resident_at_start()) in[t] = at_start[t] = 1;
+    for (const auto& a : plan.actions()) {
+      in[a.tensor()] = a.kind() == schedule::PREFETCH ? 1 : 0;  // actions are in step order
+    }
+    std::vector<std::uint32_t> keep_start;
+    for (std::uint32_t t = 0; t < nt; ++t) {
+      if (!lt.persistent(t) || lt.uses(t).empty()) {
+        if (at_start[t]) keep_start.push_back(t);
+        continue;
+      }
+      if (at_start[t] && !in[t]) {
+        std::uint32_t first = lt.uses(t).front();
+        const auto& o = ts[t].occ;
+        std::int64_t w = 0;
+        for (const auto& x : o) {
+          if (x.step == keep_from + first) w = std::max<std::int64_t>(x.window, keep_from);
+        }
+        auto* a = plan.add_actions();
+        a->set_kind(schedule::PREFETCH);
+        a->set_tensor(t);
+        a->set_step(static_cast<std::uint32_t>(w % n));
+        a->set_needed_by(first);
+      } else if (!at_start[t] && in[t]) {
+        auto* a = plan.add_actions();
+        a->set_kind(s.tensors(static_cast<int>(t)).update_steps_size() > 0 ? schedule::OFFLOAD
+                                                                           : schedule::FREE);
+        a->set_tensor(t);
+        a->set_step(lt.uses(t).back());
+        a->set_after(true);
+        if (at_start[t]) keep_start.push_back(t);
+      } else if (at_start[t]) {
+        keep_start.push_back(t);
+      }
+    }
+    plan.clear_resident_at_start();
+    for (auto t : keep_start) plan.add_resident_at_start(t);
+    std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), by_step);
+  }
+
   std::int64_t running = 0, peak = 0;
   for (std::int64_t g = 0; g < keep_to; ++g) {
     running += delta[static_cast<std::size_t>(g)];
@@ -300,6 +399,41 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   }
   plan.set_predicted_peak_bytes(static_cast<std::uint64_t>(peak));
   return plan;
+}
+
+Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                 const PlannerConfig& config) {
+  TIERPOOL_RETURN_IF_ERROR(config.validate());
+  // Pass 1 finds which uses need a reload, giving each prefetch a window as if it had the link
+  // to itself. The link is shared, though: where windows overlap, every transfer in them slows
+  // down and all arrive late. Pass 2 lays those reloads out on the link back to back, as late as
+  // possible, walking back from the last use, and plans again with windows no later than that.
+  std::vector<Reload> reloads;
+  auto first = PlanPass(s, lt, d, config, {}, &reloads);
+  if (!first.ok()) return first;
+  const std::int64_t n = lt.steps();
+  const std::int64_t total = n * (s.repeats() ? 5 : 1);
+  std::vector<double> start(static_cast<std::size_t>(total) + 1, 0.0);
+  for (std::int64_t g = 0; g < total; ++g) {
+    start[static_cast<std::size_t>(g + 1)] =
+        start[static_cast<std::size_t>(g)] + s.steps(static_cast<int>(g % n)).compute_us();
+  }
+  std::sort(reloads.begin(), reloads.end(),
+            [](const Reload& a, const Reload& b) { return a.use > b.use; });
+  WindowOverrides overrides;
+  double link_free = std::numeric_limits<double>::infinity();
+  for (const auto& r : reloads) {
+    double xfer = d.link_latency_us +
+                  static_cast<double>(s.tensors(static_cast<int>(r.tensor)).size_bytes()) /
+                      (d.h2d_gbps * 1e3);
+    link_free = std::min(start[static_cast<std::size_t>(r.use)], link_free) - xfer;
+    auto it = std::upper_bound(start.begin(), start.begin() + r.use + 1, link_free);
+    overrides[{r.tensor, r.use}] =
+        std::max<std::int64_t>(0, static_cast<std::int64_t>(it - start.begin()) - 1);
+  }
+  std::vector<Reload> unused;
+  auto second = PlanPass(s, lt, d, config, overrides, &unused);
+  return second.ok() ? second : first;
 }
 
 }  // namespace tierpool::prefetch

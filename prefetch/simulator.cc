@@ -44,6 +44,8 @@ class Simulation {
     budget_ = o.policy == Policy::kNone ? std::numeric_limits<std::uint64_t>::max() : o.hbm_budget;
     where_.assign(n_, Where::kHost);
     dirty_.assign(n_, false);
+    stays_.assign(n_, false);
+    updated_during_out_.assign(n_, false);
     alive_.assign(n_, false);
     last_access_.assign(n_, -1.0);
     rate_[0] = d.h2d_gbps * 1e3;  // bytes per microsecond
@@ -186,21 +188,21 @@ class Simulation {
 
   // Advances to completions until pred holds; the wait is stall. False if nothing can change.
   template <typename Pred>
-  bool WaitUntil(Pred pred) {
+  bool WaitUntil(Pred pred, const char* why = "stall") {
     double t0 = now_;
     while (!pred()) {
       double next = NextCompletion();
       if (next == std::numeric_limits<double>::infinity()) break;
       AdvanceTo(next);
     }
-    Stall(t0);
+    Stall(t0, why);
     return pred();
   }
-  void Stall(double t0) {
+  void Stall(double t0, const char* why) {
     if (now_ <= t0 || !measuring_) return;
     r_.stall_us += now_ - t0;
     if (o_.record_timeline)
-      r_.timeline.push_back({TimelineEvent::Kind::kStall, t0, now_ - t0, "stall"});
+      r_.timeline.push_back({TimelineEvent::Kind::kStall, t0, now_ - t0, why});
   }
 
   void StartTransfer(std::uint32_t t, bool h2d) {
@@ -221,6 +223,11 @@ class Simulation {
     if (link == 0) {
       where_[t] = Where::kHbm;
       dirty_[t] = false;
+    } else if (stays_[t]) {
+      // Copied out while wanted back in hbm: it stays, and is clean unless updated meanwhile.
+      stays_[t] = false;
+      dirty_[t] = updated_during_out_[t];
+      updated_during_out_[t] = false;
     } else {
       where_[t] = Where::kHost;
       dirty_[t] = false;
@@ -244,13 +251,13 @@ class Simulation {
           if (victim == n_ || last_access_[t] < last_access_[victim]) victim = t;
         }
         if (victim == n_) {
-          if (!WaitUntil([&] { return occupancy_ + bytes <= budget_; })) return;
+          if (!WaitUntil([&] { return occupancy_ + bytes <= budget_; }, "stall: room")) return;
           continue;
         }
         if (dirty_[victim]) {
           where_[victim] = Where::kOut;
           StartTransfer(victim, false);
-          WaitUntil([&] { return where_[victim] == Where::kHost; });
+          WaitUntil([&] { return where_[victim] == Where::kHost; }, "stall: evicting");
         } else {
           where_[victim] = Where::kHost;
           Release(victim);
@@ -259,7 +266,7 @@ class Simulation {
       }
       return;
     }
-    WaitUntil([&] { return occupancy_ + bytes <= budget_; });
+    WaitUntil([&] { return occupancy_ + bytes <= budget_; }, "stall: room (offloads in flight)");
   }
 
   void Fetch(std::uint32_t t, const std::vector<std::uint32_t>& keep) {
@@ -289,14 +296,14 @@ class Simulation {
     std::vector<std::uint32_t> needs = lt_.used_at(i);
     for (auto t : needs) {
       if (where_[t] == Where::kIn) {
-        WaitUntil([&] { return where_[t] != Where::kIn; });
+        WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: prefetch late");
       }
       if (where_[t] == Where::kOut) {
         if (o_.policy == Policy::kPlanned) {
           Problem(&r_.missing_at_use,
                   name(t) + " is being offloaded when step " + std::to_string(i) + " needs it");
         }
-        WaitUntil([&] { return where_[t] != Where::kOut; });
+        WaitUntil([&] { return where_[t] != Where::kOut; }, "stall: offload of a needed tensor");
       }
       if (where_[t] == Where::kHost) {
         if (o_.policy == Policy::kPlanned) {
@@ -305,7 +312,7 @@ class Simulation {
                                           ") needs it");
         }
         Fetch(t, needs);
-        WaitUntil([&] { return where_[t] == Where::kHbm; });
+        WaitUntil([&] { return where_[t] == Where::kHbm; }, "stall: fetch on demand");
       }
     }
     for (auto t : lt_.defined_at(i)) {
@@ -324,7 +331,10 @@ class Simulation {
     }
     AdvanceTo(now_ + c);
     for (auto t : needs) last_access_[t] = now_;
-    for (auto u : updates_at(i)) dirty_[u] = true;
+    for (auto u : updates_at(i)) {
+      dirty_[u] = true;
+      if (stays_[u]) updated_during_out_[u] = true;
+    }
     // Dead tensors go.
     for (auto t : needs) {
       if (lt_.persistent(t) || lt_.last_touch(t) != i || !alive_[t]) continue;
@@ -358,16 +368,10 @@ class Simulation {
       case schedule::PREFETCH:
         if (!Alive(t, "prefetch", step)) return;
         if (where_[t] == Where::kOut) {
-          // Still being copied out, so its bytes are still in hbm: keep them, drop the copy.
-          auto& link = links_[1];
-          for (std::size_t i = 0; i < link.size(); ++i) {
-            if (link[i].tensor == t) {
-              link.erase(link.begin() + static_cast<long>(i));
-              break;
-            }
-          }
+          // Still being copied out, so its bytes are still in hbm: keep them there, and let the
+          // copy finish (the host then holds a current copy too).
           where_[t] = Where::kHbm;
-          dirty_[t] = true;  // the host copy never completed
+          stays_[t] = true;
           return;
         }
         if (where_[t] == Where::kHost) {
@@ -382,7 +386,10 @@ class Simulation {
       case schedule::FREE:
         if (!Alive(t, a.kind() == schedule::FREE ? "free" : "offload", step)) return;
         if (where_[t] == Where::kIn) {
-          WaitUntil([&] { return where_[t] != Where::kIn; });  // transfers run in order
+          WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: transfer order");
+        }
+        if (stays_[t]) {  // its earlier copy-out is still running: transfers run in order
+          WaitUntil([&] { return !stays_[t]; }, "stall: transfer order");
         }
         if (where_[t] != Where::kHbm) return;  // already out: nothing to do
         if (dirty_[t]) {
@@ -413,6 +420,7 @@ class Simulation {
   std::uint64_t budget_;
   std::vector<Where> where_;
   std::vector<bool> dirty_, alive_;
+  std::vector<bool> stays_, updated_during_out_;  // copy-out under way for a tensor kept in hbm
   std::vector<double> last_access_;
   std::vector<Transfer> links_[2];
   double rate_[2];

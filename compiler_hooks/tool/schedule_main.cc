@@ -34,6 +34,7 @@ constexpr const char* kUsage = R"(usage:
                               [--optimizer adam|sgd|none] -o OUT.pb [--json OUT.json]
                               [--device NAME] [--python /usr/bin/python3]
   tierpool schedule show SCHEDULE
+  tierpool schedule convert SCHEDULE [-o OUT.pb] [--json OUT.json]
   tierpool plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json]
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
                               [--json REPORT.json] [--trace TRACE.json] [--svg MEM.svg]
@@ -218,6 +219,12 @@ int main(int argc, char** argv) {
     std::filesystem::remove(tmp);
     if (!s.ok()) return Fail(s.status());
     ApplyCostModel(*profile, &*s);
+    Status st = Emit(*s, out, json);
+    return st.ok() ? 0 : Fail(st);
+  }
+  if (cmd == "schedule" && args.size() == 3 && args[1] == "convert") {
+    auto s = LoadSchedule(args[2]);
+    if (!s.ok()) return Fail(s.status());
     Status st = Emit(*s, out, json);
     return st.ok() ? 0 : Fail(st);
   }

@@ -39,7 +39,12 @@ struct TensorState {
 }  // namespace
 
 // Earlier window starts for some uses, keyed by (tensor, global use step).
-using WindowOverrides = std::map<std::pair<std::uint32_t, std::int64_t>, std::int64_t>;
+// Window starts (and how far into that step the transfer should start), by (tensor, global use).
+struct WindowOverride {
+  std::int64_t step;
+  double delay_us;
+};
+using WindowOverrides = std::map<std::pair<std::uint32_t, std::int64_t>, WindowOverride>;
 struct Reload {
   std::uint32_t tensor;
   std::int64_t use;
@@ -125,7 +130,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           w = std::max<std::int64_t>(std::min(w, b->second), prev + 1);
         }
         if (auto o = overrides.find({static_cast<std::uint32_t>(t), g}); o != overrides.end()) {
-          w = std::max<std::int64_t>(std::min(w, o->second), prev + 1);
+          w = std::max<std::int64_t>(std::min(w, o->second.step), prev + 1);
         }
         st.occ.push_back({w, g});
         prev = g;
@@ -156,6 +161,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     std::uint32_t tensor;
     std::int64_t at;   // the step it is issued at (global)
     std::int64_t use;  // prefetch: the use it serves; else == at
+    double delay_us = 0;
   };
   std::vector<Pending> pending;
 
@@ -293,7 +299,12 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       drop(victim, after);
     }
     for (auto t : loads) {
-      pending.push_back({schedule::PREFETCH, t, g, ts[t].occ[ts[t].next].step});
+      std::int64_t use = ts[t].occ[ts[t].next].step;
+      double delay = 0;
+      if (auto o = overrides.find({t, use}); o != overrides.end() && o->second.step == g) {
+        delay = o->second.delay_us;  // issued where the link timeline put it, not at step start
+      }
+      pending.push_back({schedule::PREFETCH, t, g, use, delay});
       reloads->push_back({t, ts[t].occ[ts[t].next].step});
       make_resident(t, g, false);
     }
@@ -328,7 +339,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     a->set_tensor(pa.tensor);
     a->set_step(static_cast<std::uint32_t>(pa.at % n));
     a->set_after(pa.kind != schedule::PREFETCH);
-    if (pa.kind == schedule::PREFETCH) a->set_needed_by(static_cast<std::uint32_t>(pa.use % n));
+    if (pa.kind == schedule::PREFETCH) {
+      a->set_needed_by(static_cast<std::uint32_t>(pa.use % n));
+      if (pa.delay_us > 0) a->set_delay_us(pa.delay_us);
+    }
   }
 
   // Occupancy over the kept iteration, and what is resident when it starts.
@@ -418,22 +432,52 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     start[static_cast<std::size_t>(g + 1)] =
         start[static_cast<std::size_t>(g)] + s.steps(static_cast<int>(g % n)).compute_us();
   }
-  std::sort(reloads.begin(), reloads.end(),
-            [](const Reload& a, const Reload& b) { return a.use > b.use; });
-  WindowOverrides overrides;
-  double link_free = std::numeric_limits<double>::infinity();
-  for (const auto& r : reloads) {
-    double xfer = d.link_latency_us +
-                  static_cast<double>(s.tensors(static_cast<int>(r.tensor)).size_bytes()) /
-                      (d.h2d_gbps * 1e3);
-    link_free = std::min(start[static_cast<std::size_t>(r.use)], link_free) - xfer;
-    auto it = std::upper_bound(start.begin(), start.begin() + r.use + 1, link_free);
-    overrides[{r.tensor, r.use}] =
-        std::max<std::int64_t>(0, static_cast<std::int64_t>(it - start.begin()) - 1);
+  // Lays the reloads seen so far out on the link, back to back, as late as possible.
+  auto layout = [&](std::vector<Reload> all) {
+    std::sort(all.begin(), all.end(), [](const Reload& a, const Reload& b) {
+      return a.use != b.use ? a.use > b.use : a.tensor < b.tensor;
+    });
+    all.erase(std::unique(all.begin(), all.end(),
+                          [](const Reload& a, const Reload& b) {
+                            return a.use == b.use && a.tensor == b.tensor;
+                          }),
+              all.end());
+    WindowOverrides overrides;
+    double link_free = std::numeric_limits<double>::infinity();
+    for (const auto& r : all) {
+      double xfer = d.link_latency_us +
+                    static_cast<double>(s.tensors(static_cast<int>(r.tensor)).size_bytes()) /
+                        (d.h2d_gbps * 1e3);
+      link_free = std::min(start[static_cast<std::size_t>(r.use)], link_free) - xfer;
+      auto it = std::upper_bound(start.begin(), start.begin() + r.use + 1, link_free);
+      std::int64_t w = std::max<std::int64_t>(0, static_cast<std::int64_t>(it - start.begin()) - 1);
+      overrides[{r.tensor, r.use}] = {
+          w, std::max(0.0, link_free - start[static_cast<std::size_t>(w)])};
+    }
+    return overrides;
+  };
+  // Each pass may reload other tensors than the last: lay out the union and plan again, a few
+  // times. The last plan that fits is kept.
+  Result<schedule::Plan> best = std::move(first);
+  std::vector<Reload> all = reloads;
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<Reload> made;
+    auto next = PlanPass(s, lt, d, config, layout(all), &made);
+    if (!next.ok()) break;
+    best = std::move(next);
+    std::size_t before = all.size();
+    all.insert(all.end(), made.begin(), made.end());
+    std::sort(all.begin(), all.end(), [](const Reload& a, const Reload& b) {
+      return a.use != b.use ? a.use < b.use : a.tensor < b.tensor;
+    });
+    all.erase(std::unique(all.begin(), all.end(),
+                          [](const Reload& a, const Reload& b) {
+                            return a.use == b.use && a.tensor == b.tensor;
+                          }),
+              all.end());
+    if (all.size() == before) break;  // nothing new to lay out
   }
-  std::vector<Reload> unused;
-  auto second = PlanPass(s, lt, d, config, overrides, &unused);
-  return second.ok() ? second : first;
+  return best;
 }
 
 }  // namespace tierpool::prefetch

@@ -288,9 +288,19 @@ class Simulation {
   }
 
   void Step(std::uint32_t i) {
-    // Plan actions issued as the step starts.
+    // Plan actions issued as the step starts; prefetches with a delay wait for their moment
+    // during the step's compute.
+    std::vector<const schedule::Action*> delayed;
     if (o_.policy == Policy::kPlanned) {
-      for (const auto* a : actions_before_[i]) DoAction(*a, i);
+      for (const auto* a : actions_before_[i]) {
+        if (a->kind() == schedule::PREFETCH && a->delay_us() > 0) {
+          delayed.push_back(a);
+        } else {
+          DoAction(*a, i);
+        }
+      }
+      std::stable_sort(delayed.begin(), delayed.end(),
+                       [](const auto* a, const auto* b) { return a->delay_us() < b->delay_us(); });
     }
     // What the step touches must be in hbm.
     std::vector<std::uint32_t> needs = lt_.used_at(i);
@@ -329,7 +339,19 @@ class Simulation {
       r_.timeline.push_back(
           {TimelineEvent::Kind::kCompute, now_, c, s_.steps(static_cast<int>(i)).name()});
     }
-    AdvanceTo(now_ + c);
+    const double step_start = now_;
+    std::vector<const schedule::Action*> no_room;
+    for (const auto* a : delayed) {
+      AdvanceTo(std::min(step_start + a->delay_us(), step_start + c));
+      std::uint32_t t = a->tensor();
+      if (t < n_ && where_[t] == Where::kHost && alive_[t] && occupancy_ + size(t) > budget_) {
+        no_room.push_back(a);  // compute does not wait for it: it goes when the step ends
+        continue;
+      }
+      DoAction(*a, i);
+    }
+    AdvanceTo(step_start + c);
+    for (const auto* a : no_room) DoAction(*a, i);
     for (auto t : needs) last_access_[t] = now_;
     for (auto u : updates_at(i)) {
       dirty_[u] = true;

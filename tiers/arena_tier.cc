@@ -75,20 +75,8 @@ TierStats ArenaTier::Stats() const {
   s.backend = backend_;
   s.pages_locked = pages_locked_;
   std::uint64_t free_bytes = 0;
-  for (const auto& r : regions_) {
-    const auto& a = r.allocator.stats();
-    s.capacity += a.capacity;
-    s.used_bytes += a.used_bytes;
-    s.free_extents += a.free_extents;
-    s.largest_free_extent = std::max(s.largest_free_extent, a.largest_free_extent);
-    s.allocations += a.allocations;
-    s.frees += a.frees;
-    s.failed_allocations += a.failed_allocations;
-    free_bytes += a.free_bytes;
-  }
-  s.fragmentation = free_bytes == 0 ? 0.0
-                                    : 1.0 - static_cast<double>(s.largest_free_extent) /
-                                                static_cast<double>(free_bytes);
+  for (const auto& r : regions_) AddAllocatorStats(r.allocator.stats(), &s, &free_bytes);
+  FinishFragmentation(&s, free_bytes);
   return s;
 }
 

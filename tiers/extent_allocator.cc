@@ -1,6 +1,9 @@
 #include "tiers/extent_allocator.h"
 
+#include <algorithm>
 #include <string>
+
+#include "tiers/tier.h"
 
 namespace tierpool {
 
@@ -99,6 +102,23 @@ Status ExtentAllocator::Free(AllocatedRange range) {
   stats_.free_extents = free_by_offset_.size();
   stats_.largest_free_extent = free_by_size_.rbegin()->first;
   return Status::Ok();
+}
+
+void AddAllocatorStats(const ExtentAllocatorStats& a, TierStats* s, std::uint64_t* free_bytes) {
+  s->capacity += a.capacity;
+  s->used_bytes += a.used_bytes;
+  s->free_extents += a.free_extents;
+  s->largest_free_extent = std::max(s->largest_free_extent, a.largest_free_extent);
+  s->allocations += a.allocations;
+  s->frees += a.frees;
+  s->failed_allocations += a.failed_allocations;
+  *free_bytes += a.free_bytes;
+}
+
+void FinishFragmentation(TierStats* s, std::uint64_t free_bytes) {
+  s->fragmentation = free_bytes == 0 ? 0.0
+                                     : 1.0 - static_cast<double>(s->largest_free_extent) /
+                                                 static_cast<double>(free_bytes);
 }
 
 }  // namespace tierpool

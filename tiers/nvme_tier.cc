@@ -256,6 +256,26 @@ void NvmeTier::ReturnHeaderBuffer(AlignedBuffer b) {
   header_pool_.push_back(std::move(b));
 }
 
+std::vector<IoOp> NvmeTier::RecordOps(IoOp::Kind kind, const Extent& extent, std::byte* header,
+                                      std::byte* payload, std::uint64_t size) const {
+  // The header block, then the payload in io_size pieces: one batch, queue_depth in flight.
+  std::vector<IoOp> ops;
+  ops.push_back({.kind = kind,
+                 .file = extent.arena_id,
+                 .offset = extent.offset,
+                 .buf = header,
+                 .len = config_.block_size});
+  const std::uint64_t span = PayloadSpan(size);
+  for (std::uint64_t off = 0; off < span; off += config_.io_size) {
+    ops.push_back({.kind = kind,
+                   .file = extent.arena_id,
+                   .offset = extent.offset + config_.block_size + off,
+                   .buf = payload + off,
+                   .len = std::min<std::uint64_t>(config_.io_size, span - off)});
+  }
+  return ops;
+}
+
 Status NvmeTier::WriteRecord(const Extent& extent, const RecordInfo& info,
                              const std::byte* payload) {
   if (extent.length < RecordBytes(info.size)) {
@@ -275,20 +295,9 @@ Status NvmeTier::WriteRecord(const Extent& extent, const RecordInfo& info,
   Put64(h + 32, info.checksum);
   Put64(h + 56, Xxh3(h, 56));
 
-  std::vector<IoOp> ops;
-  ops.push_back({.kind = IoOp::Kind::kWrite,
-                 .file = extent.arena_id,
-                 .offset = extent.offset,
-                 .buf = h,
-                 .len = config_.block_size});
-  std::uint64_t span = PayloadSpan(info.size);
-  for (std::uint64_t off = 0; off < span; off += config_.io_size) {
-    ops.push_back({.kind = IoOp::Kind::kWrite,
-                   .file = extent.arena_id,
-                   .offset = extent.offset + config_.block_size + off,
-                   .buf = const_cast<std::byte*>(payload) + off,
-                   .len = std::min<std::uint64_t>(config_.io_size, span - off)});
-  }
+  const std::uint64_t span = PayloadSpan(info.size);
+  std::vector<IoOp> ops =
+      RecordOps(IoOp::Kind::kWrite, extent, h, const_cast<std::byte*>(payload), info.size);
   Status s = backend_->Run(ops);
   ReturnHeaderBuffer(std::move(header));
   NoteResult(s, true);
@@ -312,20 +321,7 @@ Status NvmeTier::WriteRecord(const Extent& extent, const RecordInfo& info,
 Status NvmeTier::ReadRecord(const Extent& extent, const RecordInfo& expect, std::byte* dst) {
   AlignedBuffer header = TakeHeaderBuffer();
   std::byte* h = header.get();
-  std::vector<IoOp> ops;
-  ops.push_back({.kind = IoOp::Kind::kRead,
-                 .file = extent.arena_id,
-                 .offset = extent.offset,
-                 .buf = h,
-                 .len = config_.block_size});
-  std::uint64_t span = PayloadSpan(expect.size);
-  for (std::uint64_t off = 0; off < span; off += config_.io_size) {
-    ops.push_back({.kind = IoOp::Kind::kRead,
-                   .file = extent.arena_id,
-                   .offset = extent.offset + config_.block_size + off,
-                   .buf = dst + off,
-                   .len = std::min<std::uint64_t>(config_.io_size, span - off)});
-  }
+  std::vector<IoOp> ops = RecordOps(IoOp::Kind::kRead, extent, h, dst, expect.size);
   Status s = backend_->Run(ops);
   if (s.ok()) {
     std::uint32_t magic;
@@ -366,20 +362,8 @@ TierStats NvmeTier::Stats() const {
   s.kind = TierKind::kNvme;
   s.backend = backend_->name();
   std::uint64_t free_bytes = 0;
-  for (const auto& a : allocators_) {
-    const auto& st = a.stats();
-    s.capacity += st.capacity;
-    s.used_bytes += st.used_bytes;
-    s.free_extents += st.free_extents;
-    s.largest_free_extent = std::max(s.largest_free_extent, st.largest_free_extent);
-    s.allocations += st.allocations;
-    s.frees += st.frees;
-    s.failed_allocations += st.failed_allocations;
-    free_bytes += st.free_bytes;
-  }
-  s.fragmentation = free_bytes == 0 ? 0.0
-                                    : 1.0 - static_cast<double>(s.largest_free_extent) /
-                                                static_cast<double>(free_bytes);
+  for (const auto& a : allocators_) AddAllocatorStats(a.stats(), &s, &free_bytes);
+  FinishFragmentation(&s, free_bytes);
   s.state = full_ ? "full" : degraded_ ? "degraded" : "ok";
   s.read_errors = read_errors_;
   s.write_errors = write_errors_;

@@ -84,6 +84,8 @@ class NvmeTier final : public Tier {
   explicit NvmeTier(NvmeTierConfig config) : config_(std::move(config)) {}
   Status Open();
   void NoteResult(const Status& s, bool is_write);
+  std::vector<IoOp> RecordOps(IoOp::Kind kind, const Extent& extent, std::byte* header,
+                              std::byte* payload, std::uint64_t size) const;
   AlignedBuffer TakeHeaderBuffer();
   void ReturnHeaderBuffer(AlignedBuffer b);
 

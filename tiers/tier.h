@@ -53,6 +53,11 @@ struct TierStats {
   std::uint64_t checksum_failures = 0;
 };
 
+// Adds one allocator's figures to a tier's; FinishFragmentation once all are in.
+struct ExtentAllocatorStats;
+void AddAllocatorStats(const ExtentAllocatorStats& a, TierStats* s, std::uint64_t* free_bytes);
+void FinishFragmentation(TierStats* s, std::uint64_t free_bytes);
+
 class Tier {
  public:
   virtual ~Tier() = default;

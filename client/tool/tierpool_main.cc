@@ -44,6 +44,18 @@ every command takes --socket PATH (default $TIERPOOL_SOCKET or )"
                                R"( and --ns NAMESPACE (default "default").
 )";
 
+// Replaces this process with a binary that sits beside it, passing argv[first..].
+int ExecSibling(const std::string& name, int argc, char** argv, int first) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string path = self.substr(0, self.rfind('/') + 1) + name;
+  std::vector<char*> args = {path.data()};
+  for (int i = first; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  ::execv(path.c_str(), args.data());
+  std::cerr << "tierpool: cannot run " << path << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
 int Fail(const Status& s) {
   std::cerr << "tierpool: " << s.ToString() << "\n";
   return 1;
@@ -104,28 +116,14 @@ Result<std::string> ReadInput(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `tierpool bench nvme ...` measures the nvme tier in-process against fio: a sibling binary.
+  // `tierpool bench nvme ...` (the nvme tier in-process against fio) and the schedule, plan and
+  // replay commands live in sibling binaries, so this tool links neither the tiers nor ONNX.
   if (argc >= 3 && std::string(argv[1]) == "bench" && std::string(argv[2]) == "nvme") {
-    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::string bench = self.substr(0, self.rfind('/') + 1) + "tierpool-nvme-bench";
-    std::vector<char*> args = {bench.data()};
-    for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
-    args.push_back(nullptr);
-    ::execv(bench.c_str(), args.data());
-    std::cerr << "tierpool: cannot run " << bench << ": " << std::strerror(errno) << "\n";
-    return 1;
+    return ExecSibling("tierpool-nvme-bench", argc, argv, 3);
   }
-  // Schedules, plans and replays live in tierpool-schedule, beside this binary.
   if (argc >= 2 && (std::string(argv[1]) == "schedule" || std::string(argv[1]) == "replay" ||
                     std::string(argv[1]) == "plan")) {
-    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::string tool = self.substr(0, self.rfind('/') + 1) + "tierpool-schedule";
-    std::vector<char*> args = {tool.data()};
-    for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-    args.push_back(nullptr);
-    ::execv(tool.c_str(), args.data());
-    std::cerr << "tierpool: cannot run " << tool << ": " << std::strerror(errno) << "\n";
-    return 1;
+    return ExecSibling("tierpool-schedule", argc, argv, 1);
   }
   if (argc < 2 || std::string(argv[1]) == "help") {
     std::cout << kUsage;

@@ -12,10 +12,10 @@
 namespace tierpool::hooks {
 
 struct OnnxImportOptions {
-  std::int64_t batch = 1;                     // value for symbolic batch dimensions
-  std::map<std::string, std::int64_t> dims;   // values for other symbolic dimensions, by name
-  std::vector<std::string> data_inputs;       // graph inputs that are data, not weights
-  bool repeats = true;                        // an inference server runs the graph again and again
+  std::int64_t batch = 1;                    // value for symbolic batch dimensions
+  std::map<std::string, std::int64_t> dims;  // values for other symbolic dimensions, by name
+  std::vector<std::string> data_inputs;      // graph inputs that are data, not weights
+  bool repeats = true;                       // an inference server runs the graph again and again
   std::uint64_t max_file_bytes = 4ull << 30;
 };
 

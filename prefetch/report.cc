@@ -99,7 +99,11 @@ std::string MemorySvg(const ReplayReport& r, const std::string& title) {
   const double w = 960, h = 420, left = 80, right = 20, top = 40, bottom = 50;
   double t0 = std::numeric_limits<double>::infinity(), t1 = 0, ymax = 1;
   for (const auto& e : r.timeline) {
-    t0 = std::min(t0, e.start_us);
+    // Transfers issued in the warm-up iteration may start before the measured one: the axis
+    // starts with the measured iteration's own compute and counters.
+    if (e.kind != TimelineEvent::Kind::kH2D && e.kind != TimelineEvent::Kind::kD2H) {
+      t0 = std::min(t0, e.start_us);
+    }
     t1 = std::max(t1, e.start_us + e.dur_us);
     if (e.kind == TimelineEvent::Kind::kHbmBytes || e.kind == TimelineEvent::Kind::kHostBytes) {
       ymax = std::max(ymax, e.value);
@@ -107,7 +111,7 @@ std::string MemorySvg(const ReplayReport& r, const std::string& title) {
   }
   if (r.budget > 0) ymax = std::max(ymax, static_cast<double>(r.budget));
   if (!(t1 > t0)) t1 = t0 + 1;
-  auto x = [&](double t) { return left + (t - t0) / (t1 - t0) * (w - left - right); };
+  auto x = [&](double t) { return left + (std::max(t, t0) - t0) / (t1 - t0) * (w - left - right); };
   auto y = [&](double v) { return top + (1 - v / (ymax * 1.05)) * (h - top - bottom); };
   std::ostringstream out;
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h

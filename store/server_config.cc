@@ -44,12 +44,12 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("socket-mode", po::value(&socket_mode)->default_value("0600"), "permissions of the socket (octal)")
     ("dram", po::value(&dram)->default_value("1G"), "dram tier capacity (K/M/G suffixes)")
     ("hbm", po::value(&hbm)->default_value("256M"), "hbm tier capacity (0 turns it off)")
-    ("hbm-high-watermark", po::value(&c.hbm_watermarks.high)->default_value(0.90),
+    ("hbm-high-watermark", po::value(&c.hbm_watermarks.high)->default_value(0.90, "0.90"),
      "demote from hbm above this fraction")
-    ("hbm-low-watermark", po::value(&c.hbm_watermarks.low)->default_value(0.75),
+    ("hbm-low-watermark", po::value(&c.hbm_watermarks.low)->default_value(0.75, "0.75"),
      "stop demoting below this fraction")
-    ("dram-high-watermark", po::value(&c.dram_watermarks.high)->default_value(0.90), "dram high watermark")
-    ("dram-low-watermark", po::value(&c.dram_watermarks.low)->default_value(0.75), "dram low watermark")
+    ("dram-high-watermark", po::value(&c.dram_watermarks.high)->default_value(0.90, "0.90"), "dram high watermark")
+    ("dram-low-watermark", po::value(&c.dram_watermarks.low)->default_value(0.75, "0.75"), "dram low watermark")
     ("reservation-ttl-ms", po::value(&c.store.reservation_ttl_ms)->default_value(30000),
      "an uncommitted reservation is freed after this")
     ("lease-ttl-ms", po::value(&c.store.lease_ttl_ms)->default_value(60000),
@@ -95,8 +95,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     return Status::InvalidArgument(std::string(e.what()) + " (see tierpoold --help)");
   }
   if (vm.count("help")) {
-    std::cout << "tierpoold: keeps tensors in hbm, dram and (later) nvme tiers for local "
-                 "clients.\n\n"
+    std::cout << "tierpoold: keeps tensors in hbm, dram and nvme tiers for local clients.\n\n"
               << opts << "\n";
     *exit_now = true;
     return c;

@@ -130,7 +130,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           w = std::max<std::int64_t>(std::min(w, b->second), prev + 1);
         }
         if (auto o = overrides.find({static_cast<std::uint32_t>(t), g}); o != overrides.end()) {
-          w = std::max<std::int64_t>(std::min(w, o->second.step), prev + 1);
+          w = std::max<std::int64_t>(o->second.step, prev + 1);
         }
         st.occ.push_back({w, g});
         prev = g;
@@ -460,7 +460,7 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   // times. The last plan that fits is kept.
   Result<schedule::Plan> best = std::move(first);
   std::vector<Reload> all = reloads;
-  for (int pass = 0; pass < 3; ++pass) {
+  for (int pass = 0; pass < 6; ++pass) {
     std::vector<Reload> made;
     auto next = PlanPass(s, lt, d, config, layout(all), &made);
     if (!next.ok()) break;
@@ -475,7 +475,7 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
                             return a.use == b.use && a.tensor == b.tensor;
                           }),
               all.end());
-    if (all.size() == before) break;  // nothing new to lay out
+    if (all.size() - before <= before / 100) break;  // (nearly) nothing new to lay out
   }
   return best;
 }

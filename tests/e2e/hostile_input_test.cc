@@ -108,12 +108,11 @@ TEST_F(HostileInput, TruncatedFramesDoNotStallOthers) {
 
 TEST_F(HostileInput, UnknownMessageTypeGetsAnErrorAndTheConnectionLives) {
   auto c = Raw();
-  // A well-framed Request with only an unknown field (number 99, length-delimited).
-  std::string payload = {static_cast<char>((99 << 3) | 2), static_cast<char>(0x01), 'x'};
-  payload.insert(0, std::string{static_cast<char>(0x9a), static_cast<char>(0x06)});
-  payload = std::string{static_cast<char>(0x08), static_cast<char>(0x05)} +  // id = 5
-            std::string{static_cast<char>(0x9a), static_cast<char>(0x06), static_cast<char>(1),
-                        'x'};  // field 99, 1 byte
+  // A well-framed Request with an id and one unknown field: number 99, length-delimited
+  // (tag varint 0x9a 0x06), one byte long.
+  const std::string payload =
+      std::string{static_cast<char>(0x08), static_cast<char>(0x05)} +  // id = 5
+      std::string{static_cast<char>(0x9a), static_cast<char>(0x06), static_cast<char>(1), 'x'};
   std::uint8_t h[transport::kFrameHeaderSize];
   transport::EncodeFrameHeader(static_cast<std::uint32_t>(payload.size()), h);
   ASSERT_TRUE(c->SendRaw(h, sizeof(h)).ok());

@@ -38,7 +38,6 @@ struct TensorState {
 
 }  // namespace
 
-// Earlier window starts for some uses, keyed by (tensor, global use step).
 // Window starts (and how far into that step the transfer should start), by (tensor, global use).
 struct WindowOverride {
   std::int64_t step;
@@ -50,24 +49,43 @@ struct Reload {
   std::int64_t use;
 };
 
-Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                                const PlannerConfig& config, const WindowOverrides& overrides,
-                                std::vector<Reload>* reloads) {
-  const std::int64_t n = lt.steps();
-  // A repeating schedule is planned over five iterations and the middle one is kept: the cold
-  // start is two iterations behind it, and every decision that takes effect in it (evictions are
-  // decided later, when room is needed) still sees two iterations of real future.
-  const int iterations = s.repeats() ? 5 : 1;
-  const int kept = s.repeats() ? 2 : 0;
-  const std::int64_t total = n * iterations;
-  const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
+// A repeating schedule is planned over five iterations and the middle one is kept: the cold
+// start is two iterations behind it, and every decision that takes effect in it (evictions are
+// decided later, when room is needed) still sees two iterations of real future.
+int PlannedIterations(const Schedule& s) { return s.repeats() ? 5 : 1; }
 
-  // Start time of every step on the planned timeline, from the compute estimates.
+// Start time of every step on the planned timeline, from the compute estimates; one more entry
+// for the end.
+std::vector<double> StepStarts(const Schedule& s, std::int64_t n, std::int64_t total) {
   std::vector<double> start(static_cast<std::size_t>(total) + 1, 0.0);
   for (std::int64_t g = 0; g < total; ++g) {
     start[static_cast<std::size_t>(g + 1)] =
         start[static_cast<std::size_t>(g)] + s.steps(static_cast<int>(g % n)).compute_us();
   }
+  return start;
+}
+
+// Latest use first (then by tensor), each (tensor, use) once: the order the link layout walks.
+void SortUnique(std::vector<Reload>* r) {
+  std::sort(r->begin(), r->end(), [](const Reload& a, const Reload& b) {
+    return a.use != b.use ? a.use > b.use : a.tensor < b.tensor;
+  });
+  r->erase(std::unique(r->begin(), r->end(),
+                       [](const Reload& a, const Reload& b) {
+                         return a.use == b.use && a.tensor == b.tensor;
+                       }),
+           r->end());
+}
+
+Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                const PlannerConfig& config, const WindowOverrides& overrides,
+                                std::vector<Reload>* reloads) {
+  const std::int64_t n = lt.steps();
+  const int iterations = PlannedIterations(s);
+  const int kept = iterations / 2;
+  const std::int64_t total = n * iterations;
+  const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
+  const std::vector<double> start = StepStarts(s, n, total);
   auto window_for = [&](std::uint64_t bytes, std::int64_t use, std::int64_t prev) {
     double need = (d.link_latency_us + static_cast<double>(bytes) / (d.h2d_gbps * 1e3)) *
                   config.prefetch_margin;
@@ -420,31 +438,20 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   // Pass 1 finds which uses need a reload, giving each prefetch a window as if it had the link
   // to itself. The link is shared, though: where windows overlap, every transfer in them slows
-  // down and all arrive late. Pass 2 lays those reloads out on the link back to back, as late as
-  // possible, walking back from the last use, and plans again with windows no later than that.
-  std::vector<Reload> reloads;
-  auto first = PlanPass(s, lt, d, config, {}, &reloads);
+  // down and all arrive late. Later passes lay the reloads out on the link back to back, as late
+  // as possible, walking back from the last use, issue each at its laid-out time, and plan again,
+  // until the set of reloads stops growing.
+  std::vector<Reload> all;
+  auto first = PlanPass(s, lt, d, config, {}, &all);
   if (!first.ok()) return first;
+  SortUnique(&all);
   const std::int64_t n = lt.steps();
-  const std::int64_t total = n * (s.repeats() ? 5 : 1);
-  std::vector<double> start(static_cast<std::size_t>(total) + 1, 0.0);
-  for (std::int64_t g = 0; g < total; ++g) {
-    start[static_cast<std::size_t>(g + 1)] =
-        start[static_cast<std::size_t>(g)] + s.steps(static_cast<int>(g % n)).compute_us();
-  }
-  // Lays the reloads seen so far out on the link, back to back, as late as possible.
-  auto layout = [&](std::vector<Reload> all) {
-    std::sort(all.begin(), all.end(), [](const Reload& a, const Reload& b) {
-      return a.use != b.use ? a.use > b.use : a.tensor < b.tensor;
-    });
-    all.erase(std::unique(all.begin(), all.end(),
-                          [](const Reload& a, const Reload& b) {
-                            return a.use == b.use && a.tensor == b.tensor;
-                          }),
-              all.end());
+  const std::vector<double> start = StepStarts(s, n, n * PlannedIterations(s));
+  // Lays the reloads (sorted, unique) out on the link, back to back, as late as possible.
+  auto layout = [&](const std::vector<Reload>& sorted) {
     WindowOverrides overrides;
     double link_free = std::numeric_limits<double>::infinity();
-    for (const auto& r : all) {
+    for (const Reload& r : sorted) {
       double xfer = d.link_latency_us +
                     static_cast<double>(s.tensors(static_cast<int>(r.tensor)).size_bytes()) /
                         (d.h2d_gbps * 1e3);
@@ -459,7 +466,6 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   // Each pass may reload other tensors than the last: lay out the union and plan again, a few
   // times. The last plan that fits is kept.
   Result<schedule::Plan> best = std::move(first);
-  std::vector<Reload> all = reloads;
   for (int pass = 0; pass < 6; ++pass) {
     std::vector<Reload> made;
     auto next = PlanPass(s, lt, d, config, layout(all), &made);
@@ -467,14 +473,7 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     best = std::move(next);
     std::size_t before = all.size();
     all.insert(all.end(), made.begin(), made.end());
-    std::sort(all.begin(), all.end(), [](const Reload& a, const Reload& b) {
-      return a.use != b.use ? a.use < b.use : a.tensor < b.tensor;
-    });
-    all.erase(std::unique(all.begin(), all.end(),
-                          [](const Reload& a, const Reload& b) {
-                            return a.use == b.use && a.tensor == b.tensor;
-                          }),
-              all.end());
+    SortUnique(&all);
     if (all.size() - before <= before / 100) break;  // (nearly) nothing new to lay out
   }
   return best;

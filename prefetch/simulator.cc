@@ -229,11 +229,7 @@ class Simulation {
       dirty_[t] = updated_during_out_[t];
       updated_during_out_[t] = false;
     } else {
-      where_[t] = Where::kHost;
-      dirty_[t] = false;
-      Release(t);
-      if (alive_[t] && !lt_.persistent(t)) host_bytes_ += size(t);
-      Counter();
+      ToHost(t);
     }
   }
 
@@ -259,14 +255,22 @@ class Simulation {
           StartTransfer(victim, false);
           WaitUntil([&] { return where_[victim] == Where::kHost; }, "stall: evicting");
         } else {
-          where_[victim] = Where::kHost;
-          Release(victim);
+          ToHost(victim);
           if (measuring_) ++r_.actions;
         }
       }
       return;
     }
     WaitUntil([&] { return occupancy_ + bytes <= budget_; }, "stall: room (offloads in flight)");
+  }
+
+  // A tensor whose host copy is current leaves hbm: its room is free, the host holds it.
+  void ToHost(std::uint32_t t) {
+    where_[t] = Where::kHost;
+    dirty_[t] = false;
+    Release(t);
+    if (alive_[t] && !lt_.persistent(t)) host_bytes_ += size(t);
+    Counter();
   }
 
   void Fetch(std::uint32_t t, const std::vector<std::uint32_t>& keep) {
@@ -396,13 +400,7 @@ class Simulation {
           stays_[t] = true;
           return;
         }
-        if (where_[t] == Where::kHost) {
-          MakeRoom(size(t), {});
-          where_[t] = Where::kIn;
-          Hold(t);
-          if (!lt_.persistent(t)) host_bytes_ -= size(t);
-          StartTransfer(t, true);
-        }
+        if (where_[t] == Where::kHost) Fetch(t, {});
         return;
       case schedule::OFFLOAD:
       case schedule::FREE:
@@ -423,9 +421,7 @@ class Simulation {
           where_[t] = Where::kOut;
           StartTransfer(t, false);
         } else {
-          where_[t] = Where::kHost;
-          Release(t);
-          if (!lt_.persistent(t)) host_bytes_ += size(t);
+          ToHost(t);
           if (measuring_) ++r_.actions;
         }
         return;

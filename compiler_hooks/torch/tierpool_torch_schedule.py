@@ -253,7 +253,7 @@ def main():
             first_backward_step = step + 1
 
     # Forward tensors the backward pass reads are saved for it; gradients are the outputs.
-    first_backward = next((i for i, s in enumerate(steps) if s["name"] == loss_node.name), len(steps) - 1) + 1
+    first_backward = first_backward_step if first_backward_step is not None else len(steps)
     for t in tensors:
         if t["kind"] == "ACTIVATION" and t.get("forward") and any(u >= first_backward for u in t["use_steps"]):
             t["kind"] = "SAVED_ACTIVATION"

@@ -4,8 +4,10 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "common/units.h"
+#include "prefetch/simulator.h"
 
 namespace tierpool::prefetch {
 
@@ -38,12 +40,55 @@ struct TensorState {
 
 }  // namespace
 
+// The host-bound link's timeline on the planned clock: the copy-outs placed so far, as disjoint
+// busy intervals. A copy-out goes into the earliest gap after its tensor's last touch that holds
+// it, and is issued exactly then, so the copy stream (which runs transfers in issue order) runs
+// them as placed. Filling idle gaps in the past is what offloads early, at last use, instead of
+// when room is short.
+class LinkCalendar {
+ public:
+  // The earliest start >= release at which [start, start + dur) is free.
+  double Place(double release, double dur) const {
+    double t = release;
+    auto it = busy_.upper_bound(t);
+    if (it != busy_.begin()) t = std::max(t, std::prev(it)->second);
+    for (; it != busy_.end() && it->first < t + dur; ++it) t = std::max(t, it->second);
+    return t;
+  }
+  void Reserve(double from, double to) {
+    // Touching neighbours merge, which keeps the map (and Place's walk) short.
+    auto next = busy_.lower_bound(from);
+    if (next != busy_.end() && next->first <= to) {
+      to = std::max(to, next->second);
+      next = busy_.erase(next);
+    }
+    if (next != busy_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->second >= from) {
+        prev->second = std::max(prev->second, to);
+        return;
+      }
+    }
+    busy_.emplace(from, to);
+  }
+
+ private:
+  std::map<double, double> busy_;
+};
+
 // Window starts (and how far into that step the transfer should start), by (tensor, global use).
 struct WindowOverride {
   std::int64_t step;
   double delay_us;
 };
-using WindowOverrides = std::map<std::pair<std::uint32_t, std::int64_t>, WindowOverride>;
+struct TensorUseHash {
+  std::size_t operator()(const std::pair<std::uint32_t, std::int64_t>& k) const {
+    return std::hash<std::uint64_t>{}(static_cast<std::uint64_t>(k.second) * 0x9E3779B97F4A7C15ull ^
+                                      k.first);
+  }
+};
+using WindowOverrides =
+    std::unordered_map<std::pair<std::uint32_t, std::int64_t>, WindowOverride, TensorUseHash>;
 struct Reload {
   std::uint32_t tensor;
   std::int64_t use;
@@ -180,6 +225,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     std::int64_t at;   // the step it is issued at (global)
     std::int64_t use;  // prefetch: the use it serves; else == at
     double delay_us = 0;
+    bool after = false;  // issued when step `at` ends instead of when it starts
   };
   std::vector<Pending> pending;
 
@@ -205,6 +251,33 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     st.resident = false;
     occupancy -= size_of(t);
     st.intervals.emplace_back(st.resident_since, after_step);
+  };
+
+  // Copy-outs and drops of a victim last touched at step `after`, whose room step g needs.
+  LinkCalendar d2h;
+  auto out_us = [&](std::uint32_t t) {
+    return d.link_latency_us + static_cast<double>(size_of(t)) / (d.d2h_gbps * 1e3);
+  };
+  // When a dirty victim's copy-out would finish if placed now (the room comes free then).
+  auto out_done = [&](std::uint32_t t, std::int64_t after) {
+    double x = out_us(t);
+    return d2h.Place(start[static_cast<std::size_t>(after + 1)], x) + x;
+  };
+  auto send_out = [&](std::uint32_t t, std::int64_t after, std::int64_t g) {
+    if (!ts[t].dirty) {
+      pending.push_back({schedule::FREE, t, after, after, 0, true});
+      return;
+    }
+    double x = out_us(t);
+    double from = d2h.Place(start[static_cast<std::size_t>(after + 1)], x);
+    d2h.Reserve(from, from + x);
+    // Issued at its place on the calendar: a step and a delay into it. One that cannot start
+    // before step g (the link is busy until then) is issued as g starts, so that the room g
+    // waits for is on its way.
+    auto it = std::upper_bound(start.begin(), start.begin() + g + 1, from);
+    std::int64_t at = std::clamp<std::int64_t>((it - start.begin()) - 1, after + 1, g);
+    double delay = at == g ? 0.0 : std::max(0.0, from - start[static_cast<std::size_t>(at)]);
+    pending.push_back({schedule::OFFLOAD, t, at, at, delay, false});
   };
 
   for (std::int64_t g = 0; g < total; ++g) {
@@ -264,10 +337,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           } else {
             std::int64_t after = std::max<std::int64_t>(ls.last_touch, ls.resident_since);
             if (after < 0) after = g - 1;
-            if (after >= 0) {
-              pending.push_back(
-                  {ls.dirty ? schedule::OFFLOAD : schedule::FREE, late, after, after});
-            }
+            if (after >= 0) send_out(late, after, g);
             ls.dirty = false;
             drop(late, after);
           }
@@ -284,35 +354,40 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       // (size x time until its window: GreedyDual-Size's rule), preferring one that is free to
       // drop (clean) or whose copy-out finishes within its idle gap. Many small transfers cost
       // a link latency each and crowd the big ones.
+      // A cheap candidate frees its room by the time this step starts: it is clean, or its
+      // copy-out fits in a gap of the link since its last touch. When none is, the one whose
+      // room comes free soonest (the step waits for it).
       std::uint32_t victim = by_next.rbegin()->second;
       double best = -1;
       bool best_cheap = false;
+      double best_free = std::numeric_limits<double>::infinity();
       int looked = 0;
       const double now_start = start[static_cast<std::size_t>(g)];
       for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < 64;
            ++it, ++looked) {
         const auto& c = ts[it->second];
         std::int64_t after = std::max<std::int64_t>(c.last_touch, c.resident_since);
-        double idle = after < 0 ? 0 : now_start - start[static_cast<std::size_t>(after + 1)];
-        double out_us =
-            d.link_latency_us + static_cast<double>(size_of(it->second)) / (d.d2h_gbps * 1e3);
-        bool cheap = !c.dirty || idle >= out_us;
         double until = it->first >= total ? start.back() - now_start + 1e6
                                           : start[static_cast<std::size_t>(it->first)] - now_start;
         double score = static_cast<double>(size_of(it->second)) * std::max(until, 1.0);
-        if ((cheap && !best_cheap) || (cheap == best_cheap && score > best)) {
+        bool dirty = c.dirty && after >= 0;
+        if (dirty && best_cheap && score <= best) continue;  // cannot win: skip the calendar
+        double free_at = dirty ? out_done(it->second, after) : now_start;
+        bool cheap = free_at <= now_start + 1e-6;
+        bool better = cheap != best_cheap ? cheap
+                      : cheap             ? score > best
+                              : free_at < best_free || (free_at == best_free && score > best);
+        if (better) {
           best = score;
           best_cheap = cheap;
+          best_free = free_at;
           victim = it->second;
         }
       }
       auto& vs = ts[victim];
-      // The copy-out goes right after the victim's last touch, so it has the idle gap to run.
       std::int64_t after = std::max<std::int64_t>(vs.last_touch, vs.resident_since);
       if (after < 0) after = g - 1;  // resident before anything touched it: drop now
-      if (after >= 0) {
-        pending.push_back({vs.dirty ? schedule::OFFLOAD : schedule::FREE, victim, after, after});
-      }
+      if (after >= 0) send_out(victim, after, g);
       vs.dirty = false;  // the host holds a current copy now
       drop(victim, after);
     }
@@ -348,19 +423,17 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   for (std::size_t t = 0; t < nt; ++t) {
     if (ts[t].resident) ts[t].intervals.emplace_back(ts[t].resident_since, total);
   }
-  std::sort(pending.begin(), pending.end(),
-            [](const Pending& a, const Pending& b) { return a.at < b.at; });
+  std::stable_sort(pending.begin(), pending.end(),
+                   [](const Pending& a, const Pending& b) { return a.at < b.at; });
   for (const auto& pa : pending) {
     if (pa.use < keep_from || pa.use >= keep_to) continue;
     auto* a = plan.add_actions();
     a->set_kind(pa.kind);
     a->set_tensor(pa.tensor);
     a->set_step(static_cast<std::uint32_t>(pa.at % n));
-    a->set_after(pa.kind != schedule::PREFETCH);
-    if (pa.kind == schedule::PREFETCH) {
-      a->set_needed_by(static_cast<std::uint32_t>(pa.use % n));
-      if (pa.delay_us > 0) a->set_delay_us(pa.delay_us);
-    }
+    a->set_after(pa.after);
+    if (pa.delay_us > 0) a->set_delay_us(pa.delay_us);
+    if (pa.kind == schedule::PREFETCH) a->set_needed_by(static_cast<std::uint32_t>(pa.use % n));
   }
 
   // Occupancy over the kept iteration, and what is resident when it starts.
@@ -379,8 +452,12 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   // its own actions. A persistent tensor that ends out of hbm but started in it starts out
   // instead and comes in at its window before its first use; one that ends in but started out
   // goes after its last use. Both only lower hbm use, so the budget still holds.
+  // At one step: what is issued as it starts before what is issued as it ends, and room made
+  // before what needs it comes in.
   auto by_step = [](const schedule::Action& a, const schedule::Action& b) {
-    return a.step() != b.step() ? a.step() < b.step() : !a.after() && b.after();
+    if (a.step() != b.step()) return a.step() < b.step();
+    if (a.after() != b.after()) return !a.after();
+    return a.kind() != schedule::PREFETCH && b.kind() == schedule::PREFETCH;
   };
   std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), by_step);
   if (s.repeats()) {
@@ -433,6 +510,17 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   return plan;
 }
 
+// The iteration time a plan replays to; infinite for a plan the replay finds in breach.
+double ReplayTime(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                  const PlannerConfig& config, const schedule::Plan& plan) {
+  auto r = Replay(s, lt, d,
+                  {.policy = Policy::kPlanned, .hbm_budget = config.hbm_budget, .plan = &plan});
+  if (!r.ok() || r->missing_at_use + r->budget_violations + r->bad_actions > 0) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return r->time_us;
+}
+
 Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                  const PlannerConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
@@ -464,13 +552,21 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     return overrides;
   };
   // Each pass may reload other tensors than the last: lay out the union and plan again, a few
-  // times. The last plan that fits is kept.
+  // times. Every plan that fits is replayed (the planner's own clock ignores stalls, which move
+  // everything after them) and the fastest is kept; the latest wins a tie.
   Result<schedule::Plan> best = std::move(first);
+  double best_us = config.choose_by_replay ? ReplayTime(s, lt, d, config, *best)
+                                           : std::numeric_limits<double>::infinity();
   for (int pass = 0; pass < 6; ++pass) {
     std::vector<Reload> made;
     auto next = PlanPass(s, lt, d, config, layout(all), &made);
     if (!next.ok()) break;
-    best = std::move(next);
+    if (!config.choose_by_replay) {
+      best = std::move(next);
+    } else if (double us = ReplayTime(s, lt, d, config, *next); us <= best_us) {
+      best_us = us;
+      best = std::move(next);
+    }
     std::size_t before = all.size();
     all.insert(all.end(), made.begin(), made.end());
     SortUnique(&all);

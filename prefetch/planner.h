@@ -20,6 +20,8 @@ namespace tierpool::prefetch {
 struct PlannerConfig {
   std::uint64_t hbm_budget = 0;
   double prefetch_margin = 1.5;  // windows cover this many times the transfer's estimate
+  // Replay each candidate plan and keep the fastest (off: keep the last candidate that fits).
+  bool choose_by_replay = true;
   Status validate() const;
 };
 

@@ -241,7 +241,18 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
   } else {
     o << "no budget in the sweep stays within the overhead\n";
   }
-  std::snprintf(buf, sizeof(buf), "slowest plan: %.1f ms\n", r.planning_ms_max);
+  std::uint64_t breaches = 0, worse_half = 0;
+  for (const auto& row : r.rows) {
+    if (!row.planned_ok) continue;
+    breaches +=
+        row.planned.missing_at_use + row.planned.budget_violations + row.planned.bad_actions;
+    if (row.planned.stall_us > 0.5 * row.reactive.stall_us + 1e-9) ++worse_half;
+  }
+  std::snprintf(buf, sizeof(buf),
+                "slowest plan: %.1f ms; planned stall above half of reactive-lru's at %llu of %zu "
+                "budgets; invariant breaches in planned replays: %llu\n",
+                r.planning_ms_max, static_cast<unsigned long long>(worse_half), r.rows.size(),
+                static_cast<unsigned long long>(breaches));
   o << buf;
   return o.str();
 }

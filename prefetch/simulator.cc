@@ -1,6 +1,7 @@
 #include "prefetch/simulator.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <map>
 
@@ -34,7 +35,7 @@ enum class Where { kHost, kHbm, kIn, kOut };
 struct Transfer {
   std::uint32_t tensor;
   double remaining;  // bytes, latency included as bytes at the link's rate
-  double started;
+  double started;    // when it reached the head of its link's queue
 };
 
 class Simulation {
@@ -134,14 +135,12 @@ class Simulation {
   }
 
   // ---- links ----
+  // Each direction is one copy stream: transfers run one at a time, in the order issued, at the
+  // link's full rate (a copy engine working through its queue).
   double NextCompletion() const {
     double best = std::numeric_limits<double>::infinity();
     for (int l = 0; l < 2; ++l) {
-      if (links_[l].empty()) continue;
-      double share = rate_[l] / static_cast<double>(links_[l].size());
-      double least = std::numeric_limits<double>::infinity();
-      for (const auto& tr : links_[l]) least = std::min(least, tr.remaining);
-      best = std::min(best, now_ + least / share);
+      if (!links_[l].empty()) best = std::min(best, now_ + links_[l].front().remaining / rate_[l]);
     }
     return best;
   }
@@ -150,37 +149,29 @@ class Simulation {
     for (;;) {
       double next = NextCompletion();
       double until = std::min(next, t);
-      // The transfer that finishes first: completed explicitly, since at large times
-      // now_ + (tiny remaining / rate) == now_ and rounding would leave it running forever.
+      // The head that finishes first is completed explicitly: at large times
+      // now_ + (tiny remaining / rate) == now_, and rounding would leave it running forever.
       int first_link = -1;
-      std::size_t first = 0;
       double first_time = std::numeric_limits<double>::infinity();
       for (int l = 0; l < 2; ++l) {
         if (links_[l].empty()) continue;
-        double share = rate_[l] / static_cast<double>(links_[l].size());
-        for (std::size_t i = 0; i < links_[l].size(); ++i) {
-          double done_at = now_ + links_[l][i].remaining / share;
-          if (done_at < first_time) {
-            first_time = done_at;
-            first_link = l;
-            first = i;
-          }
+        double done_at = now_ + links_[l].front().remaining / rate_[l];
+        if (done_at < first_time) {
+          first_time = done_at;
+          first_link = l;
         }
-        for (auto& tr : links_[l]) tr.remaining -= share * (until - now_);
+        links_[l].front().remaining -= rate_[l] * (until - now_);
       }
       now_ = until;
       if (next > t) return;
-      if (first_link >= 0) links_[first_link][first].remaining = 0;
+      if (first_link >= 0) links_[first_link].front().remaining = 0;
       for (int l = 0; l < 2; ++l) {
         auto& link = links_[l];
-        for (std::size_t i = 0; i < link.size();) {
-          if (link[i].remaining <= 1.0) {  // within a byte
-            Transfer tr = link[i];
-            link.erase(link.begin() + static_cast<long>(i));
-            Complete(l, tr);
-          } else {
-            ++i;
-          }
+        while (!link.empty() && link.front().remaining <= 1.0) {  // within a byte
+          Transfer tr = link.front();
+          link.pop_front();
+          if (!link.empty()) link.front().started = now_;
+          Complete(l, tr);
         }
       }
     }
@@ -207,6 +198,7 @@ class Simulation {
 
   void StartTransfer(std::uint32_t t, bool h2d) {
     int l = h2d ? 0 : 1;
+    // Queued behind others, its start is set when it reaches the head.
     links_[l].push_back({t, static_cast<double>(size(t)) + d_.link_latency_us * rate_[l], now_});
     if (measuring_) {
       (h2d ? r_.h2d_bytes : r_.d2h_bytes) += size(t);
@@ -292,12 +284,12 @@ class Simulation {
   }
 
   void Step(std::uint32_t i) {
-    // Plan actions issued as the step starts; prefetches with a delay wait for their moment
-    // during the step's compute.
+    // Plan actions issued as the step starts; those with a delay wait for their moment during
+    // the step's compute.
     std::vector<const schedule::Action*> delayed;
     if (o_.policy == Policy::kPlanned) {
       for (const auto* a : actions_before_[i]) {
-        if (a->kind() == schedule::PREFETCH && a->delay_us() > 0) {
+        if (a->delay_us() > 0) {
           delayed.push_back(a);
         } else {
           DoAction(*a, i);
@@ -440,7 +432,7 @@ class Simulation {
   std::vector<bool> dirty_, alive_;
   std::vector<bool> stays_, updated_during_out_;  // copy-out under way for a tensor kept in hbm
   std::vector<double> last_access_;
-  std::vector<Transfer> links_[2];
+  std::deque<Transfer> links_[2];
   double rate_[2];
   double now_ = 0;
   std::uint64_t occupancy_ = 0;

@@ -101,11 +101,23 @@ int PlannedIterations(const Schedule& s) { return s.repeats() ? 5 : 1; }
 
 // Start time of every step on the planned timeline, from the compute estimates; one more entry
 // for the end.
-std::vector<double> StepStarts(const Schedule& s, std::int64_t n, std::int64_t total) {
+// With `replayed` (a replay of an earlier plan), each step lasts as long as it did there, stalls
+// included; the planner then plans on the clock its plans actually run to.
+std::vector<double> StepStarts(const Schedule& s, std::int64_t n, std::int64_t total,
+                               const ReplayReport* replayed = nullptr) {
+  std::vector<double> dur(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    dur[static_cast<std::size_t>(i)] = s.steps(static_cast<int>(i)).compute_us();
+  }
+  if (replayed != nullptr && replayed->compute_start_us.size() == static_cast<std::size_t>(n)) {
+    const auto& cs = replayed->compute_start_us;
+    for (std::size_t i = 0; i + 1 < cs.size(); ++i) dur[i] = cs[i + 1] - cs[i];
+    dur.back() = replayed->time_us - cs.back() + cs.front();
+  }
   std::vector<double> start(static_cast<std::size_t>(total) + 1, 0.0);
   for (std::int64_t g = 0; g < total; ++g) {
     start[static_cast<std::size_t>(g + 1)] =
-        start[static_cast<std::size_t>(g)] + s.steps(static_cast<int>(g % n)).compute_us();
+        start[static_cast<std::size_t>(g)] + dur[static_cast<std::size_t>(g % n)];
   }
   return start;
 }
@@ -123,14 +135,13 @@ void SortUnique(std::vector<Reload>* r) {
 }
 
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                                const PlannerConfig& config, const WindowOverrides& overrides,
-                                std::vector<Reload>* reloads) {
+                                const PlannerConfig& config, const std::vector<double>& start,
+                                const WindowOverrides& overrides, std::vector<Reload>* reloads) {
   const std::int64_t n = lt.steps();
   const int iterations = PlannedIterations(s);
   const int kept = iterations / 2;
   const std::int64_t total = n * iterations;
   const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
-  const std::vector<double> start = StepStarts(s, n, total);
   auto window_for = [&](std::uint64_t bytes, std::int64_t use, std::int64_t prev) {
     double need = (d.link_latency_us + static_cast<double>(bytes) / (d.h2d_gbps * 1e3)) *
                   config.prefetch_margin;
@@ -510,31 +521,38 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   return plan;
 }
 
-// The iteration time a plan replays to; infinite for a plan the replay finds in breach.
-double ReplayTime(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                  const PlannerConfig& config, const schedule::Plan& plan) {
-  auto r = Replay(s, lt, d,
-                  {.policy = Policy::kPlanned, .hbm_budget = config.hbm_budget, .plan = &plan});
-  if (!r.ok() || r->missing_at_use + r->budget_violations + r->bad_actions > 0) {
-    return std::numeric_limits<double>::infinity();
-  }
-  return r->time_us;
+// A plan and what its replay showed (time infinite when the replay found a breach).
+struct Candidate {
+  schedule::Plan plan;
+  double time_us = std::numeric_limits<double>::infinity();
+  ReplayReport replay;
+};
+
+void Evaluate(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d, std::uint64_t budget,
+              Candidate* c) {
+  auto r = Replay(
+      s, lt, d,
+      {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &c->plan, .lower_bound = false});
+  if (!r.ok() || r->missing_at_use + r->budget_violations + r->bad_actions > 0) return;
+  c->time_us = r->time_us;
+  c->replay = std::move(r).value();
 }
 
-Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                                 const PlannerConfig& config) {
-  TIERPOOL_RETURN_IF_ERROR(config.validate());
-  // Pass 1 finds which uses need a reload, giving each prefetch a window as if it had the link
-  // to itself. The link is shared, though: where windows overlap, every transfer in them slows
-  // down and all arrive late. Later passes lay the reloads out on the link back to back, as late
-  // as possible, walking back from the last use, issue each at its laid-out time, and plan again,
-  // until the set of reloads stops growing.
+// One round of planning on a given clock. Pass 1 finds which uses need a reload, giving each
+// prefetch a window as if it had the link to itself. Later passes lay the reloads out on the
+// link back to back, as late as possible, walking back from the last use, issue each at its
+// laid-out time, and plan again, until the set of reloads stops growing. Every plan that fits
+// is replayed and the fastest kept (with replay off, the last that fits); the latest wins a tie.
+// Plans are made for config's budget and replayed under `budget` (which may be larger).
+Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                            const PlannerConfig& config, std::uint64_t budget,
+                            const std::vector<double>& start, int layout_passes) {
   std::vector<Reload> all;
-  auto first = PlanPass(s, lt, d, config, {}, &all);
-  if (!first.ok()) return first;
+  auto first = PlanPass(s, lt, d, config, start, {}, &all);
+  if (!first.ok()) return first.status();
   SortUnique(&all);
-  const std::int64_t n = lt.steps();
-  const std::vector<double> start = StepStarts(s, n, n * PlannedIterations(s));
+  Candidate best{.plan = std::move(first).value()};
+  if (config.choose_by_replay) Evaluate(s, lt, d, budget, &best);
   // Lays the reloads (sorted, unique) out on the link, back to back, as late as possible.
   auto layout = [&](const std::vector<Reload>& sorted) {
     WindowOverrides overrides;
@@ -551,21 +569,15 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     }
     return overrides;
   };
-  // Each pass may reload other tensors than the last: lay out the union and plan again, a few
-  // times. Every plan that fits is replayed (the planner's own clock ignores stalls, which move
-  // everything after them) and the fastest is kept; the latest wins a tie.
-  Result<schedule::Plan> best = std::move(first);
-  double best_us = config.choose_by_replay ? ReplayTime(s, lt, d, config, *best)
-                                           : std::numeric_limits<double>::infinity();
-  for (int pass = 0; pass < 6; ++pass) {
+  for (int pass = 0; pass < layout_passes; ++pass) {
     std::vector<Reload> made;
-    auto next = PlanPass(s, lt, d, config, layout(all), &made);
+    auto next = PlanPass(s, lt, d, config, start, layout(all), &made);
     if (!next.ok()) break;
+    Candidate c{.plan = std::move(next).value()};
     if (!config.choose_by_replay) {
-      best = std::move(next);
-    } else if (double us = ReplayTime(s, lt, d, config, *next); us <= best_us) {
-      best_us = us;
-      best = std::move(next);
+      best = std::move(c);
+    } else if (Evaluate(s, lt, d, budget, &c); c.time_us <= best.time_us) {
+      best = std::move(c);
     }
     std::size_t before = all.size();
     all.insert(all.end(), made.begin(), made.end());
@@ -573,6 +585,41 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     if (all.size() - before <= before / 100) break;  // (nearly) nothing new to lay out
   }
   return best;
+}
+
+Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                 const PlannerConfig& config) {
+  TIERPOOL_RETURN_IF_ERROR(config.validate());
+  const std::int64_t n = lt.steps();
+  const std::int64_t total = n * PlannedIterations(s);
+  const std::uint64_t budget = config.hbm_budget;
+  auto best = PlanRound(s, lt, d, config, budget, StepStarts(s, n, total), 6);
+  if (!best.ok() || !config.choose_by_replay) {
+    if (!best.ok()) return best.status();
+    return std::move(best->plan);
+  }
+  // Where the link cannot keep up, the plan stalls, and every step after a stall starts later
+  // than the compute estimates say: windows and link placements made on that clock are wrong.
+  // Plan again on the clock the best plan replayed to (stalls included), a few rounds, keeping
+  // whichever replays fastest.
+  double compute = 0;
+  for (const auto& st : s.steps()) compute += st.compute_us();
+  auto stalls = [&] { return best->time_us - compute > 0.01 * compute; };
+  // Planning for a little less than the budget leaves room for prefetches to land early and
+  // copy-outs to finish late; the plan still holds the real budget.
+  for (double headroom : {0.97, 0.94}) {
+    if (!stalls()) break;
+    PlannerConfig tighter = config;
+    tighter.hbm_budget = static_cast<std::uint64_t>(static_cast<double>(budget) * headroom);
+    auto next = PlanRound(s, lt, d, tighter, budget, StepStarts(s, n, total), 3);
+    if (next.ok() && next->time_us < best->time_us) best = std::move(next);
+  }
+  for (int round = 0; round < 3 && stalls(); ++round) {
+    auto next = PlanRound(s, lt, d, config, budget, StepStarts(s, n, total, &best->replay), 2);
+    if (!next.ok() || next->time_us >= best->time_us) break;
+    best = std::move(next);
+  }
+  return std::move(best->plan);
 }
 
 }  // namespace tierpool::prefetch

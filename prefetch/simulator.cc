@@ -48,6 +48,7 @@ class Simulation {
     stays_.assign(n_, false);
     updated_during_out_.assign(n_, false);
     alive_.assign(n_, false);
+    queued_.assign(n_, false);
     last_access_.assign(n_, -1.0);
     rate_[0] = d.h2d_gbps * 1e3;  // bytes per microsecond
     rate_[1] = d.d2h_gbps * 1e3;
@@ -84,7 +85,7 @@ class Simulation {
     for (int k = 0; k < iterations; ++k) {
       measuring_ = k == iterations - 1;
       if (measuring_) {
-        iter_start = now_;
+        iter_start = iter_start_ = now_;
         r_.peak_hbm = occupancy_;
         Counter();
       }
@@ -95,10 +96,8 @@ class Simulation {
     r_.budget = o_.policy == Policy::kNone ? 0 : budget_;
     r_.time_us = now_ - iter_start;
     for (const auto& st : s_.steps()) r_.compute_us += st.compute_us();
-    if (o_.policy != Policy::kNone && lt_.peak_bytes() > budget_) {
-      double excess = static_cast<double>(lt_.peak_bytes() - budget_);
-      r_.stall_lower_bound_us =
-          std::max(0.0, excess / rate_[0] - r_.compute_us);  // it must come back once
+    if (o_.policy != Policy::kNone && o_.lower_bound) {
+      r_.stall_lower_bound_us = StallLowerBound(s_, lt_, d_, budget_);
     }
     return std::move(r_);
   }
@@ -132,6 +131,11 @@ class Simulation {
   void Release(std::uint32_t t) {
     occupancy_ -= size(t);
     Counter();
+    if (!waiting_.empty() && !issuing_) {
+      issuing_ = true;  // Fetch below may release nothing, but must not recurse into here
+      IssueWaiting();
+      issuing_ = false;
+    }
   }
 
   // ---- links ----
@@ -253,7 +257,28 @@ class Simulation {
       }
       return;
     }
+    // The compute stream's need comes first: queued prefetches wait until it is met.
+    reserved_ = bytes;
     WaitUntil([&] { return occupancy_ + bytes <= budget_; }, "stall: room (offloads in flight)");
+    reserved_ = 0;
+  }
+
+  // Planned prefetches that found no room wait here, in plan order, and go as soon as room
+  // comes free (a copy-out finishing, a dead tensor freed); compute does not wait for them
+  // unless a step needs one.
+  void IssueWaiting() {
+    while (!waiting_.empty()) {
+      std::uint32_t t = waiting_.front();
+      if (occupancy_ + reserved_ + size(t) > budget_) return;
+      waiting_.pop_front();
+      queued_[t] = false;
+      if (where_[t] == Where::kHost && alive_[t]) Fetch(t, {});
+    }
+  }
+  void Unqueue(std::uint32_t t) {
+    if (!queued_[t]) return;
+    queued_[t] = false;
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), t));
   }
 
   // A tensor whose host copy is current leaves hbm: its room is free, the host holds it.
@@ -301,6 +326,14 @@ class Simulation {
     // What the step touches must be in hbm.
     std::vector<std::uint32_t> needs = lt_.used_at(i);
     for (auto t : needs) {
+      if (queued_[t]) {  // its prefetch is still waiting for room: it goes now, first
+        Unqueue(t);
+        MakeRoom(size(t), needs);
+        where_[t] = Where::kIn;
+        Hold(t);
+        if (!lt_.persistent(t)) host_bytes_ -= size(t);
+        StartTransfer(t, true);
+      }
       if (where_[t] == Where::kIn) {
         WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: prefetch late");
       }
@@ -336,18 +369,12 @@ class Simulation {
           {TimelineEvent::Kind::kCompute, now_, c, s_.steps(static_cast<int>(i)).name()});
     }
     const double step_start = now_;
-    std::vector<const schedule::Action*> no_room;
+    if (measuring_) r_.compute_start_us.push_back(now_ - iter_start_);
     for (const auto* a : delayed) {
       AdvanceTo(std::min(step_start + a->delay_us(), step_start + c));
-      std::uint32_t t = a->tensor();
-      if (t < n_ && where_[t] == Where::kHost && alive_[t] && occupancy_ + size(t) > budget_) {
-        no_room.push_back(a);  // compute does not wait for it: it goes when the step ends
-        continue;
-      }
       DoAction(*a, i);
     }
     AdvanceTo(step_start + c);
-    for (const auto* a : no_room) DoAction(*a, i);
     for (auto t : needs) last_access_[t] = now_;
     for (auto u : updates_at(i)) {
       dirty_[u] = true;
@@ -392,11 +419,19 @@ class Simulation {
           stays_[t] = true;
           return;
         }
-        if (where_[t] == Where::kHost) Fetch(t, {});
+        if (where_[t] == Where::kHost && !queued_[t]) {
+          if (waiting_.empty() && occupancy_ + reserved_ + size(t) <= budget_) {
+            Fetch(t, {});
+          } else {
+            waiting_.push_back(t);
+            queued_[t] = true;
+          }
+        }
         return;
       case schedule::OFFLOAD:
       case schedule::FREE:
         if (!Alive(t, a.kind() == schedule::FREE ? "free" : "offload", step)) return;
+        Unqueue(t);  // a prefetch still waiting for room is simply not made
         if (where_[t] == Where::kIn) {
           WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: transfer order");
         }
@@ -438,12 +473,97 @@ class Simulation {
   std::uint64_t occupancy_ = 0;
   std::uint64_t host_bytes_ = 0;
   bool measuring_ = false;
+  std::deque<std::uint32_t> waiting_;  // planned prefetches waiting for room, in plan order
+  std::vector<bool> queued_;
+  std::uint64_t reserved_ = 0;  // room the compute stream is waiting for
+  bool issuing_ = false;
+  double iter_start_ = 0;
   std::map<std::uint32_t, std::vector<const schedule::Action*>> actions_before_, actions_after_;
   std::vector<std::vector<std::uint32_t>> updates_;
   ReplayReport r_;
 };
 
 }  // namespace
+
+double StallLowerBound(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                       std::uint64_t budget) {
+  const std::uint32_t n = lt.steps();
+  const auto& curve = lt.memory_curve();
+  std::vector<double> cstart(n + 1, 0.0);  // compute start of each step, on the compute clock
+  for (std::uint32_t i = 0; i < n; ++i)
+    cstart[i + 1] = cstart[i] + s.steps(static_cast<int>(i)).compute_us();
+  const double period = cstart[n];
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::uint32_t> over;
+  for (std::uint32_t p = 0; p < n; ++p) {
+    if (curve[p] > budget) over.push_back(p);
+  }
+  std::sort(over.begin(), over.end(), [&](auto a, auto b) { return curve[a] > curve[b]; });
+  if (over.size() > 16) over.resize(16);  // the bound holds at every step: a few suffice
+  double best = 0;
+  const double h2d = d.h2d_gbps * 1e3, d2h = d.d2h_gbps * 1e3;  // bytes per microsecond
+  for (std::uint32_t p : over) {
+    const double excess = static_cast<double>(curve[p] - budget);
+    // Candidates: live across p and not touched by it; (last write, next use, bytes).
+    struct Live {
+      double written, next_use, bytes;
+    };
+    std::vector<Live> live;
+    for (std::uint32_t t = 0; t < static_cast<std::uint32_t>(s.tensors_size()); ++t) {
+      bool persistent = lt.persistent(t);
+      if (!persistent && (lt.def(t) >= static_cast<int>(p) || lt.last_touch(t) <= p)) continue;
+      const auto& uses = lt.uses(t);
+      if (std::binary_search(uses.begin(), uses.end(), p)) continue;
+      double written = persistent ? -inf : cstart[static_cast<std::uint32_t>(lt.def(t)) + 1];
+      for (auto u : s.tensors(static_cast<int>(t)).update_steps()) {
+        if (u < p) written = std::max(written, cstart[u + 1]);
+      }
+      std::uint32_t next = lt.NextUse(t, p);
+      double next_use = next != kNoUse                               ? cstart[next]
+                        : persistent && s.repeats() && !uses.empty() ? period + cstart[uses.front()]
+                                                                     : inf;
+      live.push_back(
+          {written, next_use, static_cast<double>(s.tensors(static_cast<int>(t)).size_bytes())});
+    }
+    // Out before p: the earliest-written go first; by each moment y, what is written after y
+    // must cross the link between y and p's start.
+    std::sort(live.begin(), live.end(),
+              [](const Live& a, const Live& b) { return a.written < b.written; });
+    double before = 0, out_stall = 0, out_from = cstart[p];
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].written > -inf) {
+        double need = excess - before;  // bytes of the out-set written at or after this moment
+        double stall = need / d2h - (cstart[p] - live[i].written);
+        if (need > 0 && stall > out_stall) {
+          out_stall = stall;
+          out_from = live[i].written;
+        }
+      }
+      before += live[i].bytes;
+    }
+    // Back after p: the latest-needed stay out; by each next use x, what is needed by x must
+    // cross the link between p's start and x.
+    std::sort(live.begin(), live.end(),
+              [](const Live& a, const Live& b) { return a.next_use > b.next_use; });
+    double later = 0, in_stall = 0, in_to = cstart[p];
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].next_use < inf) {
+        double need = excess - later;  // bytes of the out-set needed by this use
+        double stall = need / h2d - (live[i].next_use - cstart[p]);
+        if (need > 0 && stall > in_stall) {
+          in_stall = stall;
+          in_to = live[i].next_use;
+        }
+      }
+      later += live[i].bytes;
+    }
+    // The two stretches add up only when they fit in one iteration (the report is per
+    // iteration); otherwise the larger alone.
+    best = std::max(
+        best, in_to - out_from <= period ? out_stall + in_stall : std::max(out_stall, in_stall));
+  }
+  return best;
+}
 
 Result<ReplayReport> Replay(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                             const ReplayOptions& options) {

@@ -44,6 +44,9 @@ struct ReplayReport {
   std::uint64_t budget_violations = 0;
   std::uint64_t bad_actions = 0;
   std::vector<std::string> problems;  // the first few, spelled out
+  // When each step's compute began, from the measured iteration's start: the clock the
+  // planner re-plans on, stalls included.
+  std::vector<double> compute_start_us;
   std::vector<TimelineEvent> timeline;
 };
 
@@ -52,7 +55,18 @@ struct ReplayOptions {
   std::uint64_t hbm_budget = 0;          // required for reactive-lru and planned
   const schedule::Plan* plan = nullptr;  // required for planned
   bool record_timeline = false;
+  bool lower_bound = true;  // compute stall_lower_bound_us (off in the planner's own replays)
 };
+
+// A lower bound on the stall any policy has under the budget, from the schedule alone. At a
+// step p where the memory in use without offload exceeds the budget by E, E bytes of what p
+// does not touch must be out of hbm while p runs. Whatever was last written this iteration
+// (defined or updated) must have been copied out since, before p; and all of it must come back
+// before its next use. Taking the tensors that make each side cheapest, the bytes one link must
+// carry by a given moment, less the compute before that moment, is stall; the two sides fall
+// before and after p, so they add up. The largest over the steps with the most excess.
+double StallLowerBound(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                       std::uint64_t budget);
 
 // Repeating schedules run two iterations (the first warms up) and report the second.
 Result<ReplayReport> Replay(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,

@@ -86,9 +86,49 @@ TEST(Planner, InvariantsHoldOnRandomSchedules) {
       EXPECT_EQ(r->bad_actions, 0u) << "round " << round << " f " << f << "\n" << problems;
       EXPECT_LE(r->peak_hbm, budget);
       EXPECT_GE(r->stall_us + 1e-6, r->stall_lower_bound_us);
+      // The bound holds for any policy that keeps the budget, the runtime baseline included.
+      auto reactive =
+          Replay(s, lt, *device, {.policy = Policy::kReactiveLru, .hbm_budget = budget});
+      ASSERT_TRUE(reactive.ok());
+      EXPECT_EQ(reactive->budget_violations, 0u);
+      EXPECT_GE(reactive->stall_us + 1e-6, reactive->stall_lower_bound_us)
+          << "round " << round << " f " << f;
     }
   }
   EXPECT_GT(planned, 60);
+}
+
+// A is defined at step 0 and used at step 2; B, as big, is made and dropped at step 1; the budget
+// holds one of them. A must go out before step 1 with no compute to hide it, and come back
+// during step 1's 200 us: the bound is 1000 us out + (1000 - 200) us in on a 55 GB/s link.
+TEST(StallLowerBound, MatchesAHandWorkedCase) {
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("two-tensors");
+  for (double c : {100.0, 200.0, 100.0}) {
+    auto* st = s.add_steps();
+    st->set_name("op" + std::to_string(s.steps_size()));
+    st->set_compute_us(c);
+  }
+  constexpr std::uint64_t kBytes = 55'000'000;  // 1000 us on the link
+  for (int i = 0; i < 2; ++i) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(i));
+    t->set_name(i == 0 ? "A" : "B");
+    t->set_size_bytes(kBytes);
+    t->set_def_step(i);
+    t->set_kind(schedule::ACTIVATION);
+    if (i == 0) t->add_use_steps(2);
+  }
+  ASSERT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+  Lifetimes lt(s);
+  auto device = BuiltinProfile("h100");
+  EXPECT_NEAR(StallLowerBound(s, lt, *device, kBytes), 1800.0, 1e-6);
+  EXPECT_EQ(StallLowerBound(s, lt, *device, 2 * kBytes), 0.0);
+  auto reactive = Replay(s, lt, *device, {.policy = Policy::kReactiveLru, .hbm_budget = kBytes});
+  ASSERT_TRUE(reactive.ok());
+  EXPECT_EQ(reactive->budget_violations, 0u);
+  EXPECT_GE(reactive->stall_us, 1800.0);
 }
 
 TEST(Planner, RefusesABudgetBelowAStepsWorkingSet) {

@@ -5,11 +5,13 @@
 // How: every use of a tensor gets a prefetch window, the latest stretch of steps whose
 // estimated compute covers the tensor's transfer (with a margin). Walking the steps in order,
 // when hbm would go over the budget the planner evicts the resident tensor whose next window
-// is farthest away (Belady's rule, using lifetime knowledge), and schedules its offload right
-// after its previous use, so the copy-out has the whole idle gap to finish. A tensor evicted
-// before its window is prefetched when the window opens; a prefetch that does not fit waits a
-// step. Repeating schedules are planned over five iterations and the middle one is kept: the
-// plan is for the steady state, and repeats every iteration.
+// is farthest away (Belady's rule, using lifetime knowledge), preferring one whose room is free
+// in time, and places its copy-out on a calendar of the host-bound link, in the first idle gap
+// after its last use. A tensor evicted before its window is prefetched when the window opens; a
+// prefetch that does not fit waits a step. Reloads are then laid out back to back on the link
+// and the plan made again; each candidate is replayed and the fastest kept. Repeating schedules
+// are planned over five iterations and the middle one is kept: the plan is for the steady state,
+// and repeats every iteration. docs/schedules.md has the whole story.
 #pragma once
 
 #include "prefetch/device_profile.h"

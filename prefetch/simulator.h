@@ -1,5 +1,6 @@
 // Replay: a discrete-event simulation of a schedule's compute and its transfers over the
-// host<->hbm links (each direction one link, shared by the transfers on it), under a policy:
+// host<->hbm links (each direction one copy stream, running its transfers in issue order),
+// under a policy:
 //   none          everything stays in hbm: the baseline for peak and time
 //   reactive-lru  swap on demand, least recently used out (what runtime offloaders do)
 //   planned       follow a Plan from the planner

@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Markdown tables from `tierpool replay --sweep --json` files, as docs/benchmarks.md shows them.
+
+usage: scripts/sweep-tables.py SWEEP.json [SWEEP.json ...]        one table per file
+       scripts/sweep-tables.py --summary SWEEP.json [...]          one line per file
+"""
+import json
+import sys
+
+
+def gib(b):
+    if b >= 1 << 30:
+        return f"{b / (1 << 30):.2f} GiB"
+    return f"{b / (1 << 20):.0f} MiB"
+
+
+def rows(d):
+    base = d["none"]["time_us"]
+    for r in d["rows"]:
+        p, q = r.get("planned"), r["reactive"]
+        yield r, p, q, base
+
+
+def stall_ratio(p, q):
+    if p is None or q["stall_us"] <= 0:
+        return None
+    return p["stall_us"] / q["stall_us"]
+
+
+def table(d):
+    base = d["none"]["time_us"]
+    out = [f"**{d['device']}**: no-offload peak {gib(d['none']['peak_hbm_bytes'])}, "
+           f"iteration {base / 1000:.2f} ms.", "",
+           "| budget | planned peak | planned overhead | planned stall ms | reactive-lru peak "
+           "| reactive-lru overhead | reactive-lru stall ms | stall lower bound ms |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r, p, q, _ in rows(d):
+        if p is None:
+            planned = "infeasible | - | -"
+        else:
+            planned = (f"{gib(p['peak_hbm_bytes'])} | {100 * (p['time_us'] / base - 1):+.2f}% | "
+                       f"{p['stall_us'] / 1000:.3f}")
+        out.append(f"| {100 * r['fraction']:.1f}% | {planned} | {gib(q['peak_hbm_bytes'])} | "
+                   f"{100 * (q['time_us'] / base - 1):+.2f}% | {q['stall_us'] / 1000:.3f} | "
+                   f"{q['stall_lower_bound_us'] / 1000:.3f} |")
+    out += ["", summary(d) + f" Slowest plan: {d['planning_ms_max']:.0f} ms.", ""]
+    return "\n".join(out)
+
+
+def summary(d):
+    s = d.get("smallest_budget_within_overhead")
+    within = (f"{100 * s['fraction']:.1f}% of the peak ({100 * s['peak_reduction']:.1f}% lower "
+              "peak)") if s else "none"
+    ratios = [x for x in (stall_ratio(p, q) for _, p, q, _ in rows(d)) if x is not None]
+    over = unreachable = 0
+    for _, p, q, _ in rows(d):
+        if p is not None and p["stall_us"] > 0.5 * q["stall_us"] + 1e-9:
+            over += 1
+            if 0.5 * q["stall_us"] < q["stall_lower_bound_us"]:
+                unreachable += 1
+    rng = f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "-"
+    return (f"Smallest budget within {100 * d['max_overhead']:.0f}% overhead: {within}. "
+            f"Planned stall ÷ reactive-lru stall: {rng}; above one half at {over} of "
+            f"{len(d['rows'])} budgets, at {unreachable} of which half of reactive-lru's stall "
+            "is below the lower bound.")
+
+
+def main(argv):
+    if argv and argv[0] == "--summary":
+        for f in argv[1:]:
+            d = json.load(open(f))
+            print(f"- {d['schedule']} on {d['device']}: {summary(d)}")
+        return 0
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for f in argv:
+        print(table(json.load(open(f))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -20,6 +20,13 @@ struct DeviceProfile {
   double link_latency_us = 0;  // fixed cost of each transfer
   double min_op_us = 2;        // launch overhead floor per op
   Status validate() const;
+  // Time of one transfer of `bytes` over the link into hbm, and out of it, latency included.
+  double InUs(std::uint64_t bytes) const {
+    return link_latency_us + static_cast<double>(bytes) / (h2d_gbps * 1e3);
+  }
+  double OutUs(std::uint64_t bytes) const {
+    return link_latency_us + static_cast<double>(bytes) / (d2h_gbps * 1e3);
+  }
 };
 
 // h100 (PCIe host link, ~55 GB/s each way), gh200 (NVLink-C2C, ~450 GB/s each way), a100.

@@ -122,6 +122,12 @@ std::vector<double> StepStarts(const Schedule& s, std::int64_t n, std::int64_t t
   return start;
 }
 
+// The step running at moment t: the latest step w <= limit with start[w] <= t (0 if none).
+std::int64_t StepAt(const std::vector<double>& start, std::int64_t limit, double t) {
+  auto it = std::upper_bound(start.begin(), start.begin() + limit + 1, t);
+  return std::max<std::int64_t>(0, static_cast<std::int64_t>(it - start.begin()) - 1);
+}
+
 // Latest use first (then by tensor), each (tensor, use) once: the order the link layout walks.
 void SortUnique(std::vector<Reload>* r) {
   std::sort(r->begin(), r->end(), [](const Reload& a, const Reload& b) {
@@ -143,13 +149,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   const std::int64_t total = n * iterations;
   const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
   auto window_for = [&](std::uint64_t bytes, std::int64_t use, std::int64_t prev) {
-    double need = (d.link_latency_us + static_cast<double>(bytes) / (d.h2d_gbps * 1e3)) *
-                  config.prefetch_margin;
+    double need = d.InUs(bytes) * config.prefetch_margin;
     // Latest step w with start[use] - start[w] >= need.
-    double target = start[static_cast<std::size_t>(use)] - need;
-    auto it = std::upper_bound(start.begin(), start.begin() + use + 1, target);
-    std::int64_t w = static_cast<std::int64_t>(it - start.begin()) - 1;
-    return std::max<std::int64_t>({w, prev + 1, 0});
+    std::int64_t w = StepAt(start, use, start[static_cast<std::size_t>(use)] - need);
+    return std::max<std::int64_t>(w, prev + 1);
   };
 
   // Optimizer states are read in a burst of short update steps: if each got a window sized for
@@ -169,13 +172,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     std::sort(uses.rbegin(), uses.rend());
     double link_free = std::numeric_limits<double>::infinity();
     for (auto [use, t] : uses) {
-      double xfer =
-          d.link_latency_us +
-          static_cast<double>(s.tensors(static_cast<int>(t)).size_bytes()) / (d.h2d_gbps * 1e3);
+      double xfer = d.InUs(s.tensors(static_cast<int>(t)).size_bytes());
       double end = std::min(start[static_cast<std::size_t>(use)], link_free);
       link_free = end - xfer;
-      auto it = std::upper_bound(start.begin(), start.begin() + use + 1, link_free);
-      burst_window[{t, use}] = std::max<std::int64_t>(0, (it - start.begin()) - 1);
+      burst_window[{t, use}] = StepAt(start, use, link_free);
     }
   }
 
@@ -264,29 +264,24 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     st.intervals.emplace_back(st.resident_since, after_step);
   };
 
-  // Copy-outs and drops of a victim last touched at step `after`, whose room step g needs.
   LinkCalendar d2h;
-  auto out_us = [&](std::uint32_t t) {
-    return d.link_latency_us + static_cast<double>(size_of(t)) / (d.d2h_gbps * 1e3);
+  // Where a dirty tensor last touched at step `after` would start its copy-out if placed now.
+  auto out_from = [&](std::uint32_t t, std::int64_t after) {
+    return d2h.Place(start[static_cast<std::size_t>(after + 1)], d.OutUs(size_of(t)));
   };
-  // When a dirty victim's copy-out would finish if placed now (the room comes free then).
-  auto out_done = [&](std::uint32_t t, std::int64_t after) {
-    double x = out_us(t);
-    return d2h.Place(start[static_cast<std::size_t>(after + 1)], x) + x;
-  };
+  // Copies out (or drops, if clean) a victim last touched at step `after`, whose room step g
+  // needs.
   auto send_out = [&](std::uint32_t t, std::int64_t after, std::int64_t g) {
     if (!ts[t].dirty) {
       pending.push_back({schedule::FREE, t, after, after, 0, true});
       return;
     }
-    double x = out_us(t);
-    double from = d2h.Place(start[static_cast<std::size_t>(after + 1)], x);
-    d2h.Reserve(from, from + x);
+    double from = out_from(t, after);
+    d2h.Reserve(from, from + d.OutUs(size_of(t)));
     // Issued at its place on the calendar: a step and a delay into it. One that cannot start
     // before step g (the link is busy until then) is issued as g starts, so that the room g
     // waits for is on its way.
-    auto it = std::upper_bound(start.begin(), start.begin() + g + 1, from);
-    std::int64_t at = std::clamp<std::int64_t>((it - start.begin()) - 1, after + 1, g);
+    std::int64_t at = std::clamp<std::int64_t>(StepAt(start, g, from), after + 1, g);
     double delay = at == g ? 0.0 : std::max(0.0, from - start[static_cast<std::size_t>(at)]);
     pending.push_back({schedule::OFFLOAD, t, at, at, delay, false});
   };
@@ -362,12 +357,11 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
                                           ") needs at once: " + FormatBytes(occupancy + adding));
       }
       // Among the farthest-needed candidates, the one freeing the most bytes for the longest
-      // (size x time until its window: GreedyDual-Size's rule), preferring one that is free to
-      // drop (clean) or whose copy-out finishes within its idle gap. Many small transfers cost
-      // a link latency each and crowd the big ones.
-      // A cheap candidate frees its room by the time this step starts: it is clean, or its
-      // copy-out fits in a gap of the link since its last touch. When none is, the one whose
-      // room comes free soonest (the step waits for it).
+      // (size x time until its window: GreedyDual-Size's rule; many small transfers cost a link
+      // latency each and crowd the big ones), preferring a cheap one: its room is free by the
+      // time this step starts, because it is clean or its copy-out fits in a gap of the link
+      // since its last touch. When none is, the one whose room comes free soonest (the step
+      // waits for it).
       std::uint32_t victim = by_next.rbegin()->second;
       double best = -1;
       bool best_cheap = false;
@@ -383,7 +377,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         double score = static_cast<double>(size_of(it->second)) * std::max(until, 1.0);
         bool dirty = c.dirty && after >= 0;
         if (dirty && best_cheap && score <= best) continue;  // cannot win: skip the calendar
-        double free_at = dirty ? out_done(it->second, after) : now_start;
+        double free_at =
+            dirty ? out_from(it->second, after) + d.OutUs(size_of(it->second)) : now_start;
         bool cheap = free_at <= now_start + 1e-6;
         bool better = cheap != best_cheap ? cheap
                       : cheap             ? score > best
@@ -558,12 +553,9 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
     WindowOverrides overrides;
     double link_free = std::numeric_limits<double>::infinity();
     for (const Reload& r : sorted) {
-      double xfer = d.link_latency_us +
-                    static_cast<double>(s.tensors(static_cast<int>(r.tensor)).size_bytes()) /
-                        (d.h2d_gbps * 1e3);
+      double xfer = d.InUs(s.tensors(static_cast<int>(r.tensor)).size_bytes());
       link_free = std::min(start[static_cast<std::size_t>(r.use)], link_free) - xfer;
-      auto it = std::upper_bound(start.begin(), start.begin() + r.use + 1, link_free);
-      std::int64_t w = std::max<std::int64_t>(0, static_cast<std::int64_t>(it - start.begin()) - 1);
+      std::int64_t w = StepAt(start, r.use, link_free);
       overrides[{r.tensor, r.use}] = {
           w, std::max(0.0, link_free - start[static_cast<std::size_t>(w)])};
     }
@@ -594,10 +586,8 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   const std::int64_t total = n * PlannedIterations(s);
   const std::uint64_t budget = config.hbm_budget;
   auto best = PlanRound(s, lt, d, config, budget, StepStarts(s, n, total), 6);
-  if (!best.ok() || !config.choose_by_replay) {
-    if (!best.ok()) return best.status();
-    return std::move(best->plan);
-  }
+  if (!best.ok()) return best.status();
+  if (!config.choose_by_replay) return std::move(best->plan);
   // Where the link cannot keep up, the plan stalls, and every step after a stall starts later
   // than the compute estimates say: windows and link placements made on that clock are wrong.
   // Plan again on the clock the best plan replayed to (stalls included), a few rounds, keeping

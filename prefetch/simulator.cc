@@ -131,11 +131,7 @@ class Simulation {
   void Release(std::uint32_t t) {
     occupancy_ -= size(t);
     Counter();
-    if (!waiting_.empty() && !issuing_) {
-      issuing_ = true;  // Fetch below may release nothing, but must not recurse into here
-      IssueWaiting();
-      issuing_ = false;
-    }
+    IssueWaiting();
   }
 
   // ---- links ----
@@ -328,11 +324,7 @@ class Simulation {
     for (auto t : needs) {
       if (queued_[t]) {  // its prefetch is still waiting for room: it goes now, first
         Unqueue(t);
-        MakeRoom(size(t), needs);
-        where_[t] = Where::kIn;
-        Hold(t);
-        if (!lt_.persistent(t)) host_bytes_ -= size(t);
-        StartTransfer(t, true);
+        Fetch(t, needs);
       }
       if (where_[t] == Where::kIn) {
         WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: prefetch late");
@@ -476,7 +468,6 @@ class Simulation {
   std::deque<std::uint32_t> waiting_;  // planned prefetches waiting for room, in plan order
   std::vector<bool> queued_;
   std::uint64_t reserved_ = 0;  // room the compute stream is waiting for
-  bool issuing_ = false;
   double iter_start_ = 0;
   std::map<std::uint32_t, std::vector<const schedule::Action*>> actions_before_, actions_after_;
   std::vector<std::vector<std::uint32_t>> updates_;

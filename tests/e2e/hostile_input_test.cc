@@ -28,6 +28,14 @@ class HostileInput : public ::testing::Test {
     return c.ok() ? std::move(c).value() : nullptr;
   }
 
+  // Sends bytes that are not a valid message inside a valid frame header.
+  static void SendFramed(BlockingConnection& c, const std::string& payload) {
+    std::uint8_t h[transport::kFrameHeaderSize];
+    transport::EncodeFrameHeader(static_cast<std::uint32_t>(payload.size()), h);
+    ASSERT_TRUE(c.SendRaw(h, sizeof(h)).ok());
+    ASSERT_TRUE(c.SendRaw(payload.data(), payload.size()).ok());
+  }
+
   // The connection is closed by the server (after an optional error reply).
   static void ExpectClosed(BlockingConnection& c) {
     wire::Response r;
@@ -113,10 +121,7 @@ TEST_F(HostileInput, UnknownMessageTypeGetsAnErrorAndTheConnectionLives) {
   const std::string payload =
       std::string{static_cast<char>(0x08), static_cast<char>(0x05)} +  // id = 5
       std::string{static_cast<char>(0x9a), static_cast<char>(0x06), static_cast<char>(1), 'x'};
-  std::uint8_t h[transport::kFrameHeaderSize];
-  transport::EncodeFrameHeader(static_cast<std::uint32_t>(payload.size()), h);
-  ASSERT_TRUE(c->SendRaw(h, sizeof(h)).ok());
-  ASSERT_TRUE(c->SendRaw(payload.data(), payload.size()).ok());
+  SendFramed(*c, payload);
   wire::Response r;
   ASSERT_TRUE(c->Receive(&r).ok());
   EXPECT_EQ(r.status().code(), static_cast<std::uint32_t>(StatusCode::kUnimplemented));
@@ -130,11 +135,7 @@ TEST_F(HostileInput, UnknownMessageTypeGetsAnErrorAndTheConnectionLives) {
 
 TEST_F(HostileInput, MalformedPayloadGetsAnError) {
   auto c = Raw();
-  std::string payload(64, static_cast<char>(0xff));
-  std::uint8_t h[transport::kFrameHeaderSize];
-  transport::EncodeFrameHeader(static_cast<std::uint32_t>(payload.size()), h);
-  ASSERT_TRUE(c->SendRaw(h, sizeof(h)).ok());
-  ASSERT_TRUE(c->SendRaw(payload.data(), payload.size()).ok());
+  SendFramed(*c, std::string(64, static_cast<char>(0xff)));
   wire::Response r;
   ASSERT_TRUE(c->Receive(&r).ok());
   EXPECT_EQ(r.status().code(), static_cast<std::uint32_t>(StatusCode::kInvalidArgument));

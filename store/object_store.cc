@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <unordered_set>
 
 #include "common/checksum.h"
 #include "common/logging.h"
-#include "common/posix.h"
 #include "common/units.h"
 
 namespace tierpool {
@@ -19,22 +17,11 @@ std::uint64_t UnixMillis() {
                                         .count());
 }
 constexpr std::uint64_t kInternalOwner = 0;
+// Victims one search may name: bounds the work a single failing allocation can cause.
+constexpr std::size_t kMaxDecisions = 64;
+constexpr int kReadAttempts = 3;
+using Steady = std::chrono::steady_clock;
 }  // namespace
-
-struct ObjectStore::Object {
-  std::uint64_t id = 0;
-  ObjectMeta meta;
-  Extent extent;
-  bool committed = false;
-  std::uint64_t owner = 0;      // who may commit the reservation
-  std::uint64_t expiry_us = 0;  // reservation deadline
-  std::uint32_t pins = 0;
-  bool linked = false;     // reachable through index_
-  bool migrating = false;  // bytes being copied to another tier outside the lock
-  bool doomed = false;     // deleted or replaced; freed once unpinned and not migrating
-  bool in_lru = false;
-  std::list<std::uint64_t>::iterator lru_pos;
-};
 
 Status StoreConfig::validate() const {
   if (reservation_ttl_ms == 0) return Status::InvalidArgument("reservation ttl must be > 0");
@@ -48,32 +35,48 @@ Status StoreConfig::validate() const {
   if (maintenance_interval_ms == 0) {
     return Status::InvalidArgument("maintenance interval must be > 0");
   }
-  return Status::Ok();
+  return mover.validate();
 }
 
 Result<std::unique_ptr<ObjectStore>> ObjectStore::Create(StoreConfig config,
-                                                         std::vector<std::unique_ptr<Tier>> tiers) {
+                                                         std::vector<std::unique_ptr<Tier>> tiers,
+                                                         const Clock* clock) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   bool has_dram = false;
+  bool seen[kTierKindCount] = {};
   for (const auto& t : tiers) {
     if (!t) return Status::InvalidArgument("null tier");
     TIERPOOL_RETURN_IF_ERROR(t->watermarks().validate(TierName(t->kind())));
+    if (seen[static_cast<int>(t->kind())]) return Status::InvalidArgument("two tiers of a kind");
+    seen[static_cast<int>(t->kind())] = true;
     has_dram |= t->kind() == TierKind::kDram;
   }
   if (!has_dram) return Status::InvalidArgument("the store needs a dram tier");
-  return std::unique_ptr<ObjectStore>(new ObjectStore(std::move(config), std::move(tiers)));
+  return std::unique_ptr<ObjectStore>(new ObjectStore(std::move(config), std::move(tiers), clock));
 }
 
-ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers)
-    : config_(std::move(config)) {
+ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers,
+                         const Clock* clock)
+    : config_(std::move(config)), clock_(clock) {
+  std::array<Tier*, kTierKindCount> raw{};
   for (auto& t : tiers) {
     int k = static_cast<int>(t->kind());
+    mapped_[k] = !t->Arenas().empty();
+    raw[k] = t.get();
+    by_level_.push_back(t->kind());
     tiers_[k] = std::move(t);
   }
-  nvme_ = dynamic_cast<NvmeTier*>(tiers_[static_cast<int>(TierKind::kNvme)].get());
+  std::sort(by_level_.begin(), by_level_.end(),
+            [&](TierKind a, TierKind b) { return tier(a)->level() < tier(b)->level(); });
+  policy_ = std::make_unique<PlacementPolicy>(
+      raw, config_.cache_policy == StoreConfig::CachePolicy::kDrop);
+  mover_ = std::make_unique<Mover>(config_.mover, clock_);
 }
 
-ObjectStore::~ObjectStore() { Stop(); }
+ObjectStore::~ObjectStore() {
+  Stop();
+  mover_->Stop();
+}
 
 void ObjectStore::Start() {
   std::lock_guard lock(mu_);
@@ -91,6 +94,8 @@ void ObjectStore::Stop() {
   if (maintenance_.joinable()) maintenance_.join();
 }
 
+void ObjectStore::Quiesce() { mover_->Drain(); }
+
 Status ObjectStore::ValidateName(const std::string& ns, const std::string& key) const {
   if (key.empty()) return Status::InvalidArgument("key is empty");
   if (key.size() > config_.max_key_bytes) {
@@ -106,114 +111,301 @@ Status ObjectStore::ValidateName(const std::string& ns, const std::string& key) 
   return Status::Ok();
 }
 
-ObjectMeta ObjectStore::MetaLocked(const Object& obj) const {
+std::optional<TierKind> ObjectStore::TopCopy(const StoredObject& obj, bool mapped_only) const {
+  for (TierKind k : by_level_) {
+    if (obj.copy(k).present && (!mapped_only || mapped(k))) return k;
+  }
+  return std::nullopt;
+}
+
+void ObjectStore::UpdateTopLocked(StoredObject& obj) {
+  if (auto top = TopCopy(obj, false)) obj.meta.tier = *top;
+}
+
+ObjectMeta ObjectStore::MetaLocked(const StoredObject& obj) const {
   ObjectMeta m = obj.meta;
-  m.pins = obj.pins;
+  m.pins = obj.pins();
   return m;
 }
 
-void ObjectStore::TouchLocked(Object& obj) {
-  if (!obj.in_lru) return;
-  auto& list = lru_[static_cast<int>(obj.meta.tier)];
-  list.splice(list.end(), list, obj.lru_pos);
+// --- freeing --------------------------------------------------------------------------------
+
+void ObjectStore::FreeCopyLocked(StoredObject& obj, TierKind t) {
+  ObjectCopy& c = obj.copy(t);
+  if (!c.present) return;
+  if (c.extent.length > 0) {
+    Status s = tier(t)->Free(c.extent);
+    if (!s.ok()) spdlog::error("freeing a copy of object {}: {}", obj.id, s.ToString());
+  }
+  index_.ClearCopy(obj, t);
+  UpdateTopLocked(obj);
 }
 
-void ObjectStore::FreeObjectLocked(std::uint64_t object_id) {
-  auto it = objects_.find(object_id);
-  if (it == objects_.end()) return;
-  Object& obj = *it->second;
-  if (obj.extent.length > 0) {
-    Status s = tier(obj.meta.tier)->Free(obj.extent);
-    if (!s.ok()) spdlog::error("freeing object {}: {}", object_id, s.ToString());
-  }
-  objects_.erase(it);
+void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
+  if (!obj.doomed || obj.pins() > 0 || obj.move.has_value()) return;
+  for (TierKind k : by_level_) FreeCopyLocked(obj, k);
+  index_.Erase(obj.id);
 }
 
-void ObjectStore::UnlinkLocked(Object& obj) {
-  if (obj.linked) {
-    index_.erase({obj.meta.ns, obj.meta.key});
-    obj.linked = false;
-  }
-  if (obj.in_lru) {
-    lru_[static_cast<int>(obj.meta.tier)].erase(obj.lru_pos);
-    obj.in_lru = false;
-  }
+void ObjectStore::DoomLocked(StoredObject& obj) {
   obj.doomed = true;
-  if (obj.pins == 0 && !obj.migrating) FreeObjectLocked(obj.id);
+  index_.Unlink(obj);
+  if (obj.move && mover_->Cancel(obj.move->op_id)) {
+    // It never started: nothing will complete it.
+    if (obj.move->dst.length > 0) (void)tier(obj.move->to)->Free(obj.move->dst);
+    if (obj.move->drop_source) leaving_[static_cast<int>(obj.move->from)] -= obj.meta.size;
+    obj.move.reset();
+    ++counters_.migrations_aborted;
+    moved_.notify_all();
+  }
+  MaybeFreeLocked(obj);
 }
 
-void ObjectStore::UnpinLocked(std::uint64_t object_id) {
-  auto it = objects_.find(object_id);
-  if (it == objects_.end()) return;
-  Object& obj = *it->second;
-  if (obj.pins > 0) --obj.pins;
-  if (obj.doomed && obj.pins == 0 && !obj.migrating) FreeObjectLocked(object_id);
+void ObjectStore::FreeReservationLocked(std::uint64_t id) {
+  StoredObject* obj = index_.Find(id);
+  if (obj == nullptr) return;
+  index_.EraseReservation(id);
+  obj->doomed = true;
+  MaybeFreeLocked(*obj);
 }
 
-bool ObjectStore::EvictOneLocked(TierKind kind) {
-  for (std::uint64_t id : lru_[static_cast<int>(kind)]) {
-    Object& obj = *objects_.at(id);
-    if (obj.meta.durability == Durability::kCache && obj.pins == 0 && !obj.migrating) {
-      spdlog::debug("evicting cache object {}/{} ({}) from {}", obj.meta.ns, obj.meta.key,
-                    FormatBytes(obj.meta.size), TierName(kind));
-      ++counters_.evictions;
-      UnlinkLocked(obj);
+void ObjectStore::QuarantineLocked(StoredObject& obj, const Status& why) {
+  if (obj.corrupt) return;
+  obj.corrupt = true;
+  index_.Refresh(obj);  // out of every candidate set: it never blocks anyone's room again
+  ++counters_.quarantined;
+  spdlog::error("object {}/{} quarantined: {}", obj.meta.ns, obj.meta.key, why.ToString());
+}
+
+void ObjectStore::UnpinLocked(std::uint64_t object_id, TierKind t) {
+  StoredObject* obj = index_.Find(object_id);
+  if (obj == nullptr) return;
+  ObjectCopy& c = obj->copy(t);
+  if (c.pins > 0) --c.pins;
+  // A copy kept because it was pinned when a move down landed is now a clean, redundant copy:
+  // the policy drops it first when its tier needs room.
+  index_.Refresh(*obj);
+  MaybeFreeLocked(*obj);
+}
+
+// --- making room and moving -----------------------------------------------------------------
+
+Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind to,
+                                    MovePriority priority, std::uint64_t deadline_us,
+                                    bool drop_source, std::optional<Extent> dst) {
+  if (obj.move) return Status::Aborted("object is already moving");
+  if (!obj.copy(from).present) return Status::FailedPrecondition("no copy to move from");
+  if (obj.copy(to).present) return Status::Ok();
+  Tier* target = tier(to);
+  if (target == nullptr) return Status::FailedPrecondition(std::string(TierName(to)) + " is off");
+  if (obj.meta.size == 0) {
+    // Nothing to copy: the copy exists as soon as it is recorded.
+    index_.SetCopy(obj, to, Extent{});
+    if (drop_source && obj.copy(from).pins == 0) FreeCopyLocked(obj, from);
+    UpdateTopLocked(obj);
+    moved_.notify_all();
+    return Status::Ok();
+  }
+  if (!dst) {
+    if (Status w = target->CheckWritable(); !w.ok()) return w;
+    auto e = target->Allocate(obj.meta.size, -1);
+    if (!e.ok()) {
+      // Room that costs no transfer (and no wait) only: a move never waits for another.
+      for (const auto& d : policy_->MakeRoom(index_, to, target->Footprint(obj.meta.size),
+                                             /*instant_only=*/true, kMaxDecisions)) {
+        if (d.object_id != obj.id) ApplyLocked(d, priority);
+      }
+      e = target->Allocate(obj.meta.size, -1);
+      if (!e.ok()) return e.status();
+    }
+    dst = *e;
+  }
+  ObjectMove m;
+  m.from = from;
+  m.to = to;
+  m.dst = *dst;
+  m.drop_source = drop_source;
+  m.priority = priority;
+  obj.move = m;
+  if (drop_source) leaving_[static_cast<int>(from)] += obj.meta.size;
+  index_.Refresh(obj);
+  MoveRequest r;
+  r.from = tier(from);
+  r.src = obj.copy(from).extent;
+  r.to = target;
+  r.dst = *dst;
+  r.info = RecordInfo{KeyHash(obj.meta.ns, obj.meta.key), obj.id, obj.meta.size, obj.meta.checksum};
+  r.priority = priority;
+  r.deadline_us = deadline_us;
+  const std::uint64_t id = obj.id;
+  r.done = [this, id](const MoveResult& result) { OnMoveDone(id, result); };
+  obj.move->op_id = mover_->Submit(std::move(r));
+  return Status::Ok();
+}
+
+void ObjectStore::OnMoveDone(std::uint64_t object_id, const MoveResult& result) {
+  std::lock_guard lock(mu_);
+  moved_.notify_all();
+  StoredObject* obj = index_.Find(object_id);
+  if (obj == nullptr || !obj->move) return;  // cannot happen: moving objects are kept
+  const ObjectMove m = *obj->move;
+  obj->move.reset();
+  if (m.drop_source) leaving_[static_cast<int>(m.from)] -= obj->meta.size;
+  auto free_dst = [&] {
+    if (m.dst.length > 0) (void)tier(m.to)->Free(m.dst);
+  };
+  const Status& s = result.status;
+  if (!s.ok()) {
+    free_dst();
+    obj->last_move_error = s;
+    if (m.to == TierKind::kNvme) ++counters_.spill_failures;
+    if (m.from == TierKind::kNvme) ++counters_.nvme_read_failures;
+    // DATA_LOSS may be the device garbling the copy (a write-verify read) or the source in
+    // memory no longer matching its checksum; only the second quarantines. Checking costs a
+    // pass over the source, on this failure path only.
+    const ObjectCopy& src = obj->copy(m.from);
+    if (s.code() == StatusCode::kDataLoss && mapped(m.from) && src.present && obj->meta.size > 0 &&
+        Xxh3(tier(m.from)->HostAddress(src.extent), obj->meta.size) != obj->meta.checksum) {
+      ++counters_.corrupt_in_memory;
+      QuarantineLocked(*obj, s);
+    } else {
+      if (m.drop_source) ++failed_out_[static_cast<int>(m.from)];
+    }
+    if (obj->corrupt) {
+      // quarantined above: not retried, so not a sign that the tier below is failing
+    } else if (s.code() != StatusCode::kUnavailable) {
+      spdlog::warn("moving {}/{} from {} to {}: {}", obj->meta.ns, obj->meta.key, TierName(m.from),
+                   TierName(m.to), s.ToString());
+    }
+    index_.Refresh(*obj);
+    MaybeFreeLocked(*obj);
+    return;
+  }
+  if (obj->doomed) {
+    free_dst();
+    ++counters_.migrations_aborted;
+    MaybeFreeLocked(*obj);
+    return;
+  }
+  obj->last_move_error = Status::Ok();
+  index_.SetCopy(*obj, m.to, m.dst);
+  const bool down = tier(m.to)->level() > tier(m.from)->level();
+  if (m.to == TierKind::kNvme) {
+    ++counters_.spills;
+  } else if (m.from == TierKind::kNvme) {
+    ++counters_.nvme_reads;
+  } else if (down) {
+    ++counters_.demotions;
+  } else {
+    ++counters_.promotions;
+  }
+  // A pinned source stays: its reader holds its address. It is a clean copy now.
+  if (m.drop_source && obj->copy(m.from).pins == 0) FreeCopyLocked(*obj, m.from);
+  UpdateTopLocked(*obj);
+  index_.Refresh(*obj);
+}
+
+bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority) {
+  StoredObject* obj = index_.Find(d.object_id);
+  if (obj == nullptr || obj->doomed || obj->move || obj->corrupt) return false;
+  ObjectCopy& c = obj->copy(d.from);
+  if (!c.present || c.pins > 0) return false;
+  switch (d.action) {
+    case PlacementDecision::Action::kDropCopy:
+      if (obj->present_copies() < 2) return false;
+      FreeCopyLocked(*obj, d.from);
+      ++counters_.clean_drops;
       return true;
+    case PlacementDecision::Action::kEvict:
+      if (obj->meta.durability != Durability::kCache) return false;
+      spdlog::debug("evicting cache object {}/{} ({}) from {}", obj->meta.ns, obj->meta.key,
+                    FormatBytes(obj->meta.size), TierName(d.from));
+      ++counters_.evictions;
+      DoomLocked(*obj);
+      return true;
+    case PlacementDecision::Action::kMoveDown: {
+      Status s = StartMoveLocked(*obj, d.from, d.to, priority, 0, /*drop_source=*/true);
+      if (s.ok()) return true;
+      if (s.code() == StatusCode::kResourceExhausted &&
+          obj->meta.durability == Durability::kCache) {
+        // No room below for a cache object: it goes (a miss is recomputed).
+        ++counters_.evictions;
+        DoomLocked(*obj);
+        return true;
+      }
+      return false;
     }
   }
   return false;
 }
 
 Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
-                                           std::uint64_t size, int numa_hint) {
+                                           std::uint64_t size, int numa_hint, bool may_wait,
+                                           MovePriority priority) {
   Tier* t = tier(kind);
   if (t == nullptr) return Status::FailedPrecondition(std::string(TierName(kind)) + " tier is off");
-  std::uint64_t footprint = kind == TierKind::kNvme ? nvme_->RecordBytes(size) : size;
+  if (size == 0) return Extent{};  // an empty object takes no room anywhere
+  const std::uint64_t footprint = t->Footprint(size);
   if (footprint > t->capacity()) {
     return Status::ResourceExhausted(FormatBytes(size) + " is larger than the whole " +
                                      std::string(TierName(kind)) + " tier (" +
                                      FormatBytes(t->capacity()) + ")");
   }
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  const std::uint64_t failures_seen = failed_out_[static_cast<int>(kind)];
   for (;;) {
     auto extent = t->Allocate(size, numa_hint);
     if (extent.ok()) return extent;
-    // Room in hbm is made by demotion (Promote, maintenance), never by dropping here.
-    if (kind == TierKind::kHbm) return extent.status();
-    if (kind == TierKind::kDram && nvme_ != nullptr && SpillOneLocked(lock)) continue;
-    // The last tier with room is full: drop `cache` objects, least recently used first.
-    if (EvictOneLocked(kind)) continue;
-    if (kind == TierKind::kDram && nvme_ != nullptr) {
-      // nvme may be full of cache objects that can go to make room for a spill.
-      if (EvictOneLocked(TierKind::kNvme) && SpillOneLocked(lock)) continue;
+    const std::uint64_t leaving = leaving_[static_cast<int>(kind)];
+    const std::uint64_t want = footprint > leaving ? footprint - leaving : 0;
+    bool instant = false;
+    int started = 0;
+    for (const auto& d : policy_->MakeRoom(index_, kind, std::max<std::uint64_t>(want, 1),
+                                           !may_wait, kMaxDecisions)) {
+      if (!ApplyLocked(d, priority)) continue;
+      if (d.action == PlacementDecision::Action::kMoveDown) {
+        ++started;
+      } else {
+        instant = true;
+      }
     }
-    return extent.status();
+    if (instant) continue;  // room freed at once: try again
+    if (!may_wait || (started == 0 && leaving_[static_cast<int>(kind)] == 0)) {
+      return extent.status();
+    }
+    // Moves out of this tier are under way: wait for one to land, then look again. A move that
+    // fails again and again (a failing device) ends the wait instead of repeating forever.
+    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return Status::ResourceExhausted("timed out after " + std::to_string(config_.room_wait_ms) +
+                                       " ms waiting for room in " + std::string(TierName(kind)));
+    }
+    if (failed_out_[static_cast<int>(kind)] > failures_seen + 2) return extent.status();
   }
 }
 
-bool ObjectStore::SpillOneLocked(std::unique_lock<std::mutex>& lock) {
-  if (nvme_ == nullptr) return false;
-  std::vector<std::uint64_t> candidates;
-  for (std::uint64_t id : lru_[static_cast<int>(TierKind::kDram)]) {
-    const Object& obj = *objects_.at(id);
-    if (obj.pins == 0 && !obj.migrating && obj.meta.size > 0) candidates.push_back(id);
-    if (candidates.size() == 8) break;
-  }
-  for (std::uint64_t id : candidates) {
-    auto it = objects_.find(id);
-    if (it == objects_.end()) continue;
-    Object& obj = *it->second;
-    if (obj.pins > 0 || obj.migrating || obj.meta.tier != TierKind::kDram || !obj.linked) continue;
-    if (obj.meta.durability == Durability::kCache &&
-        config_.cache_policy == StoreConfig::CachePolicy::kDrop) {
-      ++counters_.evictions;
-      UnlinkLocked(obj);
-      return true;
+bool ObjectStore::WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
+                                    Steady::time_point deadline) {
+  StoredObject* obj = index_.Find(object_id);
+  if (obj == nullptr) return true;
+  ++obj->holds;
+  bool in_time = true;
+  for (;;) {
+    obj = index_.Find(object_id);
+    if (obj == nullptr || !obj->move) break;
+    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      in_time = false;
+      break;
     }
-    if (!nvme_->CheckWritable().ok()) return false;
-    if (MigrateLocked(lock, id, TierKind::kNvme).ok()) return true;
   }
-  return false;
+  if (obj != nullptr) {
+    --obj->holds;
+    index_.Refresh(*obj);
+  }
+  return in_time;
 }
+
+// --- puts -----------------------------------------------------------------------------------
+
 Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owner) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(spec.ns, spec.key));
   if (spec.dtype.size() > config_.max_dtype_bytes) {
@@ -235,23 +427,28 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
   Extent extent;
   TierKind placed = TierKind::kDram;
   if (spec.size > 0) {
-    std::vector<TierKind> order;
-    if (spec.tier_hint == TierKind::kHbm && tier(TierKind::kHbm) != nullptr &&
-        tier(TierKind::kHbm)->capacity() > 0) {
-      order.push_back(TierKind::kHbm);
-    }
-    order.push_back(TierKind::kDram);
     Status last;
     bool ok = false;
-    for (TierKind k : order) {
-      auto e = AllocateLocked(lock, k, spec.size, spec.numa_node);
+    // hbm takes a put only where it has room now (dropping clean copies); else dram.
+    if (spec.tier_hint == TierKind::kHbm && tier(TierKind::kHbm) != nullptr &&
+        tier(TierKind::kHbm)->capacity() > 0) {
+      auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, spec.numa_node, false,
+                              MovePriority::kDemand);
       if (e.ok()) {
         extent = *e;
-        placed = k;
+        placed = TierKind::kHbm;
         ok = true;
-        break;
       }
-      last = e.status();
+    }
+    if (!ok) {
+      auto e = AllocateLocked(lock, TierKind::kDram, spec.size, spec.numa_node, true,
+                              MovePriority::kDemand);
+      if (e.ok()) {
+        extent = *e;
+        ok = true;
+      } else {
+        last = e.status();
+      }
     }
     if (!ok) {
       ++counters_.resource_exhausted;
@@ -262,67 +459,52 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
           "); retained objects are never evicted: delete some or give tierpoold more memory");
     }
   }
-  auto obj = std::make_unique<Object>();
-  obj->id = next_id_++;
-  obj->meta.ns = spec.ns;
-  obj->meta.key = spec.key;
-  obj->meta.size = spec.size;
-  obj->meta.dtype = spec.dtype;
-  obj->meta.shape = spec.shape;
-  obj->meta.kind = spec.kind;
-  obj->meta.durability = spec.durability;
-  obj->meta.tier = placed;
-  obj->extent = extent;
-  obj->owner = owner;
-  obj->expiry_us = NowMicros() + config_.reservation_ttl_ms * 1000;
-  Reservation r{obj->id, extent, placed};
-  reservations_.insert(obj->id);
-  objects_.emplace(obj->id, std::move(obj));
+  ObjectMeta meta;
+  meta.ns = spec.ns;
+  meta.key = spec.key;
+  meta.size = spec.size;
+  meta.dtype = spec.dtype;
+  meta.shape = spec.shape;
+  meta.kind = spec.kind;
+  meta.durability = spec.durability;
+  meta.tier = placed;
+  StoredObject& obj = index_.AddReservation(
+      std::move(meta), owner, clock_->NowMicros() + config_.reservation_ttl_ms * 1000);
+  index_.SetCopy(obj, placed, extent);
   if (placed == TierKind::kHbm) wake_.notify_one();
-  return r;
+  return Reservation{obj.id, extent, placed};
 }
 
 Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
                            std::uint64_t owner) {
   std::lock_guard lock(mu_);
-  auto it = objects_.find(reservation_id);
-  if (it == objects_.end() || it->second->committed || it->second->doomed) {
+  StoredObject* obj = index_.Find(reservation_id);
+  if (obj == nullptr || obj->committed || obj->doomed || !index_.IsReservation(reservation_id)) {
     return Status::NotFound("no open reservation " + std::to_string(reservation_id) +
                             " (expired, aborted or already committed)");
   }
-  Object& obj = *it->second;
-  if (obj.owner != owner) {
+  if (obj->owner != owner) {
     return Status::PermissionDenied("reservation " + std::to_string(reservation_id) +
                                     " belongs to another connection");
   }
-  reservations_.erase(obj.id);
-  obj.committed = true;
-  obj.meta.checksum = checksum;
-  obj.meta.created_unix_ms = UnixMillis();
-  ObjectKey key{obj.meta.ns, obj.meta.key};
-  auto existing = index_.find(key);
-  if (existing != index_.end()) UnlinkLocked(*objects_.at(existing->second));
-  index_.emplace(std::move(key), obj.id);
-  obj.linked = true;
-  auto& list = lru_[static_cast<int>(obj.meta.tier)];
-  obj.lru_pos = list.insert(list.end(), obj.id);
-  obj.in_lru = true;
+  obj->meta.checksum = checksum;
+  obj->meta.created_unix_ms = UnixMillis();
+  if (StoredObject* replaced = index_.Commit(*obj)) DoomLocked(*replaced);
   ++counters_.puts;
-  counters_.bytes_put += obj.meta.size;
+  counters_.bytes_put += obj->meta.size;
   return Status::Ok();
 }
 
 Status ObjectStore::Abort(std::uint64_t reservation_id, std::uint64_t owner) {
   std::lock_guard lock(mu_);
-  auto it = objects_.find(reservation_id);
-  if (it == objects_.end() || it->second->committed) {
+  StoredObject* obj = index_.Find(reservation_id);
+  if (obj == nullptr || obj->committed || !index_.IsReservation(reservation_id)) {
     return Status::NotFound("no open reservation " + std::to_string(reservation_id));
   }
-  if (it->second->owner != owner) {
+  if (obj->owner != owner) {
     return Status::PermissionDenied("reservation belongs to another connection");
   }
-  reservations_.erase(reservation_id);
-  FreeObjectLocked(reservation_id);
+  FreeReservationLocked(reservation_id);
   return Status::Ok();
 }
 
@@ -334,29 +516,58 @@ Status ObjectStore::PutCopy(const PutSpec& spec, const void* data, std::uint64_t
   return Commit(r->id, checksum, owner);
 }
 
-Status ObjectStore::EnsureInMemoryLocked(std::unique_lock<std::mutex>& lock, const ObjectKey& key) {
-  constexpr int kNvmeReadAttempts = 3;
+// --- reads ----------------------------------------------------------------------------------
+
+Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
+    std::unique_lock<std::mutex>& lock, const std::string& ns, const std::string& key) {
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
   int read_failures = 0;
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    auto it = index_.find(key);
-    if (it == index_.end()) return Status::NotFound("no object " + key.first + "/" + key.second);
-    Object& obj = *objects_.at(it->second);
-    if (obj.meta.tier != TierKind::kNvme) return Status::Ok();
-    if (obj.migrating) {
-      migration_done_.wait(lock);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    StoredObject* obj = index_.Lookup(ns, key);
+    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+    if (obj->corrupt) {
+      return Status::DataLoss(ns + "/" + key + " is quarantined: its bytes failed their checksum");
+    }
+    if (auto t = TopCopy(*obj, /*mapped_only=*/true)) return std::make_pair(obj, *t);
+    const std::uint64_t id = obj->id;
+    if (obj->move) {
+      // Someone is already bringing it back (or moving it): wait for that move, at demand
+      // priority, instead of starting a second one.
+      if (mapped(obj->move->to)) mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
+      if (!WaitForMoveLocked(lock, id, deadline)) {
+        return Status::Unavailable("timed out waiting for " + ns + "/" + key + " to move");
+      }
       continue;
     }
-    Status s = MigrateLocked(lock, obj.id, TierKind::kDram);
-    if (s.ok()) {
-      ++counters_.nvme_reads;
+    auto from = TopCopy(*obj, false);
+    if (!from) return Status::Internal(ns + "/" + key + " has no copy");
+    auto dst =
+        AllocateLocked(lock, TierKind::kDram, obj->meta.size, -1, true, MovePriority::kDemand);
+    if (!dst.ok()) return dst.status();
+    obj = index_.Find(id);
+    if (obj == nullptr || obj->doomed || obj->move || TopCopy(*obj, true)) {
+      (void)tier(TierKind::kDram)->Free(*dst);  // it changed while room was made: look again
+      continue;
+    }
+    Status s = StartMoveLocked(*obj, *from, TierKind::kDram, MovePriority::kDemand, 0,
+                               /*drop_source=*/false, *dst);
+    if (!s.ok()) {
+      (void)tier(TierKind::kDram)->Free(*dst);
       return s;
     }
-    if (s.code() == StatusCode::kAborted) continue;  // lost a race; look again
-    ++counters_.nvme_read_failures;
+    if (!WaitForMoveLocked(lock, id, deadline)) {
+      return Status::Unavailable("timed out reading " + ns + "/" + key + " back");
+    }
+    obj = index_.Find(id);
+    if (obj == nullptr) continue;  // deleted meanwhile: NotFound on the next look
+    if (TopCopy(*obj, true)) continue;
     // A read error or a checksum mismatch may be transient (a flaky link, a bad DMA): the
     // record is read again before the caller hears of it. The bytes returned are checked anyway.
-    bool transient = s.code() == StatusCode::kIoError || s.code() == StatusCode::kDataLoss;
-    if (!transient || ++read_failures >= kNvmeReadAttempts) return s;
+    Status e = obj->last_move_error;
+    bool transient = e.code() == StatusCode::kIoError || e.code() == StatusCode::kDataLoss;
+    if (e.ok() || !transient || ++read_failures >= kReadAttempts) {
+      return e.ok() ? Status::Aborted("object kept moving; try again") : e;
+    }
   }
   return Status::Aborted("object kept moving; try again");
 }
@@ -366,43 +577,43 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
   std::unique_lock lock(mu_);
   ++counters_.gets;
-  if (Status s = EnsureInMemoryLocked(lock, {ns, key}); !s.ok()) {
-    if (s.code() == StatusCode::kNotFound) ++counters_.get_misses;
-    return s;
+  auto found = EnsureMappedLocked(lock, ns, key);
+  if (!found.ok()) {
+    if (found.status().code() == StatusCode::kNotFound) ++counters_.get_misses;
+    return found.status();
   }
-  auto it = index_.find({ns, key});
-  if (it == index_.end()) {
-    ++counters_.get_misses;
-    return Status::NotFound("no object " + ns + "/" + key);
-  }
-  Object& obj = *objects_.at(it->second);
-  ++obj.pins;
-  std::uint64_t lease_id = next_id_++;
-  leases_.emplace(lease_id, Lease{obj.id, owner, NowMicros() + config_.lease_ttl_ms * 1000});
-  TouchLocked(obj);
-  return PinnedObject{lease_id, MetaLocked(obj), obj.extent};
+  auto [obj, t] = *found;
+  ObjectCopy& c = obj->copy(t);
+  ++c.pins;
+  std::uint64_t lease_id =
+      index_.AddLease(Lease{obj->id, t, owner, clock_->NowMicros() + config_.lease_ttl_ms * 1000});
+  index_.Touch(*obj, t);
+  ObjectMeta meta = MetaLocked(*obj);
+  meta.tier = t;
+  return PinnedObject{lease_id, meta, c.extent};
 }
+
 Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
   std::lock_guard lock(mu_);
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) {
+  const Lease* lease = index_.FindLease(lease_id);
+  if (lease == nullptr) {
     return Status::NotFound("no lease " + std::to_string(lease_id) + " (expired or released)");
   }
-  if (it->second.owner != owner) {
+  if (lease->owner != owner) {
     return Status::PermissionDenied("lease belongs to another connection");
   }
-  std::uint64_t object_id = it->second.object_id;
-  leases_.erase(it);
-  UnpinLocked(object_id);
+  const Lease l = *lease;
+  index_.EraseLease(lease_id);
+  UnpinLocked(l.object_id, l.tier);
   return Status::Ok();
 }
 
 Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& key) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
   std::lock_guard lock(mu_);
-  auto it = index_.find({ns, key});
-  if (it == index_.end()) return Status::NotFound("no object " + ns + "/" + key);
-  return MetaLocked(*objects_.at(it->second));
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  return MetaLocked(*obj);
 }
 
 Result<ObjectMeta> ObjectStore::ReadCopy(const std::string& ns, const std::string& key,
@@ -410,21 +621,36 @@ Result<ObjectMeta> ObjectStore::ReadCopy(const std::string& ns, const std::strin
   auto pinned = Pin(ns, key, kInternalOwner);
   if (!pinned.ok()) return pinned.status();
   out->resize(pinned->meta.size);
+  std::uint64_t sum = Xxh3(nullptr, 0);
   if (pinned->meta.size > 0) {
-    std::memcpy(out->data(), HostAddress(pinned->extent), pinned->meta.size);
+    // Checked in the same pass as the copy: damage is an error, never data.
+    sum = CopyAndChecksum(out->data(), HostAddress(pinned->extent), pinned->meta.size);
   }
   Status s = Release(pinned->lease_id, kInternalOwner);
   if (!s.ok()) spdlog::error("releasing internal lease: {}", s.ToString());
+  if (sum != pinned->meta.checksum) {
+    out->clear();
+    Status bad =
+        Status::DataLoss(ns + "/" + key + ": bytes in " + std::string(TierName(pinned->meta.tier)) +
+                         " do not match their checksum");
+    std::lock_guard lock(mu_);
+    StoredObject* obj = index_.Lookup(ns, key);
+    if (obj != nullptr && obj->meta.checksum == pinned->meta.checksum) {
+      ++counters_.corrupt_in_memory;
+      QuarantineLocked(*obj, bad);
+    }
+    return bad;
+  }
   return pinned->meta;
 }
 
 Status ObjectStore::Delete(const std::string& ns, const std::string& key) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
   std::lock_guard lock(mu_);
-  auto it = index_.find({ns, key});
-  if (it == index_.end()) return Status::NotFound("no object " + ns + "/" + key);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   ++counters_.deletes;
-  UnlinkLocked(*objects_.at(it->second));
+  DoomLocked(*obj);
   return Status::Ok();
 }
 
@@ -435,9 +661,9 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
   std::vector<ObjectMeta> out;
   if (limit == 0) limit = 1000;
   *truncated = false;
-  auto it =
-      all_namespaces ? index_.begin() : index_.lower_bound({ns, std::max(prefix, start_after)});
-  for (; it != index_.end(); ++it) {
+  const auto& names = index_.names();
+  auto it = all_namespaces ? names.begin() : names.lower_bound({ns, std::max(prefix, start_after)});
+  for (; it != names.end(); ++it) {
     const auto& [k, id] = *it;
     if (!all_namespaces) {
       if (k.first != ns || k.second.compare(0, prefix.size(), prefix) != 0) break;
@@ -447,130 +673,9 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
       *truncated = true;
       break;
     }
-    out.push_back(MetaLocked(*objects_.at(id)));
+    out.push_back(MetaLocked(*index_.Find(id)));
   }
   return out;
-}
-
-Status ObjectStore::CopyBetweenTiers(TierKind from, const Extent& src, TierKind to,
-                                     const Extent& dst, const ObjectMeta& meta,
-                                     std::uint64_t object_id) {
-  RecordInfo info{KeyHash(meta.ns, meta.key), object_id, meta.size, meta.checksum};
-  if (to == TierKind::kNvme) {
-    const std::byte* bytes = tier(from)->HostAddress(src);
-    // Clients map dram read-write: check the bytes still match their checksum before they go
-    // to disk, so a record on nvme is never "verified" wrong bytes.
-    if (Xxh3(bytes, meta.size) != meta.checksum) {
-      return Status::DataLoss("bytes of " + meta.ns + "/" + meta.key +
-                              " no longer match their checksum");
-    }
-    return nvme_->WriteRecord(dst, info, bytes);
-  }
-  if (from == TierKind::kNvme) return nvme_->ReadRecord(src, info, tier(to)->HostAddress(dst));
-  std::memcpy(tier(to)->HostAddress(dst), tier(from)->HostAddress(src), meta.size);
-  return Status::Ok();
-}
-
-Status ObjectStore::MigrateLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
-                                  TierKind target) {
-  auto it = objects_.find(object_id);
-  if (it == objects_.end()) return Status::NotFound("object vanished");
-  Object* obj = it->second.get();
-  if (!obj->committed || obj->doomed) return Status::NotFound("object is being deleted");
-  if (obj->migrating) return Status::Aborted("object is already moving");
-  if (obj->pins > 0) return Status::FailedPrecondition("object is pinned by a reader");
-  const TierKind source = obj->meta.tier;
-  if (source == target) return Status::Ok();
-  if (tier(target) == nullptr) {
-    return Status::FailedPrecondition(std::string(TierName(target)) + " tier is off");
-  }
-  if (target == TierKind::kNvme) TIERPOOL_RETURN_IF_ERROR(nvme_->CheckWritable());
-  // From here the object cannot be freed or moved by anyone else (see `migrating`), though the
-  // lock is dropped while room is made and while the bytes move.
-  obj->migrating = true;
-  auto finish = [&](Status s, std::optional<Extent> dst) {
-    obj->migrating = false;
-    migration_done_.notify_all();
-    if (dst && dst->length > 0) {
-      Status f = tier(target)->Free(*dst);
-      if (!f.ok()) spdlog::error("freeing migration target: {}", f.ToString());
-    }
-    if (obj->doomed && obj->pins == 0) FreeObjectLocked(object_id);
-    return s;
-  };
-  Extent dst;
-  if (obj->meta.size > 0) {
-    auto e = AllocateLocked(lock, target, obj->meta.size, -1);
-    if (!e.ok()) return finish(e.status(), std::nullopt);
-    dst = *e;
-    if (obj->doomed) return finish(Status::Aborted("object was deleted while room was made"), dst);
-    const Extent src = obj->extent;
-    const ObjectMeta meta = obj->meta;
-    lock.unlock();
-    Status copied = CopyBetweenTiers(source, src, target, dst, meta, object_id);
-    lock.lock();
-    if (!copied.ok()) {
-      if (target == TierKind::kNvme) ++counters_.spill_failures;
-      if (copied.code() == StatusCode::kDataLoss && target == TierKind::kNvme) {
-        ++counters_.corrupt_in_memory;
-        spdlog::error("{}", copied.ToString());
-      }
-      return finish(copied, dst);
-    }
-    if (obj->doomed || obj->pins > 0) {
-      // Deleted, or a reader pinned the source while it was copied: keep the source.
-      ++counters_.migrations_aborted;
-      return finish(Status::Aborted("object was deleted or pinned while it moved"), dst);
-    }
-    if (obj->extent.length > 0) {
-      Status f = tier(source)->Free(obj->extent);
-      if (!f.ok()) spdlog::error("freeing migration source: {}", f.ToString());
-    }
-  }
-  if (obj->in_lru) lru_[static_cast<int>(source)].erase(obj->lru_pos);
-  auto& list = lru_[static_cast<int>(target)];
-  obj->lru_pos = list.insert(list.end(), obj->id);
-  obj->in_lru = true;
-  obj->extent = dst;
-  obj->meta.tier = target;
-  if (target == TierKind::kNvme) {
-    ++counters_.spills;
-  } else if (static_cast<int>(target) < static_cast<int>(source)) {
-    ++counters_.promotions;
-  } else {
-    ++counters_.demotions;
-  }
-  return finish(Status::Ok(), std::nullopt);
-}
-// Demotes the least recently used unpinned hbm objects until `need` more bytes fit under the
-// low watermark (need = 0: just get under it). A `cache` object with no room below is dropped.
-void ObjectStore::DemoteUnderPressureLocked(std::unique_lock<std::mutex>& lock, TierKind kind) {
-  Tier* t = tier(kind);
-  if (t == nullptr || t->capacity() == 0) return;
-  auto low = static_cast<std::uint64_t>(t->watermarks().low * static_cast<double>(t->capacity()));
-  std::vector<std::uint64_t> candidates(lru_[static_cast<int>(kind)].begin(),
-                                        lru_[static_cast<int>(kind)].end());
-  for (std::uint64_t id : candidates) {
-    if (t->used_bytes() <= low || stopping_) break;
-    Status s = MigrateLocked(lock, id, TierKind::kDram);
-    if (s.code() == StatusCode::kResourceExhausted) {
-      auto it = objects_.find(id);
-      if (it != objects_.end() && it->second->meta.durability == Durability::kCache &&
-          it->second->pins == 0 && !it->second->migrating && it->second->meta.tier == kind) {
-        ++counters_.evictions;
-        UnlinkLocked(*it->second);
-      }
-    }
-  }
-}
-
-// Spills dram's least recently used objects to nvme until dram is under its low watermark.
-void ObjectStore::SpillUnderPressureLocked(std::unique_lock<std::mutex>& lock) {
-  Tier* d = tier(TierKind::kDram);
-  auto low = static_cast<std::uint64_t>(d->watermarks().low * static_cast<double>(d->capacity()));
-  while (d->used_bytes() > low && !stopping_) {
-    if (!nvme_->CheckWritable().ok() || !SpillOneLocked(lock)) break;
-  }
 }
 
 Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierKind target) {
@@ -581,101 +686,113 @@ Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierK
   if (tier(target) == nullptr || tier(target)->capacity() == 0) {
     return Status::FailedPrecondition(std::string(TierName(target)) + " tier is off");
   }
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
   std::unique_lock lock(mu_);
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    auto it = index_.find({ns, key});
-    if (it == index_.end()) return Status::NotFound("no object " + ns + "/" + key);
-    std::uint64_t id = it->second;
-    Object& obj = *objects_.at(id);
-    if (obj.meta.tier == target) {
-      TouchLocked(obj);
+    StoredObject* obj = index_.Lookup(ns, key);
+    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+    if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
+    const std::uint64_t id = obj->id;
+    if (obj->move) {
+      if (obj->move->to == target) mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
+      if (!WaitForMoveLocked(lock, id, deadline)) return Status::Unavailable("move timed out");
+      continue;
+    }
+    if (obj->copy(target).present) {
+      // A demotion request also drops the unpinned copies above the target.
+      for (TierKind k : by_level_) {
+        if (tier(k)->level() >= tier(target)->level()) break;
+        if (obj->copy(k).present && obj->copy(k).pins == 0) FreeCopyLocked(*obj, k);
+      }
+      index_.Touch(*obj, target);
       return Status::Ok();
     }
-    Status s = MigrateLocked(lock, id, target);
-    if (s.code() != StatusCode::kResourceExhausted || target != TierKind::kHbm) return s;
-    // Make room in hbm: demote its least recently used object that can move.
-    bool moved = false;
-    std::vector<std::uint64_t> victims(lru_[0].begin(), lru_[0].end());
-    for (std::uint64_t v : victims) {
-      if (v == id) continue;
-      Status d = MigrateLocked(lock, v, TierKind::kDram);
-      if (d.ok()) {
-        moved = true;
-        break;
+    auto from = TopCopy(*obj, false);
+    if (!from) return Status::Internal(ns + "/" + key + " has no copy");
+    auto dst = AllocateLocked(lock, target, obj->meta.size, -1, true, MovePriority::kDemand);
+    if (!dst.ok()) {
+      if (dst.status().code() == StatusCode::kResourceExhausted) {
+        return Status::ResourceExhausted("no room in " + std::string(TierName(target)) + " for " +
+                                         ns + "/" + key + ": " + dst.status().message());
       }
+      return dst.status();
     }
-    if (!moved) {
-      return Status::ResourceExhausted("no room in hbm for " + ns + "/" + key +
-                                       ": everything there is pinned or cannot move down");
+    obj = index_.Find(id);
+    if (obj == nullptr || obj->doomed || obj->move || obj->copy(target).present) {
+      (void)tier(target)->Free(*dst);
+      continue;
     }
+    const bool down = tier(target)->level() > tier(*from)->level();
+    Status s = StartMoveLocked(*obj, *from, target, MovePriority::kDemand, 0, down, *dst);
+    if (!s.ok()) {
+      (void)tier(target)->Free(*dst);
+      return s;
+    }
+    if (!WaitForMoveLocked(lock, id, deadline)) return Status::Unavailable("move timed out");
+    obj = index_.Find(id);
+    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+    if (obj->copy(target).present) {
+      index_.Touch(*obj, target);
+      return Status::Ok();
+    }
+    if (!obj->last_move_error.ok()) return obj->last_move_error;
   }
   return Status::Aborted("promotion kept losing races; try again");
 }
 
+// --- owners, expiry, maintenance ------------------------------------------------------------
+
 void ObjectStore::ReleaseOwner(std::uint64_t owner) {
   std::lock_guard lock(mu_);
-  std::vector<std::uint64_t> dead;
-  for (std::uint64_t id : reservations_) {
-    if (objects_.at(id)->owner == owner) dead.push_back(id);
+  auto reservations = index_.ReservationsOf(owner);
+  for (std::uint64_t id : reservations) FreeReservationLocked(id);
+  auto leases = index_.LeasesOf(owner);
+  for (std::uint64_t lease_id : leases) {
+    const Lease l = *index_.FindLease(lease_id);
+    index_.EraseLease(lease_id);
+    UnpinLocked(l.object_id, l.tier);
   }
-  for (std::uint64_t id : dead) {
-    reservations_.erase(id);
-    FreeObjectLocked(id);
-  }
-  std::vector<std::uint64_t> dead_leases;
-  for (const auto& [lease_id, lease] : leases_) {
-    if (lease.owner == owner) dead_leases.push_back(lease_id);
-  }
-  for (std::uint64_t lease_id : dead_leases) {
-    std::uint64_t object_id = leases_.at(lease_id).object_id;
-    leases_.erase(lease_id);
-    UnpinLocked(object_id);
-  }
-  if (!dead.empty() || !dead_leases.empty()) {
+  if (!reservations.empty() || !leases.empty()) {
     ++counters_.sessions_cleaned;
     spdlog::debug("connection {} went away: released {} reservations and {} pins", owner,
-                  dead.size(), dead_leases.size());
+                  reservations.size(), leases.size());
   }
 }
 
 void ObjectStore::ExpireLocked(std::uint64_t now_us) {
-  std::vector<std::uint64_t> dead;
-  for (std::uint64_t id : reservations_) {
-    if (objects_.at(id)->expiry_us <= now_us) dead.push_back(id);
-  }
-  for (std::uint64_t id : dead) {
-    spdlog::warn("reservation {} for {}/{} was never committed; freeing it", id,
-                 objects_.at(id)->meta.ns, objects_.at(id)->meta.key);
-    reservations_.erase(id);
-    FreeObjectLocked(id);
+  for (std::uint64_t id : index_.ExpiredReservations(now_us)) {
+    if (StoredObject* obj = index_.Find(id)) {
+      spdlog::warn("reservation {} for {}/{} was never committed; freeing it", id, obj->meta.ns,
+                   obj->meta.key);
+    }
+    FreeReservationLocked(id);
     ++counters_.reservations_expired;
   }
-  std::vector<std::uint64_t> dead_leases;
-  for (const auto& [lease_id, lease] : leases_) {
-    if (lease.expiry_us <= now_us) dead_leases.push_back(lease_id);
-  }
-  for (std::uint64_t lease_id : dead_leases) {
-    std::uint64_t object_id = leases_.at(lease_id).object_id;
-    leases_.erase(lease_id);
-    UnpinLocked(object_id);
+  for (std::uint64_t lease_id : index_.ExpiredLeases(now_us)) {
+    const Lease l = *index_.FindLease(lease_id);
+    index_.EraseLease(lease_id);
+    UnpinLocked(l.object_id, l.tier);
     ++counters_.leases_expired;
   }
 }
 
+void ObjectStore::RelieveWatermarksLocked() {
+  for (TierKind k : by_level_) {
+    // Only tiers with somewhere to move to: watermarks move objects, they never drop them.
+    if (policy_->Below(k) == nullptr) continue;
+    std::uint64_t excess = policy_->OverWatermark(k, leaving_[static_cast<int>(k)]);
+    if (excess == 0) continue;
+    for (const auto& d :
+         policy_->MakeRoom(index_, k, excess, /*instant_only=*/false, kMaxDecisions)) {
+      ApplyLocked(d, MovePriority::kBackground);
+    }
+  }
+}
+
 void ObjectStore::RunMaintenance() {
-  std::unique_lock lock(mu_);
-  ExpireLocked(NowMicros());
-  Tier* hbm = tier(TierKind::kHbm);
-  if (hbm != nullptr && hbm->capacity() > 0 &&
-      static_cast<double>(hbm->used_bytes()) >
-          hbm->watermarks().high * static_cast<double>(hbm->capacity())) {
-    DemoteUnderPressureLocked(lock, TierKind::kHbm);
-  }
-  Tier* dram = tier(TierKind::kDram);
-  if (nvme_ != nullptr && static_cast<double>(dram->used_bytes()) >
-                              dram->watermarks().high * static_cast<double>(dram->capacity())) {
-    SpillUnderPressureLocked(lock);
-  }
+  std::lock_guard lock(mu_);
+  ExpireLocked(clock_->NowMicros());
+  RelieveWatermarksLocked();
 }
 
 void ObjectStore::MaintenanceLoop() {
@@ -707,15 +824,20 @@ std::vector<ArenaInfo> ObjectStore::Arenas() const {
 }
 
 StoreStats ObjectStore::Stats() const {
-  std::lock_guard lock(mu_);
-  StoreStats s = counters_;
-  for (int k = 0; k < kTierKindCount; ++k) {
-    if (!tiers_[k]) continue;
-    s.tiers.push_back({tiers_[k]->Stats(), lru_[k].size(), tiers_[k]->watermarks()});
+  StoreStats s;
+  {
+    std::lock_guard lock(mu_);
+    s = counters_;
+    for (int k = 0; k < kTierKindCount; ++k) {
+      if (!tiers_[k]) continue;
+      s.tiers.push_back({tiers_[k]->Stats(), index_.copies_in(static_cast<TierKind>(k)),
+                         tiers_[k]->watermarks()});
+    }
+    s.objects = index_.objects();
+    s.reservations_open = index_.reservations();
+    s.leases_open = index_.leases();
   }
-  s.objects = index_.size();
-  s.reservations_open = reservations_.size();
-  s.leases_open = leases_.size();
+  mover_->VisitLinks([&](const LinkStats& l) { s.links.push_back(l); });
   return s;
 }
 

@@ -1,25 +1,38 @@
-// The object store: the index of (namespace, key) -> object, placement across tiers, two-phase
-// puts (reserve, write in place, commit), pins under leases, watermark-driven demotion, promotion
-// on request and LRU eviction of `cache` objects. `retained` objects are never dropped.
+// The object store: the public face of store/. It keeps the index of (namespace, key) -> object
+// (store/object_index.h), takes two-phase puts (reserve, write in place, commit) and pinned reads
+// under leases, and carries out the placement policy's decisions (store/placement_policy.h)
+// through the mover (store/mover.h), which copies the bytes on its own threads. `retained`
+// objects are never dropped.
 //
-// One mutex guards the index; bytes are copied outside it (migration) or by clients in place.
+// An object may have a copy in more than one tier: a move up keeps the copy below (it is clean:
+// objects are immutable once committed, and a put of the same key is a new object), so dropping
+// it from the upper tier later costs no transfer. A move down frees the copy above once the copy
+// below has landed and been checked.
+//
+// Locking: one mutex (mu_) guards the index and the counters. No bytes are copied under it
+// except a small inline put's own copy (PutCopy) and ReadCopy's copy out of a pinned extent.
+// Calls that may wait (Reserve and PutCopy when room must be made, Pin of an object only on
+// nvme, Promote) wait on a condition variable with mu_ released, and only for moves they
+// started or joined. Move completions run on mover threads and take mu_. Lock order: mu_, then
+// the mover's lock; never the reverse.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <list>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
-#include "tiers/nvme_tier.h"
+#include "store/mover.h"
+#include "store/object_index.h"
+#include "store/placement_policy.h"
 #include "tiers/tier.h"
 
 namespace tierpool {
@@ -45,10 +58,13 @@ struct StoreConfig {
   std::uint32_t max_shape_dims = 16;
   std::uint64_t max_object_bytes = 0;  // 0: limited by tier capacity only
   std::uint32_t maintenance_interval_ms = 20;
+  // How long a put or a read-back waits for moves that make room before it gives up.
+  std::uint32_t room_wait_ms = 10'000;
   // What to do with a `cache` object when dram needs room and nvme exists: spill it like a
   // retained one, or drop it (a miss is recomputed) and keep nvme for retained objects.
   enum class CachePolicy : std::uint8_t { kSpill, kDrop };
   CachePolicy cache_policy = CachePolicy::kSpill;
+  MoverConfig mover;
   Status validate() const;
 };
 
@@ -60,18 +76,19 @@ struct Reservation {
 
 struct PinnedObject {
   std::uint64_t lease_id = 0;
-  ObjectMeta meta;
+  ObjectMeta meta;  // meta.tier: the tier of the pinned copy
   Extent extent;
 };
 
 struct TierUsage {
   TierStats tier;
-  std::uint64_t object_count = 0;
+  std::uint64_t object_count = 0;  // copies held in this tier
   Watermarks watermarks;
 };
 
 struct StoreStats {
   std::vector<TierUsage> tiers;
+  std::vector<LinkStats> links;  // the mover's, one per (from, to) pair used so far
   std::uint64_t objects = 0;
   std::uint64_t reservations_open = 0;
   std::uint64_t leases_open = 0;
@@ -81,9 +98,10 @@ struct StoreStats {
   std::uint64_t get_misses = 0;
   std::uint64_t deletes = 0;
   std::uint64_t evictions = 0;
-  std::uint64_t demotions = 0;
-  std::uint64_t promotions = 0;
-  std::uint64_t migrations_aborted = 0;
+  std::uint64_t demotions = 0;           // copies moved down between memory tiers
+  std::uint64_t promotions = 0;          // copies moved up
+  std::uint64_t clean_drops = 0;         // copies dropped with another copy below: no transfer
+  std::uint64_t migrations_aborted = 0;  // moves whose object was deleted meanwhile
   std::uint64_t reservations_expired = 0;
   std::uint64_t leases_expired = 0;
   std::uint64_t resource_exhausted = 0;
@@ -92,7 +110,8 @@ struct StoreStats {
   std::uint64_t spill_failures = 0;      // the object stayed where it was
   std::uint64_t nvme_reads = 0;          // objects brought back from nvme
   std::uint64_t nvme_read_failures = 0;  // I/O error or checksum mismatch: an error to the caller
-  std::uint64_t corrupt_in_memory = 0;   // bytes in dram no longer match their checksum at spill
+  std::uint64_t corrupt_in_memory = 0;   // bytes in memory no longer matched their checksum
+  std::uint64_t quarantined = 0;         // objects set aside for that: gets fail with DATA_LOSS
 };
 
 class ObjectStore {
@@ -100,10 +119,12 @@ class ObjectStore {
   // tiers: any subset of hbm and dram (dram required). Owner ids name who holds reservations and
   // leases (a connection); ReleaseOwner frees them all.
   static Result<std::unique_ptr<ObjectStore>> Create(StoreConfig config,
-                                                     std::vector<std::unique_ptr<Tier>> tiers);
+                                                     std::vector<std::unique_ptr<Tier>> tiers,
+                                                     const Clock* clock = SystemClock::Default());
   ~ObjectStore();
 
-  // Starts / stops the maintenance thread (expiry, demotion under watermark pressure).
+  // Starts / stops the maintenance thread (expiry, demotion under watermark pressure). The
+  // mover keeps running after Stop (reads of spilled objects still work) until destruction.
   void Start();
   void Stop();
 
@@ -124,12 +145,17 @@ class ObjectStore {
   std::vector<ObjectMeta> List(const std::string& ns, const std::string& prefix,
                                const std::string& start_after, std::uint32_t limit,
                                bool all_namespaces, bool* truncated);
-  // Moves an object to target (hbm or dram), making room in hbm by demoting LRU objects.
+  // Makes sure a copy is in target (hbm or dram), making room there by moving its least
+  // recently used copies down; waits for the move. A copy a reader has pinned stays where it is.
+  // Moving to a tier below the object's top copy drops the copies above (a demotion).
   Status Promote(const std::string& ns, const std::string& key, TierKind target);
 
   void ReleaseOwner(std::uint64_t owner);
-  // One pass of what the maintenance thread does; tests call it directly.
+  // One pass of what the maintenance thread does (expiry; moves for tiers above their high
+  // watermark, started, not waited for); tests call it directly, then Quiesce.
   void RunMaintenance();
+  // Waits until no move is queued or in flight.
+  void Quiesce();
 
   std::byte* HostAddress(const Extent& extent);
   std::vector<ArenaInfo> Arenas() const;
@@ -137,59 +163,68 @@ class ObjectStore {
   const StoreConfig& config() const { return config_; }
 
  private:
-  struct Object;
-  using ObjectKey = std::pair<std::string, std::string>;
-  struct Lease {
-    std::uint64_t object_id;
-    std::uint64_t owner;
-    std::uint64_t expiry_us;
-  };
-
-  ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers);
+  ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock);
   Status ValidateName(const std::string& ns, const std::string& key) const;
   Tier* tier(TierKind kind) const { return tiers_[static_cast<int>(kind)].get(); }
-  // Allocates in the kind's tier. dram makes room by spilling its LRU objects to nvme (may drop
-  // the lock) and then by dropping LRU `cache` objects; nvme by dropping `cache` objects.
+  bool mapped(TierKind kind) const { return mapped_[static_cast<int>(kind)]; }
+  // The present copy nearest the top; with mapped_only, only tiers clients can map.
+  std::optional<TierKind> TopCopy(const StoredObject& obj, bool mapped_only) const;
+  void UpdateTopLocked(StoredObject& obj);
+  ObjectMeta MetaLocked(const StoredObject& obj) const;
+
+  // Allocates in `kind`, making room by the policy's decisions. With may_wait, it starts moves
+  // down at `priority` and waits for them (mu_ released) up to room_wait_ms.
   Result<Extent> AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
-                                std::uint64_t size, int numa_hint);
-  // Spills dram's least recently used movable object to nvme (or drops it, for `cache` under
-  // CachePolicy::kDrop). False when nothing could move.
-  bool SpillOneLocked(std::unique_lock<std::mutex>& lock);
-  Status CopyBetweenTiers(TierKind from, const Extent& src, TierKind to, const Extent& dst,
-                          const ObjectMeta& meta, std::uint64_t object_id);
-  bool EvictOneLocked(TierKind kind);
-  void FreeObjectLocked(std::uint64_t object_id);
-  void UnlinkLocked(Object& obj);
-  void UnpinLocked(std::uint64_t object_id);
-  void TouchLocked(Object& obj);
-  ObjectMeta MetaLocked(const Object& obj) const;
-  // Copies obj to target outside the lock; aborts if the object was pinned meanwhile.
-  Status MigrateLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
-                       TierKind target);
-  void DemoteUnderPressureLocked(std::unique_lock<std::mutex>& lock, TierKind kind);
-  void SpillUnderPressureLocked(std::unique_lock<std::mutex>& lock);
-  // Brings an object on nvme back to dram (waiting for a move already under way).
-  Status EnsureInMemoryLocked(std::unique_lock<std::mutex>& lock, const ObjectKey& key);
+                                std::uint64_t size, int numa_hint, bool may_wait,
+                                MovePriority priority);
+  // Carries out one decision; false when it no longer applies or could not start.
+  bool ApplyLocked(const PlacementDecision& d, MovePriority priority);
+  // Starts copying obj's copy in `from` to `to` (dst allocated there, or allocated here with
+  // instant room only). On success obj.move is set and the mover has the operation.
+  Status StartMoveLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority,
+                         std::uint64_t deadline_us, bool drop_source,
+                         std::optional<Extent> dst = std::nullopt);
+  void OnMoveDone(std::uint64_t object_id, const MoveResult& result);
+  // Waits (mu_ released) until obj has no move in flight or the deadline passes. False on
+  // timeout. obj may be freed meanwhile: callers look it up again by id.
+  bool WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
+                         std::chrono::steady_clock::time_point deadline);
+  // Makes sure the named object has a copy clients can map (bringing it back from nvme if it
+  // must), and returns it with that copy's tier.
+  Result<std::pair<StoredObject*, TierKind>> EnsureMappedLocked(std::unique_lock<std::mutex>& lock,
+                                                                const std::string& ns,
+                                                                const std::string& key);
+  void FreeCopyLocked(StoredObject& obj, TierKind t);
+  void DoomLocked(StoredObject& obj);
+  void MaybeFreeLocked(StoredObject& obj);
+  void FreeReservationLocked(std::uint64_t id);
+  void QuarantineLocked(StoredObject& obj, const Status& why);
+  void UnpinLocked(std::uint64_t object_id, TierKind tier);
   void ExpireLocked(std::uint64_t now_us);
+  void RelieveWatermarksLocked();
   void MaintenanceLoop();
 
   StoreConfig config_;
+  const Clock* clock_;
   std::unique_ptr<Tier> tiers_[kTierKindCount];
+  std::array<bool, kTierKindCount> mapped_{};
+  std::vector<TierKind> by_level_;  // present tiers, top first
+  std::unique_ptr<PlacementPolicy> policy_;
+  // Stopped first in the destructor, so its callbacks (which take mu_ and touch the index) are
+  // done before anything they use goes away; declared after the tiers it copies between.
+  std::unique_ptr<Mover> mover_;
 
   mutable std::mutex mu_;
-  std::unordered_map<std::uint64_t, std::unique_ptr<Object>> objects_;
-  std::map<ObjectKey, std::uint64_t> index_;
-  std::unordered_map<std::uint64_t, Lease> leases_;
-  std::unordered_set<std::uint64_t> reservations_;  // ids of uncommitted objects
-  std::list<std::uint64_t> lru_[kTierKindCount];    // front: least recently used
-  std::uint64_t next_id_ = 1;
-  StoreStats counters_;
-
-  NvmeTier* nvme_ = nullptr;  // tiers_[kNvme], typed
-  std::condition_variable migration_done_;
+  ObjectIndex index_;                                    // guarded by mu_
+  std::array<std::uint64_t, kTierKindCount> leaving_{};  // guarded by mu_: bytes moving out
+  // guarded by mu_: moves out of each tier that failed for a reason other than corruption (a
+  // failing device below); a caller waiting for room gives up after a few of these.
+  std::array<std::uint64_t, kTierKindCount> failed_out_{};
+  StoreStats counters_;            // guarded by mu_
+  std::condition_variable moved_;  // a move ended
   std::thread maintenance_;
   std::condition_variable wake_;
-  bool stopping_ = false;
+  bool stopping_ = false;  // guarded by mu_
 };
 
 }  // namespace tierpool

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/checksum.h"
 #include "common/units.h"
 
 namespace tierpool {
@@ -66,6 +67,30 @@ std::uint64_t ArenaTier::used_bytes() const {
   std::uint64_t used = 0;
   for (const auto& r : regions_) used += r.allocator.stats().used_bytes;
   return used;
+}
+
+namespace {
+Status Mismatch(TierKind kind, const RecordInfo& info) {
+  return Status::DataLoss("bytes of object " + std::to_string(info.object_id) + " moving through " +
+                          std::string(TierName(kind)) + " do not match their checksum");
+}
+}  // namespace
+
+void ArenaTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                         IoCompletion done) {
+  const std::byte* from = HostAddress(src);
+  if (from == nullptr) return done(Status::Internal("read of an extent outside every arena"));
+  if (info.size == 0) return done(Status::Ok());
+  done(CopyAndChecksum(dst, from, info.size) == info.checksum ? Status::Ok()
+                                                              : Mismatch(kind_, info));
+}
+
+void ArenaTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                          IoCompletion done) {
+  std::byte* to = HostAddress(dst);
+  if (to == nullptr) return done(Status::Internal("write to an extent outside every arena"));
+  if (info.size == 0) return done(Status::Ok());
+  done(CopyAndChecksum(to, src, info.size) == info.checksum ? Status::Ok() : Mismatch(kind_, info));
 }
 
 TierStats ArenaTier::Stats() const {

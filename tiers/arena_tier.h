@@ -15,6 +15,7 @@ namespace tierpool {
 class ArenaTier : public Tier {
  public:
   TierKind kind() const override { return kind_; }
+  std::uint32_t level() const override { return level_; }
   Result<Extent> Allocate(std::uint64_t size, int numa_hint) override;
   Status Free(const Extent& extent) override;
   std::byte* HostAddress(const Extent& extent) override;
@@ -24,7 +25,14 @@ class ArenaTier : public Tier {
   std::uint64_t used_bytes() const override;
 
  protected:
-  ArenaTier(TierKind kind, std::string backend) : kind_(kind), backend_(std::move(backend)) {}
+  ArenaTier(TierKind kind, std::uint32_t level, std::string backend)
+      : kind_(kind), level_(level), backend_(std::move(backend)) {}
+  // A copy in host memory: completes on the calling thread. Both directions copy and checksum in
+  // one pass (CopyAndChecksum) and fail with DATA_LOSS when the bytes do not match.
+  void ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                IoCompletion done) override;
+  void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                 IoCompletion done) override;
   void AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd, int numa_node,
                  std::uint64_t alignment);
   void set_pages_locked(bool locked) { pages_locked_ = locked; }
@@ -41,6 +49,7 @@ class ArenaTier : public Tier {
   Region* FindRegion(std::uint32_t arena_id);
 
   TierKind kind_;
+  std::uint32_t level_;
   std::string backend_;
   bool pages_locked_ = false;
   std::uint64_t capacity_ = 0;

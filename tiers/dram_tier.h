@@ -22,7 +22,7 @@ class DramTier final : public ArenaTier {
   static Result<std::unique_ptr<DramTier>> Create(const DramTierConfig& config);
 
  private:
-  DramTier() : ArenaTier(TierKind::kDram, "memfd/libnuma") {}
+  DramTier() : ArenaTier(TierKind::kDram, /*level=*/1, "memfd/libnuma") {}
   std::vector<std::unique_ptr<MemfdArena>> arenas_;
 };
 

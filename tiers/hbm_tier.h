@@ -51,7 +51,7 @@ class HbmTier final : public ArenaTier {
 
  private:
   explicit HbmTier(std::unique_ptr<HbmBackend> backend)
-      : ArenaTier(TierKind::kHbm, backend->name()), backend_(std::move(backend)) {}
+      : ArenaTier(TierKind::kHbm, /*level=*/0, backend->name()), backend_(std::move(backend)) {}
   std::unique_ptr<HbmBackend> backend_;
 };
 

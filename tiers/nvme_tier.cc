@@ -356,6 +356,23 @@ Status NvmeTier::ReadRecord(const Extent& extent, const RecordInfo& expect, std:
   return s;
 }
 
+void NvmeTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                        IoCompletion done) {
+  done(ReadRecord(src, info, dst));
+}
+
+void NvmeTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                         IoCompletion done) {
+  if (Status s = CheckWritable(); !s.ok()) return done(s);
+  // Clients map dram read-write: check the bytes still match their checksum before they go to
+  // disk, so a record on nvme is never a "verified" copy of wrong bytes.
+  if (Xxh3(src, info.size) != info.checksum) {
+    return done(Status::DataLoss("bytes of object " + std::to_string(info.object_id) +
+                                 " no longer match their checksum; not written to nvme"));
+  }
+  done(WriteRecord(dst, info, src));
+}
+
 TierStats NvmeTier::Stats() const {
   std::lock_guard lock(mu_);
   TierStats s;

@@ -31,21 +31,10 @@ struct NvmeTierConfig {
   Status validate() const;
 };
 
-// What a record must say about itself; checked on read.
-struct RecordInfo {
-  std::uint64_t key_hash = 0;
-  std::uint64_t object_id = 0;
-  std::uint64_t size = 0;
-  std::uint64_t checksum = 0;  // XXH3-64 of the payload
-};
-
 // The fixed header at the start of every record (little-endian, 64 bytes, in its own block).
 inline constexpr std::uint32_t kRecordMagic = 0x43525054;  // "TPRC"
 inline constexpr std::uint16_t kRecordVersion = 1;
 inline constexpr std::size_t kRecordHeaderBytes = 64;
-
-// XXH3-64 of namespace, a zero byte, and key: stored in each record to catch index mix-ups.
-std::uint64_t KeyHash(const std::string& ns, const std::string& key);
 
 class NvmeTier final : public Tier {
  public:
@@ -57,6 +46,8 @@ class NvmeTier final : public Tier {
   ~NvmeTier() override;
 
   TierKind kind() const override { return TierKind::kNvme; }
+  std::uint32_t level() const override { return 3; }
+  std::uint64_t Footprint(std::uint64_t size) const override { return RecordBytes(size); }
   Result<Extent> Allocate(std::uint64_t size, int numa_hint) override;
   Status Free(const Extent& extent) override;
   std::byte* HostAddress(const Extent&) override { return nullptr; }
@@ -70,7 +61,7 @@ class NvmeTier final : public Tier {
   // Bytes a payload buffer must span for I/O: size rounded up to the block.
   std::uint64_t PayloadSpan(std::uint64_t size) const;
   // Refuses with RESOURCE_EXHAUSTED when full, UNAVAILABLE while degraded.
-  Status CheckWritable();
+  Status CheckWritable() override;
   // Writes header and payload. payload must be block-aligned and readable for PayloadSpan(size).
   Status WriteRecord(const Extent& extent, const RecordInfo& info, const std::byte* payload);
   // Reads into dst (block-aligned, PayloadSpan(size) bytes of room) and checks header and
@@ -79,6 +70,14 @@ class NvmeTier final : public Tier {
 
   IoBackend& backend() { return *backend_; }
   bool degraded() const;
+
+ protected:
+  // Record I/O through the backend; blocks the calling thread until the device answers, then
+  // completes on it. Write checks the payload against its checksum before it goes to disk.
+  void ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                IoCompletion done) override;
+  void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                 IoCompletion done) override;
 
  private:
   explicit NvmeTier(NvmeTierConfig config) : config_(std::move(config)) {}

@@ -1,9 +1,16 @@
-// The Tier interface: one class per tier (hbm, dram; remote and nvme later) behind it.
-// A tier hands out extents and accounts for them; the store decides what lives where.
+// The Tier interface: one class per tier (hbm, dram, nvme; remote later) behind it.
+// A tier hands out extents, accounts for them, and reads and writes bytes in them; it knows its
+// place in the hierarchy but nothing of objects or policy. The store decides what lives where and
+// the mover (store/mover.h) decides when bytes move.
+//
+// Thread safety: every method may be called from any thread. Read and Write may block on the
+// device (nvme) and must never be called with the store's lock held.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +60,29 @@ struct TierStats {
   std::uint64_t checksum_failures = 0;
 };
 
+// What a tier is told about the bytes it reads or writes: enough to label and check them.
+struct RecordInfo {
+  std::uint64_t key_hash = 0;   // KeyHash(ns, key): a record names its object
+  std::uint64_t object_id = 0;  // the store's id of the object
+  std::uint64_t size = 0;       // payload bytes
+  std::uint64_t checksum = 0;   // XXH3-64 of the payload
+};
+
+// XXH3-64 of namespace, a zero byte, and key: stored in records to catch index mix-ups.
+std::uint64_t KeyHash(const std::string& ns, const std::string& key);
+
+// Called exactly once when a Read or Write ends, on any thread (possibly the caller's, before
+// Read or Write returns).
+using IoCompletion = std::function<void(Status)>;
+
+struct TierIoCounters {
+  std::uint64_t reads = 0;
+  std::uint64_t writes = 0;
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+  std::uint64_t failures = 0;  // reads or writes that completed with an error
+};
+
 // Adds one allocator's figures to a tier's; FinishFragmentation once all are in.
 struct ExtentAllocatorStats;
 void AddAllocatorStats(const ExtentAllocatorStats& a, TierStats* s, std::uint64_t* free_bytes);
@@ -62,6 +92,11 @@ class Tier {
  public:
   virtual ~Tier() = default;
   virtual TierKind kind() const = 0;
+  // Place in the hierarchy: 0 is the top (the fastest, nearest the accelerator); a move to a
+  // larger level is a move down.
+  virtual std::uint32_t level() const = 0;
+  // Bytes an object of `size` takes here (a record adds its header and rounding).
+  virtual std::uint64_t Footprint(std::uint64_t size) const { return size; }
   // numa_hint < 0: any node.
   virtual Result<Extent> Allocate(std::uint64_t size, int numa_hint) = 0;
   virtual Status Free(const Extent& extent) = 0;
@@ -71,11 +106,32 @@ class Tier {
   virtual TierStats Stats() const = 0;
   virtual std::uint64_t capacity() const = 0;
   virtual std::uint64_t used_bytes() const = 0;
+  // OK when the tier takes writes now; RESOURCE_EXHAUSTED when full, UNAVAILABLE while degraded.
+  virtual Status CheckWritable() { return Status::Ok(); }
   const Watermarks& watermarks() const { return watermarks_; }
   void set_watermarks(Watermarks w) { watermarks_ = w; }
 
+  // Reads the object in `src` into dst (host memory with room for src.length bytes), checking it
+  // against info.checksum: DATA_LOSS on a mismatch, never unchecked bytes.
+  void Read(const Extent& src, const RecordInfo& info, std::byte* dst, IoCompletion done);
+  // Writes info.size bytes from src (host memory) into `dst`, checking them against
+  // info.checksum on the way (in the same pass where the tier copies), so a tier never holds a
+  // "verified" copy of bytes that were already wrong.
+  void Write(const Extent& dst, const RecordInfo& info, const std::byte* src, IoCompletion done);
+  TierIoCounters io_counters() const;
+
+ protected:
+  virtual void ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                        IoCompletion done) = 0;
+  virtual void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                         IoCompletion done) = 0;
+
  private:
+  IoCompletion Counted(IoCompletion done, bool is_write, std::uint64_t bytes);
+
   Watermarks watermarks_;
+  std::atomic<std::uint64_t> reads_{0}, writes_{0}, bytes_read_{0}, bytes_written_{0},
+      io_failures_{0};
 };
 
 inline Status Watermarks::validate(std::string_view tier) const {

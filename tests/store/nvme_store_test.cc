@@ -10,6 +10,7 @@
 #include "common/checksum.h"
 #include "store/object_store.h"
 #include "tiers/dram_tier.h"
+#include "tiers/nvme_tier.h"
 
 namespace tierpool {
 namespace {

@@ -167,6 +167,7 @@ TEST_F(ObjectStoreTest, HbmAboveHighWatermarkDemotesLeastRecentlyUsed) {
   ASSERT_TRUE(Put("h3", 200 << 10, Durability::kRetained, TierKind::kHbm).ok());
   EXPECT_EQ(store_->Head("ns", "h3")->tier, TierKind::kHbm);
   store_->RunMaintenance();
+  store_->Quiesce();
   // 600K > 512K high: demote LRU until <= 256K low: h1 and h2 go, h3 stays.
   EXPECT_EQ(store_->Head("ns", "h1")->tier, TierKind::kDram);
   EXPECT_EQ(store_->Head("ns", "h2")->tier, TierKind::kDram);
@@ -185,10 +186,22 @@ TEST_F(ObjectStoreTest, PromoteMakesRoomInHbmByDemoting) {
   EXPECT_EQ(store_->Head("ns", "b")->tier, TierKind::kHbm);
   EXPECT_EQ(store_->Head("ns", "a")->tier, TierKind::kDram);
   EXPECT_EQ(Counter(&StoreStats::promotions), 1u);
-  // A pinned object cannot move: its reader holds its address.
+  // b's dram copy survived the move up: dropping b from hbm later costs no transfer.
+  EXPECT_EQ(Usage(TierKind::kDram).object_count, 2u);
+  // A pinned copy never moves (its reader holds its address): promoting a pinned object makes
+  // a new copy above, and the room comes from dropping b's clean hbm copy, not from a copy-out.
   auto pin = store_->Pin("ns", "a", kOwner);
   ASSERT_TRUE(pin.ok());
-  EXPECT_EQ(store_->Promote("ns", "a", TierKind::kHbm).code(), StatusCode::kFailedPrecondition);
+  std::byte* before = store_->HostAddress(pin->extent);
+  const auto demotions = Counter(&StoreStats::demotions);
+  ASSERT_TRUE(store_->Promote("ns", "a", TierKind::kHbm).ok());
+  EXPECT_EQ(store_->Head("ns", "a")->tier, TierKind::kHbm);
+  EXPECT_EQ(store_->Head("ns", "b")->tier, TierKind::kDram);
+  EXPECT_EQ(Counter(&StoreStats::clean_drops), 1u);
+  EXPECT_EQ(Counter(&StoreStats::demotions), demotions);
+  EXPECT_EQ(store_->HostAddress(pin->extent), before);
+  EXPECT_EQ(static_cast<unsigned char>(before[0]), static_cast<unsigned char>(1 + (600 << 10)));
+  ASSERT_TRUE(store_->Release(pin->lease_id, kOwner).ok());
 }
 
 TEST_F(ObjectStoreTest, ReservationsAndLeasesExpire) {

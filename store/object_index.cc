@@ -1,0 +1,194 @@
+#include "store/object_index.h"
+
+#include <limits>
+
+namespace tierpool {
+
+std::uint32_t StoredObject::pins() const {
+  std::uint32_t n = 0;
+  for (const auto& c : copies) n += c.pins;
+  return n;
+}
+
+int StoredObject::present_copies() const {
+  int n = 0;
+  for (const auto& c : copies) n += c.present ? 1 : 0;
+  return n;
+}
+
+StoredObject* ObjectIndex::Find(std::uint64_t id) {
+  auto it = objects_.find(id);
+  return it == objects_.end() ? nullptr : it->second.get();
+}
+
+StoredObject* ObjectIndex::Lookup(const std::string& ns, const std::string& key) {
+  auto it = names_.find({ns, key});
+  return it == names_.end() ? nullptr : objects_.at(it->second).get();
+}
+
+StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
+                                          std::uint64_t expiry_us) {
+  auto obj = std::make_unique<StoredObject>();
+  obj->id = NextId();
+  obj->meta = std::move(meta);
+  obj->owner = owner;
+  obj->expiry_us = expiry_us;
+  StoredObject& ref = *obj;
+  reservation_ids_.insert(ref.id);
+  reservations_by_expiry_.emplace(expiry_us, ref.id);
+  reservations_by_owner_.emplace(owner, ref.id);
+  objects_.emplace(ref.id, std::move(obj));
+  return ref;
+}
+
+void ObjectIndex::EraseReservation(std::uint64_t id) {
+  if (reservation_ids_.erase(id) == 0) return;
+  StoredObject& obj = *objects_.at(id);
+  reservations_by_expiry_.erase({obj.expiry_us, id});
+  reservations_by_owner_.erase({obj.owner, id});
+}
+
+StoredObject* ObjectIndex::Commit(StoredObject& obj) {
+  EraseReservation(obj.id);
+  obj.committed = true;
+  StoredObject* replaced = nullptr;
+  auto [it, inserted] = names_.try_emplace({obj.meta.ns, obj.meta.key}, obj.id);
+  if (!inserted) {
+    replaced = objects_.at(it->second).get();
+    replaced->linked = false;
+    Refresh(*replaced);
+    it->second = obj.id;
+  }
+  obj.linked = true;
+  for (int t = 0; t < kTierKindCount; ++t) {
+    if (obj.copies[t].present) obj.copies[t].last_use = ++use_seq_;
+  }
+  Refresh(obj);
+  return replaced;
+}
+
+void ObjectIndex::Unlink(StoredObject& obj) {
+  if (obj.linked) {
+    names_.erase({obj.meta.ns, obj.meta.key});
+    obj.linked = false;
+  }
+  Refresh(obj);
+}
+
+void ObjectIndex::Erase(std::uint64_t id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  StoredObject& obj = *it->second;
+  EraseReservation(id);
+  Unlist(obj);
+  if (obj.linked) names_.erase({obj.meta.ns, obj.meta.key});
+  for (int t = 0; t < kTierKindCount; ++t) {
+    if (obj.copies[t].present) --copies_in_[t];
+  }
+  objects_.erase(it);
+}
+
+void ObjectIndex::Unlist(const StoredObject& obj) {
+  for (int t = 0; t < kTierKindCount; ++t) {
+    for (auto& set : sets_[t]) set.erase({obj.copies[t].last_use, obj.id});
+  }
+}
+
+void ObjectIndex::Refresh(StoredObject& obj) {
+  Unlist(obj);
+  const bool movable_object = obj.committed && obj.linked && !obj.doomed && !obj.corrupt &&
+                              !obj.move.has_value() && obj.holds == 0;
+  if (!movable_object) return;
+  const int present = obj.present_copies();
+  for (int t = 0; t < kTierKindCount; ++t) {
+    const ObjectCopy& c = obj.copies[t];
+    if (!c.present || c.pins > 0) continue;
+    const std::pair<std::uint64_t, std::uint64_t> key{c.last_use, obj.id};
+    sets_[t][static_cast<int>(CandidateSet::kMovable)].insert(key);
+    if (obj.meta.durability == Durability::kCache) {
+      sets_[t][static_cast<int>(CandidateSet::kCache)].insert(key);
+    }
+    if (present > 1) sets_[t][static_cast<int>(CandidateSet::kRedundant)].insert(key);
+  }
+}
+
+void ObjectIndex::Touch(StoredObject& obj, TierKind tier) {
+  Unlist(obj);
+  obj.copy(tier).last_use = ++use_seq_;
+  Refresh(obj);
+}
+
+void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent) {
+  ObjectCopy& c = obj.copy(tier);
+  Unlist(obj);
+  if (!c.present) ++copies_in_[static_cast<int>(tier)];
+  c.present = true;
+  c.extent = extent;
+  c.last_use = ++use_seq_;
+  Refresh(obj);
+}
+
+void ObjectIndex::ClearCopy(StoredObject& obj, TierKind tier) {
+  ObjectCopy& c = obj.copy(tier);
+  Unlist(obj);
+  if (c.present) --copies_in_[static_cast<int>(tier)];
+  c.present = false;
+  c.extent = {};
+  Refresh(obj);
+}
+
+std::uint64_t ObjectIndex::AddLease(const Lease& lease) {
+  std::uint64_t id = NextId();
+  leases_.emplace(id, lease);
+  leases_by_expiry_.emplace(lease.expiry_us, id);
+  leases_by_owner_.emplace(lease.owner, id);
+  return id;
+}
+
+const Lease* ObjectIndex::FindLease(std::uint64_t lease_id) const {
+  auto it = leases_.find(lease_id);
+  return it == leases_.end() ? nullptr : &it->second;
+}
+
+void ObjectIndex::EraseLease(std::uint64_t lease_id) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return;
+  leases_by_expiry_.erase({it->second.expiry_us, lease_id});
+  leases_by_owner_.erase({it->second.owner, lease_id});
+  leases_.erase(it);
+}
+
+namespace {
+std::vector<std::uint64_t> UpTo(const std::set<std::pair<std::uint64_t, std::uint64_t>>& set,
+                                std::uint64_t now_us) {
+  std::vector<std::uint64_t> out;
+  for (const auto& [expiry, id] : set) {
+    if (expiry > now_us) break;
+    out.push_back(id);
+  }
+  return out;
+}
+std::vector<std::uint64_t> Of(const std::set<std::pair<std::uint64_t, std::uint64_t>>& set,
+                              std::uint64_t owner) {
+  std::vector<std::uint64_t> out;
+  for (auto it = set.lower_bound({owner, 0}); it != set.end() && it->first == owner; ++it) {
+    out.push_back(it->second);
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::uint64_t> ObjectIndex::ExpiredReservations(std::uint64_t now_us) const {
+  return UpTo(reservations_by_expiry_, now_us);
+}
+std::vector<std::uint64_t> ObjectIndex::ExpiredLeases(std::uint64_t now_us) const {
+  return UpTo(leases_by_expiry_, now_us);
+}
+std::vector<std::uint64_t> ObjectIndex::ReservationsOf(std::uint64_t owner) const {
+  return Of(reservations_by_owner_, owner);
+}
+std::vector<std::uint64_t> ObjectIndex::LeasesOf(std::uint64_t owner) const {
+  return Of(leases_by_owner_, owner);
+}
+
+}  // namespace tierpool

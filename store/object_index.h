@@ -1,0 +1,154 @@
+// The object index: names -> objects, each object's copies in the tiers, open reservations and
+// read leases, and the candidate sets the placement policy picks victims from. It moves no bytes
+// and makes no decisions; it keeps the bookkeeping consistent and every lookup cheap.
+//
+// Locking: not thread-safe by itself. The ObjectStore guards it with its mutex; every method
+// must be called with that mutex held. Nothing here blocks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "store/mover.h"
+#include "tierpool/types.h"
+#include "tiers/tier.h"
+
+namespace tierpool {
+
+// One copy of an object's bytes in one tier.
+struct ObjectCopy {
+  bool present = false;
+  Extent extent;
+  std::uint32_t pins = 0;      // read leases on this copy; a pinned copy never moves or frees
+  std::uint64_t last_use = 0;  // recency, from the index's sequence
+};
+
+// A copy of the object being made in another tier by the mover.
+struct ObjectMove {
+  std::uint64_t op_id = 0;
+  TierKind from = TierKind::kDram;
+  TierKind to = TierKind::kDram;
+  Extent dst;                // allocated in `to`; becomes the copy there when the move lands
+  bool drop_source = false;  // a move down: the source copy is freed once the copy lands
+  MovePriority priority = MovePriority::kBackground;
+};
+
+struct StoredObject {
+  std::uint64_t id = 0;
+  ObjectMeta meta;  // meta.tier: the top tier holding a copy
+  bool committed = false;
+  std::uint64_t owner = 0;      // who may commit the reservation
+  std::uint64_t expiry_us = 0;  // reservation deadline
+  std::array<ObjectCopy, kTierKindCount> copies;
+  std::optional<ObjectMove> move;  // at most one move at a time
+  Status last_move_error;          // how the last failed move ended (for whoever waited on it)
+  std::uint32_t holds = 0;         // callers waiting on its move: its copies stay put for them
+  bool linked = false;             // reachable by name
+  bool doomed = false;             // deleted or replaced: freed once unpinned and not moving
+  bool corrupt = false;            // quarantined: its bytes failed their checksum
+
+  ObjectCopy& copy(TierKind t) { return copies[static_cast<int>(t)]; }
+  const ObjectCopy& copy(TierKind t) const { return copies[static_cast<int>(t)]; }
+  std::uint32_t pins() const;
+  int present_copies() const;
+};
+
+struct Lease {
+  std::uint64_t object_id = 0;
+  TierKind tier = TierKind::kDram;  // the copy it pins
+  std::uint64_t owner = 0;
+  std::uint64_t expiry_us = 0;
+};
+
+// Which copies a victim search may take, in least recently used order:
+//   kMovable: any copy that may be moved or dropped (committed, linked, unpinned, not moving,
+//             not quarantined);
+//   kCache:   the movable copies of `cache` objects;
+//   kRedundant: movable copies whose object has another copy: dropping one costs no transfer.
+enum class CandidateSet : std::uint8_t { kMovable = 0, kCache = 1, kRedundant = 2 };
+
+class ObjectIndex {
+ public:
+  using Name = std::pair<std::string, std::string>;  // (namespace, key)
+
+  StoredObject* Find(std::uint64_t id);
+  StoredObject* Lookup(const std::string& ns, const std::string& key);
+  // A new, uncommitted object (a reservation) owned by `owner`, expiring at expiry_us.
+  StoredObject& AddReservation(ObjectMeta meta, std::uint64_t owner, std::uint64_t expiry_us);
+  // Commits a reservation: links it under its name. Returns the object it replaced, if any
+  // (still in the index; the caller dooms it).
+  StoredObject* Commit(StoredObject& obj);
+  // Makes the name point nowhere (the object stays until Erase).
+  void Unlink(StoredObject& obj);
+  void Erase(std::uint64_t id);
+  bool IsReservation(std::uint64_t id) const { return reservation_ids_.count(id) != 0; }
+
+  // A copy appeared, vanished, got pinned or unpinned, or the object changed state: recompute
+  // which candidate sets its copies belong to, keeping their recency.
+  void Refresh(StoredObject& obj);
+  // The copy in `tier` was used: it becomes the most recently used.
+  void Touch(StoredObject& obj, TierKind tier);
+  void SetCopy(StoredObject& obj, TierKind tier, const Extent& extent);
+  void ClearCopy(StoredObject& obj, TierKind tier);
+
+  // Visits candidates of `tier` in least recently used order until visit returns true.
+  template <typename F>
+  void ForEachCandidate(TierKind tier, CandidateSet set, F&& visit) {
+    auto& s = sets_[static_cast<int>(tier)][static_cast<int>(set)];
+    for (auto it = s.begin(); it != s.end();) {
+      std::uint64_t id = (it++)->second;  // visit may refresh this object
+      if (visit(*objects_.at(id))) return;
+    }
+  }
+  std::uint64_t candidates(TierKind tier, CandidateSet set) const {
+    return sets_[static_cast<int>(tier)][static_cast<int>(set)].size();
+  }
+
+  // Leases.
+  std::uint64_t AddLease(const Lease& lease);
+  const Lease* FindLease(std::uint64_t lease_id) const;
+  void EraseLease(std::uint64_t lease_id);
+
+  // Reservations and leases whose deadline is at or before now_us (ids), oldest first.
+  std::vector<std::uint64_t> ExpiredReservations(std::uint64_t now_us) const;
+  std::vector<std::uint64_t> ExpiredLeases(std::uint64_t now_us) const;
+  // Everything `owner` holds.
+  std::vector<std::uint64_t> ReservationsOf(std::uint64_t owner) const;
+  std::vector<std::uint64_t> LeasesOf(std::uint64_t owner) const;
+  void EraseReservation(std::uint64_t id);  // the record only; the caller frees the object
+
+  const std::map<Name, std::uint64_t>& names() const { return names_; }
+  std::uint64_t objects() const { return names_.size(); }
+  std::uint64_t reservations() const { return reservation_ids_.size(); }
+  std::uint64_t leases() const { return leases_.size(); }
+  std::uint64_t copies_in(TierKind t) const { return copies_in_[static_cast<int>(t)]; }
+  std::uint64_t NextId() { return next_id_++; }
+
+ private:
+  using RecencySet = std::set<std::pair<std::uint64_t, std::uint64_t>>;  // (last_use, id)
+  void Unlist(const StoredObject& obj);
+
+  std::unordered_map<std::uint64_t, std::unique_ptr<StoredObject>> objects_;
+  std::map<Name, std::uint64_t> names_;
+  std::array<std::array<RecencySet, 3>, kTierKindCount> sets_;
+  std::array<std::uint64_t, kTierKindCount> copies_in_{};
+  std::uint64_t use_seq_ = 0;
+  std::uint64_t next_id_ = 1;
+
+  std::unordered_set<std::uint64_t> reservation_ids_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_expiry_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_owner_;
+  std::unordered_map<std::uint64_t, Lease> leases_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> leases_by_expiry_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> leases_by_owner_;
+};
+
+}  // namespace tierpool

@@ -1,0 +1,82 @@
+#include "store/placement_policy.h"
+
+#include <limits>
+
+namespace tierpool {
+
+Tier* PlacementPolicy::Below(TierKind tier) const {
+  const Tier* self = tiers_[static_cast<int>(tier)];
+  if (self == nullptr) return nullptr;
+  Tier* best = nullptr;
+  for (Tier* t : tiers_) {
+    if (t == nullptr || t->level() <= self->level() || t->capacity() == 0) continue;
+    if (best == nullptr || t->level() < best->level()) best = t;
+  }
+  if (best != nullptr && !best->CheckWritable().ok()) return nullptr;
+  return best;
+}
+
+std::vector<PlacementDecision> PlacementPolicy::MakeRoom(ObjectIndex& index, TierKind tier,
+                                                         std::uint64_t bytes, bool instant_only,
+                                                         std::size_t max_decisions) const {
+  std::vector<PlacementDecision> out;
+  std::uint64_t freed = 0;
+  auto done = [&] { return freed >= bytes || out.size() >= max_decisions; };
+  auto take = [&](PlacementDecision d) {
+    freed += d.bytes;
+    out.push_back(d);
+    return done();
+  };
+  auto footprint = [&](const StoredObject& obj) { return obj.copy(tier).extent.length; };
+  if (bytes == 0) return out;
+  // Decisions are not applied until the caller acts, so each object is taken at most once.
+  std::vector<std::uint64_t> taken;
+  auto is_taken = [&](std::uint64_t id) {
+    for (auto t : taken) {
+      if (t == id) return true;
+    }
+    return false;
+  };
+  index.ForEachCandidate(tier, CandidateSet::kRedundant, [&](StoredObject& obj) {
+    taken.push_back(obj.id);
+    return take({PlacementDecision::Action::kDropCopy, obj.id, tier, tier, footprint(obj)});
+  });
+  if (done()) return out;
+  Tier* below = instant_only ? nullptr : Below(tier);
+  if (below != nullptr) {
+    index.ForEachCandidate(tier, CandidateSet::kMovable, [&](StoredObject& obj) {
+      if (is_taken(obj.id)) return false;
+      taken.push_back(obj.id);
+      if (obj.meta.durability == Durability::kCache && drop_cache_on_spill_ &&
+          tier == TierKind::kDram) {
+        return take({PlacementDecision::Action::kEvict, obj.id, tier, tier, footprint(obj)});
+      }
+      return take(
+          {PlacementDecision::Action::kMoveDown, obj.id, tier, below->kind(), footprint(obj)});
+    });
+    if (done()) return out;
+  }
+  // Nowhere to move (or the caller cannot wait): `cache` objects go, oldest first. A tier with
+  // a tier below keeps its cache objects while moves can still make room.
+  if (below == nullptr) {
+    index.ForEachCandidate(tier, CandidateSet::kCache, [&](StoredObject& obj) {
+      if (is_taken(obj.id)) return false;
+      taken.push_back(obj.id);
+      return take({PlacementDecision::Action::kEvict, obj.id, tier, tier, footprint(obj)});
+    });
+  }
+  return out;
+}
+
+std::uint64_t PlacementPolicy::OverWatermark(TierKind tier, std::uint64_t leaving) const {
+  const Tier* t = tiers_[static_cast<int>(tier)];
+  if (t == nullptr || t->capacity() == 0) return 0;
+  const double cap = static_cast<double>(t->capacity());
+  const std::uint64_t used = t->used_bytes();
+  if (static_cast<double>(used) <= t->watermarks().high * cap) return 0;
+  const auto low = static_cast<std::uint64_t>(t->watermarks().low * cap);
+  const std::uint64_t excess = used > low ? used - low : 0;
+  return excess > leaving ? excess - leaving : 0;
+}
+
+}  // namespace tierpool

@@ -1,0 +1,283 @@
+// The store's data movement through the mover: copies in more than one tier, gets racing
+// moves, moves racing deletes, quarantine of corrupt objects, and expiry on a test clock.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "common/checksum.h"
+#include "store/object_store.h"
+#include "tiers/dram_tier.h"
+#include "tiers/hbm_tier.h"
+#include "tiers/nvme_tier.h"
+
+namespace tierpool {
+namespace {
+
+constexpr std::uint64_t kOwner = 5;
+
+struct Rig {
+  std::unique_ptr<ObjectStore> store;
+  FaultInjectingIoBackend* faults = nullptr;
+};
+
+Rig Make(std::uint64_t dram, std::uint64_t hbm, std::uint64_t nvme, StoreConfig config = {},
+         const Clock* clock = SystemClock::Default()) {
+  Rig rig;
+  std::vector<std::unique_ptr<Tier>> tiers;
+  auto d = DramTier::Create({.capacity = dram, .populate = false});
+  EXPECT_TRUE(d.ok());
+  (*d)->set_watermarks({.high = 0.8, .low = 0.6});
+  tiers.push_back(std::move(d).value());
+  if (hbm > 0) {
+    auto h = HbmTier::Create({.capacity = hbm}, std::make_unique<HostPinnedHbmBackend>());
+    EXPECT_TRUE(h.ok());
+    tiers.push_back(std::move(h).value());
+  }
+  if (nvme > 0) {
+    NvmeTierConfig nc;
+    nc.backend = "memory";
+    nc.capacity = nvme;
+    nc.io_size = 64 << 10;
+    auto faults = std::make_unique<FaultInjectingIoBackend>(
+        std::make_unique<MemoryIoBackend>(IoBackendConfig{.block_size = 4096, .queue_depth = 8},
+                                          std::vector<std::uint64_t>{nvme}),
+        1);
+    rig.faults = faults.get();
+    auto n = NvmeTier::Create(nc, std::move(faults));
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    tiers.push_back(std::move(n).value());
+  }
+  auto s = ObjectStore::Create(config, std::move(tiers), clock);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  rig.store = std::move(s).value();
+  return rig;
+}
+
+std::string Bytes(std::uint64_t seed, std::size_t n) {
+  std::string s(n, '\0');
+  std::mt19937_64 rng(seed);
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+Status Put(ObjectStore& store, const std::string& key, const std::string& bytes,
+           std::optional<TierKind> tier = std::nullopt) {
+  return store.PutCopy({.ns = "ns", .key = key, .size = bytes.size(), .tier_hint = tier},
+                       bytes.data(), kOwner);
+}
+
+const LinkStats* Link(const StoreStats& s, TierKind from, TierKind to) {
+  for (const auto& l : s.links) {
+    if (l.from == from && l.to == to) return &l;
+  }
+  return nullptr;
+}
+
+TierUsage Usage(ObjectStore& store, TierKind k) {
+  for (auto& t : store.Stats().tiers) {
+    if (t.tier.kind == k) return t;
+  }
+  return {};
+}
+
+TEST(DataMovement, CleanCopyBelowSurvivesAPromotion) {
+  Rig rig = Make(16 << 20, 4 << 20, 0);
+  ObjectStore& store = *rig.store;
+  const std::string a = Bytes(1, 3 << 20), b = Bytes(2, 3 << 20);
+  ASSERT_TRUE(Put(store, "a", a).ok());
+  ASSERT_TRUE(Put(store, "b", b).ok());
+  ASSERT_TRUE(store.Promote("ns", "a", TierKind::kHbm).ok());
+  EXPECT_EQ(store.Head("ns", "a")->tier, TierKind::kHbm);
+  // b needs a's room in hbm: a's hbm copy is dropped, no bytes go back down.
+  ASSERT_TRUE(store.Promote("ns", "b", TierKind::kHbm).ok());
+  StoreStats s = store.Stats();
+  EXPECT_EQ(s.clean_drops, 1u);
+  EXPECT_EQ(s.demotions, 0u);
+  EXPECT_EQ(Link(s, TierKind::kHbm, TierKind::kDram), nullptr);  // the link was never used
+  ASSERT_NE(Link(s, TierKind::kDram, TierKind::kHbm), nullptr);
+  EXPECT_EQ(Link(s, TierKind::kDram, TierKind::kHbm)->bytes, 6u << 20);
+  std::string out;
+  ASSERT_TRUE(store.ReadCopy("ns", "a", &out).ok());
+  EXPECT_TRUE(out == a);
+  ASSERT_TRUE(store.ReadCopy("ns", "b", &out).ok());
+  EXPECT_TRUE(out == b);
+  // A new put of a key is a new object: none of the old copies survive it.
+  ASSERT_TRUE(Put(store, "b", a).ok());
+  EXPECT_EQ(store.Head("ns", "b")->tier, TierKind::kDram);
+  EXPECT_EQ(Usage(store, TierKind::kHbm).tier.used_bytes, 0u);
+  ASSERT_TRUE(store.ReadCopy("ns", "b", &out).ok());
+  EXPECT_TRUE(out == a);
+}
+
+TEST(DataMovement, DemotionUnderWatermarkMovesOnlyDirtyCopies) {
+  Rig rig = Make(32 << 20, 4 << 20, 0);
+  ObjectStore& store = *rig.store;
+  // "up" was promoted (a clean copy stays in dram); "fresh" was written into hbm (only copy).
+  ASSERT_TRUE(Put(store, "up", Bytes(1, 512 << 10)).ok());
+  ASSERT_TRUE(store.Promote("ns", "up", TierKind::kHbm).ok());
+  ASSERT_TRUE(Put(store, "fresh", Bytes(2, 3584 << 10), TierKind::kHbm).ok());
+  EXPECT_EQ(store.Head("ns", "fresh")->tier, TierKind::kHbm);
+  // hbm holds 4 MiB of 4 MiB, above its 0.9 high watermark: 1 MiB must go to reach 0.75. The
+  // clean copy goes first (free), then the least recently used copy that must be copied down.
+  store.RunMaintenance();
+  store.Quiesce();
+  StoreStats s = store.Stats();
+  EXPECT_EQ(s.clean_drops, 1u);  // "up" left hbm for free
+  EXPECT_EQ(s.demotions, 1u);    // "fresh" was copied down
+  EXPECT_EQ(store.Head("ns", "up")->tier, TierKind::kDram);
+  EXPECT_EQ(store.Head("ns", "fresh")->tier, TierKind::kDram);
+  std::string out;
+  ASSERT_TRUE(store.ReadCopy("ns", "fresh", &out).ok());
+  EXPECT_TRUE(out == Bytes(2, 3584 << 10));
+}
+
+TEST(DataMovement, ConcurrentGetsShareOneReadBack) {
+  Rig rig = Make(8 << 20, 0, 64 << 20);
+  ObjectStore& store = *rig.store;
+  const std::string big = Bytes(3, 4 << 20);
+  ASSERT_TRUE(Put(store, "cold", big).ok());
+  ASSERT_TRUE(Put(store, "pusher", Bytes(4, 6 << 20)).ok());  // spills "cold"
+  store.Quiesce();
+  ASSERT_EQ(store.Head("ns", "cold")->tier, TierKind::kNvme);
+  ASSERT_TRUE(store.Delete("ns", "pusher").ok());
+  // Slow the device so every reader arrives while the read-back is in flight.
+  rig.faults->AddRule({.kind = FaultKind::kLatency, .one_in = 1, .latency_us = 2000});
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&] {
+      std::string out;
+      auto meta = store.ReadCopy("ns", "cold", &out);
+      if (!meta.ok()) {
+        ++failed;
+      } else if (out != big) {
+        ++wrong;
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  StoreStats s = store.Stats();
+  EXPECT_EQ(s.nvme_reads, 1u);  // one move, eight readers
+  ASSERT_NE(Link(s, TierKind::kNvme, TierKind::kDram), nullptr);
+  EXPECT_EQ(Link(s, TierKind::kNvme, TierKind::kDram)->submitted, 1u);
+  // The record stays on nvme as a clean copy: dram can let the object go again for free.
+  EXPECT_EQ(Usage(store, TierKind::kNvme).object_count, 1u);
+  EXPECT_EQ(Usage(store, TierKind::kDram).object_count, 1u);
+}
+
+TEST(DataMovement, DeleteRacingMovesLeaksNothing) {
+  Rig rig = Make(8 << 20, 4 << 20, 64 << 20);
+  ObjectStore& store = *rig.store;
+  rig.faults->AddRule({.kind = FaultKind::kLatency, .one_in = 1, .latency_us = 300});
+  store.Start();
+  std::mt19937_64 rng(5);
+  std::atomic<bool> stop{false};
+  std::thread deleter([&] {
+    while (!stop) {
+      (void)store.Delete("ns", "k" + std::to_string(rng() % 16));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  for (int i = 0; i < 300; ++i) {
+    std::string key = "k" + std::to_string(i % 16);
+    Status s = Put(store, key, Bytes(static_cast<std::uint64_t>(i), 512 << 10));
+    ASSERT_TRUE(s.ok() || s.code() == StatusCode::kResourceExhausted) << s.ToString();
+    if (i % 3 == 0) (void)store.Promote("ns", key, TierKind::kHbm);
+    std::string out;
+    auto meta = store.ReadCopy("ns", key, &out);
+    if (meta.ok()) {
+      ASSERT_EQ(Xxh3(out.data(), out.size()), meta->checksum);
+    }
+  }
+  stop = true;
+  deleter.join();
+  store.Stop();
+  for (int i = 0; i < 16; ++i) (void)store.Delete("ns", "k" + std::to_string(i));
+  store.Quiesce();
+  StoreStats s = store.Stats();
+  EXPECT_EQ(s.objects, 0u);
+  for (const auto& t : s.tiers) {
+    EXPECT_EQ(t.tier.used_bytes, 0u) << TierName(t.tier.kind);
+    EXPECT_EQ(t.object_count, 0u) << TierName(t.tier.kind);
+  }
+}
+
+// An object whose bytes were damaged in memory after commit is set aside: its spill fails once,
+// its gets say DATA_LOSS, and it never again stands in the way of everyone else's spills.
+TEST(DataMovement, CorruptObjectsAreQuarantinedNotRetried) {
+  Rig rig = Make(8 << 20, 0, 64 << 20);
+  ObjectStore& store = *rig.store;
+  for (int i = 0; i < 8; ++i) {
+    std::string key = "bad" + std::to_string(i);
+    ASSERT_TRUE(Put(store, key, Bytes(static_cast<std::uint64_t>(i), 256 << 10)).ok());
+    auto pin = store.Pin("ns", key, kOwner);
+    ASSERT_TRUE(pin.ok());
+    store.HostAddress(pin->extent)[100] ^= std::byte{0xff};  // a stray write through the mapping
+    ASSERT_TRUE(store.Release(pin->lease_id, kOwner).ok());
+  }
+  int accepted = 0;
+  for (int i = 0; i < 200; ++i) {
+    if (Put(store, "good" + std::to_string(i),
+            Bytes(100 + static_cast<std::uint64_t>(i), 256 << 10))
+            .ok()) {
+      ++accepted;
+    }
+  }
+  EXPECT_EQ(accepted, 200);
+  StoreStats s = store.Stats();
+  EXPECT_EQ(s.quarantined, 8u);
+  EXPECT_EQ(s.corrupt_in_memory, 8u);
+  std::string out;
+  EXPECT_EQ(store.ReadCopy("ns", "bad3", &out).status().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(out.empty());
+  ASSERT_TRUE(store.ReadCopy("ns", "good7", &out).ok());
+  EXPECT_TRUE(out == Bytes(107, 256 << 10));
+  ASSERT_TRUE(store.Delete("ns", "bad3").ok());  // a quarantined object can still be deleted
+}
+
+TEST(DataMovement, CopyPathReadsCheckBytesInTheSamePass) {
+  Rig rig = Make(8 << 20, 0, 0);
+  ObjectStore& store = *rig.store;
+  ASSERT_TRUE(Put(store, "k", Bytes(9, 100 << 10)).ok());
+  auto pin = store.Pin("ns", "k", kOwner);
+  ASSERT_TRUE(pin.ok());
+  store.HostAddress(pin->extent)[7] ^= std::byte{1};
+  ASSERT_TRUE(store.Release(pin->lease_id, kOwner).ok());
+  std::string out;
+  EXPECT_EQ(store.ReadCopy("ns", "k", &out).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(store.Stats().quarantined, 1u);
+}
+
+TEST(DataMovement, ReservationsAndLeasesExpireOnTheTestClock) {
+  ManualClock clock;
+  StoreConfig config;
+  config.reservation_ttl_ms = 1000;
+  config.lease_ttl_ms = 2000;
+  Rig rig = Make(8 << 20, 0, 0, config, &clock);
+  ObjectStore& store = *rig.store;
+  auto r = store.Reserve({.ns = "ns", .key = "r", .size = 4096}, kOwner);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(Put(store, "a", Bytes(1, 4096)).ok());
+  auto pin = store.Pin("ns", "a", kOwner);
+  ASSERT_TRUE(pin.ok());
+  clock.Advance(999'000);
+  store.RunMaintenance();
+  EXPECT_EQ(store.Stats().reservations_open, 1u);
+  clock.Advance(2'000);
+  store.RunMaintenance();
+  EXPECT_EQ(store.Stats().reservations_open, 0u);
+  EXPECT_EQ(store.Stats().leases_open, 1u);
+  clock.Advance(1'000'000);
+  store.RunMaintenance();
+  EXPECT_EQ(store.Stats().leases_open, 0u);
+  EXPECT_EQ(store.Stats().leases_expired, 1u);
+  EXPECT_EQ(store.Commit(r->id, 0, kOwner).code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace tierpool

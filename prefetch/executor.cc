@@ -1,0 +1,456 @@
+#include "prefetch/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include "common/logging.h"
+
+namespace tierpool::prefetch {
+
+using schedule::Action;
+using schedule::ActionKind;
+
+struct Executor::Job {
+  std::uint64_t id = 0;
+  std::uint64_t owner = 0;
+  std::string ns;
+  std::string name;
+  Schedule schedule;
+  schedule::Plan plan;
+  std::unique_ptr<Lifetimes> lt;
+  std::vector<std::string> keys;
+  std::unordered_map<std::string, std::uint32_t> tensor_of_key;
+  std::uint64_t budget = 0;
+  // Action indexes issued as each step starts (by delay) and as it ends.
+  std::vector<std::vector<std::uint32_t>> before, after;
+  std::vector<double> sched_start_us;  // schedule time at each step's start; back() = total
+  // Progress: the steps whose before-actions ([0, next_before)) and after-actions
+  // ([0, next_after)) were issued this iteration.
+  bool started = false;
+  std::uint64_t iteration = 0;
+  std::uint32_t step = 0;
+  std::uint32_t next_before = 0;
+  std::uint32_t next_after = 0;
+  std::uint64_t epoch = 0;  // bumped each iteration: timed actions of an old one are dropped
+  // Wall time per schedule time, learned from the reports (1 until known).
+  double pace = 1.0;
+  std::uint64_t last_report_us = 0;
+  double last_report_sched_us = 0;
+  // Prefetches held back by the budget: by deadline, then tensor.
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::uint32_t> waiting;
+  std::unordered_set<std::uint32_t> waiting_tensors;
+  JobCounters counters;
+};
+
+Executor::Executor(TierControl* control, std::uint64_t hbm_capacity)
+    : control_(control), hbm_capacity_(hbm_capacity) {}
+
+Executor::~Executor() { Stop(); }
+
+void Executor::Start() {
+  std::lock_guard lock(mu_);
+  if (timer_.joinable()) return;
+  stopping_ = false;
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+void Executor::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (timer_.joinable()) timer_.join();
+}
+
+Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
+  TIERPOOL_RETURN_IF_ERROR(Validate(spec.schedule));
+  const auto& s = spec.schedule;
+  const auto steps = static_cast<std::uint32_t>(s.steps_size());
+  const auto tensors = static_cast<std::uint32_t>(s.tensors_size());
+  if (steps == 0) return Status::InvalidArgument("the schedule has no steps");
+  if (!spec.keys.empty() && spec.keys.size() != tensors) {
+    return Status::InvalidArgument("plan names " + std::to_string(spec.keys.size()) +
+                                   " keys for a schedule of " + std::to_string(tensors) +
+                                   " tensors");
+  }
+  if (spec.keys.empty()) {
+    for (const auto& t : s.tensors()) spec.keys.push_back(t.name());
+  }
+  auto job = std::make_unique<Job>();
+  for (std::uint32_t t = 0; t < tensors; ++t) {
+    if (spec.keys[t].empty()) {
+      return Status::InvalidArgument("tensor " + std::to_string(t) + " has an empty key");
+    }
+    if (!job->tensor_of_key.emplace(spec.keys[t], t).second) {
+      return Status::InvalidArgument("two tensors share the key " + spec.keys[t]);
+    }
+  }
+  const std::uint64_t budget =
+      spec.hbm_budget != 0 ? spec.hbm_budget : spec.plan.hbm_budget_bytes();
+  if (budget == 0) return Status::InvalidArgument("the job has no hbm budget");
+  if (budget > hbm_capacity_) {
+    return Status::InvalidArgument("hbm budget of " + std::to_string(budget) +
+                                   " bytes is above the tier's " + std::to_string(hbm_capacity_));
+  }
+  job->before.resize(steps);
+  job->after.resize(steps);
+  for (int i = 0; i < spec.plan.actions_size(); ++i) {
+    const Action& a = spec.plan.actions(i);
+    const std::string where = "plan action " + std::to_string(i) + ": ";
+    if (!schedule::ActionKind_IsValid(a.kind())) {
+      return Status::InvalidArgument(where + "unknown action kind");
+    }
+    if (a.tensor() >= tensors) {
+      return Status::InvalidArgument(where + "names tensor " + std::to_string(a.tensor()) +
+                                     ", the schedule has " + std::to_string(tensors));
+    }
+    if (a.step() >= steps || (a.kind() == schedule::PREFETCH && a.needed_by() >= steps)) {
+      return Status::InvalidArgument(where + "step out of range (the schedule has " +
+                                     std::to_string(steps) + " steps)");
+    }
+    if (!(a.delay_us() >= 0 && a.delay_us() < 3.6e9)) {
+      return Status::InvalidArgument(where + "delay_us out of range");
+    }
+    (a.after() ? job->after : job->before)[a.step()].push_back(static_cast<std::uint32_t>(i));
+  }
+  for (auto t : spec.plan.resident_at_start()) {
+    if (t >= tensors) return Status::InvalidArgument("resident tensor out of range");
+  }
+  for (auto& list : job->before) {
+    std::stable_sort(list.begin(), list.end(), [&](auto x, auto y) {
+      return spec.plan.actions(static_cast<int>(x)).delay_us() <
+             spec.plan.actions(static_cast<int>(y)).delay_us();
+    });
+  }
+  job->sched_start_us.resize(steps + 1, 0);
+  for (std::uint32_t i = 0; i < steps; ++i) {
+    job->sched_start_us[i + 1] =
+        job->sched_start_us[i] + std::max(1.0, s.steps(static_cast<int>(i)).compute_us());
+  }
+  job->lt = std::make_unique<Lifetimes>(spec.schedule);
+  job->owner = owner;
+  job->ns = std::move(spec.ns);
+  job->name = spec.name.empty() ? s.name() : spec.name;
+  job->schedule = std::move(spec.schedule);
+  job->plan = std::move(spec.plan);
+  job->keys = std::move(spec.keys);
+  job->budget = budget;
+  std::lock_guard lock(mu_);
+  if (job_by_ns_.count(job->ns) != 0) {
+    return Status::AlreadyExists("namespace " + job->ns + " already has a registered plan");
+  }
+  job->id = next_job_++;
+  const std::uint64_t id = job->id;
+  job_by_ns_[job->ns] = id;
+  jobs_.emplace(id, std::move(job));
+  return id;
+}
+
+Status Executor::Unregister(std::uint64_t job_id, std::uint64_t owner) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + std::to_string(job_id));
+  if (it->second->owner != owner) {
+    return Status::PermissionDenied("job " + std::to_string(job_id) +
+                                    " belongs to another connection");
+  }
+  job_by_ns_.erase(it->second->ns);
+  jobs_.erase(it);
+  return Status::Ok();
+}
+
+void Executor::UnregisterOwner(std::uint64_t owner) {
+  std::lock_guard lock(mu_);
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second->owner == owner) {
+      job_by_ns_.erase(it->second->ns);
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool Executor::Covers(const std::string& ns, const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = job_by_ns_.find(ns);
+  if (it == job_by_ns_.end()) return false;
+  return jobs_.at(it->second)->tensor_of_key.count(key) != 0;
+}
+
+Status Executor::Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
+                          std::uint32_t step) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + std::to_string(job_id));
+  Job& job = *it->second;
+  if (job.owner != owner) return Status::PermissionDenied("the job belongs to another connection");
+  if (step >= job.before.size()) {
+    return Status::InvalidArgument("step " + std::to_string(step) + " is beyond the schedule's " +
+                                   std::to_string(job.before.size()));
+  }
+  if (job.started &&
+      (iteration < job.iteration || (iteration == job.iteration && step < job.step))) {
+    return Status::InvalidArgument("progress went backwards");
+  }
+  AdvanceLocked(job, iteration, step);
+  wake_.notify_all();
+  return Status::Ok();
+}
+
+std::uint64_t Executor::DeadlineLocked(const Job& job, std::uint32_t needed_by) const {
+  const double total = job.sched_start_us.back();
+  double ahead = job.sched_start_us[needed_by] - job.sched_start_us[job.step];
+  if (ahead < 0) ahead += total;  // needed in the next iteration
+  return control_->clock()->NowMicros() + static_cast<std::uint64_t>(ahead * job.pace);
+}
+
+void Executor::AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t step) {
+  const std::uint64_t now = control_->clock()->NowMicros();
+  const auto steps = static_cast<std::uint32_t>(job.before.size());
+  const double total = job.sched_start_us.back();
+  // Learn the pace: wall time per schedule time between two reports.
+  const double sched_now = static_cast<double>(iteration) * total + job.sched_start_us[step];
+  if (job.started && sched_now > job.last_report_sched_us && now > job.last_report_us) {
+    const double ratio =
+        static_cast<double>(now - job.last_report_us) / (sched_now - job.last_report_sched_us);
+    job.pace = std::clamp(0.7 * job.pace + 0.3 * ratio, 0.01, 100.0);
+  }
+  job.last_report_us = now;
+  job.last_report_sched_us = sched_now;
+
+  std::vector<std::uint32_t> due;  // actions whose moment has passed
+  auto collect_rest_of_iteration = [&] {
+    for (std::uint32_t s = job.next_before; s < steps; ++s) {
+      due.insert(due.end(), job.before[s].begin(), job.before[s].end());
+    }
+    for (std::uint32_t s = job.next_after; s < steps; ++s) {
+      due.insert(due.end(), job.after[s].begin(), job.after[s].end());
+    }
+  };
+  if (!job.started) {
+    job.started = true;
+    job.iteration = iteration;
+    // What the plan wants in hbm as the first iteration starts.
+    for (auto t : job.plan.resident_at_start()) {
+      auto uses = job.lt->uses(t);
+      IssuePrefetchLocked(job, t, uses.empty() ? 0 : uses.front());
+    }
+  } else if (iteration > job.iteration) {
+    collect_rest_of_iteration();  // what the old iteration had left is due now
+    job.iteration = iteration;
+    job.next_before = 0;
+    job.next_after = 0;
+    ++job.epoch;  // its delayed actions still in the timer are dropped
+  }
+  job.step = step;
+  for (std::uint32_t s = job.next_before; s < step; ++s) {
+    due.insert(due.end(), job.before[s].begin(), job.before[s].end());
+  }
+  for (std::uint32_t s = job.next_after; s < step; ++s) {
+    due.insert(due.end(), job.after[s].begin(), job.after[s].end());
+  }
+  job.next_after = std::max(job.next_after, step);
+  // Steps skipped over: late prefetches first, most urgent first, then the rest in plan order.
+  std::stable_sort(due.begin(), due.end(), [&](auto x, auto y) {
+    const Action& a = job.plan.actions(static_cast<int>(x));
+    const Action& b = job.plan.actions(static_cast<int>(y));
+    const bool pa = a.kind() == schedule::PREFETCH, pb = b.kind() == schedule::PREFETCH;
+    if (pa != pb) return pa;
+    if (pa) return DeadlineLocked(job, a.needed_by()) < DeadlineLocked(job, b.needed_by());
+    return false;
+  });
+  for (auto a : due) IssueLocked(job, a);
+  // This step's own before-actions: now, or delay_us into it (paced), by the timer.
+  if (job.next_before <= step) {
+    for (auto a : job.before[step]) {
+      const double delay = job.plan.actions(static_cast<int>(a)).delay_us();
+      if (delay <= 0) {
+        IssueLocked(job, a);
+      } else {
+        timed_.push_back({now + static_cast<std::uint64_t>(delay * job.pace), job.id, a});
+        timed_.back().epoch = job.epoch;
+        std::push_heap(timed_.begin(), timed_.end(), std::greater<>());
+      }
+    }
+    job.next_before = step + 1;
+  }
+  DrainWaitingLocked(job);
+}
+
+void Executor::IssueLocked(Job& job, std::uint32_t index) {
+  const Action& a = job.plan.actions(static_cast<int>(index));
+  const std::uint32_t t = a.tensor();
+  const std::string& key = job.keys[t];
+  if (a.kind() == schedule::PREFETCH) {
+    IssuePrefetchLocked(job, t, a.needed_by());
+    return;
+  }
+  TensorPlacement p = control_->Placement(job.ns, key);
+  if (!p.exists || !p.in_hbm) {
+    ++job.counters.skipped;
+    return;
+  }
+  if (p.has_lower_copy) {
+    // A clean copy below: leaving hbm costs no transfer.
+    if (control_->Drop(job.ns, key).ok()) {
+      ++job.counters.issued;
+      ++job.counters.dropped_clean;
+    } else {
+      ++job.counters.failed;
+    }
+    return;
+  }
+  if (a.kind() == schedule::FREE) {
+    // A FREE of the only copy: a dead tensor is the job's to delete; a live one goes out.
+    const std::uint32_t next = job.lt->NextUse(t, a.step() + (a.after() ? 1 : 0));
+    if (next == kNoUse && !job.lt->persistent(t)) {
+      ++job.counters.skipped;
+      return;
+    }
+  }
+  const std::uint64_t id = job.id, bytes = p.size;
+  Status s = control_->Offload(
+      job.ns, key, [this, id, bytes](Status st) { OnDone(id, false, bytes, std::move(st)); });
+  if (s.ok()) {
+    ++job.counters.issued;
+  } else {
+    ++job.counters.failed;
+  }
+}
+
+void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t needed_by) {
+  const std::string& key = job.keys[t];
+  TensorPlacement p = control_->Placement(job.ns, key);
+  if (!p.exists || p.in_hbm || p.moving_to_hbm) {
+    ++job.counters.skipped;
+    return;
+  }
+  const std::uint64_t deadline = DeadlineLocked(job, needed_by);
+  const std::uint64_t used = control_->HbmBytes(job.ns);
+  if (used + p.size > job.budget || !job.waiting.empty()) {
+    // No room within the budget (or others are already waiting for it): wait, as in replay.
+    if (job.waiting_tensors.insert(t).second) {
+      job.waiting.emplace(std::make_pair(deadline, t), needed_by);
+      ++job.counters.waited_for_room;
+    }
+    return;
+  }
+  const std::uint64_t id = job.id, bytes = p.size;
+  Status s = control_->Prefetch(job.ns, key, deadline, [this, id, bytes](Status st) {
+    OnDone(id, true, bytes, std::move(st));
+  });
+  if (s.ok()) {
+    ++job.counters.issued;
+    job.counters.budget_peak = std::max(job.counters.budget_peak, used + p.size);
+  } else {
+    ++job.counters.failed;
+  }
+}
+
+void Executor::DrainWaitingLocked(Job& job) {
+  while (!job.waiting.empty()) {
+    auto it = job.waiting.begin();
+    const std::uint32_t t = it->first.second;
+    const std::string& key = job.keys[t];
+    TensorPlacement p = control_->Placement(job.ns, key);
+    if (!p.exists || p.in_hbm || p.moving_to_hbm) {
+      ++job.counters.skipped;
+    } else {
+      const std::uint64_t used = control_->HbmBytes(job.ns);
+      if (used + p.size > job.budget) return;  // the most urgent waits for room; so do the rest
+      const std::uint64_t id = job.id, bytes = p.size;
+      Status s = control_->Prefetch(job.ns, key, it->first.first, [this, id, bytes](Status st) {
+        OnDone(id, true, bytes, std::move(st));
+      });
+      if (s.ok()) {
+        ++job.counters.issued;
+        job.counters.budget_peak = std::max(job.counters.budget_peak, used + p.size);
+      } else {
+        ++job.counters.failed;
+      }
+    }
+    job.waiting_tensors.erase(t);
+    job.waiting.erase(it);
+  }
+}
+
+void Executor::OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, Status s) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  if (!s.ok()) {
+    ++job.counters.failed;
+    spdlog::debug("job {}: a planned move failed: {}", job.name, s.ToString());
+  } else {
+    (into_hbm ? job.counters.bytes_in : job.counters.bytes_out) += bytes;
+  }
+  if (!into_hbm) DrainWaitingLocked(job);  // room freed
+}
+
+void Executor::Tick() {
+  std::lock_guard lock(mu_);
+  const std::uint64_t now = control_->clock()->NowMicros();
+  while (!timed_.empty() && timed_.front().due_us <= now) {
+    std::pop_heap(timed_.begin(), timed_.end(), std::greater<>());
+    Timed t = timed_.back();
+    timed_.pop_back();
+    auto it = jobs_.find(t.job);
+    if (it == jobs_.end() || it->second->epoch != t.epoch) continue;
+    IssueLocked(*it->second, t.action);
+  }
+  for (auto& [id, job] : jobs_) DrainWaitingLocked(*job);
+}
+
+void Executor::NoteUse(const std::string& ns, const std::string& key, UseOutcome outcome,
+                       std::uint64_t wait_us) {
+  std::lock_guard lock(mu_);
+  auto it = job_by_ns_.find(ns);
+  if (it == job_by_ns_.end()) return;
+  Job& job = *jobs_.at(it->second);
+  if (job.tensor_of_key.count(key) == 0) return;
+  switch (outcome) {
+    case UseOutcome::kHit:
+      ++job.counters.hits;
+      break;
+    case UseOutcome::kLate:
+      ++job.counters.late;
+      job.counters.late_wait_us += wait_us;
+      break;
+    case UseOutcome::kMiss:
+      ++job.counters.misses;
+      break;
+  }
+}
+
+std::vector<JobStatus> Executor::Jobs() const {
+  std::lock_guard lock(mu_);
+  std::vector<JobStatus> out;
+  for (const auto& [id, job] : jobs_) {
+    out.push_back({id, job->ns, job->name, job->budget, job->iteration, job->step,
+                   job->waiting.size(), job->counters});
+  }
+  return out;
+}
+
+void Executor::TimerLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (timed_.empty()) {
+      wake_.wait_for(lock, std::chrono::milliseconds(50));
+    } else {
+      const std::uint64_t now = control_->clock()->NowMicros();
+      const std::uint64_t due = timed_.front().due_us;
+      if (due > now) wake_.wait_for(lock, std::chrono::microseconds(due - now));
+    }
+    if (stopping_) return;
+    lock.unlock();
+    Tick();
+    lock.lock();
+  }
+}
+
+}  // namespace tierpool::prefetch

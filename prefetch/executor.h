@@ -1,0 +1,132 @@
+// The executor: carries out registered plans while their jobs run. A job registers its plan,
+// schedule, the key of each tensor and an hbm budget, then reports progress (iteration, step).
+// Each action is issued when its step (and delay_us) comes: prefetches with a deadline at the
+// step that needs them, offloads as copy-outs unless a clean copy below makes them a free drop,
+// frees as drops. A prefetch never takes the job's hbm use over its budget: without room it
+// waits (ordered by the step that needs it) and goes when room frees. When a report skips
+// steps, the actions of the skipped steps are issued at once, prefetches first, most urgent
+// first; nothing is issued before its step, so a job that falls behind never gets prefetches
+// early beyond what its budget holds.
+//
+// Locking: one mutex guards the jobs. TierControl is called with it held only for calls that
+// do not block (all of them); completions take it again from mover threads. Tick and Progress
+// never block on I/O.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "prefetch/schedule.h"
+#include "prefetch/tier_control.h"
+
+namespace tierpool::prefetch {
+
+struct JobSpec {
+  std::string ns;
+  std::string name;  // for stat; default: the schedule's name
+  Schedule schedule;
+  schedule::Plan plan;
+  std::vector<std::string> keys;  // one per tensor; empty: the tensors' names
+  std::uint64_t hbm_budget = 0;   // 0: the plan's
+};
+
+struct JobCounters {
+  std::uint64_t hits = 0;  // uses that found their tensor in hbm
+  std::uint64_t late = 0;  // uses that found it on its way in, and waited
+  std::uint64_t late_wait_us = 0;
+  std::uint64_t misses = 0;           // uses that found it below, not moving in
+  std::uint64_t bytes_in = 0;         // prefetched into hbm
+  std::uint64_t bytes_out = 0;        // copied out of hbm
+  std::uint64_t issued = 0;           // actions started
+  std::uint64_t dropped_clean = 0;    // offloads that were free drops of a clean copy
+  std::uint64_t skipped = 0;          // nothing to do (already there, gone, not yet written)
+  std::uint64_t cancelled = 0;        // dropped at unregistration or an iteration's end
+  std::uint64_t waited_for_room = 0;  // prefetches held back by the budget
+  std::uint64_t failed = 0;
+  std::uint64_t budget_peak = 0;  // highest hbm bytes seen when issuing
+};
+
+struct JobStatus {
+  std::uint64_t id = 0;
+  std::string ns;
+  std::string name;
+  std::uint64_t hbm_budget = 0;
+  std::uint64_t iteration = 0;
+  std::uint32_t step = 0;
+  std::uint64_t pending = 0;  // prefetches waiting for room
+  JobCounters counters;
+};
+
+enum class UseOutcome : std::uint8_t { kHit, kLate, kMiss };
+
+class Executor {
+ public:
+  // hbm_capacity: budgets above it are refused.
+  Executor(TierControl* control, std::uint64_t hbm_capacity);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Starts / stops the timer thread that issues delayed actions (tests call Tick instead).
+  void Start();
+  void Stop();
+
+  // Checks everything (schedule, plan against it, keys, budget) and registers the job for
+  // `owner` (a connection). A namespace has at most one job.
+  Result<std::uint64_t> Register(JobSpec spec, std::uint64_t owner);
+  Status Unregister(std::uint64_t job_id, std::uint64_t owner);
+  void UnregisterOwner(std::uint64_t owner);  // the connection is gone: its plans go
+  // The job is about to start `step` of `iteration`.
+  Status Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
+                  std::uint32_t step);
+  // Issues what is due (delayed actions, prefetches waiting for room). Called by the timer
+  // thread, by completions, and by tests.
+  void Tick();
+  // A get of (ns, key) found it in hbm, on its way, or below; the store reports it.
+  void NoteUse(const std::string& ns, const std::string& key, UseOutcome outcome,
+               std::uint64_t wait_us);
+  // True when (ns, key) is a tensor of a registered plan: its hbm placement is the plan's.
+  bool Covers(const std::string& ns, const std::string& key) const;
+
+  std::vector<JobStatus> Jobs() const;
+
+ private:
+  struct Job;
+  struct Timed {
+    std::uint64_t due_us = 0;
+    std::uint64_t job = 0;
+    std::uint32_t action = 0;
+    std::uint64_t epoch = 0;  // the job's iteration epoch it belongs to
+    bool operator>(const Timed& o) const { return due_us > o.due_us; }
+  };
+
+  // All require mu_.
+  void AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t step);
+  void IssueLocked(Job& job, std::uint32_t action_index);
+  void IssuePrefetchLocked(Job& job, std::uint32_t tensor, std::uint32_t needed_by);
+  void DrainWaitingLocked(Job& job);
+  std::uint64_t DeadlineLocked(const Job& job, std::uint32_t needed_by) const;
+  void OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, Status s);
+  void TimerLoop();
+
+  TierControl* control_;
+  const std::uint64_t hbm_capacity_;
+  mutable std::mutex mu_;
+  std::map<std::uint64_t, std::unique_ptr<Job>> jobs_;
+  std::unordered_map<std::string, std::uint64_t> job_by_ns_;
+  std::vector<Timed> timed_;  // a min-heap on due_us
+  std::uint64_t next_job_ = 1;
+  std::condition_variable wake_;
+  std::thread timer_;
+  bool stopping_ = false;
+};
+
+}  // namespace tierpool::prefetch

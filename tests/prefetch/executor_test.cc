@@ -1,0 +1,287 @@
+// The executor against a fake store with a controlled clock: actions at the right steps,
+// the budget never exceeded, a job running ahead and falling behind, delayed actions, and the
+// checks on what a job registers.
+#include "prefetch/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace tierpool::prefetch {
+namespace {
+
+// A store that records calls and keeps each tensor's placement; moves complete when the test
+// says so.
+class FakeControl final : public TierControl {
+ public:
+  struct Obj {
+    std::uint64_t size = 0;
+    bool in_hbm = false;
+    bool moving_in = false;
+    bool lower = true;
+  };
+  std::map<std::string, Obj> objs;
+  std::vector<std::string> log;  // "P:key@deadline", "O:key", "D:key"
+  std::vector<std::pair<std::string, Done>> in_flight;
+  std::uint64_t peak = 0;
+  ManualClock clock_;
+
+  TensorPlacement Placement(const std::string&, const std::string& key) override {
+    auto it = objs.find(key);
+    if (it == objs.end()) return {};
+    return {true, it->second.in_hbm, it->second.moving_in, it->second.lower, it->second.size};
+  }
+  std::uint64_t HbmBytes(const std::string&) override {
+    std::uint64_t b = 0;
+    for (auto& [k, o] : objs) b += (o.in_hbm || o.moving_in) ? o.size : 0;
+    return b;
+  }
+  Status Prefetch(const std::string&, const std::string& key, std::uint64_t deadline,
+                  Done done) override {
+    log.push_back("P:" + key + "@" + std::to_string(deadline - clock_.NowMicros()));
+    objs[key].moving_in = true;
+    peak = std::max(peak, HbmBytes(""));
+    in_flight.emplace_back(key, std::move(done));
+    return Status::Ok();
+  }
+  Status Offload(const std::string&, const std::string& key, Done done) override {
+    log.push_back("O:" + key);
+    objs[key].lower = true;
+    in_flight.emplace_back("out:" + key, std::move(done));
+    return Status::Ok();
+  }
+  Status Drop(const std::string&, const std::string& key) override {
+    log.push_back("D:" + key);
+    objs[key].in_hbm = false;
+    return Status::Ok();
+  }
+  const Clock* clock() const override { return &clock_; }
+
+  // Completes every move in flight (copy-outs free their hbm copy).
+  void Land() {
+    auto flights = std::move(in_flight);
+    in_flight.clear();
+    for (auto& [key, done] : flights) {
+      if (key.rfind("out:", 0) == 0) {
+        objs[key.substr(4)].in_hbm = false;
+      } else {
+        objs[key].moving_in = false;
+        objs[key].in_hbm = true;
+      }
+      done(Status::Ok());
+    }
+  }
+};
+
+// Six steps of 100 us; tensors a, b, c of 1000 bytes.
+Schedule SixSteps() {
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("six");
+  for (int i = 0; i < 6; ++i) {
+    auto* st = s.add_steps();
+    st->set_name("s" + std::to_string(i));
+    st->set_compute_us(100);
+  }
+  const char* names[] = {"a", "b", "c"};
+  const int defs[] = {0, 1, -1};
+  const std::vector<std::vector<std::uint32_t>> uses = {{2, 5}, {3, 4}, {1, 5}};
+  for (int i = 0; i < 3; ++i) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(i));
+    t->set_name(names[i]);
+    t->set_size_bytes(1000);
+    t->set_def_step(defs[i]);
+    for (auto u : uses[static_cast<std::size_t>(i)]) t->add_use_steps(u);
+  }
+  return s;
+}
+
+schedule::Action Act(schedule::ActionKind k, std::uint32_t tensor, std::uint32_t step,
+                     bool after = false, std::uint32_t needed_by = 0, double delay = 0) {
+  schedule::Action a;
+  a.set_kind(k);
+  a.set_tensor(tensor);
+  a.set_step(step);
+  a.set_after(after);
+  a.set_needed_by(needed_by);
+  a.set_delay_us(delay);
+  return a;
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  std::uint64_t Register(std::vector<schedule::Action> actions, std::uint64_t budget) {
+    JobSpec spec;
+    spec.ns = "job";
+    spec.schedule = SixSteps();
+    for (auto& a : actions) *spec.plan.add_actions() = a;
+    spec.hbm_budget = budget;
+    auto id = exec_.Register(std::move(spec), kOwner);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.ok() ? *id : 0;
+  }
+  static constexpr std::uint64_t kOwner = 9;
+  FakeControl control_;
+  Executor exec_{&control_, 1 << 20};
+};
+
+TEST_F(ExecutorTest, ActionsIssueAtTheirSteps) {
+  control_.objs["a"] = {1000, true, false, false};
+  control_.objs["c"] = {1000, false, false, true};
+  std::uint64_t job =
+      Register({Act(schedule::OFFLOAD, 0, 2, /*after=*/true),
+                Act(schedule::PREFETCH, 0, 4, false, 5), Act(schedule::PREFETCH, 2, 0, false, 1)},
+               10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0).ok());
+  // c is prefetched as step 0 starts, needed 100 us later.
+  EXPECT_EQ(control_.log, (std::vector<std::string>{"P:c@100"}));
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 1).ok());
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 2).ok());
+  EXPECT_EQ(control_.log.size(), 1u);  // a's offload waits for step 2 to end
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 3).ok());
+  ASSERT_EQ(control_.log.size(), 2u);
+  EXPECT_EQ(control_.log[1], "O:a");
+  control_.Land();
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 4).ok());
+  ASSERT_EQ(control_.log.size(), 3u);
+  EXPECT_EQ(control_.log[2], "P:a@100");
+  auto jobs = exec_.Jobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].counters.issued, 3u);
+  EXPECT_EQ(jobs[0].counters.bytes_out, 1000u);
+}
+
+TEST_F(ExecutorTest, CleanCopiesAreDroppedNotCopiedOut) {
+  control_.objs["a"] = {1000, true, false, /*lower=*/true};
+  std::uint64_t job = Register({Act(schedule::OFFLOAD, 0, 0)}, 10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0).ok());
+  EXPECT_EQ(control_.log, (std::vector<std::string>{"D:a"}));
+  EXPECT_EQ(exec_.Jobs()[0].counters.dropped_clean, 1u);
+}
+
+TEST_F(ExecutorTest, PrefetchesNeverExceedTheBudget) {
+  control_.objs["a"] = {1000, true, false, false};
+  control_.objs["b"] = {1000, false, false, true};
+  control_.objs["c"] = {1000, false, false, true};
+  // Budget 2000: a is in; b and c both want in at step 1; a leaves after step 1.
+  std::uint64_t job =
+      Register({Act(schedule::PREFETCH, 1, 1, false, 3), Act(schedule::PREFETCH, 2, 1, false, 5),
+                Act(schedule::OFFLOAD, 0, 1, true)},
+               2000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 1).ok());
+  EXPECT_EQ(control_.log, (std::vector<std::string>{"P:b@200"}));  // c waits: no room
+  EXPECT_EQ(exec_.Jobs()[0].pending, 1u);
+  control_.Land();
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 2).ok());  // a's copy-out goes
+  EXPECT_LE(control_.HbmBytes(""), 2000u);
+  control_.Land();  // a is out: room for c
+  ASSERT_EQ(control_.log.size(), 3u);
+  EXPECT_EQ(control_.log[1], "O:a");
+  EXPECT_EQ(control_.log[2].substr(0, 4), "P:c@");
+  EXPECT_LE(control_.peak, 2000u);
+  EXPECT_EQ(exec_.Jobs()[0].counters.waited_for_room, 1u);
+  EXPECT_EQ(exec_.Jobs()[0].pending, 0u);
+}
+
+TEST_F(ExecutorTest, AJobRunningAheadGetsItsLatePrefetchesFirst) {
+  control_.objs["a"] = {1000, true, false, false};
+  control_.objs["b"] = {1000, false, false, true};
+  control_.objs["c"] = {1000, false, false, true};
+  std::uint64_t job =
+      Register({Act(schedule::OFFLOAD, 0, 0), Act(schedule::PREFETCH, 2, 1, false, 5),
+                Act(schedule::PREFETCH, 1, 2, false, 3)},
+               10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0).ok());
+  control_.Land();
+  // The job reports step 3 next: steps 1 and 2 went by unseen. b (needed at 3) before c (5).
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 3).ok());
+  ASSERT_EQ(control_.log.size(), 3u);
+  EXPECT_EQ(control_.log[1], "P:b@0");
+  EXPECT_EQ(control_.log[2], "P:c@200");
+}
+
+TEST_F(ExecutorTest, AJobFallingBehindGetsNothingEarly) {
+  control_.objs["c"] = {1000, false, false, true};
+  std::uint64_t job = Register({Act(schedule::PREFETCH, 2, 4, false, 5)}, 10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0).ok());
+  // The job is slow: three times the schedule's pace.
+  for (std::uint32_t s = 1; s <= 3; ++s) {
+    control_.clock_.Advance(300);
+    ASSERT_TRUE(exec_.Progress(job, kOwner, 0, s).ok());
+    exec_.Tick();
+    EXPECT_TRUE(control_.log.empty()) << "issued before its step";
+  }
+  control_.clock_.Advance(300);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 4).ok());
+  ASSERT_EQ(control_.log.size(), 1u);
+  // Its deadline is paced by what the job showed: one step of 100 us took about 300 us.
+  const std::uint64_t deadline = std::stoull(control_.log[0].substr(4));
+  EXPECT_GT(deadline, 200u);
+  EXPECT_LE(deadline, 300u);
+}
+
+TEST_F(ExecutorTest, DelayedActionsWaitForTheirMomentInTheStep) {
+  control_.objs["b"] = {1000, false, false, true};
+  std::uint64_t job = Register({Act(schedule::PREFETCH, 1, 2, false, 3, /*delay=*/40)}, 10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 2).ok());
+  EXPECT_TRUE(control_.log.empty());
+  control_.clock_.Advance(39);
+  exec_.Tick();
+  EXPECT_TRUE(control_.log.empty());
+  control_.clock_.Advance(1);
+  exec_.Tick();
+  EXPECT_EQ(control_.log.size(), 1u);
+}
+
+TEST_F(ExecutorTest, NextIterationIssuesWhatTheLastOneLeft) {
+  control_.objs["a"] = {1000, true, false, false};
+  control_.objs["c"] = {1000, false, false, true};
+  std::uint64_t job = Register(
+      {Act(schedule::OFFLOAD, 0, 5, true), Act(schedule::PREFETCH, 2, 5, false, 1)}, 10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 4).ok());
+  EXPECT_TRUE(control_.log.empty());
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 1, 0).ok());  // step 5 went by unseen
+  ASSERT_EQ(control_.log.size(), 2u);
+  EXPECT_EQ(control_.log[0].substr(0, 4), "P:c@");  // prefetch first
+  EXPECT_EQ(control_.log[1], "O:a");
+  EXPECT_FALSE(exec_.Progress(job, kOwner, 0, 3).ok());  // backwards
+}
+
+TEST_F(ExecutorTest, RegistrationChecksEverything) {
+  auto bad = [&](std::function<void(JobSpec&)> edit) {
+    JobSpec spec;
+    spec.ns = "x";
+    spec.schedule = SixSteps();
+    spec.hbm_budget = 1000;
+    edit(spec);
+    return exec_.Register(std::move(spec), kOwner).status();
+  };
+  EXPECT_EQ(bad([](JobSpec& s) { *s.plan.add_actions() = Act(schedule::PREFETCH, 7, 0); }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](JobSpec& s) { *s.plan.add_actions() = Act(schedule::OFFLOAD, 0, 6); }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](JobSpec& s) {
+              *s.plan.add_actions() = Act(schedule::PREFETCH, 0, 0, false, 9);
+            }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](JobSpec& s) { s.hbm_budget = 2 << 20; }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](JobSpec& s) { s.keys = {"k1", "k2"}; }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](JobSpec& s) { s.keys = {"k", "k", "z"}; }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](JobSpec& s) { s.schedule.mutable_tensors(0)->set_def_step(40); }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(bad([](JobSpec&) {}).ok());
+  // One plan per namespace; another connection cannot drive or drop it.
+  EXPECT_EQ(bad([](JobSpec&) {}).code(), StatusCode::kAlreadyExists);
+  auto jobs = exec_.Jobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(exec_.Progress(jobs[0].id, kOwner + 1, 0, 0).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(exec_.Unregister(jobs[0].id, kOwner + 1).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(exec_.Covers("x", "a"));
+  exec_.UnregisterOwner(kOwner);
+  EXPECT_TRUE(exec_.Jobs().empty());
+  EXPECT_FALSE(exec_.Covers("x", "a"));
+}
+
+}  // namespace
+}  // namespace tierpool::prefetch

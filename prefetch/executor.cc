@@ -37,8 +37,10 @@ struct Executor::Job {
   double pace = 1.0;
   std::uint64_t last_report_us = 0;
   double last_report_sched_us = 0;
-  // Prefetches held back by the budget: by deadline, then tensor.
-  std::map<std::pair<std::uint64_t, std::uint32_t>, std::uint32_t> waiting;
+  // Prefetches held back by the budget: by deadline, then tensor -> when its use comes
+  // (iteration, step).
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::pair<std::uint64_t, std::uint32_t>>
+      waiting;
   std::unordered_set<std::uint32_t> waiting_tensors;
   JobCounters counters;
 };
@@ -161,16 +163,19 @@ Status Executor::Unregister(std::uint64_t job_id, std::uint64_t owner) {
   return Status::Ok();
 }
 
-void Executor::UnregisterOwner(std::uint64_t owner) {
+std::vector<std::string> Executor::UnregisterOwner(std::uint64_t owner) {
   std::lock_guard lock(mu_);
+  std::vector<std::string> gone;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     if (it->second->owner == owner) {
+      gone.push_back(it->second->ns);
       job_by_ns_.erase(it->second->ns);
       it = jobs_.erase(it);
     } else {
       ++it;
     }
   }
+  return gone;
 }
 
 bool Executor::Covers(const std::string& ns, const std::string& key) const {
@@ -222,6 +227,21 @@ void Executor::AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t st
   job.last_report_sched_us = sched_now;
 
   std::vector<std::uint32_t> due;  // actions whose moment has passed
+  // Delayed actions of earlier steps still in the timer are overdue: they go now.
+  if (job.started) {
+    std::vector<Timed> keep;
+    for (const Timed& t : timed_) {
+      if (t.job == job.id) {
+        due.push_back(t.action);
+      } else {
+        keep.push_back(t);
+      }
+    }
+    if (keep.size() != timed_.size()) {
+      timed_ = std::move(keep);
+      std::make_heap(timed_.begin(), timed_.end(), std::greater<>());
+    }
+  }
   auto collect_rest_of_iteration = [&] {
     for (std::uint32_t s = job.next_before; s < steps; ++s) {
       due.insert(due.end(), job.before[s].begin(), job.before[s].end());
@@ -236,7 +256,7 @@ void Executor::AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t st
     // What the plan wants in hbm as the first iteration starts.
     for (auto t : job.plan.resident_at_start()) {
       auto uses = job.lt->uses(t);
-      IssuePrefetchLocked(job, t, uses.empty() ? 0 : uses.front());
+      IssuePrefetchLocked(job, t, 0, uses.empty() ? 0 : uses.front());
     }
   } else if (iteration > job.iteration) {
     collect_rest_of_iteration();  // what the old iteration had left is due now
@@ -285,7 +305,7 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
   const std::uint32_t t = a.tensor();
   const std::string& key = job.keys[t];
   if (a.kind() == schedule::PREFETCH) {
-    IssuePrefetchLocked(job, t, a.needed_by());
+    IssuePrefetchLocked(job, t, a.step(), a.needed_by());
     return;
   }
   TensorPlacement p = control_->Placement(job.ns, key);
@@ -321,7 +341,8 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
   }
 }
 
-void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t needed_by) {
+void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t action_step,
+                                   std::uint32_t needed_by) {
   const std::string& key = job.keys[t];
   TensorPlacement p = control_->Placement(job.ns, key);
   if (!p.exists || p.in_hbm || p.moving_to_hbm) {
@@ -333,7 +354,8 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t need
   if (used + p.size > job.budget || !job.waiting.empty()) {
     // No room within the budget (or others are already waiting for it): wait, as in replay.
     if (job.waiting_tensors.insert(t).second) {
-      job.waiting.emplace(std::make_pair(deadline, t), needed_by);
+      const std::uint64_t use_iteration = job.iteration + (needed_by < action_step ? 1 : 0);
+      job.waiting.emplace(std::make_pair(deadline, t), std::make_pair(use_iteration, needed_by));
       ++job.counters.waited_for_room;
     }
     return;
@@ -351,6 +373,16 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t need
 }
 
 void Executor::DrainWaitingLocked(Job& job) {
+  // A prefetch whose use has come and gone is pointless now: the get brought it up itself.
+  for (auto it = job.waiting.begin(); it != job.waiting.end();) {
+    if (it->second < std::make_pair(job.iteration, job.step)) {
+      job.waiting_tensors.erase(it->first.second);
+      it = job.waiting.erase(it);
+      ++job.counters.cancelled;
+    } else {
+      ++it;
+    }
+  }
   while (!job.waiting.empty()) {
     auto it = job.waiting.begin();
     const std::uint32_t t = it->first.second;

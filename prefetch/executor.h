@@ -83,7 +83,8 @@ class Executor {
   // `owner` (a connection). A namespace has at most one job.
   Result<std::uint64_t> Register(JobSpec spec, std::uint64_t owner);
   Status Unregister(std::uint64_t job_id, std::uint64_t owner);
-  void UnregisterOwner(std::uint64_t owner);  // the connection is gone: its plans go
+  // The connection is gone: its plans go. Returns their namespaces.
+  std::vector<std::string> UnregisterOwner(std::uint64_t owner);
   // The job is about to start `step` of `iteration`.
   Status Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                   std::uint32_t step);
@@ -111,7 +112,10 @@ class Executor {
   // All require mu_.
   void AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t step);
   void IssueLocked(Job& job, std::uint32_t action_index);
-  void IssuePrefetchLocked(Job& job, std::uint32_t tensor, std::uint32_t needed_by);
+  // action_step: the step the prefetch was planned at (a needed_by before it is in the next
+  // iteration).
+  void IssuePrefetchLocked(Job& job, std::uint32_t tensor, std::uint32_t action_step,
+                           std::uint32_t needed_by);
   void DrainWaitingLocked(Job& job);
   std::uint64_t DeadlineLocked(const Job& job, std::uint32_t needed_by) const;
   void OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, Status s);

@@ -83,7 +83,7 @@ void ObjectIndex::Erase(std::uint64_t id) {
   Unlist(obj);
   if (obj.linked) names_.erase({obj.meta.ns, obj.meta.key});
   for (int t = 0; t < kTierKindCount; ++t) {
-    if (obj.copies[t].present) --copies_in_[t];
+    if (obj.copies[t].present) ClearCopy(obj, static_cast<TierKind>(t));
   }
   objects_.erase(it);
 }
@@ -122,6 +122,10 @@ void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent
   ObjectCopy& c = obj.copy(tier);
   Unlist(obj);
   if (!c.present) ++copies_in_[static_cast<int>(tier)];
+  if (tier == TierKind::kHbm) {
+    if (c.present) ns_hbm_bytes_[obj.meta.ns] -= c.extent.length;
+    ns_hbm_bytes_[obj.meta.ns] += extent.length;
+  }
   c.present = true;
   c.extent = extent;
   c.last_use = ++use_seq_;
@@ -131,10 +135,21 @@ void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent
 void ObjectIndex::ClearCopy(StoredObject& obj, TierKind tier) {
   ObjectCopy& c = obj.copy(tier);
   Unlist(obj);
-  if (c.present) --copies_in_[static_cast<int>(tier)];
+  if (c.present) {
+    --copies_in_[static_cast<int>(tier)];
+    if (tier == TierKind::kHbm) {
+      auto it = ns_hbm_bytes_.find(obj.meta.ns);
+      if ((it->second -= c.extent.length) == 0) ns_hbm_bytes_.erase(it);
+    }
+  }
   c.present = false;
   c.extent = {};
   Refresh(obj);
+}
+
+std::uint64_t ObjectIndex::HbmBytesOf(const std::string& ns) const {
+  auto it = ns_hbm_bytes_.find(ns);
+  return it == ns_hbm_bytes_.end() ? 0 : it->second;
 }
 
 std::uint64_t ObjectIndex::AddLease(const Lease& lease) {

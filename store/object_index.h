@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "store/mover.h"
 #include "tierpool/types.h"
@@ -36,7 +38,8 @@ struct ObjectMove {
   std::uint64_t op_id = 0;
   TierKind from = TierKind::kDram;
   TierKind to = TierKind::kDram;
-  Extent dst;                // allocated in `to`; becomes the copy there when the move lands
+  Extent dst;  // allocated in `to`; becomes the copy there when the move lands
+  std::vector<std::function<void(Status)>> on_done;  // run with no lock held when it ends
   bool drop_source = false;  // a move down: the source copy is freed once the copy lands
   MovePriority priority = MovePriority::kBackground;
 };
@@ -130,6 +133,8 @@ class ObjectIndex {
   std::uint64_t reservations() const { return reservation_ids_.size(); }
   std::uint64_t leases() const { return leases_.size(); }
   std::uint64_t copies_in(TierKind t) const { return copies_in_[static_cast<int>(t)]; }
+  // Bytes (extent lengths) of a namespace's copies in hbm.
+  std::uint64_t HbmBytesOf(const std::string& ns) const;
   std::uint64_t NextId() { return next_id_++; }
 
  private:
@@ -140,6 +145,7 @@ class ObjectIndex {
   std::map<Name, std::uint64_t> names_;
   std::array<std::array<RecencySet, 3>, kTierKindCount> sets_;
   std::array<std::uint64_t, kTierKindCount> copies_in_{};
+  std::unordered_map<std::string, std::uint64_t> ns_hbm_bytes_;
   std::uint64_t use_seq_ = 0;
   std::uint64_t next_id_ = 1;
 

@@ -150,10 +150,15 @@ void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
 void ObjectStore::DoomLocked(StoredObject& obj) {
   obj.doomed = true;
   index_.Unlink(obj);
-  if (obj.move && mover_->Cancel(obj.move->op_id)) {
+  // A queued move nobody waits on is cancelled; one with callbacks runs out and reports.
+  if (obj.move && obj.move->on_done.empty() && mover_->Cancel(obj.move->op_id)) {
     // It never started: nothing will complete it.
     if (obj.move->dst.length > 0) (void)tier(obj.move->to)->Free(obj.move->dst);
     if (obj.move->drop_source) leaving_[static_cast<int>(obj.move->from)] -= obj.meta.size;
+    if (obj.move->to == TierKind::kHbm) {
+      auto in = incoming_hbm_.find(obj.meta.ns);
+      if ((in->second -= obj.move->dst.length) == 0) incoming_hbm_.erase(in);
+    }
     obj.move.reset();
     ++counters_.migrations_aborted;
     moved_.notify_all();
@@ -192,7 +197,7 @@ void ObjectStore::UnpinLocked(std::uint64_t object_id, TierKind t) {
 
 Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind to,
                                     MovePriority priority, std::uint64_t deadline_us,
-                                    bool drop_source, std::optional<Extent> dst) {
+                                    bool drop_source, std::optional<Extent> dst, MoveDone done) {
   if (obj.move) return Status::Aborted("object is already moving");
   if (!obj.copy(from).present) return Status::FailedPrecondition("no copy to move from");
   if (obj.copy(to).present) return Status::Ok();
@@ -211,8 +216,9 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
     auto e = target->Allocate(obj.meta.size, -1);
     if (!e.ok()) {
       // Room that costs no transfer (and no wait) only: a move never waits for another.
-      for (const auto& d : policy_->MakeRoom(index_, to, target->Footprint(obj.meta.size),
-                                             /*instant_only=*/true, kMaxDecisions)) {
+      for (const auto& d : policy_->MakeRoom(
+               index_, to, target->Footprint(obj.meta.size), /*instant_only=*/true, kMaxDecisions,
+               [&](const StoredObject& o) { return PlanOwnedLocked(o, to); })) {
         if (d.object_id != obj.id) ApplyLocked(d, priority);
       }
       e = target->Allocate(obj.meta.size, -1);
@@ -226,8 +232,10 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
   m.dst = *dst;
   m.drop_source = drop_source;
   m.priority = priority;
-  obj.move = m;
+  if (done) m.on_done.push_back(std::move(done));
+  obj.move = std::move(m);
   if (drop_source) leaving_[static_cast<int>(from)] += obj.meta.size;
+  if (to == TierKind::kHbm) incoming_hbm_[obj.meta.ns] += dst->length;
   index_.Refresh(obj);
   MoveRequest r;
   r.from = tier(from);
@@ -244,13 +252,27 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
 }
 
 void ObjectStore::OnMoveDone(std::uint64_t object_id, const MoveResult& result) {
-  std::lock_guard lock(mu_);
+  std::vector<MoveDone> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    OnMoveDoneLocked(object_id, result, &callbacks);
+  }
+  for (auto& done : callbacks) done(result.status);
+}
+
+void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& result,
+                                   std::vector<MoveDone>* callbacks) {
   moved_.notify_all();
   StoredObject* obj = index_.Find(object_id);
   if (obj == nullptr || !obj->move) return;  // cannot happen: moving objects are kept
+  *callbacks = std::move(obj->move->on_done);
   const ObjectMove m = *obj->move;
   obj->move.reset();
   if (m.drop_source) leaving_[static_cast<int>(m.from)] -= obj->meta.size;
+  if (m.to == TierKind::kHbm) {
+    auto in = incoming_hbm_.find(obj->meta.ns);
+    if ((in->second -= m.dst.length) == 0) incoming_hbm_.erase(in);
+  }
   auto free_dst = [&] {
     if (m.dst.length > 0) (void)tier(m.to)->Free(m.dst);
   };
@@ -360,8 +382,9 @@ Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, T
     const std::uint64_t want = footprint > leaving ? footprint - leaving : 0;
     bool instant = false;
     int started = 0;
-    for (const auto& d : policy_->MakeRoom(index_, kind, std::max<std::uint64_t>(want, 1),
-                                           !may_wait, kMaxDecisions)) {
+    for (const auto& d :
+         policy_->MakeRoom(index_, kind, std::max<std::uint64_t>(want, 1), !may_wait, kMaxDecisions,
+                           [&](const StoredObject& o) { return PlanOwnedLocked(o, kind); })) {
       if (!ApplyLocked(d, priority)) continue;
       if (d.action == PlacementDecision::Action::kMoveDown) {
         ++started;
@@ -573,11 +596,60 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
 }
 
 Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& key,
-                                      std::uint64_t owner) {
+                                      std::uint64_t owner, const PinOptions& options) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
+  if (options.want && (!tier(*options.want) || !mapped(*options.want))) {
+    return Status::InvalidArgument("gets may want hbm or dram only");
+  }
   std::unique_lock lock(mu_);
   ++counters_.gets;
-  auto found = EnsureMappedLocked(lock, ns, key);
+  std::optional<HbmUse> use;
+  const std::uint64_t started_us = clock_->NowMicros();
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  Result<std::pair<StoredObject*, TierKind>> found = Status::Aborted("not looked up");
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    found = EnsureMappedLocked(lock, ns, key);
+    if (!found.ok() || !options.want || found->second == *options.want) break;
+    // It wants another copy than the nearest one (the hbm copy, for a step about to run).
+    StoredObject* obj = found->first;
+    const TierKind want = *options.want;
+    const std::uint64_t id = obj->id;
+    if (obj->move && obj->move->to == want) {
+      if (!use) use = HbmUse::kLate;
+      mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
+      if (!WaitForMoveLocked(lock, id, deadline)) break;
+      continue;
+    }
+    if (obj->move) {  // moving elsewhere: let it finish, then look again
+      if (!WaitForMoveLocked(lock, id, deadline)) break;
+      continue;
+    }
+    if (!use) use = HbmUse::kMiss;
+    auto dst = AllocateLocked(lock, want, obj->meta.size, -1, true, MovePriority::kDemand);
+    if (!dst.ok()) break;  // no room can be made: the nearest copy is pinned
+    obj = index_.Find(id);
+    if (obj == nullptr || obj->doomed || obj->move || obj->copy(want).present) {
+      if (dst->length > 0) (void)tier(want)->Free(*dst);
+      continue;
+    }
+    auto from = TopCopy(*obj, /*mapped_only=*/true);
+    if (!from || !StartMoveLocked(*obj, *from, want, MovePriority::kDemand, 0, false, *dst).ok()) {
+      if (dst->length > 0) (void)tier(want)->Free(*dst);
+      break;
+    }
+    if (!WaitForMoveLocked(lock, id, deadline)) break;
+  }
+  if (found.ok()) {
+    // The loop may have ended on a wait: look the object up again.
+    StoredObject* obj = index_.Lookup(ns, key);
+    if (obj == nullptr || obj->id != found->first->id) {
+      found = EnsureMappedLocked(lock, ns, key);
+    } else if (options.want && obj->copy(*options.want).present) {
+      found = std::make_pair(obj, *options.want);
+    } else {
+      found = EnsureMappedLocked(lock, ns, key);
+    }
+  }
   if (!found.ok()) {
     if (found.status().code() == StatusCode::kNotFound) ++counters_.get_misses;
     return found.status();
@@ -590,7 +662,14 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   index_.Touch(*obj, t);
   ObjectMeta meta = MetaLocked(*obj);
   meta.tier = t;
-  return PinnedObject{lease_id, meta, c.extent};
+  PinnedObject pinned{lease_id, meta, c.extent};
+  if (options.want == TierKind::kHbm && observer_) {
+    const HbmUse outcome = use.value_or(HbmUse::kHit);
+    const std::uint64_t waited = clock_->NowMicros() - started_us;
+    lock.unlock();
+    observer_(ns, key, outcome, waited);
+  }
+  return pinned;
 }
 
 Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
@@ -740,6 +819,108 @@ Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierK
   return Status::Aborted("promotion kept losing races; try again");
 }
 
+// --- moves a plan asks for ------------------------------------------------------------------
+
+bool ObjectStore::PlanOwnedLocked(const StoredObject& obj, TierKind tier) const {
+  return tier == TierKind::kHbm && !planned_ns_.empty() && planned_ns_.count(obj.meta.ns) != 0;
+}
+
+void ObjectStore::SetPlanned(const std::string& ns, bool planned) {
+  std::lock_guard lock(mu_);
+  if (planned) {
+    planned_ns_.insert(ns);
+  } else {
+    planned_ns_.erase(ns);
+  }
+}
+
+void ObjectStore::set_use_observer(UseObserver observer) {
+  std::lock_guard lock(mu_);
+  observer_ = std::move(observer);
+}
+
+ObjectPlacement ObjectStore::PlacementOf(const std::string& ns, const std::string& key) {
+  std::lock_guard lock(mu_);
+  ObjectPlacement p;
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr || obj->corrupt) return p;
+  p.exists = true;
+  p.size = obj->meta.size;
+  p.in_hbm = obj->copy(TierKind::kHbm).present;
+  p.moving_to_hbm = obj->move && obj->move->to == TierKind::kHbm;
+  for (TierKind k : by_level_) {
+    if (k != TierKind::kHbm && obj->copy(k).present) p.has_lower_copy = true;
+  }
+  return p;
+}
+
+std::uint64_t ObjectStore::HbmBytesOf(const std::string& ns) {
+  std::lock_guard lock(mu_);
+  auto in = incoming_hbm_.find(ns);
+  return index_.HbmBytesOf(ns) + (in == incoming_hbm_.end() ? 0 : in->second);
+}
+
+Status ObjectStore::StartPrefetch(const std::string& ns, const std::string& key,
+                                  std::uint64_t deadline_us, MoveDone done) {
+  Tier* hbm = tier(TierKind::kHbm);
+  if (hbm == nullptr || hbm->capacity() == 0) return Status::FailedPrecondition("hbm is off");
+  std::unique_lock lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
+  if (obj->copy(TierKind::kHbm).present) return Status::AlreadyExists("already in hbm");
+  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
+  auto from = TopCopy(*obj, false);
+  if (!from) return Status::Internal(ns + "/" + key + " has no copy");
+  if (obj->meta.size == 0) {
+    TIERPOOL_RETURN_IF_ERROR(
+        StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us, false));
+    lock.unlock();
+    done(Status::Ok());
+    return Status::Ok();
+  }
+  return StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us,
+                         /*drop_source=*/false, std::nullopt, std::move(done));
+}
+
+Status ObjectStore::StartOffload(const std::string& ns, const std::string& key, MoveDone done) {
+  std::unique_lock lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  if (!obj->copy(TierKind::kHbm).present) return Status::FailedPrecondition("not in hbm");
+  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
+  if (obj->copy(TierKind::kHbm).pins > 0) {
+    return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm by a reader");
+  }
+  Tier* below = policy_->Below(TierKind::kHbm);
+  if (below == nullptr) return Status::Unavailable("no tier below hbm takes writes");
+  if (obj->present_copies() > 1 || obj->meta.size == 0) {
+    FreeCopyLocked(*obj, TierKind::kHbm);
+    ++counters_.clean_drops;
+    lock.unlock();
+    done(Status::Ok());
+    return Status::Ok();
+  }
+  return StartMoveLocked(*obj, TierKind::kHbm, below->kind(), MovePriority::kPlanned, 0,
+                         /*drop_source=*/true, std::nullopt, std::move(done));
+}
+
+Status ObjectStore::DropHbmCopy(const std::string& ns, const std::string& key) {
+  std::lock_guard lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  ObjectCopy& c = obj->copy(TierKind::kHbm);
+  if (!c.present) return Status::Ok();
+  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
+  if (c.pins > 0) return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm");
+  if (obj->present_copies() < 2) {
+    return Status::FailedPrecondition(ns + "/" + key + " has no copy below hbm");
+  }
+  FreeCopyLocked(*obj, TierKind::kHbm);
+  ++counters_.clean_drops;
+  return Status::Ok();
+}
+
 // --- owners, expiry, maintenance ------------------------------------------------------------
 
 void ObjectStore::ReleaseOwner(std::uint64_t owner) {
@@ -783,7 +964,8 @@ void ObjectStore::RelieveWatermarksLocked() {
     std::uint64_t excess = policy_->OverWatermark(k, leaving_[static_cast<int>(k)]);
     if (excess == 0) continue;
     for (const auto& d :
-         policy_->MakeRoom(index_, k, excess, /*instant_only=*/false, kMaxDecisions)) {
+         policy_->MakeRoom(index_, k, excess, /*instant_only=*/false, kMaxDecisions,
+                           [&](const StoredObject& o) { return PlanOwnedLocked(o, k); })) {
       ApplyLocked(d, MovePriority::kBackground);
     }
   }

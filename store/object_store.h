@@ -21,11 +21,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -79,6 +82,35 @@ struct PinnedObject {
   ObjectMeta meta;  // meta.tier: the tier of the pinned copy
   Extent extent;
 };
+
+// How a get that wanted the hbm copy found its object.
+enum class HbmUse : std::uint8_t {
+  kHit,   // in hbm
+  kLate,  // on its way into hbm: the get waited for that move
+  kMiss,  // below, not moving: brought up on demand
+};
+
+struct PinOptions {
+  // Pin this tier's copy: wait for a move into it already under way, or bring the object up on
+  // demand (making room by the policy). When no room can be made, the nearest copy is pinned
+  // (PinnedObject.meta.tier says which).
+  std::optional<TierKind> want;
+};
+
+// Where an object's copies are, for the executor.
+struct ObjectPlacement {
+  bool exists = false;
+  bool in_hbm = false;
+  bool moving_to_hbm = false;
+  bool has_lower_copy = false;
+  std::uint64_t size = 0;
+};
+
+// Runs once when a move ends, on a mover thread, with no store lock held.
+using MoveDone = std::function<void(Status)>;
+// Told of every get that wanted hbm (on the caller's thread, no store lock held).
+using UseObserver = std::function<void(const std::string& ns, const std::string& key, HbmUse use,
+                                       std::uint64_t wait_us)>;
 
 struct TierUsage {
   TierStats tier;
@@ -134,7 +166,8 @@ class ObjectStore {
   // Reserve, copy, commit: for bytes that arrive in a frame. The checksum is computed here.
   Status PutCopy(const PutSpec& spec, const void* data, std::uint64_t owner);
 
-  Result<PinnedObject> Pin(const std::string& ns, const std::string& key, std::uint64_t owner);
+  Result<PinnedObject> Pin(const std::string& ns, const std::string& key, std::uint64_t owner,
+                           const PinOptions& options = {});
   Status Release(std::uint64_t lease_id, std::uint64_t owner);
   Result<ObjectMeta> Head(const std::string& ns, const std::string& key);
   // Copies the bytes out (under a short pin) into out.
@@ -156,6 +189,23 @@ class ObjectStore {
   void RunMaintenance();
   // Waits until no move is queued or in flight.
   void Quiesce();
+
+  // --- moves a registered plan asks for (store/plan_binding.h); none of these waits ----------
+  ObjectPlacement PlacementOf(const std::string& ns, const std::string& key);
+  // Bytes of the namespace's copies in hbm plus the room held by its moves into hbm.
+  std::uint64_t HbmBytesOf(const std::string& ns);
+  // Starts copying the object into hbm at planned priority, ordered by deadline_us. Room comes
+  // only from dropping clean copies: the plan's budget is the executor's to keep.
+  Status StartPrefetch(const std::string& ns, const std::string& key, std::uint64_t deadline_us,
+                       MoveDone done);
+  // Frees the hbm copy, first copying it down when no copy below exists.
+  Status StartOffload(const std::string& ns, const std::string& key, MoveDone done);
+  // Frees the hbm copy when a copy below exists; FAILED_PRECONDITION when it is the only one.
+  Status DropHbmCopy(const std::string& ns, const std::string& key);
+  // A plan owns the hbm placement of this namespace's objects: the policy leaves them there.
+  void SetPlanned(const std::string& ns, bool planned);
+  void set_use_observer(UseObserver observer);
+  const Clock* clock() const { return clock_; }
 
   std::byte* HostAddress(const Extent& extent);
   std::vector<ArenaInfo> Arenas() const;
@@ -183,8 +233,12 @@ class ObjectStore {
   // instant room only). On success obj.move is set and the mover has the operation.
   Status StartMoveLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority,
                          std::uint64_t deadline_us, bool drop_source,
-                         std::optional<Extent> dst = std::nullopt);
+                         std::optional<Extent> dst = std::nullopt, MoveDone done = nullptr);
   void OnMoveDone(std::uint64_t object_id, const MoveResult& result);
+  void OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& result,
+                        std::vector<MoveDone>* callbacks);
+  // The skip predicate for the policy: hbm copies in planned namespaces.
+  bool PlanOwnedLocked(const StoredObject& obj, TierKind tier) const;
   // Waits (mu_ released) until obj has no move in flight or the deadline passes. False on
   // timeout. obj may be freed meanwhile: callers look it up again by id.
   bool WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
@@ -220,8 +274,11 @@ class ObjectStore {
   // guarded by mu_: moves out of each tier that failed for a reason other than corruption (a
   // failing device below); a caller waiting for room gives up after a few of these.
   std::array<std::uint64_t, kTierKindCount> failed_out_{};
-  StoreStats counters_;            // guarded by mu_
-  std::condition_variable moved_;  // a move ended
+  StoreStats counters_;                                          // guarded by mu_
+  std::unordered_map<std::string, std::uint64_t> incoming_hbm_;  // guarded by mu_, per namespace
+  std::unordered_set<std::string> planned_ns_;                   // guarded by mu_
+  UseObserver observer_;                                         // set before serving
+  std::condition_variable moved_;                                // a move ended
   std::thread maintenance_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_

@@ -16,9 +16,9 @@ Tier* PlacementPolicy::Below(TierKind tier) const {
   return best;
 }
 
-std::vector<PlacementDecision> PlacementPolicy::MakeRoom(ObjectIndex& index, TierKind tier,
-                                                         std::uint64_t bytes, bool instant_only,
-                                                         std::size_t max_decisions) const {
+std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
+    ObjectIndex& index, TierKind tier, std::uint64_t bytes, bool instant_only,
+    std::size_t max_decisions, const std::function<bool(const StoredObject&)>& skip) const {
   std::vector<PlacementDecision> out;
   std::uint64_t freed = 0;
   auto done = [&] { return freed >= bytes || out.size() >= max_decisions; };
@@ -37,7 +37,9 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(ObjectIndex& index, Tie
     }
     return false;
   };
+  auto skipped = [&](const StoredObject& obj) { return skip && skip(obj); };
   index.ForEachCandidate(tier, CandidateSet::kRedundant, [&](StoredObject& obj) {
+    if (skipped(obj)) return false;
     taken.push_back(obj.id);
     return take({PlacementDecision::Action::kDropCopy, obj.id, tier, tier, footprint(obj)});
   });
@@ -45,7 +47,7 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(ObjectIndex& index, Tie
   Tier* below = instant_only ? nullptr : Below(tier);
   if (below != nullptr) {
     index.ForEachCandidate(tier, CandidateSet::kMovable, [&](StoredObject& obj) {
-      if (is_taken(obj.id)) return false;
+      if (is_taken(obj.id) || skipped(obj)) return false;
       taken.push_back(obj.id);
       if (obj.meta.durability == Durability::kCache && drop_cache_on_spill_ &&
           tier == TierKind::kDram) {
@@ -60,7 +62,7 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(ObjectIndex& index, Tie
   // a tier below keeps its cache objects while moves can still make room.
   if (below == nullptr) {
     index.ForEachCandidate(tier, CandidateSet::kCache, [&](StoredObject& obj) {
-      if (is_taken(obj.id)) return false;
+      if (is_taken(obj.id) || skipped(obj)) return false;
       taken.push_back(obj.id);
       return take({PlacementDecision::Action::kEvict, obj.id, tier, tier, footprint(obj)});
     });

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "store/object_index.h"
@@ -47,8 +48,11 @@ class PlacementPolicy {
 
   // Decisions that free at least `bytes` in `tier`, cheapest first, at most max_decisions.
   // instant_only: only steps 1 and 3 (no transfers), as when the caller cannot wait.
-  std::vector<PlacementDecision> MakeRoom(ObjectIndex& index, TierKind tier, std::uint64_t bytes,
-                                          bool instant_only, std::size_t max_decisions) const;
+  // skip: objects whose placement is not the policy's (hbm copies a registered plan owns).
+  std::vector<PlacementDecision> MakeRoom(
+      ObjectIndex& index, TierKind tier, std::uint64_t bytes, bool instant_only,
+      std::size_t max_decisions,
+      const std::function<bool(const StoredObject&)>& skip = nullptr) const;
 
   // Bytes to free so that `tier` gets from above its high watermark to its low one (0 when it
   // is not above its high watermark). `leaving`: bytes already on their way out.

@@ -227,6 +227,29 @@ bool StoreService::Handle(std::uint64_t session, const wire::Request& req, wire:
       }
       return true;
     }
+    case wire::Request::kRegisterPlan: {
+      if (plans_ == nullptr) break;
+      auto id = plans_->Register(req.register_plan(), session);
+      if (!id.ok()) {
+        ToWire(id.status(), resp->mutable_status());
+      } else {
+        resp->mutable_register_plan()->set_job_id(*id);
+      }
+      return true;
+    }
+    case wire::Request::kProgress: {
+      if (plans_ != nullptr) {
+        const auto& p = req.progress();
+        Status s = plans_->Progress(p.job_id(), session, p.iteration(), p.step());
+        if (!s.ok()) spdlog::debug("session {}: progress: {}", session, s.ToString());
+      }
+      return false;  // one-way
+    }
+    case wire::Request::kUnregisterPlan: {
+      if (plans_ == nullptr) break;
+      ToWire(plans_->Unregister(req.unregister_plan().job_id(), session), resp->mutable_status());
+      return true;
+    }
     case wire::Request::BODY_NOT_SET:
       break;
   }
@@ -248,7 +271,15 @@ void StoreService::HandleGet(std::uint64_t session, const wire::GetRequest& req,
       }
       continue;
     }
-    auto pinned = store_->Pin(k.ns(), k.key(), session);
+    PinOptions options;
+    if (req.has_want_tier()) {
+      if (!wire::Tier_IsValid(req.want_tier())) {
+        ToWire(Status::InvalidArgument("unknown tier"), out->mutable_status());
+        continue;
+      }
+      options.want = static_cast<TierKind>(req.want_tier());
+    }
+    auto pinned = store_->Pin(k.ns(), k.key(), session, options);
     if (!pinned.ok()) {
       ToWire(pinned.status(), out->mutable_status());
       continue;
@@ -338,6 +369,42 @@ void StoreService::HandleStat(wire::StatReply* reply) {
     add("malformed_messages", t.malformed_messages);
     add("unknown_messages", t.unknown_messages);
   }
+  for (const auto& l : s.links) {
+    const std::string link =
+        "link_" + std::string(TierName(l.from)) + "_" + std::string(TierName(l.to)) + "_";
+    auto add_link = [&](const char* what, std::uint64_t v) {
+      auto* c = reply->add_counters();
+      c->set_name(link + what);
+      c->set_value(v);
+    };
+    add_link("bytes", l.bytes);
+    add_link("completed", l.completed);
+    add_link("failed", l.failed);
+    add_link("cancelled", l.cancelled);
+    add_link("deadline_misses", l.deadline_misses);
+    add_link("busy_us", l.busy_us);
+    add_link("queued", l.queued);
+    add_link("inflight_bytes", l.inflight_bytes);
+  }
+  add("clean_drops", s.clean_drops);
+  add("quarantined", s.quarantined);
+  if (plans_ != nullptr) {
+    for (const auto& j : plans_->Jobs()) {
+      auto* w = reply->add_jobs();
+      w->set_id(j.id);
+      w->set_ns(j.ns);
+      w->set_name(j.name);
+      w->set_hbm_budget_bytes(j.hbm_budget);
+      w->set_iteration(j.iteration);
+      w->set_step(j.step);
+      w->set_pending_prefetches(j.pending);
+      VisitJobCounters(j.counters, [w](const char* name, std::uint64_t v) {
+        auto* c = w->add_counters();
+        c->set_name(name);
+        c->set_value(v);
+      });
+    }
+  }
   reply->set_uptime_ms(
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      std::chrono::steady_clock::now() - started_)
@@ -345,6 +412,9 @@ void StoreService::HandleStat(wire::StatReply* reply) {
   reply->set_server_version(TIERPOOL_VERSION);
 }
 
-void StoreService::OnDisconnect(std::uint64_t session_id) { store_->ReleaseOwner(session_id); }
+void StoreService::OnDisconnect(std::uint64_t session_id) {
+  if (plans_ != nullptr) plans_->OnDisconnect(session_id);  // a job that disconnects loses its plan
+  store_->ReleaseOwner(session_id);
+}
 
 }  // namespace tierpool

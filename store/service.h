@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "store/object_store.h"
+#include "store/plan_binding.h"
 #include "transport/unix_server.h"
 
 namespace tierpool {
@@ -25,6 +26,8 @@ class StoreService final : public transport::RequestHandler {
   void OnDisconnect(std::uint64_t session_id) override;
   // Lets stat report transport counters too.
   void set_transport(const transport::UnixServer* server) { transport_ = server; }
+  // Plans (RegisterPlan, Progress, UnregisterPlan); without it those get UNIMPLEMENTED.
+  void set_plans(PlanRegistry* plans) { plans_ = plans; }
 
  private:
   void HandleGet(std::uint64_t session, const wire::GetRequest& req, wire::GetReply* reply);
@@ -33,6 +36,7 @@ class StoreService final : public transport::RequestHandler {
   ServiceConfig config_;
   ObjectStore* store_;
   const transport::UnixServer* transport_ = nullptr;
+  PlanRegistry* plans_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -33,7 +33,13 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot set up the tiers: {}", store.status().ToString());
     return 1;
   }
+  std::uint64_t hbm_capacity = 0;
+  for (const auto& t : (*store)->Stats().tiers) {
+    if (t.tier.kind == TierKind::kHbm) hbm_capacity = t.tier.capacity;
+  }
+  PlanRegistry plans(store->get(), hbm_capacity);
   StoreService service(config->service, store->get());
+  service.set_plans(&plans);
   transport::UnixServer server(config->transport, &service);
   service.set_transport(&server);
   if (Status s = server.Start(); !s.ok()) {
@@ -41,6 +47,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*store)->Start();
+  plans.Start();
   spdlog::info("tierpoold {} listening on {} (dram {}, hbm {})", TIERPOOL_VERSION,
                config->transport.socket_path, FormatBytes(config->dram.capacity),
                FormatBytes(config->hbm.capacity));
@@ -48,6 +55,7 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   spdlog::info("signal {}: shutting down", sig);
   server.Stop();
+  plans.Stop();
   (*store)->Stop();
   return 0;
 }

@@ -98,10 +98,24 @@ json StatsJson(const ServerStats& s) {
   }
   json counters = json::object();
   for (const auto& [n, v] : s.counters) counters[n] = v;
+  json jobs = json::array();
+  for (const auto& j : s.jobs) {
+    json c = json::object();
+    for (const auto& [n, v] : j.counters) c[n] = v;
+    jobs.push_back({{"id", j.id},
+                    {"namespace", j.ns},
+                    {"name", j.name},
+                    {"hbm_budget_bytes", j.hbm_budget_bytes},
+                    {"iteration", j.iteration},
+                    {"step", j.step},
+                    {"pending_prefetches", j.pending_prefetches},
+                    {"counters", c}});
+  }
   return {{"server_version", s.server_version},
           {"uptime_ms", s.uptime_ms},
           {"tiers", tiers},
-          {"counters", counters}};
+          {"counters", counters},
+          {"jobs", jobs}};
 }
 
 Result<std::string> ReadInput(const std::string& path) {
@@ -317,6 +331,18 @@ int main(int argc, char** argv) {
       std::printf(" %s=%llu", n.c_str(), static_cast<unsigned long long>(v));
     }
     std::printf("\n");
+    for (const auto& j : stats->jobs) {
+      std::printf(
+          "job %llu '%s' in %s: budget %s, at iteration %llu step %u, hits %llu, late %llu"
+          " (%.1f ms waited), misses %llu, in %s, out %s\n",
+          static_cast<unsigned long long>(j.id), j.name.c_str(), j.ns.c_str(),
+          FormatBytes(j.hbm_budget_bytes).c_str(), static_cast<unsigned long long>(j.iteration),
+          j.step, static_cast<unsigned long long>(j.counter("hits")),
+          static_cast<unsigned long long>(j.counter("late")),
+          static_cast<double>(j.counter("late_wait_us")) / 1000.0,
+          static_cast<unsigned long long>(j.counter("misses")),
+          FormatBytes(j.counter("bytes_in")).c_str(), FormatBytes(j.counter("bytes_out")).c_str());
+    }
     return 0;
   }
   if (command == "bench") {

@@ -82,11 +82,32 @@ struct TierInfo {
   std::uint64_t checksum_failures = 0;
 };
 
+// A registered plan as the server's executor sees it.
+struct JobInfo {
+  std::uint64_t id = 0;
+  std::string ns;
+  std::string name;
+  std::uint64_t hbm_budget_bytes = 0;
+  std::uint64_t iteration = 0;
+  std::uint32_t step = 0;
+  std::uint64_t pending_prefetches = 0;
+  // hits, late, late_wait_us, misses, bytes_in, bytes_out, actions_issued, dropped_clean,
+  // actions_skipped, actions_cancelled, waited_for_room, failed, budget_peak_bytes
+  std::vector<std::pair<std::string, std::uint64_t>> counters;
+  std::uint64_t counter(std::string_view name) const {
+    for (const auto& [n, v] : counters) {
+      if (n == name) return v;
+    }
+    return 0;
+  }
+};
+
 struct ServerStats {
   std::string server_version;
   std::uint64_t uptime_ms = 0;
   std::vector<TierInfo> tiers;
   std::vector<std::pair<std::string, std::uint64_t>> counters;
+  std::vector<JobInfo> jobs;
   std::uint64_t counter(std::string_view name) const {
     for (const auto& [n, v] : counters) {
       if (n == name) return v;
@@ -144,6 +165,44 @@ class WriteReservation {
   TierKind tier_ = TierKind::kDram;
 };
 
+struct GetViewOptions {
+  // Pin this tier's copy (kHbm: the copy a step is about to use): the server waits for a
+  // prefetch already bringing it there, or brings it up on demand. When no room can be made the
+  // nearest copy is returned; meta().tier says which.
+  std::optional<TierKind> tier;
+};
+
+// What a job hands the server so that its executor moves tensors ahead of need
+// (docs/schedules.md, "Live prefetch").
+struct PlanRegistration {
+  std::string name;               // shown in stat; default: the schedule's name
+  std::string schedule;           // a serialized tierpool.schedule.Schedule (a .pb file's bytes)
+  std::string plan;               // a serialized tierpool.schedule.Plan for it
+  std::vector<std::string> keys;  // the object key of each tensor; empty: the tensors' names
+  std::uint64_t hbm_budget_bytes = 0;  // 0: the plan's
+};
+
+// A registered plan. It holds a connection of its own: the plan lives while the handle does
+// (or until Unregister), and the server drops it if the process dies.
+class PlanHandle {
+ public:
+  PlanHandle() = default;
+  PlanHandle(PlanHandle&&) noexcept;
+  PlanHandle& operator=(PlanHandle&&) noexcept;
+  ~PlanHandle();
+
+  std::uint64_t job_id() const { return job_id_; }
+  // The job is about to start `step` of `iteration`. One-way (no reply): cheap enough to call
+  // every step. Errors in it (a step out of range) are logged by the server.
+  Status ReportProgress(std::uint64_t iteration, std::uint32_t step);
+  Status Unregister();
+
+ private:
+  friend class Client;
+  std::shared_ptr<detail::PooledConnection> conn_;
+  std::uint64_t job_id_ = 0;
+};
+
 class Client {
  public:
   static Result<std::unique_ptr<Client>> Connect(ClientOptions options = {});
@@ -165,6 +224,7 @@ class Client {
   Result<std::vector<std::byte>> GetBytes(std::string_view key);
   // Zero copy: pins the object where it is and maps it read-only.
   Result<ObjectView> GetView(std::string_view key);
+  Result<ObjectView> GetView(std::string_view key, const GetViewOptions& options);
   // Metadata only.
   Result<ObjectMeta> Stat(std::string_view key);
   Status Delete(std::string_view key);
@@ -172,6 +232,9 @@ class Client {
   // Moves an object to a tier (kHbm: ahead of use; kDram: out of the way).
   Status Promote(std::string_view key, TierKind target = TierKind::kHbm);
   Result<ServerStats> ServerStat();
+
+  // Registers a plan for this client's namespace (one per namespace at a time).
+  Result<PlanHandle> RegisterPlan(const PlanRegistration& registration);
 
   // Batch forms: one round trip for the lot; one status per item.
   std::vector<Status> PutBatch(const std::vector<PutItem>& items);

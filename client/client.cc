@@ -435,30 +435,52 @@ Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
 Result<ObjectView> Client::GetView(std::string_view key) { return GetView(key, {}); }
 
 Result<ObjectView> Client::GetView(std::string_view key, const GetViewOptions& options) {
+  return std::move(GetViews({std::string(key)}, options)[0]);
+}
+
+std::vector<Result<ObjectView>> Client::GetViews(const std::vector<std::string>& keys,
+                                                 const GetViewOptions& options) {
+  std::vector<Result<ObjectView>> out;
+  if (keys.empty()) return out;
   Borrowed conn(core_.get());
-  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  Status s = conn.status();
   wire::Request req;
-  auto* k = req.mutable_get()->add_keys();
-  k->set_ns(core_->options.ns);
-  k->set_key(std::string(key));
+  for (const auto& key : keys) {
+    auto* k = req.mutable_get()->add_keys();
+    k->set_ns(core_->options.ns);
+    k->set_key(key);
+  }
   req.mutable_get()->set_mode(wire::PINNED);
   if (options.tier) req.mutable_get()->set_want_tier(static_cast<wire::Tier>(*options.tier));
   wire::Response resp;
-  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
-  if (resp.get().items_size() != 1) return Status::Internal("bad get reply");
-  const auto& item = resp.get().items(0);
-  TIERPOOL_RETURN_IF_ERROR(FromWire(item.status()));
-  ObjectView v;
-  v.conn_ = conn.shared();
-  v.lease_id_ = item.lease_id();
-  v.meta_ = MetaFromWire(item.meta());
-  if (v.meta_.size > 0) {
-    v.data_ = core_->mappings->Address(item.extent());
-    if (v.data_ == nullptr || item.extent().length() < v.meta_.size) {
-      return Status::Internal("server returned an extent this client cannot address");
-    }
+  if (s.ok()) s = conn->Call(req, &resp);
+  if (s.ok() && resp.get().items_size() != static_cast<int>(keys.size())) {
+    s = Status::Internal("bad get reply");
   }
-  return v;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!s.ok()) {
+      out.emplace_back(s);
+      continue;
+    }
+    const auto& item = resp.get().items(static_cast<int>(i));
+    if (Status st = FromWire(item.status()); !st.ok()) {
+      out.emplace_back(st);
+      continue;
+    }
+    ObjectView v;
+    v.conn_ = conn.shared();
+    v.lease_id_ = item.lease_id();
+    v.meta_ = MetaFromWire(item.meta());
+    if (v.meta_.size > 0) {
+      v.data_ = core_->mappings->Address(item.extent());
+      if (v.data_ == nullptr || item.extent().length() < v.meta_.size) {
+        out.emplace_back(Status::Internal("server returned an extent this client cannot address"));
+        continue;
+      }
+    }
+    out.emplace_back(std::move(v));
+  }
+  return out;
 }
 
 Result<ObjectMeta> Client::Stat(std::string_view key) {
@@ -536,11 +558,11 @@ Status Client::Promote(std::string_view key, TierKind target) {
   return FromWire(resp.statuses().items(0));
 }
 
-Result<ServerStats> Client::ServerStat() {
+Result<ServerStats> Client::ServerStat(bool reset_peaks) {
   Borrowed conn(core_.get());
   TIERPOOL_RETURN_IF_ERROR(conn.status());
   wire::Request req;
-  req.mutable_stat();
+  req.mutable_stat()->set_reset_peaks(reset_peaks);
   wire::Response resp;
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
   ServerStats s;
@@ -551,7 +573,7 @@ Result<ServerStats> Client::ServerStat() {
                        t.object_count(), t.free_extents(), t.largest_free_extent(),
                        t.fragmentation(), t.high_watermark(), t.low_watermark(), t.pages_locked(),
                        t.backend(), t.failed_allocations(), t.state(), t.read_errors(),
-                       t.write_errors(), t.checksum_failures()});
+                       t.write_errors(), t.checksum_failures(), t.peak_used_bytes()});
   }
   for (const auto& c : resp.stat().counters()) s.counters.emplace_back(c.name(), c.value());
   for (const auto& j : resp.stat().jobs()) {

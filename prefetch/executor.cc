@@ -304,12 +304,16 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
   const Action& a = job.plan.actions(static_cast<int>(index));
   const std::uint32_t t = a.tensor();
   const std::string& key = job.keys[t];
+  spdlog::debug("job {} iteration {} step {}: {} {} (planned at step {}{})", job.name,
+                job.iteration, job.step, schedule::ActionKind_Name(a.kind()), key, a.step(),
+                a.after() ? " after" : "");
   if (a.kind() == schedule::PREFETCH) {
     IssuePrefetchLocked(job, t, a.step(), a.needed_by());
     return;
   }
   TensorPlacement p = control_->Placement(job.ns, key);
   if (!p.exists || !p.in_hbm) {
+    spdlog::debug("job {}: skipped: {} is {}", job.name, key, p.exists ? "not in hbm" : "absent");
     ++job.counters.skipped;
     return;
   }
@@ -346,6 +350,10 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t acti
   const std::string& key = job.keys[t];
   TensorPlacement p = control_->Placement(job.ns, key);
   if (!p.exists || p.in_hbm || p.moving_to_hbm) {
+    spdlog::debug("job {}: prefetch skipped: {} is {}", job.name, key,
+                  !p.exists  ? "absent"
+                  : p.in_hbm ? "in hbm"
+                             : "on its way");
     ++job.counters.skipped;
     return;
   }

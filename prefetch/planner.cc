@@ -11,6 +11,21 @@
 
 namespace tierpool::prefetch {
 
+Result<std::uint64_t> ParseHbmBudget(const std::string& text, std::uint64_t peak) {
+  if (!text.empty() && text.back() == '%') {
+    try {
+      double pct = std::stod(text.substr(0, text.size() - 1));
+      if (!(pct > 0 && pct <= 1000)) throw std::out_of_range("pct");
+      return static_cast<std::uint64_t>(static_cast<double>(peak) * pct / 100);
+    } catch (const std::exception&) {
+      return Status::InvalidArgument("bad --hbm percentage '" + text + "'");
+    }
+  }
+  auto b = ParseByteSize(text);
+  if (!b.ok()) return Status::InvalidArgument("--hbm: " + b.status().message());
+  return b;
+}
+
 Status PlannerConfig::validate() const {
   if (hbm_budget == 0) return Status::InvalidArgument("hbm budget must be > 0");
   if (!(prefetch_margin >= 1.0 && prefetch_margin <= 100)) {

@@ -27,6 +27,9 @@ struct PlannerConfig {
   Status validate() const;
 };
 
+// An hbm budget from the command line: a size ("12G") or a percentage of `peak` ("70%").
+Result<std::uint64_t> ParseHbmBudget(const std::string& text, std::uint64_t peak);
+
 // FAILED_PRECONDITION when the budget is below what some step needs at once.
 Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                  const PlannerConfig& config);

@@ -1,5 +1,6 @@
 #include "store/mover.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <limits>
 #include <utility>
@@ -146,7 +147,17 @@ void Mover::Execute(Link* link, std::unique_ptr<Op> owned) {
   // The completion may run on another thread (an asynchronous tier), after this returns.
   Op* op = owned.release();
   const MoveRequest& req = op->request;
-  auto done = [this, link, op](Status s) { Finish(link, op, std::move(s)); };
+  auto done = [this, link, op](Status s) {
+    if (config_.max_link_bytes_per_sec != 0) {
+      // Rate cap: the copy ends no sooner than its bytes take at the capped rate.
+      const auto min_us =
+          static_cast<std::uint64_t>(1e6 * static_cast<double>(op->request.info.size) /
+                                     static_cast<double>(config_.max_link_bytes_per_sec));
+      const std::uint64_t took = clock_->NowMicros() - op->started_us;
+      if (took < min_us) std::this_thread::sleep_for(std::chrono::microseconds(min_us - took));
+    }
+    Finish(link, op, std::move(s));
+  };
   const std::byte* src = req.from->HostAddress(req.src);
   std::byte* dst = req.to->HostAddress(req.dst);
   if (src != nullptr) {

@@ -31,6 +31,10 @@ namespace tierpool {
 struct MoverConfig {
   // Bytes a link may have in flight at once; one operation larger than this runs alone.
   std::uint64_t max_inflight_bytes_per_link = 256ull << 20;
+  // Caps each link's rate (bytes per second; 0: none): an operation completes no sooner than
+  // its bytes take at this rate. Leaves memory bandwidth to the jobs, and lets a live replay
+  // run a link at a known speed.
+  std::uint64_t max_link_bytes_per_sec = 0;
   Status validate() const;
 };
 

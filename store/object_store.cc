@@ -452,10 +452,12 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
   if (spec.size > 0) {
     Status last;
     bool ok = false;
-    // hbm takes a put only where it has room now (dropping clean copies); else dram.
+    // A put into hbm makes room there by moving least recently used copies down (a plan's own
+    // objects excepted: their moves are the executor's, and the put waits for those in flight),
+    // and goes to dram only when no room can be made.
     if (spec.tier_hint == TierKind::kHbm && tier(TierKind::kHbm) != nullptr &&
         tier(TierKind::kHbm)->capacity() > 0) {
-      auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, spec.numa_node, false,
+      auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, spec.numa_node, true,
                               MovePriority::kDemand);
       if (e.ok()) {
         extent = *e;
@@ -666,6 +668,10 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   if (options.want == TierKind::kHbm && observer_) {
     const HbmUse outcome = use.value_or(HbmUse::kHit);
     const std::uint64_t waited = clock_->NowMicros() - started_us;
+    if (outcome != HbmUse::kHit) {
+      spdlog::debug("get of {}/{} wanted hbm: {} after {} us (pinned in {})", ns, key,
+                    outcome == HbmUse::kLate ? "late" : "miss", waited, TierName(t));
+    }
     lock.unlock();
     observer_(ns, key, outcome, waited);
   }
@@ -1003,6 +1009,12 @@ std::vector<ArenaInfo> ObjectStore::Arenas() const {
     for (const auto& a : t->Arenas()) out.push_back(a);
   }
   return out;
+}
+
+void ObjectStore::ResetPeaks() {
+  for (auto& t : tiers_) {
+    if (t) t->ResetPeak();
+  }
 }
 
 StoreStats ObjectStore::Stats() const {

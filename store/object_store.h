@@ -210,6 +210,7 @@ class ObjectStore {
   std::byte* HostAddress(const Extent& extent);
   std::vector<ArenaInfo> Arenas() const;
   StoreStats Stats() const;
+  void ResetPeaks();
   const StoreConfig& config() const { return config_; }
 
  private:

@@ -32,7 +32,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   ServerConfig c;
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "64K", config_file, nvme_bytes = "0", nvme_block = "1M",
-              cache_policy = "spill";
+              cache_policy = "spill", link_rate = "0";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -75,6 +75,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "io_uring, posix (pread/pwrite) or memory (testing)")
     ("nvme-verify-writes", po::value(&c.nvme.verify_writes)->default_value(true),
      "read each spilled record back and check it before freeing its dram copy")
+    ("link-rate", po::value(&link_rate)->default_value("0"),
+     "cap each tier link at this many bytes per second (K/M/G suffixes; 0: no cap)")
     ("cache-policy", po::value(&cache_policy)->default_value("spill"),
      "cache objects under dram pressure: spill (to nvme) or drop")
     ("log-level", po::value(&c.log_level)->default_value("info"),
@@ -131,6 +133,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   if (!nb.ok()) return nb.status();
   auto nbs = parse("nvme-block-size", nvme_block);
   if (!nbs.ok()) return nbs.status();
+  auto lr = parse("link-rate", link_rate);
+  if (!lr.ok()) return lr.status();
+  c.store.mover.max_link_bytes_per_sec = *lr;
   c.nvme.capacity = *nb;
   c.nvme.io_size = *nbs;
   if (c.nvme.capacity > 0 && c.nvme.path.empty() && c.nvme.backend != "memory") {

@@ -210,6 +210,7 @@ bool StoreService::Handle(std::uint64_t session, const wire::Request& req, wire:
     }
     case wire::Request::kStat:
       HandleStat(resp->mutable_stat());
+      if (req.stat().reset_peaks()) store_->ResetPeaks();
       return true;
     case wire::Request::kPromote: {
       if (!wire::Tier_IsValid(req.promote().target())) {
@@ -332,6 +333,7 @@ void StoreService::HandleStat(wire::StatReply* reply) {
     w->set_read_errors(t.tier.read_errors);
     w->set_write_errors(t.tier.write_errors);
     w->set_checksum_failures(t.tier.checksum_failures);
+    w->set_peak_used_bytes(t.tier.peak_used_bytes);
   }
   auto add = [reply](const char* name, std::uint64_t v) {
     auto* c = reply->add_counters();

@@ -34,6 +34,8 @@ Result<Extent> ArenaTier::Allocate(std::uint64_t size, int numa_hint) {
   });
   for (Region* r : order) {
     if (auto range = r->allocator.Allocate(size)) {
+      used_ += range->length;
+      peak_ = std::max(peak_, used_);
       return Extent{r->arena_id, range->offset, range->length};
     }
   }
@@ -45,7 +47,9 @@ Status ArenaTier::Free(const Extent& extent) {
   std::lock_guard lock(mu_);
   Region* r = FindRegion(extent.arena_id);
   if (r == nullptr) return Status::Internal("free of an extent in unknown arena");
-  return r->allocator.Free({extent.offset, extent.length});
+  Status s = r->allocator.Free({extent.offset, extent.length});
+  if (s.ok()) used_ -= extent.length;
+  return s;
 }
 
 std::byte* ArenaTier::HostAddress(const Extent& extent) {
@@ -93,12 +97,18 @@ void ArenaTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::
   done(CopyAndChecksum(to, src, info.size) == info.checksum ? Status::Ok() : Mismatch(kind_, info));
 }
 
+void ArenaTier::ResetPeak() {
+  std::lock_guard lock(mu_);
+  peak_ = used_;
+}
+
 TierStats ArenaTier::Stats() const {
   std::lock_guard lock(mu_);
   TierStats s;
   s.kind = kind_;
   s.backend = backend_;
   s.pages_locked = pages_locked_;
+  s.peak_used_bytes = peak_;
   std::uint64_t free_bytes = 0;
   for (const auto& r : regions_) AddAllocatorStats(r.allocator.stats(), &s, &free_bytes);
   FinishFragmentation(&s, free_bytes);

@@ -23,6 +23,7 @@ class ArenaTier : public Tier {
   TierStats Stats() const override;
   std::uint64_t capacity() const override { return capacity_; }
   std::uint64_t used_bytes() const override;
+  void ResetPeak() override;
 
  protected:
   ArenaTier(TierKind kind, std::uint32_t level, std::string backend)
@@ -55,6 +56,8 @@ class ArenaTier : public Tier {
   std::uint64_t capacity_ = 0;
   mutable std::mutex mu_;
   std::vector<Region> regions_;
+  std::uint64_t used_ = 0;  // guarded by mu_
+  std::uint64_t peak_ = 0;  // guarded by mu_
 };
 
 }  // namespace tierpool

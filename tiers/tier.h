@@ -46,6 +46,7 @@ struct TierStats {
   TierKind kind = TierKind::kDram;
   std::uint64_t capacity = 0;
   std::uint64_t used_bytes = 0;
+  std::uint64_t peak_used_bytes = 0;  // the most ever in use at once since start
   std::uint64_t free_extents = 0;
   std::uint64_t largest_free_extent = 0;
   double fragmentation = 0;
@@ -108,6 +109,8 @@ class Tier {
   virtual std::uint64_t used_bytes() const = 0;
   // OK when the tier takes writes now; RESOURCE_EXHAUSTED when full, UNAVAILABLE while degraded.
   virtual Status CheckWritable() { return Status::Ok(); }
+  // Starts TierStats::peak_used_bytes again from the use now.
+  virtual void ResetPeak() {}
   const Watermarks& watermarks() const { return watermarks_; }
   void set_watermarks(Watermarks w) { watermarks_ = w; }
 

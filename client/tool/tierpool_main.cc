@@ -36,7 +36,8 @@ commands:
                    --block-size 1M --queue-depth 16 --json]
   schedule ...     build a lifetime schedule from an ONNX file or a PyTorch model
   plan ...         the offload/prefetch plan for a schedule under an hbm budget
-  replay ...       simulate a schedule under a policy, or sweep budgets
+  replay ...       simulate a schedule under a policy, or sweep budgets; with --live, play it
+                   against tierpoold with real bytes beside the simulation's prediction
                    (tierpool schedule --help for these three)
 
 every command takes --socket PATH (default $TIERPOOL_SOCKET or )"
@@ -94,7 +95,8 @@ json StatsJson(const ServerStats& s) {
                      {"state", t.state},
                      {"read_errors", t.read_errors},
                      {"write_errors", t.write_errors},
-                     {"checksum_failures", t.checksum_failures}});
+                     {"checksum_failures", t.checksum_failures},
+                     {"peak_used_bytes", t.peak_used_bytes}});
   }
   json counters = json::object();
   for (const auto& [n, v] : s.counters) counters[n] = v;
@@ -134,6 +136,12 @@ int main(int argc, char** argv) {
   // replay commands live in sibling binaries, so this tool links neither the tiers nor ONNX.
   if (argc >= 3 && std::string(argv[1]) == "bench" && std::string(argv[2]) == "nvme") {
     return ExecSibling("tierpool-nvme-bench", argc, argv, 3);
+  }
+  if (argc >= 2 && std::string(argv[1]) == "replay") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) == "--live")
+        return ExecSibling("tierpool-live-replay", argc, argv, 2);
+    }
   }
   if (argc >= 2 && (std::string(argv[1]) == "schedule" || std::string(argv[1]) == "replay" ||
                     std::string(argv[1]) == "plan")) {

@@ -55,21 +55,6 @@ Status WriteFile(const std::string& path, const std::string& data) {
   return out ? Status::Ok() : Status::IoError("cannot write " + path);
 }
 
-Result<std::uint64_t> ParseBudget(const std::string& text, std::uint64_t peak) {
-  if (!text.empty() && text.back() == '%') {
-    try {
-      double pct = std::stod(text.substr(0, text.size() - 1));
-      if (!(pct > 0 && pct <= 1000)) throw std::out_of_range("pct");
-      return static_cast<std::uint64_t>(static_cast<double>(peak) * pct / 100);
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("bad --hbm percentage '" + text + "'");
-    }
-  }
-  auto b = ParseByteSize(text);
-  if (!b.ok()) return Status::InvalidArgument("--hbm: " + b.status().message());
-  return b;
-}
-
 std::string Summary(const Schedule& s) {
   Lifetimes lt(s);
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_kind;
@@ -254,7 +239,7 @@ int main(int argc, char** argv) {
     }
     std::uint64_t budget = 0;
     if (!hbm.empty()) {
-      auto b = ParseBudget(hbm, lt.peak_bytes());
+      auto b = ParseHbmBudget(hbm, lt.peak_bytes());
       if (!b.ok()) return Fail(b.status());
       budget = *b;
     }

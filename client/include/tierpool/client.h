@@ -80,6 +80,7 @@ struct TierInfo {
   std::uint64_t read_errors = 0;
   std::uint64_t write_errors = 0;
   std::uint64_t checksum_failures = 0;
+  std::uint64_t peak_used_bytes = 0;  // the most ever in use at once since the server started
 };
 
 // A registered plan as the server's executor sees it.
@@ -225,13 +226,17 @@ class Client {
   // Zero copy: pins the object where it is and maps it read-only.
   Result<ObjectView> GetView(std::string_view key);
   Result<ObjectView> GetView(std::string_view key, const GetViewOptions& options);
+  // Views of several objects in one round trip.
+  std::vector<Result<ObjectView>> GetViews(const std::vector<std::string>& keys,
+                                           const GetViewOptions& options = {});
   // Metadata only.
   Result<ObjectMeta> Stat(std::string_view key);
   Status Delete(std::string_view key);
   Result<std::vector<ObjectMeta>> List(std::string_view prefix = "", std::uint32_t limit = 1000);
   // Moves an object to a tier (kHbm: ahead of use; kDram: out of the way).
   Status Promote(std::string_view key, TierKind target = TierKind::kHbm);
-  Result<ServerStats> ServerStat();
+  // reset_peaks: after answering, each tier's peak starts again from its use now.
+  Result<ServerStats> ServerStat(bool reset_peaks = false);
 
   // Registers a plan for this client's namespace (one per namespace at a time).
   Result<PlanHandle> RegisterPlan(const PlanRegistration& registration);

@@ -1,0 +1,321 @@
+#include "benchmarks/live_replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "common/checksum.h"
+
+namespace tierpool::live {
+
+using prefetch::Lifetimes;
+using prefetch::Policy;
+using prefetch::Schedule;
+using prefetch::TimelineEvent;
+using Steady = std::chrono::steady_clock;
+
+namespace {
+
+double Us(Steady::time_point a, Steady::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+// Waits until `t`: sleeps most of the way, then spins (a sleep overshoots by tens of us).
+void WaitUntil(Steady::time_point t) {
+  constexpr auto kSpin = std::chrono::microseconds(150);
+  auto now = Steady::now();
+  if (t - now > kSpin) std::this_thread::sleep_for(t - now - kSpin);
+  while (Steady::now() < t) {
+  }
+}
+
+// Bytes of one tensor version: 64-bit words seeded by (tensor, version).
+std::uint64_t Seed(std::uint32_t t, std::uint64_t version) {
+  return (static_cast<std::uint64_t>(t) << 32) ^ (version * 0x9E3779B97F4A7C15ull);
+}
+// Byte `off` of a version: the little-endian bytes of 64-bit words seeded by it.
+std::byte Expected(std::uint64_t seed, std::size_t off) {
+  const std::uint64_t w = seed ^ ((off / 8) * 0xff51afd7ed558ccdull);
+  return static_cast<std::byte>((w >> (8 * (off % 8))) & 0xff);
+}
+void Fill(std::byte* p, std::size_t n, std::uint64_t seed, bool all) {
+  if (all) {
+    std::size_t off = 0;
+    for (; off + 8 <= n; off += 8) {
+      const std::uint64_t w = seed ^ ((off / 8) * 0xff51afd7ed558ccdull);
+      std::memcpy(p + off, &w, 8);  // little-endian: the same bytes as Expected
+    }
+    for (; off < n; ++off) p[off] = Expected(seed, off);
+    return;
+  }
+  // A stamp at each end; the middle keeps whatever the extent held.
+  for (std::size_t off = 0; off < std::min<std::size_t>(n, 64); ++off) p[off] = Expected(seed, off);
+  for (std::size_t off = n > 64 ? n - 64 : 0; off < n; ++off) p[off] = Expected(seed, off);
+}
+bool Check(const std::byte* p, std::size_t n, std::uint64_t seed) {
+  for (std::size_t off = 0; off < std::min<std::size_t>(n, 64); ++off) {
+    if (p[off] != Expected(seed, off)) return false;
+  }
+  for (std::size_t off = n > 64 ? n - 64 : 0; off < n; ++off) {
+    if (p[off] != Expected(seed, off)) return false;
+  }
+  return true;
+}
+
+std::uint64_t LinkBytes(const ServerStats& s, const char* name) { return s.counter(name); }
+
+}  // namespace
+
+Result<LinkCalibration> CalibrateLinks(Client& client, std::uint64_t bytes) {
+  std::vector<std::byte> data(bytes);
+  Fill(data.data(), data.size(), 7, true);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto time_up = [&](const std::string& key, std::size_t size) -> Result<std::vector<double>> {
+    PutOptions in_dram;
+    in_dram.tier = TierKind::kDram;
+    TIERPOOL_RETURN_IF_ERROR(client.Put(key, data.data(), size, in_dram));
+    std::vector<double> up;
+    for (int i = 0; i < 5; ++i) {
+      auto t0 = Steady::now();
+      TIERPOOL_RETURN_IF_ERROR(client.Promote(key, TierKind::kHbm));
+      up.push_back(Us(t0, Steady::now()));
+      TIERPOOL_RETURN_IF_ERROR(client.Promote(key, TierKind::kDram));  // drops the clean copy
+    }
+    TIERPOOL_RETURN_IF_ERROR(client.Delete(key));
+    return up;
+  };
+  auto time_down = [&](const std::string& key, std::size_t size) -> Result<std::vector<double>> {
+    std::vector<double> down;
+    PutOptions in_hbm;
+    in_hbm.tier = TierKind::kHbm;
+    for (int i = 0; i < 5; ++i) {
+      TIERPOOL_RETURN_IF_ERROR(client.Put(key, data.data(), size, in_hbm));
+      auto meta = client.Stat(key);
+      if (!meta.ok()) return meta.status();
+      if (meta->tier != TierKind::kHbm) {
+        return Status::FailedPrecondition("calibration: hbm has no room for " +
+                                          std::to_string(size) + " bytes");
+      }
+      auto t0 = Steady::now();
+      TIERPOOL_RETURN_IF_ERROR(client.Promote(key, TierKind::kDram));  // the only copy moves
+      down.push_back(Us(t0, Steady::now()));
+    }
+    TIERPOOL_RETURN_IF_ERROR(client.Delete(key));
+    return down;
+  };
+  auto small_up = time_up("tierpool-calibrate-small", 4096);
+  if (!small_up.ok()) return small_up.status();
+  auto big_up = time_up("tierpool-calibrate", bytes);
+  if (!big_up.ok()) return big_up.status();
+  auto big_down = time_down("tierpool-calibrate", bytes);
+  if (!big_down.ok()) return big_down.status();
+  LinkCalibration c;
+  c.latency_us = median(*small_up);
+  c.h2d_gbps = static_cast<double>(bytes) / std::max(1.0, median(*big_up) - c.latency_us) / 1e3;
+  c.d2h_gbps = static_cast<double>(bytes) / std::max(1.0, median(*big_down) - c.latency_us) / 1e3;
+  return c;
+}
+
+Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& lt,
+                           const LiveOptions& o) {
+  const std::uint32_t n = static_cast<std::uint32_t>(s.tensors_size());
+  const std::uint32_t steps = lt.steps();
+  LiveReport out;
+  auto& r = out.r;
+  r.policy = prefetch::PolicyName(o.policy);
+  r.budget = o.policy == Policy::kNone ? 0 : o.budget;
+  std::vector<std::uint64_t> version(n, 0), written_sum(n, 0);
+  auto key = [&](std::uint32_t t) { return s.tensors(static_cast<int>(t)).name(); };
+  auto size = [&](std::uint32_t t) { return s.tensors(static_cast<int>(t)).size_bytes(); };
+  auto kind = [&](std::uint32_t t) {
+    switch (s.tensors(static_cast<int>(t)).kind()) {
+      case tierpool::schedule::WEIGHT:
+        return ObjectKind::kWeight;
+      case tierpool::schedule::OPTIMIZER_STATE:
+        return ObjectKind::kOptimizerState;
+      case tierpool::schedule::KV_CACHE:
+        return ObjectKind::kKvBlock;
+      default:
+        return ObjectKind::kActivation;
+    }
+  };
+  // Writes version `v` of tensor t into `tier`.
+  auto write = [&](std::uint32_t t, TierKind tier) -> Status {
+    PutOptions po;
+    po.tier = tier;
+    po.kind = kind(t);
+    auto w = client.Reserve(key(t), size(t), po);
+    if (!w.ok()) return w.status();
+    const std::uint64_t seed = Seed(t, ++version[t]);
+    if (size(t) > 0) Fill(w->data(), w->size(), seed, o.verify_all);
+    if (o.verify_all) written_sum[t] = Xxh3(w->data(), w->size());
+    return w->Commit();
+  };
+
+  // Clean slate, then the tensors that exist before the first step.
+  for (std::uint32_t t = 0; t < n; ++t) (void)client.Delete(key(t));
+  std::set<std::uint32_t> start_in_hbm;
+  if (o.policy == Policy::kNone) {
+    for (std::uint32_t t = 0; t < n; ++t) {
+      if (lt.persistent(t)) start_in_hbm.insert(t);
+    }
+  } else if (o.policy == Policy::kPlanned && o.plan != nullptr) {
+    start_in_hbm.insert(o.plan->resident_at_start().begin(), o.plan->resident_at_start().end());
+  }
+  for (std::uint32_t t = 0; t < n; ++t) {
+    if (!lt.persistent(t)) continue;
+    TIERPOOL_RETURN_IF_ERROR(write(t, start_in_hbm.count(t) ? TierKind::kHbm : TierKind::kDram));
+  }
+  std::optional<PlanHandle> plan;
+  if (o.policy == Policy::kPlanned) {
+    if (o.plan == nullptr) return Status::InvalidArgument("planned replay needs a plan");
+    PlanRegistration reg;
+    reg.name = s.name();
+    reg.schedule = s.SerializeAsString();
+    reg.plan = o.plan->SerializeAsString();
+    reg.hbm_budget_bytes = o.budget;
+    auto h = client.RegisterPlan(reg);
+    if (!h.ok()) return h.status();
+    plan = std::move(h).value();
+  }
+  // Tensors a step reads: its uses. Tensors it writes: its defs and in-place updates.
+  std::vector<std::vector<std::uint32_t>> reads(steps), writes(steps);
+  for (std::uint32_t i = 0; i < steps; ++i) {
+    reads[i] = lt.used_at(i);
+    for (auto t : lt.defined_at(i)) writes[i].push_back(t);
+  }
+  for (std::uint32_t t = 0; t < n; ++t) {
+    for (auto u : s.tensors(static_cast<int>(t)).update_steps()) {
+      if (u < steps) writes[u].push_back(t);  // the hooks list an update step as a use too
+    }
+  }
+  const int iterations = s.repeats() ? std::max(1, o.iterations) : 1;
+  auto before = client.ServerStat(/*reset_peaks=*/true);
+  if (!before.ok()) return before.status();
+  auto t0 = Steady::now();
+  ServerStats at_measure;
+  Steady::time_point measure_start = t0;
+  for (int it = 0; it < iterations; ++it) {
+    const bool measuring = it == iterations - 1;
+    if (measuring) {
+      auto st = client.ServerStat(/*reset_peaks=*/true);
+      if (!st.ok()) return st.status();
+      at_measure = *st;
+      measure_start = Steady::now();
+    }
+    for (std::uint32_t i = 0; i < steps; ++i) {
+      const auto step_start = Steady::now();
+      if (plan) (void)plan->ReportProgress(static_cast<std::uint64_t>(it), i);
+      std::vector<std::string> keys;
+      for (auto t : reads[i]) keys.push_back(key(t));
+      GetViewOptions want_hbm;
+      want_hbm.tier = o.policy == Policy::kNone ? std::nullopt : std::optional(TierKind::kHbm);
+      auto views = client.GetViews(keys, want_hbm);
+      const auto got = Steady::now();
+      const double stall = Us(step_start, got);
+      const double compute = std::max(0.0, s.steps(static_cast<int>(i)).compute_us());
+      if (measuring) {
+        r.stall_us += stall;
+        r.compute_us += compute;
+        if (o.record_timeline && stall > 0) {
+          r.timeline.push_back({TimelineEvent::Kind::kStall, Us(measure_start, step_start), stall,
+                                s.steps(static_cast<int>(i)).name()});
+        }
+        if (o.record_timeline) {
+          r.timeline.push_back({TimelineEvent::Kind::kCompute, Us(measure_start, got), compute,
+                                s.steps(static_cast<int>(i)).name()});
+        }
+      }
+      // The compute window: check what came back, write the outputs, hold the inputs.
+      for (std::size_t k = 0; k < views.size(); ++k) {
+        const std::uint32_t t = reads[i][k];
+        if (!views[k].ok()) {
+          ++out.get_errors;
+          if (r.problems.size() < 8) {
+            r.problems.push_back("get " + key(t) + " at step " + std::to_string(i) + ": " +
+                                 views[k].status().ToString());
+          }
+          continue;
+        }
+        const ObjectView& v = *views[k];
+        if (o.policy != Policy::kNone && v.meta().tier != TierKind::kHbm) ++out.not_in_hbm;
+        bool good = v.size() == size(t);
+        if (good && o.verify_all) {
+          good = v.meta().checksum == written_sum[t] && v.Verify().ok();
+        } else if (good && v.size() > 0) {
+          good = Check(v.data(), v.size(), Seed(t, version[t]));
+        }
+        if (!good) ++out.wrong_bytes;
+      }
+      for (std::size_t k = 0; k < views.size(); ++k) {
+        // A tensor updated in place gets its new version once its old one is let go.
+        if (std::find(writes[i].begin(), writes[i].end(), reads[i][k]) != writes[i].end()) {
+          if (views[k].ok()) views[k]->Release();
+        }
+      }
+      for (auto t : writes[i]) {
+        Status st = write(t, TierKind::kHbm);
+        if (!st.ok()) {
+          if (r.problems.size() < 8) r.problems.push_back("write " + key(t) + ": " + st.ToString());
+          ++out.get_errors;
+        }
+      }
+      const auto end = got + std::chrono::nanoseconds(static_cast<std::int64_t>(compute * 1e3));
+      if (Steady::now() > end && measuring) out.overrun_us += Us(end, Steady::now());
+      WaitUntil(end);
+      views.clear();  // released: one-way messages
+      // Tensors whose last touch this was are dead.
+      std::vector<std::string> dead;
+      for (auto t : lt.defined_at(i)) {
+        if (!lt.persistent(t) && lt.last_touch(t) == i) dead.push_back(key(t));
+      }
+      for (auto t : reads[i]) {
+        if (!lt.persistent(t) && lt.last_touch(t) == i && lt.def(t) != static_cast<int>(i)) {
+          dead.push_back(key(t));
+        }
+      }
+      if (!dead.empty()) (void)client.DeleteBatch(dead);
+    }
+  }
+  const auto finished = Steady::now();
+  r.time_us = Us(measure_start, finished);
+  auto after = client.ServerStat();
+  if (!after.ok()) return after.status();
+  for (const auto& t : after->tiers) {
+    if (t.tier == TierKind::kHbm) r.peak_hbm = t.peak_used_bytes;
+  }
+  r.h2d_bytes =
+      LinkBytes(*after, "link_dram_hbm_bytes") - LinkBytes(at_measure, "link_dram_hbm_bytes");
+  r.d2h_bytes =
+      LinkBytes(*after, "link_hbm_dram_bytes") - LinkBytes(at_measure, "link_hbm_dram_bytes");
+  for (const auto& j : after->jobs) {
+    std::uint64_t prev_issued = 0;
+    for (const auto& pj : at_measure.jobs) {
+      if (pj.id == j.id) prev_issued = pj.counter("actions_issued");
+    }
+    r.actions = j.counter("actions_issued") - prev_issued;
+    out.hits = j.counter("hits");
+    out.late = j.counter("late");
+    out.misses = j.counter("misses");
+    out.actions_skipped = j.counter("actions_skipped");
+    out.waited_for_room = j.counter("waited_for_room");
+  }
+  if (o.policy != Policy::kPlanned) {
+    r.actions =
+        (after->counter("link_dram_hbm_completed") -
+         at_measure.counter("link_dram_hbm_completed")) +
+        (after->counter("link_hbm_dram_completed") - at_measure.counter("link_hbm_dram_completed"));
+  }
+  if (plan) (void)plan->Unregister();
+  for (std::uint32_t t = 0; t < n; ++t) (void)client.Delete(key(t));
+  return out;
+}
+
+}  // namespace tierpool::live

@@ -185,6 +185,8 @@ int main(int argc, char** argv) {
   std::uint64_t all_bytes = 0;
   for (const auto& t : s.tensors()) all_bytes += t.size_bytes();
 
+  // Calibration objects fit in half the budget, so a tier of the budget's size can take them.
+  calibrate_bytes = std::clamp<std::uint64_t>(budget / 2 / 4096 * 4096, 4096, calibrate_bytes);
   std::unique_ptr<PrivateServer> server;
   if (socket.empty()) {
     server = std::make_unique<PrivateServer>();
@@ -193,8 +195,7 @@ int main(int argc, char** argv) {
     // fragmentation (the simulation counts bytes, the arena needs a contiguous extent).
     std::uint64_t largest = 0;
     for (const auto& t : s.tensors()) largest = std::max<std::uint64_t>(largest, t.size_bytes());
-    const std::uint64_t hbm_tier = std::max<std::uint64_t>(
-        budget + (*p == Policy::kPlanned ? largest : 0), 2 * calibrate_bytes);
+    const std::uint64_t hbm_tier = budget + (*p == Policy::kPlanned ? largest : 0);
     const std::uint64_t dram_tier = all_bytes + 4 * calibrate_bytes + (64ull << 20);
     if (Status st = server->Start(hbm_tier, dram_tier, link_rate, server_log_level); !st.ok())
       return Fail(st);

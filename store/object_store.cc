@@ -455,7 +455,23 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     // A put into hbm makes room there by moving least recently used copies down (a plan's own
     // objects excepted: their moves are the executor's, and the put waits for those in flight),
     // and goes to dram only when no room can be made.
-    if (spec.tier_hint == TierKind::kHbm && tier(TierKind::kHbm) != nullptr &&
+    bool within_budget = true;
+    if (auto plan = planned_ns_.find(spec.ns); plan != planned_ns_.end()) {
+      // A planned job's writes count against its budget like its prefetches.
+      const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+      auto ns_bytes = [&] {
+        auto in = incoming_hbm_.find(spec.ns);
+        return index_.HbmBytesOf(spec.ns) + (in == incoming_hbm_.end() ? 0 : in->second);
+      };
+      const std::uint64_t want = AlignUp(spec.size, 4096);
+      while (planned_ns_.count(spec.ns) != 0 && ns_bytes() + want > planned_ns_[spec.ns] &&
+             leaving_[static_cast<int>(TierKind::kHbm)] > 0) {
+        if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+      }
+      auto again = planned_ns_.find(spec.ns);
+      within_budget = again == planned_ns_.end() || ns_bytes() + want <= again->second;
+    }
+    if (within_budget && spec.tier_hint == TierKind::kHbm && tier(TierKind::kHbm) != nullptr &&
         tier(TierKind::kHbm)->capacity() > 0) {
       auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, spec.numa_node, true,
                               MovePriority::kDemand);
@@ -831,10 +847,10 @@ bool ObjectStore::PlanOwnedLocked(const StoredObject& obj, TierKind tier) const 
   return tier == TierKind::kHbm && !planned_ns_.empty() && planned_ns_.count(obj.meta.ns) != 0;
 }
 
-void ObjectStore::SetPlanned(const std::string& ns, bool planned) {
+void ObjectStore::SetPlanned(const std::string& ns, std::uint64_t hbm_budget) {
   std::lock_guard lock(mu_);
-  if (planned) {
-    planned_ns_.insert(ns);
+  if (hbm_budget != 0) {
+    planned_ns_[ns] = hbm_budget;
   } else {
     planned_ns_.erase(ns);
   }

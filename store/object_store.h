@@ -202,8 +202,10 @@ class ObjectStore {
   Status StartOffload(const std::string& ns, const std::string& key, MoveDone done);
   // Frees the hbm copy when a copy below exists; FAILED_PRECONDITION when it is the only one.
   Status DropHbmCopy(const std::string& ns, const std::string& key);
-  // A plan owns the hbm placement of this namespace's objects: the policy leaves them there.
-  void SetPlanned(const std::string& ns, bool planned);
+  // A plan owns the hbm placement of this namespace's objects: the policy leaves them there,
+  // and puts into hbm keep the namespace's hbm bytes within hbm_budget (waiting for its
+  // copy-outs in flight, else going to dram). hbm_budget 0: the plan is gone.
+  void SetPlanned(const std::string& ns, std::uint64_t hbm_budget);
   void set_use_observer(UseObserver observer);
   const Clock* clock() const { return clock_; }
 
@@ -277,7 +279,7 @@ class ObjectStore {
   std::array<std::uint64_t, kTierKindCount> failed_out_{};
   StoreStats counters_;                                          // guarded by mu_
   std::unordered_map<std::string, std::uint64_t> incoming_hbm_;  // guarded by mu_, per namespace
-  std::unordered_set<std::string> planned_ns_;                   // guarded by mu_
+  std::unordered_map<std::string, std::uint64_t> planned_ns_;    // guarded by mu_: budgets
   UseObserver observer_;                                         // set before serving
   std::condition_variable moved_;                                // a move ended
   std::thread maintenance_;

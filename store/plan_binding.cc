@@ -64,9 +64,11 @@ Result<std::uint64_t> PlanRegistry::Register(const wire::RegisterPlanRequest& re
   }
   spec.hbm_budget = request.hbm_budget_bytes();
   const std::string ns = spec.ns;
+  const std::uint64_t budget =
+      spec.hbm_budget != 0 ? spec.hbm_budget : spec.plan.hbm_budget_bytes();
   auto id = executor_.Register(std::move(spec), session);
   if (!id.ok()) return id.status();
-  store_->SetPlanned(ns, true);
+  store_->SetPlanned(ns, budget);
   spdlog::info("session {} registered plan {} for namespace '{}'", session, *id, ns);
   return id;
 }
@@ -82,12 +84,12 @@ Status PlanRegistry::Unregister(std::uint64_t job, std::uint64_t session) {
     if (j.id == job) ns = j.ns;
   }
   TIERPOOL_RETURN_IF_ERROR(executor_.Unregister(job, session));
-  store_->SetPlanned(ns, false);
+  store_->SetPlanned(ns, 0);
   return Status::Ok();
 }
 
 void PlanRegistry::OnDisconnect(std::uint64_t session) {
-  for (const auto& ns : executor_.UnregisterOwner(session)) store_->SetPlanned(ns, false);
+  for (const auto& ns : executor_.UnregisterOwner(session)) store_->SetPlanned(ns, 0);
 }
 
 void VisitJobCounters(const prefetch::JobCounters& c,

@@ -1,0 +1,217 @@
+// Plans against a real tierpoold: registration checks, the executor moving tensors as a job
+// reports progress, a disconnect dropping the plan; and `tierpool replay --live` of a small
+// training schedule under all three policies, every byte read back compared.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "prefetch/planner.h"
+#include "tests/e2e/server_process.h"
+
+namespace tierpool::testing {
+namespace {
+
+using prefetch::Schedule;
+
+// A training-like schedule: `layers` forward steps saving activations, backward steps using
+// them in reverse, an optimizer step updating weights and states.
+Schedule SmallTraining(int layers, std::uint64_t act, std::uint64_t weight) {
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("small-training");
+  s.set_repeats(true);
+  auto step = [&](const std::string& name, double us) {
+    auto* st = s.add_steps();
+    st->set_name(name);
+    st->set_compute_us(us);
+    return static_cast<std::uint32_t>(s.steps_size() - 1);
+  };
+  std::vector<std::uint32_t> fw, bw;
+  for (int i = 0; i < layers; ++i) fw.push_back(step("fwd" + std::to_string(i), 40));
+  for (int i = 0; i < layers; ++i) bw.push_back(step("bwd" + std::to_string(i), 80));
+  const std::uint32_t opt = step("optim", 30);
+  auto tensor = [&](const std::string& name, std::uint64_t size, tierpool::schedule::TensorKind k,
+                    int def, std::vector<std::uint32_t> uses, bool updated) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
+    t->set_name(name);
+    t->set_size_bytes(size);
+    t->set_kind(k);
+    t->set_def_step(def);
+    std::sort(uses.begin(), uses.end());
+    for (auto u : uses) t->add_use_steps(u);
+    if (updated) t->add_update_steps(opt);
+  };
+  for (int i = 0; i < layers; ++i) {
+    const std::uint32_t back = bw[static_cast<std::size_t>(layers - 1 - i)];
+    tensor("w" + std::to_string(i), weight, tierpool::schedule::WEIGHT, -1,
+           {fw[static_cast<std::size_t>(i)], back, opt}, true);
+    tensor("m" + std::to_string(i), 2 * weight, tierpool::schedule::OPTIMIZER_STATE, -1, {opt},
+           true);
+    std::vector<std::uint32_t> act_uses = {back};
+    if (i + 1 < layers) act_uses.push_back(fw[static_cast<std::size_t>(i + 1)]);
+    tensor("act" + std::to_string(i), act, tierpool::schedule::SAVED_ACTIVATION,
+           static_cast<int>(fw[static_cast<std::size_t>(i)]), act_uses, false);
+    tensor("grad" + std::to_string(i), weight, tierpool::schedule::GRADIENT, static_cast<int>(back),
+           {opt}, false);
+  }
+  return s;
+}
+
+std::string RunShell(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *rc = WEXITSTATUS(::pclose(p));
+  return out;
+}
+
+TEST(Plans, RegistrationIsChecked) {
+  ServerProcess server({"--dram", "64M", "--hbm", "16M"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  Schedule s = SmallTraining(2, 1 << 20, 256 << 10);
+  PlanRegistration reg;
+  reg.schedule = s.SerializeAsString();
+  tierpool::schedule::Plan plan;
+  auto* a = plan.add_actions();
+  a->set_kind(tierpool::schedule::PREFETCH);
+  a->set_tensor(99);  // no such tensor
+  reg.plan = plan.SerializeAsString();
+  reg.hbm_budget_bytes = 8 << 20;
+  auto bad = (*client)->RegisterPlan(reg);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("tensor 99"), std::string::npos) << bad.status().message();
+  a->set_tensor(0);
+  a->set_step(500);  // no such step
+  reg.plan = plan.SerializeAsString();
+  EXPECT_EQ((*client)->RegisterPlan(reg).status().code(), StatusCode::kInvalidArgument);
+  a->set_step(0);
+  reg.plan = plan.SerializeAsString();
+  reg.hbm_budget_bytes = 1ull << 30;  // above the hbm tier
+  EXPECT_EQ((*client)->RegisterPlan(reg).status().code(), StatusCode::kInvalidArgument);
+  reg.hbm_budget_bytes = 8 << 20;
+  reg.schedule = "not a schedule";
+  EXPECT_EQ((*client)->RegisterPlan(reg).status().code(), StatusCode::kInvalidArgument);
+  reg.schedule = s.SerializeAsString();
+  auto good = (*client)->RegisterPlan(reg);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  // One plan per namespace.
+  EXPECT_EQ((*client)->RegisterPlan(reg).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(good->ReportProgress(0, 0).ok());
+  auto st = (*client)->ServerStat();
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->jobs.size(), 1u);
+  EXPECT_EQ(st->jobs[0].name, "small-training");
+  // A handle that goes away (as when the job dies) takes its plan with it.
+  *good = PlanHandle();
+  EXPECT_TRUE(server.WaitFor([](const ServerStats& now) { return now.jobs.empty(); }));
+}
+
+TEST(Plans, TheExecutorMovesTensorsAsTheJobProgresses) {
+  ServerProcess server({"--dram", "64M", "--hbm", "16M"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  Schedule s = SmallTraining(2, 1 << 20, 256 << 10);
+  // By hand: offload w0 after step 0, bring it back as step 2 starts for step 3.
+  tierpool::schedule::Plan plan;
+  auto* off = plan.add_actions();
+  off->set_kind(tierpool::schedule::OFFLOAD);
+  off->set_tensor(0);
+  off->set_step(0);
+  off->set_after(true);
+  auto* pre = plan.add_actions();
+  pre->set_kind(tierpool::schedule::PREFETCH);
+  pre->set_tensor(0);
+  pre->set_step(2);
+  pre->set_needed_by(3);
+  std::string w0 = Pattern(3, 256 << 10);
+  PutOptions in_hbm;
+  in_hbm.tier = TierKind::kHbm;
+  ASSERT_TRUE((*client)->Put("w0", w0.data(), w0.size(), in_hbm).ok());
+  PlanRegistration reg{"by-hand", s.SerializeAsString(), plan.SerializeAsString(), {}, 8 << 20};
+  auto job = (*client)->RegisterPlan(reg);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(job->ReportProgress(0, 0).ok());
+  ASSERT_TRUE(job->ReportProgress(0, 1).ok());  // w0 leaves hbm after step 0
+  ASSERT_TRUE(server.WaitFor([&](const ServerStats&) {
+    auto m = (*client)->Stat("w0");
+    return m.ok() && m->tier == TierKind::kDram;
+  }));
+  ASSERT_TRUE(job->ReportProgress(0, 2).ok());  // and comes back for step 3
+  GetViewOptions want;
+  want.tier = TierKind::kHbm;
+  auto view = (*client)->GetView("w0", want);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->meta().tier, TierKind::kHbm);
+  EXPECT_TRUE(view->Verify().ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(view->data()), view->size()), w0);
+  view->Release();
+  auto st = (*client)->ServerStat();
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->jobs.size(), 1u);
+  const JobInfo& j = st->jobs[0];
+  EXPECT_EQ(j.counter("actions_issued"), 2u);
+  EXPECT_EQ(j.counter("bytes_out"), 256u << 10);
+  EXPECT_EQ(j.counter("hits") + j.counter("late"), 1u);
+  EXPECT_EQ(j.counter("misses"), 0u);
+}
+
+class LiveReplay : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
+  const std::string dir = ::testing::TempDir();
+  const std::string schedule = dir + "/small-training.pb";
+  {
+    std::ofstream f(schedule, std::ios::binary);
+    ASSERT_TRUE(SmallTraining(4, 2 << 20, 512 << 10).SerializeToOstream(&f));
+  }
+  const std::string policy = GetParam();
+  const std::string report = dir + "/live-" + policy + ".json";
+  int rc = 0;
+  std::string out = RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
+                                 " --live --device h100 --hbm 60% --policy " + policy +
+                                 " --verify all --iterations 2 --json " + report,
+                             &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream f(report);
+  auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["checks"]["wrong_bytes"], 0) << out;
+  EXPECT_EQ(j["checks"]["failed_gets"], 0) << out;
+  EXPECT_EQ(j["checks"]["over_budget"], false) << out;
+  EXPECT_GT(j["live"]["time_us"].get<double>(), 0);
+  EXPECT_GT(j["simulated"]["time_us"].get<double>(), 0);
+  EXPECT_GT(j["calibration"]["h2d_gbps"].get<double>(), 0);
+  if (policy == "none") {
+    EXPECT_EQ(j["live"]["h2d_bytes"], 0) << out;
+  } else {
+    EXPECT_GT(j["live"]["h2d_bytes"].get<std::uint64_t>(), 0u) << out;
+    EXPECT_LE(j["live"]["peak_hbm_bytes"].get<std::uint64_t>(),
+              j["live"]["budget_bytes"].get<std::uint64_t>())
+        << out;
+  }
+  if (policy == std::string("planned")) {
+    EXPECT_GT(j["executor"]["hits"].get<std::uint64_t>(), 0u) << out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, LiveReplay, ::testing::Values("none", "reactive-lru", "planned"),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
+                           for (auto& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tierpool::testing

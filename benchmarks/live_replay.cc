@@ -267,11 +267,8 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
           ++out.get_errors;
         }
       }
-      const auto end = got + std::chrono::nanoseconds(static_cast<std::int64_t>(compute * 1e3));
-      if (Steady::now() > end && measuring) out.overrun_us += Us(end, Steady::now());
-      WaitUntil(end);
-      views.clear();  // released: one-way messages
-      // Tensors whose last touch this was are dead.
+      // Tensors whose last touch this is are dead: deleted now, inside the window (a pinned
+      // object is freed when its view goes, at the step's end, as the simulation frees it).
       std::vector<std::string> dead;
       for (auto t : lt.defined_at(i)) {
         if (!lt.persistent(t) && lt.last_touch(t) == i) dead.push_back(key(t));
@@ -282,6 +279,10 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
         }
       }
       if (!dead.empty()) (void)client.DeleteBatch(dead);
+      const auto end = got + std::chrono::nanoseconds(static_cast<std::int64_t>(compute * 1e3));
+      if (Steady::now() > end && measuring) out.overrun_us += Us(end, Steady::now());
+      WaitUntil(end);
+      views.clear();  // released: one-way messages
     }
   }
   const auto finished = Steady::now();

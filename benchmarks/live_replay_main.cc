@@ -66,6 +66,7 @@ class PrivateServer {
                                      "1",
                                      "--link-rate",
                                      link_rate,
+                                     "--no-populate",  // the warm-up iteration touches it
                                      "--log-level",
                                      log_level};
     pid_ = ::fork();
@@ -116,11 +117,12 @@ double Error(double live, double predicted) {
 
 int main(int argc, char** argv) {
   std::string schedule_path, device = "h100", hbm, policy = "planned", socket, json_path,
-                             trace_path, link_rate = "2G", verify = "all",
+                             trace_path, link_rate = "auto", verify = "all",
                              server_log_level = "warn";
   int iterations = 2;
+  double iteration_ms = 1500;
   double margin = PlannerConfig{}.prefetch_margin;
-  std::uint64_t calibrate_bytes = 32ull << 20;
+  std::uint64_t calibrate_bytes = 8ull << 20;
   po::options_description opts(
       "tierpool replay SCHEDULE --live --device NAME --hbm BUDGET --policy P [options]");
   // clang-format off
@@ -136,9 +138,12 @@ int main(int argc, char** argv) {
     ("socket", po::value(&socket),
      "use this running tierpoold (its hbm tier should be the budget's size); default: start a "
      "private one sized for the run")
-    ("link-rate", po::value(&link_rate)->default_value("2G"),
-     "private server: cap each tier link at this many bytes/s, so that host-side byte work fits "
-     "in the stretched compute windows (0: no cap)")
+    ("link-rate", po::value(&link_rate)->default_value("auto"),
+     "private server: cap each tier link at this many bytes/s (0: no cap), so that host-side "
+     "byte work fits in the stretched compute windows; auto: the rate at which an iteration "
+     "takes about --iteration-ms")
+    ("iteration-ms", po::value(&iteration_ms)->default_value(1500),
+     "with --link-rate auto: the stretched iteration's length to aim for")
     ("verify", po::value(&verify)->default_value("all"),
      "all: every byte read back is compared; stamp: 64 bytes at each end")
     ("margin", po::value(&margin)->default_value(margin), "planner prefetch margin")
@@ -191,11 +196,19 @@ int main(int argc, char** argv) {
   if (socket.empty()) {
     server = std::make_unique<PrivateServer>();
     // reactive-lru swaps when the tier is full, so its tier is the budget. Under planned the
-    // executor holds the bytes in use to the budget; the tier gets one largest tensor more, for
-    // fragmentation (the simulation counts bytes, the arena needs a contiguous extent).
+    // executor holds the bytes in use to the budget, and under none nothing moves; those tiers
+    // get one largest tensor more, for fragmentation (the simulation counts bytes, the arena
+    // needs contiguous extents).
     std::uint64_t largest = 0;
     for (const auto& t : s.tensors()) largest = std::max<std::uint64_t>(largest, t.size_bytes());
-    const std::uint64_t hbm_tier = budget + (*p == Policy::kPlanned ? largest : 0);
+    const std::uint64_t hbm_tier = budget + (*p == Policy::kReactiveLru ? 0 : largest);
+    if (link_rate == "auto") {
+      double compute_us = 0;
+      for (const auto& st : s.steps()) compute_us += st.compute_us();
+      const double stretch_wanted = iteration_ms * 1000 / std::max(1.0, compute_us);
+      const double rate = std::clamp(profile->h2d_gbps * 1e9 / stretch_wanted, 10e6, 8e9);
+      link_rate = std::to_string(static_cast<std::uint64_t>(rate));
+    }
     const std::uint64_t dram_tier = all_bytes + 4 * calibrate_bytes + (64ull << 20);
     if (Status st = server->Start(hbm_tier, dram_tier, link_rate, server_log_level); !st.ok())
       return Fail(st);

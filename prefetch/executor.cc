@@ -209,7 +209,9 @@ std::uint64_t Executor::DeadlineLocked(const Job& job, std::uint32_t needed_by) 
   const double total = job.sched_start_us.back();
   double ahead = job.sched_start_us[needed_by] - job.sched_start_us[job.step];
   if (ahead < 0) ahead += total;  // needed in the next iteration
-  return control_->clock()->NowMicros() + static_cast<std::uint64_t>(ahead * job.pace);
+  // Measured from the last report, not from the clock now: the same action always gets the
+  // same deadline within a report, whatever order it is looked at in.
+  return job.last_report_us + static_cast<std::uint64_t>(ahead * job.pace);
 }
 
 void Executor::AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t step) {
@@ -274,15 +276,18 @@ void Executor::AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t st
   }
   job.next_after = std::max(job.next_after, step);
   // Steps skipped over: late prefetches first, most urgent first, then the rest in plan order.
-  std::stable_sort(due.begin(), due.end(), [&](auto x, auto y) {
-    const Action& a = job.plan.actions(static_cast<int>(x));
-    const Action& b = job.plan.actions(static_cast<int>(y));
-    const bool pa = a.kind() == schedule::PREFETCH, pb = b.kind() == schedule::PREFETCH;
-    if (pa != pb) return pa;
-    if (pa) return DeadlineLocked(job, a.needed_by()) < DeadlineLocked(job, b.needed_by());
-    return false;
-  });
-  for (auto a : due) IssueLocked(job, a);
+  // Each key is computed once: a comparator that read the clock would not be a strict weak
+  // order, and std::stable_sort with one is undefined behaviour (it crashed tierpoold).
+  std::vector<std::pair<std::pair<int, std::uint64_t>, std::uint32_t>> keyed;
+  keyed.reserve(due.size());
+  for (auto index : due) {
+    const Action& a = job.plan.actions(static_cast<int>(index));
+    const bool prefetch = a.kind() == schedule::PREFETCH;
+    keyed.push_back({{prefetch ? 0 : 1, prefetch ? DeadlineLocked(job, a.needed_by()) : 0}, index});
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (const auto& [key, index] : keyed) IssueLocked(job, index);
   // This step's own before-actions: now, or delay_us into it (paced), by the timer.
   if (job.next_before <= step) {
     for (auto a : job.before[step]) {

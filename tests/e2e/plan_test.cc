@@ -180,7 +180,7 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   int rc = 0;
   std::string out = RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
                                  " --live --device h100 --hbm 60% --policy " + policy +
-                                 " --verify all --iterations 2 --json " + report,
+                                 " --verify all --iterations 2 --link-rate 2G --json " + report,
                              &rc);
   ASSERT_EQ(rc, 0) << out;
   std::ifstream f(report);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 
 namespace tierpool::prefetch {
@@ -199,6 +200,80 @@ TEST_F(ExecutorTest, AJobRunningAheadGetsItsLatePrefetchesFirst) {
   ASSERT_EQ(control_.log.size(), 3u);
   EXPECT_EQ(control_.log[1], "P:b@0");
   EXPECT_EQ(control_.log[2], "P:c@200");
+}
+
+// A clock that moves every time it is read: deadlines computed twice for the same action differ,
+// which must not matter to the order actions are issued in (a sort whose comparator read the
+// clock crashed tierpoold).
+class TickingClock final : public Clock {
+ public:
+  // Irregular jumps, larger than the deadlines' differences.
+  std::uint64_t NowMicros() const override {
+    const std::uint64_t n = reads_.fetch_add(1);
+    return now_.fetch_add((n * 2654435761u) % 97) + 1;
+  }
+
+ private:
+  mutable std::atomic<std::uint64_t> now_{1'000'000};
+  mutable std::atomic<std::uint64_t> reads_{0};
+};
+
+class TickingControl final : public TierControl {
+ public:
+  TensorPlacement Placement(const std::string&, const std::string& key) override {
+    return {true, key == "a", false, true, 1000};
+  }
+  std::uint64_t HbmBytes(const std::string&) override { return 0; }
+  Status Prefetch(const std::string&, const std::string& key, std::uint64_t, Done) override {
+    prefetched.push_back(key);
+    return Status::Ok();
+  }
+  Status Offload(const std::string&, const std::string&, Done) override { return Status::Ok(); }
+  Status Drop(const std::string&, const std::string&) override { return Status::Ok(); }
+  const Clock* clock() const override { return &clock_; }
+  std::vector<std::string> prefetched;
+
+ private:
+  TickingClock clock_;
+};
+
+TEST(ExecutorOrder, ManyLatePrefetchesOnAMovingClock) {
+  TickingControl control;
+  Executor exec(&control, 1ull << 40);
+  JobSpec spec;
+  spec.ns = "job";
+  spec.schedule.set_format_version(1);
+  spec.schedule.set_name("many");
+  const int kSteps = 64, kTensors = 200;
+  for (int i = 0; i < kSteps; ++i) {
+    auto* st = spec.schedule.add_steps();
+    st->set_name("s" + std::to_string(i));
+    st->set_compute_us(1);
+  }
+  for (int t = 0; t < kTensors; ++t) {
+    auto* x = spec.schedule.add_tensors();
+    x->set_id(static_cast<std::uint32_t>(t));
+    x->set_name("t" + std::to_string(t));
+    x->set_size_bytes(1000);
+    x->set_def_step(-1);
+    const auto needed = static_cast<std::uint32_t>(2 + (t * 7) % 60);
+    x->add_use_steps(needed);
+    // Many prefetches at step 1 for steps 1 us apart, and offloads mixed in.
+    *spec.plan.add_actions() =
+        Act(schedule::PREFETCH, static_cast<std::uint32_t>(t), 1, false, needed);
+    *spec.plan.add_actions() = Act(schedule::OFFLOAD, static_cast<std::uint32_t>(t), 1, true);
+  }
+  spec.hbm_budget = 1ull << 30;
+  auto id = exec.Register(std::move(spec), 1);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE(exec.Progress(*id, 1, 0, 0).ok());
+  ASSERT_TRUE(exec.Progress(*id, 1, 0, 2).ok());  // step 1 went by unseen
+  ASSERT_EQ(control.prefetched.size(), static_cast<std::size_t>(kTensors));
+  // Most urgent first: in the order of the steps that need them.
+  auto needed = [](const std::string& key) { return 2 + (std::stoi(key.substr(1)) * 7) % 60; };
+  for (std::size_t i = 1; i < control.prefetched.size(); ++i) {
+    EXPECT_LE(needed(control.prefetched[i - 1]), needed(control.prefetched[i])) << i;
+  }
 }
 
 TEST_F(ExecutorTest, AJobFallingBehindGetsNothingEarly) {

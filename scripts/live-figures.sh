@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Live-versus-simulated figures (docs/benchmarks.md, "Live prefetch"): each schedule under each
+# profile, `none` once and reactive-lru and planned at three budgets, against a private tierpoold.
+# Usage: scripts/live-figures.sh OUTDIR SCHEDULE.pb...   (tables: scripts/live-tables.py OUTDIR)
+set -euo pipefail
+out="$1"; shift
+tierpool="${TIERPOOL:-$(dirname "$0")/../build/ci/client/tierpool}"
+mkdir -p "$out"
+for schedule in "$@"; do
+  name="$(basename "$schedule" .pb)"
+  for device in h100 gh200; do
+    "$tierpool" replay "$schedule" --live --device "$device" --policy none --verify stamp \
+      --json "$out/$name-$device-none.json" > "$out/$name-$device-none.txt" 2>&1 || true
+    for budget in 90 75 60; do
+      for policy in reactive-lru planned; do
+        "$tierpool" replay "$schedule" --live --device "$device" --hbm "$budget%" \
+          --policy "$policy" --verify stamp --json "$out/$name-$device-$budget-$policy.json" \
+          > "$out/$name-$device-$budget-$policy.txt" 2>&1 || true
+      done
+    done
+  done
+done

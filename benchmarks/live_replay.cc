@@ -197,7 +197,7 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
     }
   }
   const int iterations = s.repeats() ? std::max(1, o.iterations) : 1;
-  auto before = client.ServerStat(/*reset_peaks=*/true);
+  auto before = client.ServerStat({.reset_peaks = true});
   if (!before.ok()) return before.status();
   auto t0 = Steady::now();
   ServerStats at_measure;
@@ -205,7 +205,7 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
   for (int it = 0; it < iterations; ++it) {
     const bool measuring = it == iterations - 1;
     if (measuring) {
-      auto st = client.ServerStat(/*reset_peaks=*/true);
+      auto st = client.ServerStat({.reset_peaks = true});
       if (!st.ok()) return st.status();
       at_measure = *st;
       measure_start = Steady::now();
@@ -287,8 +287,23 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
   }
   const auto finished = Steady::now();
   r.time_us = Us(measure_start, finished);
-  auto after = client.ServerStat();
+  const auto since_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(measure_start.time_since_epoch())
+          .count());
+  StatOptions want_moves;
+  if (o.record_timeline) want_moves.moves_since_us = since_us;
+  auto after = client.ServerStat(want_moves);
   if (!after.ok()) return after.status();
+  // The server's real transfers on their own tracks (both sides read CLOCK_MONOTONIC).
+  for (const auto& m : after->moves) {
+    if (m.started_us < since_us || !m.ok) continue;
+    const bool in = m.to == TierKind::kHbm, out_of = m.from == TierKind::kHbm;
+    if (!in && !out_of) continue;
+    r.timeline.push_back({in ? TimelineEvent::Kind::kH2D : TimelineEvent::Kind::kD2H,
+                          static_cast<double>(m.started_us - since_us),
+                          static_cast<double>(m.finished_us - m.started_us),
+                          std::to_string(m.bytes >> 10) + " KiB", static_cast<double>(m.bytes)});
+  }
   for (const auto& t : after->tiers) {
     if (t.tier == TierKind::kHbm) r.peak_hbm = t.peak_used_bytes;
   }

@@ -558,11 +558,12 @@ Status Client::Promote(std::string_view key, TierKind target) {
   return FromWire(resp.statuses().items(0));
 }
 
-Result<ServerStats> Client::ServerStat(bool reset_peaks) {
+Result<ServerStats> Client::ServerStat(const StatOptions& options) {
   Borrowed conn(core_.get());
   TIERPOOL_RETURN_IF_ERROR(conn.status());
   wire::Request req;
-  req.mutable_stat()->set_reset_peaks(reset_peaks);
+  req.mutable_stat()->set_reset_peaks(options.reset_peaks);
+  if (options.moves_since_us) req.mutable_stat()->set_moves_since_us(*options.moves_since_us);
   wire::Response resp;
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
   ServerStats s;
@@ -576,6 +577,10 @@ Result<ServerStats> Client::ServerStat(bool reset_peaks) {
                        t.write_errors(), t.checksum_failures(), t.peak_used_bytes()});
   }
   for (const auto& c : resp.stat().counters()) s.counters.emplace_back(c.name(), c.value());
+  for (const auto& m : resp.stat().moves()) {
+    s.moves.push_back({static_cast<TierKind>(m.from()), static_cast<TierKind>(m.to()), m.bytes(),
+                       m.started_us(), m.finished_us(), m.ok()});
+  }
   for (const auto& j : resp.stat().jobs()) {
     JobInfo info{j.id(),
                  j.ns(),

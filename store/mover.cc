@@ -198,6 +198,16 @@ void Mover::Finish(Link* link, Op* raw, Status status) {
       ++link->stats.failed;
     }
     if (result.missed_deadline) ++link->stats.deadline_misses;
+    if (config_.history > 0) {
+      MoveRecord rec{link->stats.from,  link->stats.to,     op->request.info.size,
+                     result.started_us, result.finished_us, result.status.ok()};
+      if (history_.size() < config_.history) {
+        history_.push_back(rec);
+      } else {
+        history_[history_next_] = rec;
+        history_next_ = (history_next_ + 1) % history_.size();
+      }
+    }
     link->wake.notify_one();
   }
   op.reset();
@@ -245,6 +255,18 @@ void Mover::Stop() {
   }
   std::lock_guard lock(mu_);
   stopped_ = true;  // the links stay, for their counters
+}
+
+std::vector<MoveRecord> Mover::RecentMoves(std::uint64_t since_us) const {
+  std::lock_guard lock(mu_);
+  std::vector<MoveRecord> out;
+  const std::size_t n = history_.size();
+  const std::size_t start = n < config_.history ? 0 : history_next_;
+  for (std::size_t i = 0; i < n; ++i) {
+    const MoveRecord& r = history_[(start + i) % n];
+    if (r.finished_us >= since_us) out.push_back(r);
+  }
+  return out;
 }
 
 void Mover::VisitLinks(const std::function<void(const LinkStats&)>& visit) const {

@@ -35,7 +35,19 @@ struct MoverConfig {
   // its bytes take at this rate. Leaves memory bandwidth to the jobs, and lets a live replay
   // run a link at a known speed.
   std::uint64_t max_link_bytes_per_sec = 0;
+  // Completed moves remembered for traces (RecentMoves); the oldest go first.
+  std::uint32_t history = 65536;
   Status validate() const;
+};
+
+// One finished move, for traces (times on the mover's clock).
+struct MoveRecord {
+  TierKind from = TierKind::kDram;
+  TierKind to = TierKind::kHbm;
+  std::uint64_t bytes = 0;
+  std::uint64_t started_us = 0;
+  std::uint64_t finished_us = 0;
+  bool ok = false;
 };
 
 // Higher runs first. Demand: a client waits for it. Planned: a prefetch with a deadline.
@@ -100,6 +112,8 @@ class Mover {
   void Stop();
 
   void VisitLinks(const std::function<void(const LinkStats&)>& visit) const;
+  // Moves that finished at or after since_us, oldest first (at most MoverConfig::history).
+  std::vector<MoveRecord> RecentMoves(std::uint64_t since_us) const;
 
  private:
   struct Op;
@@ -119,7 +133,9 @@ class Mover {
   std::map<std::pair<TierKind, TierKind>, std::unique_ptr<Link>> links_;
   std::unordered_map<std::uint64_t, Link*> queued_;  // id -> link, for queued operations
   std::uint64_t next_id_ = 1;
-  std::uint64_t busy_ = 0;  // operations queued or in flight, all links
+  std::uint64_t busy_ = 0;           // operations queued or in flight, all links
+  std::vector<MoveRecord> history_;  // a ring of the last config_.history moves
+  std::size_t history_next_ = 0;
   bool stopping_ = false;
   bool stopped_ = false;  // workers joined
 };

@@ -213,6 +213,10 @@ class ObjectStore {
   std::vector<ArenaInfo> Arenas() const;
   StoreStats Stats() const;
   void ResetPeaks();
+  // The mover's record of moves that finished at or after since_us (this store's clock).
+  std::vector<MoveRecord> RecentMoves(std::uint64_t since_us) const {
+    return mover_->RecentMoves(since_us);
+  }
   const StoreConfig& config() const { return config_; }
 
  private:

@@ -210,6 +210,18 @@ bool StoreService::Handle(std::uint64_t session, const wire::Request& req, wire:
     }
     case wire::Request::kStat:
       HandleStat(resp->mutable_stat());
+      if (req.stat().has_moves_since_us()) {
+        // At most the mover's history (65,536 moves): well within a frame.
+        for (const auto& m : store_->RecentMoves(req.stat().moves_since_us())) {
+          auto* w = resp->mutable_stat()->add_moves();
+          w->set_from(static_cast<wire::Tier>(m.from));
+          w->set_to(static_cast<wire::Tier>(m.to));
+          w->set_bytes(m.bytes);
+          w->set_started_us(m.started_us);
+          w->set_finished_us(m.finished_us);
+          w->set_ok(m.ok);
+        }
+      }
       if (req.stat().reset_peaks()) store_->ResetPeaks();
       return true;
     case wire::Request::kPromote: {

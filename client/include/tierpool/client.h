@@ -103,7 +103,24 @@ struct JobInfo {
   }
 };
 
+// A move between tiers that the server finished (StatOptions::moves_since_us).
+struct MoveEvent {
+  TierKind from = TierKind::kDram;
+  TierKind to = TierKind::kHbm;
+  std::uint64_t bytes = 0;
+  std::uint64_t started_us = 0;  // CLOCK_MONOTONIC microseconds (std::chrono::steady_clock)
+  std::uint64_t finished_us = 0;
+  bool ok = false;
+};
+
+struct StatOptions {
+  bool reset_peaks = false;  // after answering, each tier's peak starts again from its use now
+  // Also return the moves that finished at or after this time (steady_clock microseconds).
+  std::optional<std::uint64_t> moves_since_us;
+};
+
 struct ServerStats {
+  std::vector<MoveEvent> moves;
   std::string server_version;
   std::uint64_t uptime_ms = 0;
   std::vector<TierInfo> tiers;
@@ -235,8 +252,7 @@ class Client {
   Result<std::vector<ObjectMeta>> List(std::string_view prefix = "", std::uint32_t limit = 1000);
   // Moves an object to a tier (kHbm: ahead of use; kDram: out of the way).
   Status Promote(std::string_view key, TierKind target = TierKind::kHbm);
-  // reset_peaks: after answering, each tier's peak starts again from its use now.
-  Result<ServerStats> ServerStat(bool reset_peaks = false);
+  Result<ServerStats> ServerStat(const StatOptions& options = {});
 
   // Registers a plan for this client's namespace (one per namespace at a time).
   Result<PlanHandle> RegisterPlan(const PlanRegistration& registration);

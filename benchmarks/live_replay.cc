@@ -132,7 +132,8 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
   r.policy = prefetch::PolicyName(o.policy);
   r.budget = o.policy == Policy::kNone ? 0 : o.budget;
   std::vector<std::uint64_t> version(n, 0), written_sum(n, 0);
-  auto key = [&](std::uint32_t t) { return s.tensors(static_cast<int>(t)).name(); };
+  // Keyed by tensor id: names are for people (an ONNX import may give two tensors one name).
+  auto key = [&](std::uint32_t t) { return "t" + std::to_string(t); };
   auto size = [&](std::uint32_t t) { return s.tensors(static_cast<int>(t)).size_bytes(); };
   auto kind = [&](std::uint32_t t) {
     switch (s.tensors(static_cast<int>(t)).kind()) {
@@ -181,6 +182,7 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
     reg.schedule = s.SerializeAsString();
     reg.plan = o.plan->SerializeAsString();
     reg.hbm_budget_bytes = o.budget;
+    for (std::uint32_t t = 0; t < n; ++t) reg.keys.push_back(key(t));
     auto h = client.RegisterPlan(reg);
     if (!h.ok()) return h.status();
     plan = std::move(h).value();

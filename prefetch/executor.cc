@@ -345,6 +345,9 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
       job.ns, key, [this, id, bytes](Status st) { OnDone(id, false, bytes, std::move(st)); });
   if (s.ok()) {
     ++job.counters.issued;
+  } else if (s.code() == StatusCode::kAlreadyExists) {
+    ++job.counters.issued;  // left hbm at once: a clean copy was below after all
+    ++job.counters.dropped_clean;
   } else {
     ++job.counters.failed;
   }
@@ -377,7 +380,7 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t acti
   Status s = control_->Prefetch(job.ns, key, deadline, [this, id, bytes](Status st) {
     OnDone(id, true, bytes, std::move(st));
   });
-  if (s.ok()) {
+  if (s.ok() || s.code() == StatusCode::kAlreadyExists) {  // started, or done at once
     ++job.counters.issued;
     job.counters.budget_peak = std::max(job.counters.budget_peak, used + p.size);
   } else {
@@ -410,7 +413,7 @@ void Executor::DrainWaitingLocked(Job& job) {
       Status s = control_->Prefetch(job.ns, key, it->first.first, [this, id, bytes](Status st) {
         OnDone(id, true, bytes, std::move(st));
       });
-      if (s.ok()) {
+      if (s.ok() || s.code() == StatusCode::kAlreadyExists) {  // started, or done at once
         ++job.counters.issued;
         job.counters.budget_peak = std::max(job.counters.budget_peak, used + p.size);
       } else {

@@ -31,11 +31,12 @@ class TierControl {
   // Bytes of the namespace's objects in hbm, including room held by moves into hbm.
   virtual std::uint64_t HbmBytes(const std::string& ns) = 0;
   // Starts a copy into hbm at planned priority, ordered by deadline_us (the Clock's time).
-  // done runs when it lands or fails. Errors at once (NOT_FOUND, RESOURCE_EXHAUSTED) are
-  // returned and done never runs.
+  // OK: started; done runs when it lands or fails, never before this returns (the executor
+  // calls with its lock held). ALREADY_EXISTS: it happened at once with no transfer; done never
+  // runs. Other errors (NOT_FOUND, RESOURCE_EXHAUSTED): nothing happened; done never runs.
   virtual Status Prefetch(const std::string& ns, const std::string& key, std::uint64_t deadline_us,
                           Done done) = 0;
-  // Copies the hbm copy down (unless a lower copy exists) and frees it.
+  // Copies the hbm copy down (unless a lower copy exists) and frees it. Results as Prefetch's.
   virtual Status Offload(const std::string& ns, const std::string& key, Done done) = 0;
   // Frees the hbm copy; FAILED_PRECONDITION when it is the only copy.
   virtual Status Drop(const std::string& ns, const std::string& key) = 0;

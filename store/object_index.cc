@@ -88,39 +88,62 @@ void ObjectIndex::Erase(std::uint64_t id) {
   objects_.erase(it);
 }
 
-void ObjectIndex::Unlist(const StoredObject& obj) {
-  for (int t = 0; t < kTierKindCount; ++t) {
-    for (auto& set : sets_[t]) set.erase({obj.copies[t].last_use, obj.id});
+void ObjectIndex::UnlistCopy(StoredObject& obj, int t) {
+  ObjectCopy& c = obj.copies[t];
+  for (int set = 0; c.listed != 0 && set < 3; ++set) {
+    if (c.listed & (1u << set)) sets_[t][set].erase({c.last_use, obj.id});
   }
+  c.listed = 0;
+}
+
+void ObjectIndex::Unlist(StoredObject& obj) {
+  for (int t = 0; t < kTierKindCount; ++t) UnlistCopy(obj, t);
 }
 
 void ObjectIndex::Refresh(StoredObject& obj) {
-  Unlist(obj);
+  // The sets each copy belongs in now; only the differences touch the sets (a put or a get
+  // changes one or two memberships, not all twelve).
   const bool movable_object = obj.committed && obj.linked && !obj.doomed && !obj.corrupt &&
                               !obj.move.has_value() && obj.holds == 0;
-  if (!movable_object) return;
-  const int present = obj.present_copies();
+  const int present = movable_object ? obj.present_copies() : 0;
   for (int t = 0; t < kTierKindCount; ++t) {
-    const ObjectCopy& c = obj.copies[t];
-    if (!c.present || c.pins > 0) continue;
-    const std::pair<std::uint64_t, std::uint64_t> key{c.last_use, obj.id};
-    sets_[t][static_cast<int>(CandidateSet::kMovable)].insert(key);
-    if (obj.meta.durability == Durability::kCache) {
-      sets_[t][static_cast<int>(CandidateSet::kCache)].insert(key);
+    ObjectCopy& c = obj.copies[t];
+    std::uint8_t want = 0;
+    if (movable_object && c.present && c.pins == 0) {
+      want |= 1u << static_cast<int>(CandidateSet::kMovable);
+      if (obj.meta.durability == Durability::kCache) {
+        want |= 1u << static_cast<int>(CandidateSet::kCache);
+      }
+      if (present > 1) want |= 1u << static_cast<int>(CandidateSet::kRedundant);
     }
-    if (present > 1) sets_[t][static_cast<int>(CandidateSet::kRedundant)].insert(key);
+    if (want == c.listed) continue;
+    const std::pair<std::uint64_t, std::uint64_t> key{c.last_use, obj.id};
+    for (int set = 0; set < 3; ++set) {
+      const bool in = c.listed & (1u << set), should = want & (1u << set);
+      if (in && !should) sets_[t][set].erase(key);
+      if (!in && should) sets_[t][set].insert(key);
+    }
+    c.listed = want;
   }
 }
 
 void ObjectIndex::Touch(StoredObject& obj, TierKind tier) {
-  Unlist(obj);
-  obj.copy(tier).last_use = ++use_seq_;
-  Refresh(obj);
+  ObjectCopy& c = obj.copy(tier);
+  const std::uint64_t old_use = c.last_use;
+  c.last_use = ++use_seq_;
+  // Re-key the copy's entries under its new recency (no allocation: the nodes move).
+  for (int set = 0; set < 3; ++set) {
+    if (!(c.listed & (1u << set))) continue;
+    auto& s = sets_[static_cast<int>(tier)][set];
+    auto node = s.extract({old_use, obj.id});
+    node.value() = {c.last_use, obj.id};
+    s.insert(std::move(node));
+  }
 }
 
 void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent) {
   ObjectCopy& c = obj.copy(tier);
-  Unlist(obj);
+  UnlistCopy(obj, static_cast<int>(tier));  // its key changes; Refresh fixes the rest
   if (!c.present) ++copies_in_[static_cast<int>(tier)];
   if (tier == TierKind::kHbm) {
     if (c.present) ns_hbm_bytes_[obj.meta.ns] -= c.extent.length;
@@ -134,7 +157,7 @@ void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent
 
 void ObjectIndex::ClearCopy(StoredObject& obj, TierKind tier) {
   ObjectCopy& c = obj.copy(tier);
-  Unlist(obj);
+  UnlistCopy(obj, static_cast<int>(tier));
   if (c.present) {
     --copies_in_[static_cast<int>(tier)];
     if (tier == TierKind::kHbm) {

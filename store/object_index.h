@@ -31,6 +31,7 @@ struct ObjectCopy {
   Extent extent;
   std::uint32_t pins = 0;      // read leases on this copy; a pinned copy never moves or frees
   std::uint64_t last_use = 0;  // recency, from the index's sequence
+  std::uint8_t listed = 0;     // which candidate sets hold it (bit i: CandidateSet i)
 };
 
 // A copy of the object being made in another tier by the mover.
@@ -139,7 +140,8 @@ class ObjectIndex {
 
  private:
   using RecencySet = std::set<std::pair<std::uint64_t, std::uint64_t>>;  // (last_use, id)
-  void Unlist(const StoredObject& obj);
+  void Unlist(StoredObject& obj);
+  void UnlistCopy(StoredObject& obj, int tier);
 
   std::unordered_map<std::uint64_t, std::unique_ptr<StoredObject>> objects_;
   std::map<Name, std::uint64_t> names_;

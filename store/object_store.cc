@@ -895,11 +895,11 @@ Status ObjectStore::StartPrefetch(const std::string& ns, const std::string& key,
   auto from = TopCopy(*obj, false);
   if (!from) return Status::Internal(ns + "/" + key + " has no copy");
   if (obj->meta.size == 0) {
+    // Nothing to copy: it is in hbm as soon as that is recorded. `done` is never called before
+    // this returns (the caller may hold its own lock): ALREADY_EXISTS says it happened at once.
     TIERPOOL_RETURN_IF_ERROR(
         StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us, false));
-    lock.unlock();
-    done(Status::Ok());
-    return Status::Ok();
+    return Status::AlreadyExists(ns + "/" + key + " is empty: in hbm at once");
   }
   return StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us,
                          /*drop_source=*/false, std::nullopt, std::move(done));
@@ -917,11 +917,11 @@ Status ObjectStore::StartOffload(const std::string& ns, const std::string& key, 
   Tier* below = policy_->Below(TierKind::kHbm);
   if (below == nullptr) return Status::Unavailable("no tier below hbm takes writes");
   if (obj->present_copies() > 1 || obj->meta.size == 0) {
+    // A clean copy below (or nothing to copy): the hbm copy just goes. As above, `done` is not
+    // called; ALREADY_EXISTS says the object already had its copy below.
     FreeCopyLocked(*obj, TierKind::kHbm);
     ++counters_.clean_drops;
-    lock.unlock();
-    done(Status::Ok());
-    return Status::Ok();
+    return Status::AlreadyExists(ns + "/" + key + " left hbm at once (a clean copy is below)");
   }
   return StartMoveLocked(*obj, TierKind::kHbm, below->kind(), MovePriority::kPlanned, 0,
                          /*drop_source=*/true, std::nullopt, std::move(done));

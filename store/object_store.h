@@ -195,10 +195,13 @@ class ObjectStore {
   // Bytes of the namespace's copies in hbm plus the room held by its moves into hbm.
   std::uint64_t HbmBytesOf(const std::string& ns);
   // Starts copying the object into hbm at planned priority, ordered by deadline_us. Room comes
-  // only from dropping clean copies: the plan's budget is the executor's to keep.
+  // only from dropping clean copies: the plan's budget is the executor's to keep. OK: started,
+  // and `done` runs when it ends, never before this returns. ALREADY_EXISTS: done at once with
+  // no transfer (an empty object); `done` never runs. Other errors: nothing happened.
   Status StartPrefetch(const std::string& ns, const std::string& key, std::uint64_t deadline_us,
                        MoveDone done);
-  // Frees the hbm copy, first copying it down when no copy below exists.
+  // Frees the hbm copy, first copying it down when no copy below exists. Results as for
+  // StartPrefetch (ALREADY_EXISTS: a clean copy was below; the hbm copy went at once).
   Status StartOffload(const std::string& ns, const std::string& key, MoveDone done);
   // Frees the hbm copy when a copy below exists; FAILED_PRECONDITION when it is the only one.
   Status DropHbmCopy(const std::string& ns, const std::string& key);

@@ -455,22 +455,8 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     // A put into hbm makes room there by moving least recently used copies down (a plan's own
     // objects excepted: their moves are the executor's, and the put waits for those in flight),
     // and goes to dram only when no room can be made.
-    bool within_budget = true;
-    if (auto plan = planned_ns_.find(spec.ns); plan != planned_ns_.end()) {
-      // A planned job's writes count against its budget like its prefetches.
-      const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
-      auto ns_bytes = [&] {
-        auto in = incoming_hbm_.find(spec.ns);
-        return index_.HbmBytesOf(spec.ns) + (in == incoming_hbm_.end() ? 0 : in->second);
-      };
-      const std::uint64_t want = AlignUp(spec.size, 4096);
-      while (planned_ns_.count(spec.ns) != 0 && ns_bytes() + want > planned_ns_[spec.ns] &&
-             leaving_[static_cast<int>(TierKind::kHbm)] > 0) {
-        if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
-      }
-      auto again = planned_ns_.find(spec.ns);
-      within_budget = again == planned_ns_.end() || ns_bytes() + want <= again->second;
-    }
+    const bool within_budget =
+        spec.tier_hint != TierKind::kHbm || WithinPlanBudgetLocked(lock, spec.ns, spec.size);
     if (within_budget && spec.tier_hint == TierKind::kHbm && tier(TierKind::kHbm) != nullptr &&
         tier(TierKind::kHbm)->capacity() > 0) {
       auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, spec.numa_node, true,
@@ -643,6 +629,10 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
       continue;
     }
     if (!use) use = HbmUse::kMiss;
+    // A planned job's own tensors come up on demand only within its budget.
+    if (want == TierKind::kHbm && !WithinPlanBudgetLocked(lock, ns, obj->meta.size)) break;
+    obj = index_.Find(id);
+    if (obj == nullptr) continue;
     auto dst = AllocateLocked(lock, want, obj->meta.size, -1, true, MovePriority::kDemand);
     if (!dst.ok()) break;  // no room can be made: the nearest copy is pinned
     obj = index_.Find(id);
@@ -842,6 +832,25 @@ Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierK
 }
 
 // --- moves a plan asks for ------------------------------------------------------------------
+
+bool ObjectStore::WithinPlanBudgetLocked(std::unique_lock<std::mutex>& lock, const std::string& ns,
+                                         std::uint64_t size) {
+  if (planned_ns_.empty() || planned_ns_.count(ns) == 0) return true;
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  auto ns_bytes = [&] {
+    auto in = incoming_hbm_.find(ns);
+    return index_.HbmBytesOf(ns) + (in == incoming_hbm_.end() ? 0 : in->second);
+  };
+  const std::uint64_t want = AlignUp(size, 4096);
+  // While copies are leaving hbm, room may come: wait for it as a GPU allocator waits on its
+  // copy stream.
+  while (planned_ns_.count(ns) != 0 && ns_bytes() + want > planned_ns_[ns] &&
+         leaving_[static_cast<int>(TierKind::kHbm)] > 0) {
+    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+  }
+  auto plan = planned_ns_.find(ns);
+  return plan == planned_ns_.end() || ns_bytes() + want <= plan->second;
+}
 
 bool ObjectStore::PlanOwnedLocked(const StoredObject& obj, TierKind tier) const {
   return tier == TierKind::kHbm && !planned_ns_.empty() && planned_ns_.count(obj.meta.ns) != 0;

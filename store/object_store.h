@@ -249,6 +249,10 @@ class ObjectStore {
                         std::vector<MoveDone>* callbacks);
   // The skip predicate for the policy: hbm copies in planned namespaces.
   bool PlanOwnedLocked(const StoredObject& obj, TierKind tier) const;
+  // For a planned namespace: true when `size` more bytes in hbm keep it within the job's budget,
+  // waiting (mu_ released) while copies are leaving hbm. True for other namespaces.
+  bool WithinPlanBudgetLocked(std::unique_lock<std::mutex>& lock, const std::string& ns,
+                              std::uint64_t size);
   // Waits (mu_ released) until obj has no move in flight or the deadline passes. False on
   // timeout. obj may be freed meanwhile: callers look it up again by id.
   bool WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,

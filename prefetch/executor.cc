@@ -32,7 +32,6 @@ struct Executor::Job {
   std::uint32_t step = 0;
   std::uint32_t next_before = 0;
   std::uint32_t next_after = 0;
-  std::uint64_t epoch = 0;  // bumped each iteration: timed actions of an old one are dropped
   // Wall time per schedule time, learned from the reports (1 until known).
   double pace = 1.0;
   std::uint64_t last_report_us = 0;
@@ -265,7 +264,6 @@ void Executor::AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t st
     job.iteration = iteration;
     job.next_before = 0;
     job.next_after = 0;
-    ++job.epoch;  // its delayed actions still in the timer are dropped
   }
   job.step = step;
   for (std::uint32_t s = job.next_before; s < step; ++s) {
@@ -296,7 +294,6 @@ void Executor::AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t st
         IssueLocked(job, a);
       } else {
         timed_.push_back({now + static_cast<std::uint64_t>(delay * job.pace), job.id, a});
-        timed_.back().epoch = job.epoch;
         std::push_heap(timed_.begin(), timed_.end(), std::greater<>());
       }
     }
@@ -376,13 +373,18 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t acti
     }
     return;
   }
-  const std::uint64_t id = job.id, bytes = p.size;
+  StartPrefetchLocked(job, key, deadline, p.size, used);
+}
+
+void Executor::StartPrefetchLocked(Job& job, const std::string& key, std::uint64_t deadline,
+                                   std::uint64_t bytes, std::uint64_t hbm_used) {
+  const std::uint64_t id = job.id;
   Status s = control_->Prefetch(job.ns, key, deadline, [this, id, bytes](Status st) {
     OnDone(id, true, bytes, std::move(st));
   });
   if (s.ok() || s.code() == StatusCode::kAlreadyExists) {  // started, or done at once
     ++job.counters.issued;
-    job.counters.budget_peak = std::max(job.counters.budget_peak, used + p.size);
+    job.counters.budget_peak = std::max(job.counters.budget_peak, hbm_used + bytes);
   } else {
     ++job.counters.failed;
   }
@@ -409,16 +411,7 @@ void Executor::DrainWaitingLocked(Job& job) {
     } else {
       const std::uint64_t used = control_->HbmBytes(job.ns);
       if (used + p.size > job.budget) return;  // the most urgent waits for room; so do the rest
-      const std::uint64_t id = job.id, bytes = p.size;
-      Status s = control_->Prefetch(job.ns, key, it->first.first, [this, id, bytes](Status st) {
-        OnDone(id, true, bytes, std::move(st));
-      });
-      if (s.ok() || s.code() == StatusCode::kAlreadyExists) {  // started, or done at once
-        ++job.counters.issued;
-        job.counters.budget_peak = std::max(job.counters.budget_peak, used + p.size);
-      } else {
-        ++job.counters.failed;
-      }
+      StartPrefetchLocked(job, key, it->first.first, p.size, used);
     }
     job.waiting_tensors.erase(t);
     job.waiting.erase(it);
@@ -447,7 +440,7 @@ void Executor::Tick() {
     Timed t = timed_.back();
     timed_.pop_back();
     auto it = jobs_.find(t.job);
-    if (it == jobs_.end() || it->second->epoch != t.epoch) continue;
+    if (it == jobs_.end()) continue;
     IssueLocked(*it->second, t.action);
   }
   for (auto& [id, job] : jobs_) DrainWaitingLocked(*job);

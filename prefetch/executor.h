@@ -105,7 +105,6 @@ class Executor {
     std::uint64_t due_us = 0;
     std::uint64_t job = 0;
     std::uint32_t action = 0;
-    std::uint64_t epoch = 0;  // the job's iteration epoch it belongs to
     bool operator>(const Timed& o) const { return due_us > o.due_us; }
   };
 
@@ -117,6 +116,9 @@ class Executor {
   void IssuePrefetchLocked(Job& job, std::uint32_t tensor, std::uint32_t action_step,
                            std::uint32_t needed_by);
   void DrainWaitingLocked(Job& job);
+  // Hands one prefetch to the store and counts how that went.
+  void StartPrefetchLocked(Job& job, const std::string& key, std::uint64_t deadline,
+                           std::uint64_t bytes, std::uint64_t hbm_used);
   std::uint64_t DeadlineLocked(const Job& job, std::uint32_t needed_by) const;
   void OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, Status s);
   void TimerLoop();

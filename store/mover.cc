@@ -71,7 +71,7 @@ std::uint64_t Mover::Submit(MoveRequest request) {
   ++link.stats.submitted;
   ++link.stats.queued;
   ++busy_;
-  queued_.emplace(id, &link);
+  queued_.emplace(id, std::make_pair(&link, op->key));
   link.queue.emplace(op->key, std::move(op));
   link.wake.notify_one();
   return id;
@@ -83,39 +83,34 @@ bool Mover::Cancel(std::uint64_t id) {
     std::lock_guard lock(mu_);
     auto it = queued_.find(id);
     if (it == queued_.end()) return false;
-    Link* link = it->second;
+    auto [link, key] = it->second;
     queued_.erase(it);
-    for (auto q = link->queue.begin(); q != link->queue.end(); ++q) {
-      if (q->second->id != id) continue;
-      op = std::move(q->second);
-      link->queue.erase(q);
-      break;
-    }
+    auto q = link->queue.find(key);
+    op = std::move(q->second);
+    link->queue.erase(q);
     --link->stats.queued;
     ++link->stats.cancelled;
     if (--busy_ == 0) idle_.notify_all();
   }
-  return op != nullptr;  // destroyed here, outside the lock; its callback never runs
+  return true;  // the operation is destroyed here, outside the lock; its callback never runs
 }
 
 bool Mover::Expedite(std::uint64_t id, MovePriority priority, std::uint64_t deadline_us) {
   std::lock_guard lock(mu_);
   auto it = queued_.find(id);
   if (it == queued_.end()) return false;
-  Link* link = it->second;
-  for (auto q = link->queue.begin(); q != link->queue.end(); ++q) {
-    if (q->second->id != id) continue;
-    std::unique_ptr<Op> op = std::move(q->second);
-    link->queue.erase(q);
-    auto& [neg_priority, deadline, seq] = op->key;
-    neg_priority = std::min(neg_priority, -static_cast<int>(priority));
-    if (deadline_us != 0) deadline = std::min(deadline, deadline_us);
-    op->request.priority = static_cast<MovePriority>(-neg_priority);
-    link->queue.emplace(op->key, std::move(op));
-    link->wake.notify_one();
-    return true;
-  }
-  return false;
+  auto& [link, key] = it->second;
+  auto q = link->queue.find(key);
+  std::unique_ptr<Op> op = std::move(q->second);
+  link->queue.erase(q);
+  auto& [neg_priority, deadline, seq] = op->key;
+  neg_priority = std::min(neg_priority, -static_cast<int>(priority));
+  if (deadline_us != 0) deadline = std::min(deadline, deadline_us);
+  op->request.priority = static_cast<MovePriority>(-neg_priority);
+  key = op->key;
+  link->queue.emplace(op->key, std::move(op));
+  link->wake.notify_one();
+  return true;
 }
 
 void Mover::RunLink(Link* link) {

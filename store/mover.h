@@ -131,7 +131,8 @@ class Mover {
   mutable std::mutex mu_;
   std::condition_variable idle_;
   std::map<std::pair<TierKind, TierKind>, std::unique_ptr<Link>> links_;
-  std::unordered_map<std::uint64_t, Link*> queued_;  // id -> link, for queued operations
+  // id -> where a queued operation sits (its link and queue key), for Cancel and Expedite.
+  std::unordered_map<std::uint64_t, std::pair<Link*, QueueKey>> queued_;
   std::uint64_t next_id_ = 1;
   std::uint64_t busy_ = 0;           // operations queued or in flight, all links
   std::vector<MoveRecord> history_;  // a ring of the last config_.history moves

@@ -17,10 +17,7 @@ std::uint64_t UnixMillis() {
                                         .count());
 }
 constexpr std::uint64_t kInternalOwner = 0;
-// Victims one search may name: bounds the work a single failing allocation can cause.
-constexpr std::size_t kMaxDecisions = 64;
 constexpr int kReadAttempts = 3;
-using Steady = std::chrono::steady_clock;
 }  // namespace
 
 Status StoreConfig::validate() const {
@@ -153,13 +150,8 @@ void ObjectStore::DoomLocked(StoredObject& obj) {
   // A queued move nobody waits on is cancelled; one with callbacks runs out and reports.
   if (obj.move && obj.move->on_done.empty() && mover_->Cancel(obj.move->op_id)) {
     // It never started: nothing will complete it.
-    if (obj.move->dst.length > 0) (void)tier(obj.move->to)->Free(obj.move->dst);
-    if (obj.move->drop_source) leaving_[static_cast<int>(obj.move->from)] -= obj.meta.size;
-    if (obj.move->to == TierKind::kHbm) {
-      auto in = incoming_hbm_.find(obj.meta.ns);
-      if ((in->second -= obj.move->dst.length) == 0) incoming_hbm_.erase(in);
-    }
-    obj.move.reset();
+    const ObjectMove m = EndMoveLocked(obj);
+    if (m.dst.length > 0) (void)tier(m.to)->Free(m.dst);
     ++counters_.migrations_aborted;
     moved_.notify_all();
   }
@@ -191,240 +183,6 @@ void ObjectStore::UnpinLocked(std::uint64_t object_id, TierKind t) {
   // the policy drops it first when its tier needs room.
   index_.Refresh(*obj);
   MaybeFreeLocked(*obj);
-}
-
-// --- making room and moving -----------------------------------------------------------------
-
-Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind to,
-                                    MovePriority priority, std::uint64_t deadline_us,
-                                    bool drop_source, std::optional<Extent> dst, MoveDone done) {
-  if (obj.move) return Status::Aborted("object is already moving");
-  if (!obj.copy(from).present) return Status::FailedPrecondition("no copy to move from");
-  if (obj.copy(to).present) return Status::Ok();
-  Tier* target = tier(to);
-  if (target == nullptr) return Status::FailedPrecondition(std::string(TierName(to)) + " is off");
-  if (obj.meta.size == 0) {
-    // Nothing to copy: the copy exists as soon as it is recorded.
-    index_.SetCopy(obj, to, Extent{});
-    if (drop_source && obj.copy(from).pins == 0) FreeCopyLocked(obj, from);
-    UpdateTopLocked(obj);
-    moved_.notify_all();
-    return Status::Ok();
-  }
-  if (!dst) {
-    if (Status w = target->CheckWritable(); !w.ok()) return w;
-    auto e = target->Allocate(obj.meta.size, -1);
-    if (!e.ok()) {
-      // Room that costs no transfer (and no wait) only: a move never waits for another.
-      for (const auto& d : policy_->MakeRoom(
-               index_, to, target->Footprint(obj.meta.size), /*instant_only=*/true, kMaxDecisions,
-               [&](const StoredObject& o) { return PlanOwnedLocked(o, to); })) {
-        if (d.object_id != obj.id) ApplyLocked(d, priority);
-      }
-      e = target->Allocate(obj.meta.size, -1);
-      if (!e.ok()) return e.status();
-    }
-    dst = *e;
-  }
-  ObjectMove m;
-  m.from = from;
-  m.to = to;
-  m.dst = *dst;
-  m.drop_source = drop_source;
-  m.priority = priority;
-  if (done) m.on_done.push_back(std::move(done));
-  obj.move = std::move(m);
-  if (drop_source) leaving_[static_cast<int>(from)] += obj.meta.size;
-  if (to == TierKind::kHbm) incoming_hbm_[obj.meta.ns] += dst->length;
-  index_.Refresh(obj);
-  MoveRequest r;
-  r.from = tier(from);
-  r.src = obj.copy(from).extent;
-  r.to = target;
-  r.dst = *dst;
-  r.info = RecordInfo{KeyHash(obj.meta.ns, obj.meta.key), obj.id, obj.meta.size, obj.meta.checksum};
-  r.priority = priority;
-  r.deadline_us = deadline_us;
-  const std::uint64_t id = obj.id;
-  r.done = [this, id](const MoveResult& result) { OnMoveDone(id, result); };
-  obj.move->op_id = mover_->Submit(std::move(r));
-  return Status::Ok();
-}
-
-void ObjectStore::OnMoveDone(std::uint64_t object_id, const MoveResult& result) {
-  std::vector<MoveDone> callbacks;
-  {
-    std::lock_guard lock(mu_);
-    OnMoveDoneLocked(object_id, result, &callbacks);
-  }
-  for (auto& done : callbacks) done(result.status);
-}
-
-void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& result,
-                                   std::vector<MoveDone>* callbacks) {
-  moved_.notify_all();
-  StoredObject* obj = index_.Find(object_id);
-  if (obj == nullptr || !obj->move) return;  // cannot happen: moving objects are kept
-  *callbacks = std::move(obj->move->on_done);
-  const ObjectMove m = *obj->move;
-  obj->move.reset();
-  if (m.drop_source) leaving_[static_cast<int>(m.from)] -= obj->meta.size;
-  if (m.to == TierKind::kHbm) {
-    auto in = incoming_hbm_.find(obj->meta.ns);
-    if ((in->second -= m.dst.length) == 0) incoming_hbm_.erase(in);
-  }
-  auto free_dst = [&] {
-    if (m.dst.length > 0) (void)tier(m.to)->Free(m.dst);
-  };
-  const Status& s = result.status;
-  if (!s.ok()) {
-    free_dst();
-    obj->last_move_error = s;
-    if (m.to == TierKind::kNvme) ++counters_.spill_failures;
-    if (m.from == TierKind::kNvme) ++counters_.nvme_read_failures;
-    // DATA_LOSS may be the device garbling the copy (a write-verify read) or the source in
-    // memory no longer matching its checksum; only the second quarantines. Checking costs a
-    // pass over the source, on this failure path only.
-    const ObjectCopy& src = obj->copy(m.from);
-    if (s.code() == StatusCode::kDataLoss && mapped(m.from) && src.present && obj->meta.size > 0 &&
-        Xxh3(tier(m.from)->HostAddress(src.extent), obj->meta.size) != obj->meta.checksum) {
-      ++counters_.corrupt_in_memory;
-      QuarantineLocked(*obj, s);
-    } else {
-      if (m.drop_source) ++failed_out_[static_cast<int>(m.from)];
-    }
-    if (obj->corrupt) {
-      // quarantined above: not retried, so not a sign that the tier below is failing
-    } else if (s.code() != StatusCode::kUnavailable) {
-      spdlog::warn("moving {}/{} from {} to {}: {}", obj->meta.ns, obj->meta.key, TierName(m.from),
-                   TierName(m.to), s.ToString());
-    }
-    index_.Refresh(*obj);
-    MaybeFreeLocked(*obj);
-    return;
-  }
-  if (obj->doomed) {
-    free_dst();
-    ++counters_.migrations_aborted;
-    MaybeFreeLocked(*obj);
-    return;
-  }
-  obj->last_move_error = Status::Ok();
-  index_.SetCopy(*obj, m.to, m.dst);
-  const bool down = tier(m.to)->level() > tier(m.from)->level();
-  if (m.to == TierKind::kNvme) {
-    ++counters_.spills;
-  } else if (m.from == TierKind::kNvme) {
-    ++counters_.nvme_reads;
-  } else if (down) {
-    ++counters_.demotions;
-  } else {
-    ++counters_.promotions;
-  }
-  // A pinned source stays: its reader holds its address. It is a clean copy now.
-  if (m.drop_source && obj->copy(m.from).pins == 0) FreeCopyLocked(*obj, m.from);
-  UpdateTopLocked(*obj);
-  index_.Refresh(*obj);
-}
-
-bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority) {
-  StoredObject* obj = index_.Find(d.object_id);
-  if (obj == nullptr || obj->doomed || obj->move || obj->corrupt) return false;
-  ObjectCopy& c = obj->copy(d.from);
-  if (!c.present || c.pins > 0) return false;
-  switch (d.action) {
-    case PlacementDecision::Action::kDropCopy:
-      if (obj->present_copies() < 2) return false;
-      FreeCopyLocked(*obj, d.from);
-      ++counters_.clean_drops;
-      return true;
-    case PlacementDecision::Action::kEvict:
-      if (obj->meta.durability != Durability::kCache) return false;
-      spdlog::debug("evicting cache object {}/{} ({}) from {}", obj->meta.ns, obj->meta.key,
-                    FormatBytes(obj->meta.size), TierName(d.from));
-      ++counters_.evictions;
-      DoomLocked(*obj);
-      return true;
-    case PlacementDecision::Action::kMoveDown: {
-      Status s = StartMoveLocked(*obj, d.from, d.to, priority, 0, /*drop_source=*/true);
-      if (s.ok()) return true;
-      if (s.code() == StatusCode::kResourceExhausted &&
-          obj->meta.durability == Durability::kCache) {
-        // No room below for a cache object: it goes (a miss is recomputed).
-        ++counters_.evictions;
-        DoomLocked(*obj);
-        return true;
-      }
-      return false;
-    }
-  }
-  return false;
-}
-
-Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
-                                           std::uint64_t size, int numa_hint, bool may_wait,
-                                           MovePriority priority) {
-  Tier* t = tier(kind);
-  if (t == nullptr) return Status::FailedPrecondition(std::string(TierName(kind)) + " tier is off");
-  if (size == 0) return Extent{};  // an empty object takes no room anywhere
-  const std::uint64_t footprint = t->Footprint(size);
-  if (footprint > t->capacity()) {
-    return Status::ResourceExhausted(FormatBytes(size) + " is larger than the whole " +
-                                     std::string(TierName(kind)) + " tier (" +
-                                     FormatBytes(t->capacity()) + ")");
-  }
-  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
-  const std::uint64_t failures_seen = failed_out_[static_cast<int>(kind)];
-  for (;;) {
-    auto extent = t->Allocate(size, numa_hint);
-    if (extent.ok()) return extent;
-    const std::uint64_t leaving = leaving_[static_cast<int>(kind)];
-    const std::uint64_t want = footprint > leaving ? footprint - leaving : 0;
-    bool instant = false;
-    int started = 0;
-    for (const auto& d :
-         policy_->MakeRoom(index_, kind, std::max<std::uint64_t>(want, 1), !may_wait, kMaxDecisions,
-                           [&](const StoredObject& o) { return PlanOwnedLocked(o, kind); })) {
-      if (!ApplyLocked(d, priority)) continue;
-      if (d.action == PlacementDecision::Action::kMoveDown) {
-        ++started;
-      } else {
-        instant = true;
-      }
-    }
-    if (instant) continue;  // room freed at once: try again
-    if (!may_wait || (started == 0 && leaving_[static_cast<int>(kind)] == 0)) {
-      return extent.status();
-    }
-    // Moves out of this tier are under way: wait for one to land, then look again. A move that
-    // fails again and again (a failing device) ends the wait instead of repeating forever.
-    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      return Status::ResourceExhausted("timed out after " + std::to_string(config_.room_wait_ms) +
-                                       " ms waiting for room in " + std::string(TierName(kind)));
-    }
-    if (failed_out_[static_cast<int>(kind)] > failures_seen + 2) return extent.status();
-  }
-}
-
-bool ObjectStore::WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
-                                    Steady::time_point deadline) {
-  StoredObject* obj = index_.Find(object_id);
-  if (obj == nullptr) return true;
-  ++obj->holds;
-  bool in_time = true;
-  for (;;) {
-    obj = index_.Find(object_id);
-    if (obj == nullptr || !obj->move) break;
-    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      in_time = false;
-      break;
-    }
-  }
-  if (obj != nullptr) {
-    --obj->holds;
-    index_.Refresh(*obj);
-  }
-  return in_time;
 }
 
 // --- puts -----------------------------------------------------------------------------------
@@ -566,25 +324,9 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
       }
       continue;
     }
-    auto from = TopCopy(*obj, false);
-    if (!from) return Status::Internal(ns + "/" + key + " has no copy");
-    auto dst =
-        AllocateLocked(lock, TierKind::kDram, obj->meta.size, -1, true, MovePriority::kDemand);
-    if (!dst.ok()) return dst.status();
-    obj = index_.Find(id);
-    if (obj == nullptr || obj->doomed || obj->move || TopCopy(*obj, true)) {
-      (void)tier(TierKind::kDram)->Free(*dst);  // it changed while room was made: look again
-      continue;
-    }
-    Status s = StartMoveLocked(*obj, *from, TierKind::kDram, MovePriority::kDemand, 0,
-                               /*drop_source=*/false, *dst);
-    if (!s.ok()) {
-      (void)tier(TierKind::kDram)->Free(*dst);
-      return s;
-    }
-    if (!WaitForMoveLocked(lock, id, deadline)) {
-      return Status::Unavailable("timed out reading " + ns + "/" + key + " back");
-    }
+    Status moved = MoveOnDemandLocked(lock, id, TierKind::kDram, false, deadline);
+    if (moved.code() == StatusCode::kAborted) continue;
+    if (!moved.ok()) return moved;
     obj = index_.Find(id);
     if (obj == nullptr) continue;  // deleted meanwhile: NotFound on the next look
     if (TopCopy(*obj, true)) continue;
@@ -608,12 +350,16 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   std::unique_lock lock(mu_);
   ++counters_.gets;
   std::optional<HbmUse> use;
-  const std::uint64_t started_us = clock_->NowMicros();
+  const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
   const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
   Result<std::pair<StoredObject*, TierKind>> found = Status::Aborted("not looked up");
+  bool current = false;  // `found` was resolved with no wait since
   for (int attempt = 0; attempt < 100; ++attempt) {
     found = EnsureMappedLocked(lock, ns, key);
-    if (!found.ok() || !options.want || found->second == *options.want) break;
+    if (!found.ok() || !options.want || found->second == *options.want) {
+      current = true;
+      break;
+    }
     // It wants another copy than the nearest one (the hbm copy, for a step about to run).
     StoredObject* obj = found->first;
     const TierKind want = *options.want;
@@ -631,24 +377,12 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     if (!use) use = HbmUse::kMiss;
     // A planned job's own tensors come up on demand only within its budget.
     if (want == TierKind::kHbm && !WithinPlanBudgetLocked(lock, ns, obj->meta.size)) break;
-    obj = index_.Find(id);
-    if (obj == nullptr) continue;
-    auto dst = AllocateLocked(lock, want, obj->meta.size, -1, true, MovePriority::kDemand);
-    if (!dst.ok()) break;  // no room can be made: the nearest copy is pinned
-    obj = index_.Find(id);
-    if (obj == nullptr || obj->doomed || obj->move || obj->copy(want).present) {
-      if (dst->length > 0) (void)tier(want)->Free(*dst);
-      continue;
-    }
-    auto from = TopCopy(*obj, /*mapped_only=*/true);
-    if (!from || !StartMoveLocked(*obj, *from, want, MovePriority::kDemand, 0, false, *dst).ok()) {
-      if (dst->length > 0) (void)tier(want)->Free(*dst);
-      break;
-    }
-    if (!WaitForMoveLocked(lock, id, deadline)) break;
+    Status moved = MoveOnDemandLocked(lock, id, want, /*mapped_source_only=*/true, deadline);
+    if (moved.code() == StatusCode::kAborted) continue;
+    if (!moved.ok()) break;  // no room can be made: the nearest copy is pinned
   }
-  if (found.ok()) {
-    // The loop may have ended on a wait: look the object up again.
+  if (found.ok() && !current) {
+    // The loop ended on a wait or a move that could not start: look the object up again.
     StoredObject* obj = index_.Lookup(ns, key);
     if (obj == nullptr || obj->id != found->first->id) {
       found = EnsureMappedLocked(lock, ns, key);
@@ -769,189 +503,6 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
   return out;
 }
 
-Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierKind target) {
-  TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
-  if (target != TierKind::kHbm && target != TierKind::kDram) {
-    return Status::InvalidArgument("objects can be moved to hbm or dram only");
-  }
-  if (tier(target) == nullptr || tier(target)->capacity() == 0) {
-    return Status::FailedPrecondition(std::string(TierName(target)) + " tier is off");
-  }
-  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
-  std::unique_lock lock(mu_);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    StoredObject* obj = index_.Lookup(ns, key);
-    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
-    if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
-    const std::uint64_t id = obj->id;
-    if (obj->move) {
-      if (obj->move->to == target) mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
-      if (!WaitForMoveLocked(lock, id, deadline)) return Status::Unavailable("move timed out");
-      continue;
-    }
-    if (obj->copy(target).present) {
-      // A demotion request also drops the unpinned copies above the target.
-      for (TierKind k : by_level_) {
-        if (tier(k)->level() >= tier(target)->level()) break;
-        if (obj->copy(k).present && obj->copy(k).pins == 0) FreeCopyLocked(*obj, k);
-      }
-      index_.Touch(*obj, target);
-      return Status::Ok();
-    }
-    auto from = TopCopy(*obj, false);
-    if (!from) return Status::Internal(ns + "/" + key + " has no copy");
-    auto dst = AllocateLocked(lock, target, obj->meta.size, -1, true, MovePriority::kDemand);
-    if (!dst.ok()) {
-      if (dst.status().code() == StatusCode::kResourceExhausted) {
-        return Status::ResourceExhausted("no room in " + std::string(TierName(target)) + " for " +
-                                         ns + "/" + key + ": " + dst.status().message());
-      }
-      return dst.status();
-    }
-    obj = index_.Find(id);
-    if (obj == nullptr || obj->doomed || obj->move || obj->copy(target).present) {
-      (void)tier(target)->Free(*dst);
-      continue;
-    }
-    const bool down = tier(target)->level() > tier(*from)->level();
-    Status s = StartMoveLocked(*obj, *from, target, MovePriority::kDemand, 0, down, *dst);
-    if (!s.ok()) {
-      (void)tier(target)->Free(*dst);
-      return s;
-    }
-    if (!WaitForMoveLocked(lock, id, deadline)) return Status::Unavailable("move timed out");
-    obj = index_.Find(id);
-    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
-    if (obj->copy(target).present) {
-      index_.Touch(*obj, target);
-      return Status::Ok();
-    }
-    if (!obj->last_move_error.ok()) return obj->last_move_error;
-  }
-  return Status::Aborted("promotion kept losing races; try again");
-}
-
-// --- moves a plan asks for ------------------------------------------------------------------
-
-bool ObjectStore::WithinPlanBudgetLocked(std::unique_lock<std::mutex>& lock, const std::string& ns,
-                                         std::uint64_t size) {
-  if (planned_ns_.empty() || planned_ns_.count(ns) == 0) return true;
-  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
-  auto ns_bytes = [&] {
-    auto in = incoming_hbm_.find(ns);
-    return index_.HbmBytesOf(ns) + (in == incoming_hbm_.end() ? 0 : in->second);
-  };
-  const std::uint64_t want = AlignUp(size, 4096);
-  // While copies are leaving hbm, room may come: wait for it as a GPU allocator waits on its
-  // copy stream.
-  while (planned_ns_.count(ns) != 0 && ns_bytes() + want > planned_ns_[ns] &&
-         leaving_[static_cast<int>(TierKind::kHbm)] > 0) {
-    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
-  }
-  auto plan = planned_ns_.find(ns);
-  return plan == planned_ns_.end() || ns_bytes() + want <= plan->second;
-}
-
-bool ObjectStore::PlanOwnedLocked(const StoredObject& obj, TierKind tier) const {
-  return tier == TierKind::kHbm && !planned_ns_.empty() && planned_ns_.count(obj.meta.ns) != 0;
-}
-
-void ObjectStore::SetPlanned(const std::string& ns, std::uint64_t hbm_budget) {
-  std::lock_guard lock(mu_);
-  if (hbm_budget != 0) {
-    planned_ns_[ns] = hbm_budget;
-  } else {
-    planned_ns_.erase(ns);
-  }
-}
-
-void ObjectStore::set_use_observer(UseObserver observer) {
-  std::lock_guard lock(mu_);
-  observer_ = std::move(observer);
-}
-
-ObjectPlacement ObjectStore::PlacementOf(const std::string& ns, const std::string& key) {
-  std::lock_guard lock(mu_);
-  ObjectPlacement p;
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr || obj->corrupt) return p;
-  p.exists = true;
-  p.size = obj->meta.size;
-  p.in_hbm = obj->copy(TierKind::kHbm).present;
-  p.moving_to_hbm = obj->move && obj->move->to == TierKind::kHbm;
-  for (TierKind k : by_level_) {
-    if (k != TierKind::kHbm && obj->copy(k).present) p.has_lower_copy = true;
-  }
-  return p;
-}
-
-std::uint64_t ObjectStore::HbmBytesOf(const std::string& ns) {
-  std::lock_guard lock(mu_);
-  auto in = incoming_hbm_.find(ns);
-  return index_.HbmBytesOf(ns) + (in == incoming_hbm_.end() ? 0 : in->second);
-}
-
-Status ObjectStore::StartPrefetch(const std::string& ns, const std::string& key,
-                                  std::uint64_t deadline_us, MoveDone done) {
-  Tier* hbm = tier(TierKind::kHbm);
-  if (hbm == nullptr || hbm->capacity() == 0) return Status::FailedPrecondition("hbm is off");
-  std::unique_lock lock(mu_);
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
-  if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
-  if (obj->copy(TierKind::kHbm).present) return Status::AlreadyExists("already in hbm");
-  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
-  auto from = TopCopy(*obj, false);
-  if (!from) return Status::Internal(ns + "/" + key + " has no copy");
-  if (obj->meta.size == 0) {
-    // Nothing to copy: it is in hbm as soon as that is recorded. `done` is never called before
-    // this returns (the caller may hold its own lock): ALREADY_EXISTS says it happened at once.
-    TIERPOOL_RETURN_IF_ERROR(
-        StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us, false));
-    return Status::AlreadyExists(ns + "/" + key + " is empty: in hbm at once");
-  }
-  return StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us,
-                         /*drop_source=*/false, std::nullopt, std::move(done));
-}
-
-Status ObjectStore::StartOffload(const std::string& ns, const std::string& key, MoveDone done) {
-  std::unique_lock lock(mu_);
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
-  if (!obj->copy(TierKind::kHbm).present) return Status::FailedPrecondition("not in hbm");
-  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
-  if (obj->copy(TierKind::kHbm).pins > 0) {
-    return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm by a reader");
-  }
-  Tier* below = policy_->Below(TierKind::kHbm);
-  if (below == nullptr) return Status::Unavailable("no tier below hbm takes writes");
-  if (obj->present_copies() > 1 || obj->meta.size == 0) {
-    // A clean copy below (or nothing to copy): the hbm copy just goes. As above, `done` is not
-    // called; ALREADY_EXISTS says the object already had its copy below.
-    FreeCopyLocked(*obj, TierKind::kHbm);
-    ++counters_.clean_drops;
-    return Status::AlreadyExists(ns + "/" + key + " left hbm at once (a clean copy is below)");
-  }
-  return StartMoveLocked(*obj, TierKind::kHbm, below->kind(), MovePriority::kPlanned, 0,
-                         /*drop_source=*/true, std::nullopt, std::move(done));
-}
-
-Status ObjectStore::DropHbmCopy(const std::string& ns, const std::string& key) {
-  std::lock_guard lock(mu_);
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
-  ObjectCopy& c = obj->copy(TierKind::kHbm);
-  if (!c.present) return Status::Ok();
-  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
-  if (c.pins > 0) return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm");
-  if (obj->present_copies() < 2) {
-    return Status::FailedPrecondition(ns + "/" + key + " has no copy below hbm");
-  }
-  FreeCopyLocked(*obj, TierKind::kHbm);
-  ++counters_.clean_drops;
-  return Status::Ok();
-}
-
 // --- owners, expiry, maintenance ------------------------------------------------------------
 
 void ObjectStore::ReleaseOwner(std::uint64_t owner) {
@@ -985,20 +536,6 @@ void ObjectStore::ExpireLocked(std::uint64_t now_us) {
     index_.EraseLease(lease_id);
     UnpinLocked(l.object_id, l.tier);
     ++counters_.leases_expired;
-  }
-}
-
-void ObjectStore::RelieveWatermarksLocked() {
-  for (TierKind k : by_level_) {
-    // Only tiers with somewhere to move to: watermarks move objects, they never drop them.
-    if (policy_->Below(k) == nullptr) continue;
-    std::uint64_t excess = policy_->OverWatermark(k, leaving_[static_cast<int>(k)]);
-    if (excess == 0) continue;
-    for (const auto& d :
-         policy_->MakeRoom(index_, k, excess, /*instant_only=*/false, kMaxDecisions,
-                           [&](const StoredObject& o) { return PlanOwnedLocked(o, k); })) {
-      ApplyLocked(d, MovePriority::kBackground);
-    }
   }
 }
 

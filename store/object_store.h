@@ -223,6 +223,10 @@ class ObjectStore {
   const StoreConfig& config() const { return config_; }
 
  private:
+  using Steady = std::chrono::steady_clock;
+  // Victims one search may name: bounds the work a single failing allocation can cause.
+  static constexpr std::size_t kMaxDecisions = 64;
+
   ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock);
   Status ValidateName(const std::string& ns, const std::string& key) const;
   Tier* tier(TierKind kind) const { return tiers_[static_cast<int>(kind)].get(); }
@@ -244,9 +248,19 @@ class ObjectStore {
   Status StartMoveLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority,
                          std::uint64_t deadline_us, bool drop_source,
                          std::optional<Extent> dst = std::nullopt, MoveDone done = nullptr);
+  // Copies object `id` into `to` at demand priority from its nearest copy (a mapped one with
+  // mapped_source_only), making room there and waiting for the move. OK: the move ran (its
+  // outcome is the copy's presence, or last_move_error); ABORTED: the object changed meanwhile,
+  // look again; other errors: no room, or the move could not start.
+  Status MoveOnDemandLocked(std::unique_lock<std::mutex>& lock, std::uint64_t id, TierKind to,
+                            bool mapped_source_only, Steady::time_point deadline);
+  // Clears obj.move and undoes what starting it counted (bytes leaving, room incoming); the
+  // caller frees or keeps its destination extent.
+  ObjectMove EndMoveLocked(StoredObject& obj);
   void OnMoveDone(std::uint64_t object_id, const MoveResult& result);
   void OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& result,
                         std::vector<MoveDone>* callbacks);
+  std::uint64_t HbmBytesOfLocked(const std::string& ns) const;
   // The skip predicate for the policy: hbm copies in planned namespaces.
   bool PlanOwnedLocked(const StoredObject& obj, TierKind tier) const;
   // For a planned namespace: true when `size` more bytes in hbm keep it within the job's budget,
@@ -256,7 +270,7 @@ class ObjectStore {
   // Waits (mu_ released) until obj has no move in flight or the deadline passes. False on
   // timeout. obj may be freed meanwhile: callers look it up again by id.
   bool WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
-                         std::chrono::steady_clock::time_point deadline);
+                         Steady::time_point deadline);
   // Makes sure the named object has a copy clients can map (bringing it back from nvme if it
   // must), and returns it with that copy's tier.
   Result<std::pair<StoredObject*, TierKind>> EnsureMappedLocked(std::unique_lock<std::mutex>& lock,

@@ -62,6 +62,14 @@ Status CheckBatch(const Items& items, std::uint32_t max) {
   return Status::Ok();
 }
 
+// Appends a named counter to a stat reply or a job's entry in it.
+template <typename Message>
+void AddCounter(Message* m, const std::string& name, std::uint64_t value) {
+  auto* c = m->add_counters();
+  c->set_name(name);
+  c->set_value(value);
+}
+
 // Enum values from the wire are checked: an out-of-range value is an error, not a cast.
 Status CheckSpec(const wire::PutSpec& w) {
   if (!wire::ObjectKind_IsValid(w.kind())) return Status::InvalidArgument("unknown object kind");
@@ -347,11 +355,7 @@ void StoreService::HandleStat(wire::StatReply* reply) {
     w->set_checksum_failures(t.tier.checksum_failures);
     w->set_peak_used_bytes(t.tier.peak_used_bytes);
   }
-  auto add = [reply](const char* name, std::uint64_t v) {
-    auto* c = reply->add_counters();
-    c->set_name(name);
-    c->set_value(v);
-  };
+  auto add = [reply](const std::string& name, std::uint64_t v) { AddCounter(reply, name, v); };
   add("objects", s.objects);
   add("reservations_open", s.reservations_open);
   add("leases_open", s.leases_open);
@@ -386,11 +390,7 @@ void StoreService::HandleStat(wire::StatReply* reply) {
   for (const auto& l : s.links) {
     const std::string link =
         "link_" + std::string(TierName(l.from)) + "_" + std::string(TierName(l.to)) + "_";
-    auto add_link = [&](const char* what, std::uint64_t v) {
-      auto* c = reply->add_counters();
-      c->set_name(link + what);
-      c->set_value(v);
-    };
+    auto add_link = [&](const char* what, std::uint64_t v) { add(link + what, v); };
     add_link("bytes", l.bytes);
     add_link("completed", l.completed);
     add_link("failed", l.failed);
@@ -412,11 +412,8 @@ void StoreService::HandleStat(wire::StatReply* reply) {
       w->set_iteration(j.iteration);
       w->set_step(j.step);
       w->set_pending_prefetches(j.pending);
-      VisitJobCounters(j.counters, [w](const char* name, std::uint64_t v) {
-        auto* c = w->add_counters();
-        c->set_name(name);
-        c->set_value(v);
-      });
+      VisitJobCounters(j.counters,
+                       [w](const char* name, std::uint64_t v) { AddCounter(w, name, v); });
     }
   }
   reply->set_uptime_ms(

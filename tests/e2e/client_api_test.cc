@@ -125,16 +125,6 @@ TEST_F(ClientApi, NamespacesAreSeparate) {
   EXPECT_EQ(client_->Stat("shared-name")->size, 4u);
 }
 
-std::string RunShell(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *rc = WEXITSTATUS(::pclose(p));
-  return out;
-}
-
 TEST_F(ClientApi, CommandLineTool) {
   std::string cli = std::string(TIERPOOL_CLI_PATH) + " --socket " + server_->socket() + " ";
   std::string in = ::testing::TempDir() + "/cli-in.bin",

@@ -63,16 +63,6 @@ Schedule SmallTraining(int layers, std::uint64_t act, std::uint64_t weight) {
   return s;
 }
 
-std::string RunShell(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *rc = WEXITSTATUS(::pclose(p));
-  return out;
-}
-
 TEST(Plans, RegistrationIsChecked) {
   ServerProcess server({"--dram", "64M", "--hbm", "16M"});
   ASSERT_TRUE(server.started());

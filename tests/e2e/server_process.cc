@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <array>
+#include <cstdio>
 
 #include <atomic>
 #include <chrono>
@@ -93,6 +95,16 @@ std::string Pattern(std::uint64_t seed, std::size_t size) {
   }
   for (; i < size; ++i) s[i] = static_cast<char>(rng());
   return s;
+}
+
+std::string RunShell(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *rc = WEXITSTATUS(::pclose(p));
+  return out;
 }
 
 }  // namespace tierpool::testing

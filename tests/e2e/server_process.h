@@ -32,6 +32,10 @@ class ServerProcess {
   bool started_ = false;
 };
 
+// Runs a shell command; returns what it printed (stdout and stderr) and sets *rc to its exit
+// status.
+std::string RunShell(const std::string& cmd, int* rc);
+
 // Deterministic bytes for (seed, size), so any reader can check what it got.
 std::string Pattern(std::uint64_t seed, std::size_t size);
 

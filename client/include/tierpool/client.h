@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tierpool/status.h"
@@ -25,6 +26,14 @@ namespace tierpool {
 namespace detail {
 class ClientCore;
 struct PooledConnection;
+// A named counter's value in a stat reply's list; 0 when absent.
+inline std::uint64_t Find(const std::vector<std::pair<std::string, std::uint64_t>>& counters,
+                          std::string_view name) {
+  for (const auto& [n, v] : counters) {
+    if (n == name) return v;
+  }
+  return 0;
+}
 }  // namespace detail
 
 struct ClientOptions {
@@ -95,12 +104,7 @@ struct JobInfo {
   // hits, late, late_wait_us, misses, bytes_in, bytes_out, actions_issued, dropped_clean,
   // actions_skipped, actions_cancelled, waited_for_room, failed, budget_peak_bytes
   std::vector<std::pair<std::string, std::uint64_t>> counters;
-  std::uint64_t counter(std::string_view name) const {
-    for (const auto& [n, v] : counters) {
-      if (n == name) return v;
-    }
-    return 0;
-  }
+  std::uint64_t counter(std::string_view name) const { return detail::Find(counters, name); }
 };
 
 // A move between tiers that the server finished (StatOptions::moves_since_us).
@@ -126,12 +130,7 @@ struct ServerStats {
   std::vector<TierInfo> tiers;
   std::vector<std::pair<std::string, std::uint64_t>> counters;
   std::vector<JobInfo> jobs;
-  std::uint64_t counter(std::string_view name) const {
-    for (const auto& [n, v] : counters) {
-      if (n == name) return v;
-    }
-    return 0;
-  }
+  std::uint64_t counter(std::string_view name) const { return detail::Find(counters, name); }
 };
 
 // A pinned, read-only object the caller reads in place. The server will not move or free it

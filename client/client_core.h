@@ -1,0 +1,240 @@
+// The client library's internals, shared by its source files (not installed, not public):
+// the arena mappings, pooled connections, the async task queue, the connection pool
+// (ClientCore) and the Borrowed guard.
+//
+// Locking: ClientCore's pool and TaskQueue guard themselves; a PooledConnection serializes its
+// calls with its own mutex; ArenaMappings is written once at connect, then only read.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/defaults.h"
+#include "tierpool/client.h"
+#include "transport/blocking_connection.h"
+
+namespace tierpool {
+namespace detail {
+
+using transport::FromWire;
+
+// The server's arenas, mapped once per client and kept while any connection or view uses them.
+class ArenaMappings {
+ public:
+  ~ArenaMappings() {
+    for (auto& [id, m] : maps_) ::munmap(m.base, m.size);
+  }
+  Status Map(const wire::HelloReply& hello, std::vector<UniqueFd>& fds) {
+    for (const auto& a : hello.arenas()) {
+      if (a.fd_index() < 0) continue;
+      if (static_cast<std::size_t>(a.fd_index()) >= fds.size()) {
+        return Status::Internal("server described an arena it did not pass");
+      }
+      void* p = ::mmap(nullptr, a.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                       fds[static_cast<std::size_t>(a.fd_index())].get(), 0);
+      if (p == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
+      maps_[a.id()] = {static_cast<std::byte*>(p), a.size()};
+    }
+    return Status::Ok();
+  }
+  // nullptr when the extent is not inside a mapped arena.
+  std::byte* Address(const wire::Extent& e) const {
+    auto it = maps_.find(e.arena_id());
+    if (it == maps_.end() || e.offset() > it->second.size ||
+        e.length() > it->second.size - e.offset()) {
+      return nullptr;
+    }
+    return it->second.base + e.offset();
+  }
+
+ private:
+  struct Map_ {
+    std::byte* base;
+    std::uint64_t size;
+  };
+  std::unordered_map<std::uint32_t, Map_> maps_;
+};
+
+struct PooledConnection {
+  std::mutex mu;
+  std::unique_ptr<transport::BlockingConnection> conn;
+  std::shared_ptr<ArenaMappings> mappings;
+  std::uint64_t next_id = 1;
+
+  Status Call(wire::Request& req, wire::Response* resp) {
+    std::lock_guard lock(mu);
+    req.set_id(next_id++);
+    return conn->Call(req, resp);
+  }
+  void SendOneWay(wire::Request& req) {
+    std::lock_guard lock(mu);
+    req.set_id(next_id++);
+    (void)conn->Send(req);  // a dead connection's pins are released by the server anyway
+  }
+};
+
+class TaskQueue {
+ public:
+  explicit TaskQueue(int threads) {
+    for (int i = 0; i < threads; ++i) {
+      workers_.emplace_back([this] {
+        for (;;) {
+          std::function<void()> task;
+          {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+            if (tasks_.empty()) return;
+            task = std::move(tasks_.front());
+            tasks_.pop_front();
+          }
+          task();
+        }
+      });
+    }
+  }
+  ~TaskQueue() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void Submit(std::function<void()> task) {
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> workers_;
+  bool stop_ = false;
+};
+
+class ClientCore {
+ public:
+  ClientOptions options;
+  wire::Limits limits;
+  std::shared_ptr<ArenaMappings> mappings = std::make_shared<ArenaMappings>();
+
+  ~ClientCore() { ShutdownTasks(); }
+  // Runs what is queued and stops the workers; later async calls start them again.
+  void ShutdownTasks() { tasks_.reset(); }
+
+  Result<std::shared_ptr<PooledConnection>> Open(bool first) {
+    auto conn = transport::BlockingConnection::Connect(options.socket_path);
+    if (!conn.ok()) return conn.status();
+    auto pc = std::make_shared<PooledConnection>();
+    pc->conn = std::move(conn).value();
+    pc->mappings = mappings;
+    wire::Request req;
+    req.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+    req.mutable_hello()->set_client_name(options.client_name);
+    req.set_id(pc->next_id++);
+    wire::Response resp;
+    std::vector<UniqueFd> fds;
+    TIERPOOL_RETURN_IF_ERROR(pc->conn->Call(req, &resp, &fds));
+    if (!resp.has_hello()) return Status::Internal("server did not answer the handshake");
+    if (first) {
+      limits = resp.hello().limits();
+      TIERPOOL_RETURN_IF_ERROR(mappings->Map(resp.hello(), fds));
+    }
+    pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
+    pc->conn->set_busy_poll_us(options.busy_poll_us);
+    return pc;
+  }
+
+  Result<std::shared_ptr<PooledConnection>> Acquire() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (!idle_.empty()) {
+        auto c = std::move(idle_.back());
+        idle_.pop_back();
+        return c;
+      }
+      if (open_ < options.max_connections) break;
+      cv_.wait(lock);
+    }
+    ++open_;
+    lock.unlock();
+    auto c = Open(false);
+    if (!c.ok()) {
+      lock.lock();
+      --open_;
+      cv_.notify_one();
+    }
+    return c;
+  }
+
+  void Return(std::shared_ptr<PooledConnection> c) {
+    std::lock_guard lock(mu_);
+    if (c->conn->broken()) {
+      --open_;  // dropped; a later call opens a fresh one
+    } else {
+      idle_.push_back(std::move(c));
+    }
+    cv_.notify_one();
+  }
+
+  void AddFirst(std::shared_ptr<PooledConnection> c) {
+    std::lock_guard lock(mu_);
+    ++open_;
+    idle_.push_back(std::move(c));
+  }
+
+  TaskQueue& tasks() {
+    std::call_once(tasks_once_, [this] {
+      tasks_ = std::make_unique<TaskQueue>(std::max(1, options.async_threads));
+    });
+    return *tasks_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<PooledConnection>> idle_;
+  int open_ = 0;
+  std::once_flag tasks_once_;
+  std::unique_ptr<TaskQueue> tasks_;
+};
+
+// Borrows a pooled connection for one call.
+class Borrowed {
+ public:
+  explicit Borrowed(ClientCore* core) : core_(core) {
+    auto c = core->Acquire();
+    if (c.ok()) {
+      conn_ = std::move(c).value();
+    } else {
+      status_ = c.status();
+    }
+  }
+  ~Borrowed() {
+    if (conn_) core_->Return(std::move(conn_));
+  }
+  const Status& status() const { return status_; }
+  PooledConnection* operator->() { return conn_.get(); }
+  const std::shared_ptr<PooledConnection>& shared() { return conn_; }
+
+ private:
+  ClientCore* core_;
+  std::shared_ptr<PooledConnection> conn_;
+  Status status_;
+};
+
+}  // namespace detail
+
+}  // namespace tierpool

@@ -1,0 +1,339 @@
+// ObjectStore's data movement: making room by the placement policy's decisions, starting moves
+// on the mover and applying their completions, demand moves that a caller waits for (a read-back,
+// a promotion), and watermark relief. The class and its locking: store/object_store.h.
+#include <algorithm>
+#include <chrono>
+
+#include "common/checksum.h"
+#include "common/logging.h"
+#include "common/units.h"
+#include "store/object_store.h"
+
+namespace tierpool {
+
+// --- making room and moving -----------------------------------------------------------------
+
+Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind to,
+                                    MovePriority priority, std::uint64_t deadline_us,
+                                    bool drop_source, std::optional<Extent> dst, MoveDone done) {
+  if (obj.move) return Status::Aborted("object is already moving");
+  if (!obj.copy(from).present) return Status::FailedPrecondition("no copy to move from");
+  if (obj.copy(to).present) return Status::Ok();
+  Tier* target = tier(to);
+  if (target == nullptr) return Status::FailedPrecondition(std::string(TierName(to)) + " is off");
+  if (obj.meta.size == 0) {
+    // Nothing to copy: the copy exists as soon as it is recorded.
+    index_.SetCopy(obj, to, Extent{});
+    if (drop_source && obj.copy(from).pins == 0) FreeCopyLocked(obj, from);
+    UpdateTopLocked(obj);
+    moved_.notify_all();
+    return Status::Ok();
+  }
+  if (!dst) {
+    if (Status w = target->CheckWritable(); !w.ok()) return w;
+    auto e = target->Allocate(obj.meta.size, -1);
+    if (!e.ok()) {
+      // Room that costs no transfer (and no wait) only: a move never waits for another.
+      for (const auto& d : policy_->MakeRoom(
+               index_, to, target->Footprint(obj.meta.size), /*instant_only=*/true, kMaxDecisions,
+               [&](const StoredObject& o) { return PlanOwnedLocked(o, to); })) {
+        if (d.object_id != obj.id) ApplyLocked(d, priority);
+      }
+      e = target->Allocate(obj.meta.size, -1);
+      if (!e.ok()) return e.status();
+    }
+    dst = *e;
+  }
+  ObjectMove m;
+  m.from = from;
+  m.to = to;
+  m.dst = *dst;
+  m.drop_source = drop_source;
+  m.priority = priority;
+  if (done) m.on_done.push_back(std::move(done));
+  obj.move = std::move(m);
+  if (drop_source) leaving_[static_cast<int>(from)] += obj.meta.size;
+  if (to == TierKind::kHbm) incoming_hbm_[obj.meta.ns] += dst->length;
+  index_.Refresh(obj);
+  MoveRequest r;
+  r.from = tier(from);
+  r.src = obj.copy(from).extent;
+  r.to = target;
+  r.dst = *dst;
+  r.info = RecordInfo{KeyHash(obj.meta.ns, obj.meta.key), obj.id, obj.meta.size, obj.meta.checksum};
+  r.priority = priority;
+  r.deadline_us = deadline_us;
+  const std::uint64_t id = obj.id;
+  r.done = [this, id](const MoveResult& result) { OnMoveDone(id, result); };
+  obj.move->op_id = mover_->Submit(std::move(r));
+  return Status::Ok();
+}
+
+ObjectMove ObjectStore::EndMoveLocked(StoredObject& obj) {
+  ObjectMove m = std::move(*obj.move);
+  obj.move.reset();
+  if (m.drop_source) leaving_[static_cast<int>(m.from)] -= obj.meta.size;
+  if (m.to == TierKind::kHbm) {
+    auto in = incoming_hbm_.find(obj.meta.ns);
+    if ((in->second -= m.dst.length) == 0) incoming_hbm_.erase(in);
+  }
+  return m;
+}
+
+void ObjectStore::OnMoveDone(std::uint64_t object_id, const MoveResult& result) {
+  std::vector<MoveDone> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    OnMoveDoneLocked(object_id, result, &callbacks);
+  }
+  for (auto& done : callbacks) done(result.status);
+}
+
+void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& result,
+                                   std::vector<MoveDone>* callbacks) {
+  moved_.notify_all();
+  StoredObject* obj = index_.Find(object_id);
+  if (obj == nullptr || !obj->move) return;  // cannot happen: moving objects are kept
+  *callbacks = std::move(obj->move->on_done);
+  const ObjectMove m = EndMoveLocked(*obj);
+  auto free_dst = [&] {
+    if (m.dst.length > 0) (void)tier(m.to)->Free(m.dst);
+  };
+  const Status& s = result.status;
+  if (!s.ok()) {
+    free_dst();
+    obj->last_move_error = s;
+    if (m.to == TierKind::kNvme) ++counters_.spill_failures;
+    if (m.from == TierKind::kNvme) ++counters_.nvme_read_failures;
+    // DATA_LOSS may be the device garbling the copy (a write-verify read) or the source in
+    // memory no longer matching its checksum; only the second quarantines. Checking costs a
+    // pass over the source, on this failure path only.
+    const ObjectCopy& src = obj->copy(m.from);
+    if (s.code() == StatusCode::kDataLoss && mapped(m.from) && src.present && obj->meta.size > 0 &&
+        Xxh3(tier(m.from)->HostAddress(src.extent), obj->meta.size) != obj->meta.checksum) {
+      ++counters_.corrupt_in_memory;
+      QuarantineLocked(*obj, s);
+    } else {
+      if (m.drop_source) ++failed_out_[static_cast<int>(m.from)];
+    }
+    if (obj->corrupt) {
+      // quarantined above: not retried, so not a sign that the tier below is failing
+    } else if (s.code() != StatusCode::kUnavailable) {
+      spdlog::warn("moving {}/{} from {} to {}: {}", obj->meta.ns, obj->meta.key, TierName(m.from),
+                   TierName(m.to), s.ToString());
+    }
+    index_.Refresh(*obj);
+    MaybeFreeLocked(*obj);
+    return;
+  }
+  if (obj->doomed) {
+    free_dst();
+    ++counters_.migrations_aborted;
+    MaybeFreeLocked(*obj);
+    return;
+  }
+  obj->last_move_error = Status::Ok();
+  index_.SetCopy(*obj, m.to, m.dst);
+  const bool down = tier(m.to)->level() > tier(m.from)->level();
+  if (m.to == TierKind::kNvme) {
+    ++counters_.spills;
+  } else if (m.from == TierKind::kNvme) {
+    ++counters_.nvme_reads;
+  } else if (down) {
+    ++counters_.demotions;
+  } else {
+    ++counters_.promotions;
+  }
+  // A pinned source stays: its reader holds its address. It is a clean copy now.
+  if (m.drop_source && obj->copy(m.from).pins == 0) FreeCopyLocked(*obj, m.from);
+  UpdateTopLocked(*obj);
+  index_.Refresh(*obj);
+}
+
+bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority) {
+  StoredObject* obj = index_.Find(d.object_id);
+  if (obj == nullptr || obj->doomed || obj->move || obj->corrupt) return false;
+  ObjectCopy& c = obj->copy(d.from);
+  if (!c.present || c.pins > 0) return false;
+  switch (d.action) {
+    case PlacementDecision::Action::kDropCopy:
+      if (obj->present_copies() < 2) return false;
+      FreeCopyLocked(*obj, d.from);
+      ++counters_.clean_drops;
+      return true;
+    case PlacementDecision::Action::kEvict:
+      if (obj->meta.durability != Durability::kCache) return false;
+      spdlog::debug("evicting cache object {}/{} ({}) from {}", obj->meta.ns, obj->meta.key,
+                    FormatBytes(obj->meta.size), TierName(d.from));
+      ++counters_.evictions;
+      DoomLocked(*obj);
+      return true;
+    case PlacementDecision::Action::kMoveDown: {
+      Status s = StartMoveLocked(*obj, d.from, d.to, priority, 0, /*drop_source=*/true);
+      if (s.ok()) return true;
+      if (s.code() == StatusCode::kResourceExhausted &&
+          obj->meta.durability == Durability::kCache) {
+        // No room below for a cache object: it goes (a miss is recomputed).
+        ++counters_.evictions;
+        DoomLocked(*obj);
+        return true;
+      }
+      return false;
+    }
+  }
+  return false;
+}
+
+Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
+                                           std::uint64_t size, int numa_hint, bool may_wait,
+                                           MovePriority priority) {
+  Tier* t = tier(kind);
+  if (t == nullptr) return Status::FailedPrecondition(std::string(TierName(kind)) + " tier is off");
+  if (size == 0) return Extent{};  // an empty object takes no room anywhere
+  const std::uint64_t footprint = t->Footprint(size);
+  if (footprint > t->capacity()) {
+    return Status::ResourceExhausted(FormatBytes(size) + " is larger than the whole " +
+                                     std::string(TierName(kind)) + " tier (" +
+                                     FormatBytes(t->capacity()) + ")");
+  }
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  const std::uint64_t failures_seen = failed_out_[static_cast<int>(kind)];
+  for (;;) {
+    auto extent = t->Allocate(size, numa_hint);
+    if (extent.ok()) return extent;
+    const std::uint64_t leaving = leaving_[static_cast<int>(kind)];
+    const std::uint64_t want = footprint > leaving ? footprint - leaving : 0;
+    bool instant = false;
+    int started = 0;
+    for (const auto& d :
+         policy_->MakeRoom(index_, kind, std::max<std::uint64_t>(want, 1), !may_wait, kMaxDecisions,
+                           [&](const StoredObject& o) { return PlanOwnedLocked(o, kind); })) {
+      if (!ApplyLocked(d, priority)) continue;
+      if (d.action == PlacementDecision::Action::kMoveDown) {
+        ++started;
+      } else {
+        instant = true;
+      }
+    }
+    if (instant) continue;  // room freed at once: try again
+    if (!may_wait || (started == 0 && leaving_[static_cast<int>(kind)] == 0)) {
+      return extent.status();
+    }
+    // Moves out of this tier are under way: wait for one to land, then look again. A move that
+    // fails again and again (a failing device) ends the wait instead of repeating forever.
+    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return Status::ResourceExhausted("timed out after " + std::to_string(config_.room_wait_ms) +
+                                       " ms waiting for room in " + std::string(TierName(kind)));
+    }
+    if (failed_out_[static_cast<int>(kind)] > failures_seen + 2) return extent.status();
+  }
+}
+
+bool ObjectStore::WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
+                                    Steady::time_point deadline) {
+  StoredObject* obj = index_.Find(object_id);
+  if (obj == nullptr) return true;
+  ++obj->holds;
+  bool in_time = true;
+  for (;;) {
+    obj = index_.Find(object_id);
+    if (obj == nullptr || !obj->move) break;
+    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      in_time = false;
+      break;
+    }
+  }
+  if (obj != nullptr) {
+    --obj->holds;
+    index_.Refresh(*obj);
+  }
+  return in_time;
+}
+
+Status ObjectStore::MoveOnDemandLocked(std::unique_lock<std::mutex>& lock, std::uint64_t id,
+                                       TierKind to, bool mapped_source_only,
+                                       Steady::time_point deadline) {
+  StoredObject* obj = index_.Find(id);
+  if (obj == nullptr) return Status::Aborted("the object went while it was looked at");
+  auto dst = AllocateLocked(lock, to, obj->meta.size, -1, true, MovePriority::kDemand);
+  if (!dst.ok()) return dst.status();
+  obj = index_.Find(id);
+  const auto from = obj != nullptr ? TopCopy(*obj, mapped_source_only) : std::nullopt;
+  if (obj == nullptr || obj->doomed || obj->move || obj->copy(to).present || !from) {
+    if (dst->length > 0) (void)tier(to)->Free(*dst);
+    return Status::Aborted("the object changed while room was made");  // look again
+  }
+  const bool down = tier(to)->level() > tier(*from)->level();
+  Status s = StartMoveLocked(*obj, *from, to, MovePriority::kDemand, 0, down, *dst);
+  if (!s.ok()) {
+    if (dst->length > 0) (void)tier(to)->Free(*dst);
+    return s;
+  }
+  if (!WaitForMoveLocked(lock, id, deadline)) {
+    return Status::Unavailable("timed out waiting for a move into " + std::string(TierName(to)));
+  }
+  return Status::Ok();
+}
+
+Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierKind target) {
+  TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
+  if (target != TierKind::kHbm && target != TierKind::kDram) {
+    return Status::InvalidArgument("objects can be moved to hbm or dram only");
+  }
+  if (tier(target) == nullptr || tier(target)->capacity() == 0) {
+    return Status::FailedPrecondition(std::string(TierName(target)) + " tier is off");
+  }
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  std::unique_lock lock(mu_);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    StoredObject* obj = index_.Lookup(ns, key);
+    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+    if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
+    const std::uint64_t id = obj->id;
+    if (obj->move) {
+      if (obj->move->to == target) mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
+      if (!WaitForMoveLocked(lock, id, deadline)) return Status::Unavailable("move timed out");
+      continue;
+    }
+    if (obj->copy(target).present) {
+      // A demotion request also drops the unpinned copies above the target.
+      for (TierKind k : by_level_) {
+        if (tier(k)->level() >= tier(target)->level()) break;
+        if (obj->copy(k).present && obj->copy(k).pins == 0) FreeCopyLocked(*obj, k);
+      }
+      index_.Touch(*obj, target);
+      return Status::Ok();
+    }
+    Status moved = MoveOnDemandLocked(lock, id, target, false, deadline);
+    if (moved.code() == StatusCode::kAborted) continue;
+    if (moved.code() == StatusCode::kResourceExhausted) {
+      return Status::ResourceExhausted("no room in " + std::string(TierName(target)) + " for " +
+                                       ns + "/" + key + ": " + moved.message());
+    }
+    if (!moved.ok()) return moved;
+    obj = index_.Find(id);
+    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+    if (obj->copy(target).present) {
+      index_.Touch(*obj, target);
+      return Status::Ok();
+    }
+    if (!obj->last_move_error.ok()) return obj->last_move_error;
+  }
+  return Status::Aborted("promotion kept losing races; try again");
+}
+
+void ObjectStore::RelieveWatermarksLocked() {
+  for (TierKind k : by_level_) {
+    // Only tiers with somewhere to move to: watermarks move objects, they never drop them.
+    if (policy_->Below(k) == nullptr) continue;
+    std::uint64_t excess = policy_->OverWatermark(k, leaving_[static_cast<int>(k)]);
+    if (excess == 0) continue;
+    for (const auto& d :
+         policy_->MakeRoom(index_, k, excess, /*instant_only=*/false, kMaxDecisions,
+                           [&](const StoredObject& o) { return PlanOwnedLocked(o, k); })) {
+      ApplyLocked(d, MovePriority::kBackground);
+    }
+  }
+}
+
+}  // namespace tierpool

@@ -1,0 +1,131 @@
+// ObjectStore's side of a registered plan: the non-blocking moves the executor asks for
+// (through store/plan_binding.h), per-namespace hbm bytes, and the plan budget that puts and
+// on-demand promotions keep. The class and its locking: store/object_store.h.
+#include "common/units.h"
+#include "store/object_store.h"
+
+namespace tierpool {
+
+// --- moves a plan asks for ------------------------------------------------------------------
+
+bool ObjectStore::WithinPlanBudgetLocked(std::unique_lock<std::mutex>& lock, const std::string& ns,
+                                         std::uint64_t size) {
+  if (planned_ns_.empty() || planned_ns_.count(ns) == 0) return true;
+  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  auto ns_bytes = [&] { return HbmBytesOfLocked(ns); };
+  const std::uint64_t want = AlignUp(size, 4096);
+  // While copies are leaving hbm, room may come: wait for it as a GPU allocator waits on its
+  // copy stream.
+  while (planned_ns_.count(ns) != 0 && ns_bytes() + want > planned_ns_[ns] &&
+         leaving_[static_cast<int>(TierKind::kHbm)] > 0) {
+    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+  }
+  auto plan = planned_ns_.find(ns);
+  return plan == planned_ns_.end() || ns_bytes() + want <= plan->second;
+}
+
+bool ObjectStore::PlanOwnedLocked(const StoredObject& obj, TierKind tier) const {
+  return tier == TierKind::kHbm && !planned_ns_.empty() && planned_ns_.count(obj.meta.ns) != 0;
+}
+
+void ObjectStore::SetPlanned(const std::string& ns, std::uint64_t hbm_budget) {
+  std::lock_guard lock(mu_);
+  if (hbm_budget != 0) {
+    planned_ns_[ns] = hbm_budget;
+  } else {
+    planned_ns_.erase(ns);
+  }
+}
+
+void ObjectStore::set_use_observer(UseObserver observer) {
+  std::lock_guard lock(mu_);
+  observer_ = std::move(observer);
+}
+
+ObjectPlacement ObjectStore::PlacementOf(const std::string& ns, const std::string& key) {
+  std::lock_guard lock(mu_);
+  ObjectPlacement p;
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr || obj->corrupt) return p;
+  p.exists = true;
+  p.size = obj->meta.size;
+  p.in_hbm = obj->copy(TierKind::kHbm).present;
+  p.moving_to_hbm = obj->move && obj->move->to == TierKind::kHbm;
+  for (TierKind k : by_level_) {
+    if (k != TierKind::kHbm && obj->copy(k).present) p.has_lower_copy = true;
+  }
+  return p;
+}
+
+std::uint64_t ObjectStore::HbmBytesOf(const std::string& ns) {
+  std::lock_guard lock(mu_);
+  return HbmBytesOfLocked(ns);
+}
+
+std::uint64_t ObjectStore::HbmBytesOfLocked(const std::string& ns) const {
+  auto in = incoming_hbm_.find(ns);
+  return index_.HbmBytesOf(ns) + (in == incoming_hbm_.end() ? 0 : in->second);
+}
+
+Status ObjectStore::StartPrefetch(const std::string& ns, const std::string& key,
+                                  std::uint64_t deadline_us, MoveDone done) {
+  Tier* hbm = tier(TierKind::kHbm);
+  if (hbm == nullptr || hbm->capacity() == 0) return Status::FailedPrecondition("hbm is off");
+  std::unique_lock lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
+  if (obj->copy(TierKind::kHbm).present) return Status::AlreadyExists("already in hbm");
+  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
+  auto from = TopCopy(*obj, false);
+  if (!from) return Status::Internal(ns + "/" + key + " has no copy");
+  if (obj->meta.size == 0) {
+    // Nothing to copy: it is in hbm as soon as that is recorded. `done` is never called before
+    // this returns (the caller may hold its own lock): ALREADY_EXISTS says it happened at once.
+    TIERPOOL_RETURN_IF_ERROR(
+        StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us, false));
+    return Status::AlreadyExists(ns + "/" + key + " is empty: in hbm at once");
+  }
+  return StartMoveLocked(*obj, *from, TierKind::kHbm, MovePriority::kPlanned, deadline_us,
+                         /*drop_source=*/false, std::nullopt, std::move(done));
+}
+
+Status ObjectStore::StartOffload(const std::string& ns, const std::string& key, MoveDone done) {
+  std::unique_lock lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  if (!obj->copy(TierKind::kHbm).present) return Status::FailedPrecondition("not in hbm");
+  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
+  if (obj->copy(TierKind::kHbm).pins > 0) {
+    return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm by a reader");
+  }
+  Tier* below = policy_->Below(TierKind::kHbm);
+  if (below == nullptr) return Status::Unavailable("no tier below hbm takes writes");
+  if (obj->present_copies() > 1 || obj->meta.size == 0) {
+    // A clean copy below (or nothing to copy): the hbm copy just goes. As above, `done` is not
+    // called; ALREADY_EXISTS says the object already had its copy below.
+    FreeCopyLocked(*obj, TierKind::kHbm);
+    ++counters_.clean_drops;
+    return Status::AlreadyExists(ns + "/" + key + " left hbm at once (a clean copy is below)");
+  }
+  return StartMoveLocked(*obj, TierKind::kHbm, below->kind(), MovePriority::kPlanned, 0,
+                         /*drop_source=*/true, std::nullopt, std::move(done));
+}
+
+Status ObjectStore::DropHbmCopy(const std::string& ns, const std::string& key) {
+  std::lock_guard lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  ObjectCopy& c = obj->copy(TierKind::kHbm);
+  if (!c.present) return Status::Ok();
+  if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
+  if (c.pins > 0) return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm");
+  if (obj->present_copies() < 2) {
+    return Status::FailedPrecondition(ns + "/" + key + " has no copy below hbm");
+  }
+  FreeCopyLocked(*obj, TierKind::kHbm);
+  ++counters_.clean_drops;
+  return Status::Ok();
+}
+
+}  // namespace tierpool

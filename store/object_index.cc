@@ -35,8 +35,9 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
   obj->expiry_us = expiry_us;
   StoredObject& ref = *obj;
   reservation_ids_.insert(ref.id);
-  reservations_by_expiry_.emplace(expiry_us, ref.id);
+  if (expiry_us != 0) reservations_by_expiry_.emplace(expiry_us, ref.id);
   reservations_by_owner_.emplace(owner, ref.id);
+  Count(owner, 1, static_cast<std::int64_t>(ref.meta.size), 0);
   objects_.emplace(ref.id, std::move(obj));
   return ref;
 }
@@ -46,6 +47,28 @@ void ObjectIndex::EraseReservation(std::uint64_t id) {
   StoredObject& obj = *objects_.at(id);
   reservations_by_expiry_.erase({obj.expiry_us, id});
   reservations_by_owner_.erase({obj.owner, id});
+  Count(obj.owner, -1, -static_cast<std::int64_t>(obj.meta.size), 0);
+}
+
+void ObjectIndex::ClearReservationDeadline(std::uint64_t id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end() || reservation_ids_.count(id) == 0) return;
+  reservations_by_expiry_.erase({it->second->expiry_us, id});
+  it->second->expiry_us = 0;
+}
+
+void ObjectIndex::Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes,
+                        std::int64_t leases) {
+  OwnerHoldings& h = holdings_[owner];
+  h.reservations += static_cast<std::uint64_t>(reservations);
+  h.reserved_bytes += static_cast<std::uint64_t>(bytes);
+  h.leases += static_cast<std::uint64_t>(leases);
+  if (h.reservations == 0 && h.leases == 0) holdings_.erase(owner);
+}
+
+OwnerHoldings ObjectIndex::HoldingsOf(std::uint64_t owner) const {
+  auto it = holdings_.find(owner);
+  return it == holdings_.end() ? OwnerHoldings{} : it->second;
 }
 
 StoredObject* ObjectIndex::Commit(StoredObject& obj) {
@@ -178,8 +201,9 @@ std::uint64_t ObjectIndex::HbmBytesOf(const std::string& ns) const {
 std::uint64_t ObjectIndex::AddLease(const Lease& lease) {
   std::uint64_t id = NextId();
   leases_.emplace(id, lease);
-  leases_by_expiry_.emplace(lease.expiry_us, id);
+  if (lease.expiry_us != 0) leases_by_expiry_.emplace(lease.expiry_us, id);
   leases_by_owner_.emplace(lease.owner, id);
+  Count(lease.owner, 0, 0, 1);
   return id;
 }
 
@@ -193,7 +217,15 @@ void ObjectIndex::EraseLease(std::uint64_t lease_id) {
   if (it == leases_.end()) return;
   leases_by_expiry_.erase({it->second.expiry_us, lease_id});
   leases_by_owner_.erase({it->second.owner, lease_id});
+  Count(it->second.owner, 0, 0, -1);
   leases_.erase(it);
+}
+
+void ObjectIndex::ClearLeaseDeadline(std::uint64_t lease_id) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return;
+  leases_by_expiry_.erase({it->second.expiry_us, lease_id});
+  it->second.expiry_us = 0;
 }
 
 namespace {

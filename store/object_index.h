@@ -79,13 +79,20 @@ struct Lease {
 //   kRedundant: movable copies whose object has another copy: dropping one costs no transfer.
 enum class CandidateSet : std::uint8_t { kMovable = 0, kCache = 1, kRedundant = 2 };
 
+// What one owner (a connection) holds open: the per-client limits are checked against it.
+struct OwnerHoldings {
+  std::uint64_t reservations = 0;
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t leases = 0;
+};
+
 class ObjectIndex {
  public:
   using Name = std::pair<std::string, std::string>;  // (namespace, key)
 
   StoredObject* Find(std::uint64_t id);
   StoredObject* Lookup(const std::string& ns, const std::string& key);
-  // A new, uncommitted object (a reservation) owned by `owner`, expiring at expiry_us.
+  // A new, uncommitted object (a reservation) owned by `owner`, due at expiry_us (0: never).
   StoredObject& AddReservation(ObjectMeta meta, std::uint64_t owner, std::uint64_t expiry_us);
   // Commits a reservation: links it under its name. Returns the object it replaced, if any
   // (still in the index; the caller dooms it).
@@ -124,6 +131,11 @@ class ObjectIndex {
   // Reservations and leases whose deadline is at or before now_us (ids), oldest first.
   std::vector<std::uint64_t> ExpiredReservations(std::uint64_t now_us) const;
   std::vector<std::uint64_t> ExpiredLeases(std::uint64_t now_us) const;
+  // The deadline was dealt with: the record stays, no longer due.
+  void ClearReservationDeadline(std::uint64_t id);
+  void ClearLeaseDeadline(std::uint64_t lease_id);
+  // Zeroes for an owner that holds nothing.
+  OwnerHoldings HoldingsOf(std::uint64_t owner) const;
   // Everything `owner` holds.
   std::vector<std::uint64_t> ReservationsOf(std::uint64_t owner) const;
   std::vector<std::uint64_t> LeasesOf(std::uint64_t owner) const;
@@ -151,6 +163,10 @@ class ObjectIndex {
   std::uint64_t use_seq_ = 0;
   std::uint64_t next_id_ = 1;
 
+  void Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes,
+             std::int64_t leases);
+
+  std::unordered_map<std::uint64_t, OwnerHoldings> holdings_;  // owners holding anything
   std::unordered_set<std::uint64_t> reservation_ids_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_expiry_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_owner_;

@@ -21,8 +21,9 @@ constexpr int kReadAttempts = 3;
 }  // namespace
 
 Status StoreConfig::validate() const {
-  if (reservation_ttl_ms == 0) return Status::InvalidArgument("reservation ttl must be > 0");
-  if (lease_ttl_ms == 0) return Status::InvalidArgument("lease ttl must be > 0");
+  if (!(max_reserved_fraction_per_client > 0 && max_reserved_fraction_per_client <= 1)) {
+    return Status::InvalidArgument("per-client reserved fraction must be in (0, 1]");
+  }
   if (max_key_bytes == 0 || max_key_bytes > 64 * 1024) {
     return Status::InvalidArgument("max key bytes must be in [1, 65536]");
   }
@@ -67,6 +68,12 @@ ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> 
             [&](TierKind a, TierKind b) { return tier(a)->level() < tier(b)->level(); });
   policy_ = std::make_unique<PlacementPolicy>(
       raw, config_.cache_policy == StoreConfig::CachePolicy::kDrop);
+  std::uint64_t put_capacity = 0;
+  for (TierKind k : {TierKind::kHbm, TierKind::kDram}) {
+    if (tier(k) != nullptr) put_capacity += tier(k)->capacity();
+  }
+  max_reserved_bytes_ = static_cast<std::uint64_t>(static_cast<double>(put_capacity) *
+                                                   config_.max_reserved_fraction_per_client);
   mover_ = std::make_unique<Mover>(config_.mover, clock_);
 }
 
@@ -205,6 +212,25 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     return Status::InvalidArgument("puts may target hbm or dram only");
   }
   std::unique_lock lock(mu_);
+  if (owner != kInternalOwner) {
+    const OwnerHoldings h = index_.HoldingsOf(owner);
+    std::string over;
+    if (config_.max_reservations_per_client != 0 &&
+        h.reservations >= config_.max_reservations_per_client) {
+      over = std::to_string(h.reservations) + " reservations open (limit " +
+             std::to_string(config_.max_reservations_per_client) + ")";
+    } else if (h.reservations != 0 && h.reserved_bytes + spec.size > max_reserved_bytes_) {
+      // A connection's first reservation may be of any size the tiers take: one object larger
+      // than the share is a legitimate put, many open at once are not.
+      over = FormatBytes(h.reserved_bytes) + " reserved, and " + FormatBytes(spec.size) +
+             " more would pass the per-connection limit of " + FormatBytes(max_reserved_bytes_);
+    }
+    if (!over.empty()) {
+      ++counters_.client_limit_refusals;
+      return Status::ResourceExhausted("this connection has " + over +
+                                       ": commit or abort some first");
+    }
+  }
   Extent extent;
   TierKind placed = TierKind::kDram;
   if (spec.size > 0) {
@@ -253,8 +279,10 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
   meta.kind = spec.kind;
   meta.durability = spec.durability;
   meta.tier = placed;
-  StoredObject& obj = index_.AddReservation(
-      std::move(meta), owner, clock_->NowMicros() + config_.reservation_ttl_ms * 1000);
+  const std::uint64_t due = config_.reservation_ttl_ms == 0 || owner == kInternalOwner
+                                ? 0
+                                : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
+  StoredObject& obj = index_.AddReservation(std::move(meta), owner, due);
   index_.SetCopy(obj, placed, extent);
   if (placed == TierKind::kHbm) wake_.notify_one();
   return Reservation{obj.id, extent, placed};
@@ -348,6 +376,13 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     return Status::InvalidArgument("gets may want hbm or dram only");
   }
   std::unique_lock lock(mu_);
+  if (owner != kInternalOwner && config_.max_leases_per_client != 0 &&
+      index_.HoldingsOf(owner).leases >= config_.max_leases_per_client) {
+    ++counters_.client_limit_refusals;
+    return Status::ResourceExhausted("this connection holds " +
+                                     std::to_string(config_.max_leases_per_client) +
+                                     " pins (the per-connection limit): release some first");
+  }
   ++counters_.gets;
   std::optional<HbmUse> use;
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
@@ -399,8 +434,10 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   auto [obj, t] = *found;
   ObjectCopy& c = obj->copy(t);
   ++c.pins;
-  std::uint64_t lease_id =
-      index_.AddLease(Lease{obj->id, t, owner, clock_->NowMicros() + config_.lease_ttl_ms * 1000});
+  const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kInternalOwner
+                                ? 0
+                                : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
+  std::uint64_t lease_id = index_.AddLease(Lease{obj->id, t, owner, due});
   index_.Touch(*obj, t);
   ObjectMeta meta = MetaLocked(*obj);
   meta.tier = t;
@@ -441,31 +478,36 @@ Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& k
   return MetaLocked(*obj);
 }
 
+Status ObjectStore::CopyOut(const PinnedObject& pinned, std::string* out) {
+  const std::uint64_t size = pinned.meta.size;
+  out->resize(size);
+  std::uint64_t sum = Xxh3(nullptr, 0);
+  // Checked in the same pass as the copy: damage is an error, never data.
+  if (size > 0) sum = CopyAndChecksum(out->data(), HostAddress(pinned.extent), size);
+  if (sum == pinned.meta.checksum) return Status::Ok();
+  out->clear();
+  const std::string& ns = pinned.meta.ns;
+  const std::string& key = pinned.meta.key;
+  Status bad =
+      Status::DataLoss(ns + "/" + key + ": bytes in " + std::string(TierName(pinned.meta.tier)) +
+                       " do not match their checksum");
+  std::lock_guard lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj != nullptr && obj->meta.checksum == pinned.meta.checksum) {
+    ++counters_.corrupt_in_memory;
+    QuarantineLocked(*obj, bad);
+  }
+  return bad;
+}
+
 Result<ObjectMeta> ObjectStore::ReadCopy(const std::string& ns, const std::string& key,
                                          std::string* out) {
   auto pinned = Pin(ns, key, kInternalOwner);
   if (!pinned.ok()) return pinned.status();
-  out->resize(pinned->meta.size);
-  std::uint64_t sum = Xxh3(nullptr, 0);
-  if (pinned->meta.size > 0) {
-    // Checked in the same pass as the copy: damage is an error, never data.
-    sum = CopyAndChecksum(out->data(), HostAddress(pinned->extent), pinned->meta.size);
-  }
+  Status copied = CopyOut(*pinned, out);
   Status s = Release(pinned->lease_id, kInternalOwner);
   if (!s.ok()) spdlog::error("releasing internal lease: {}", s.ToString());
-  if (sum != pinned->meta.checksum) {
-    out->clear();
-    Status bad =
-        Status::DataLoss(ns + "/" + key + ": bytes in " + std::string(TierName(pinned->meta.tier)) +
-                         " do not match their checksum");
-    std::lock_guard lock(mu_);
-    StoredObject* obj = index_.Lookup(ns, key);
-    if (obj != nullptr && obj->meta.checksum == pinned->meta.checksum) {
-      ++counters_.corrupt_in_memory;
-      QuarantineLocked(*obj, bad);
-    }
-    return bad;
-  }
+  if (!copied.ok()) return copied;
   return pinned->meta;
 }
 
@@ -515,6 +557,7 @@ void ObjectStore::ReleaseOwner(std::uint64_t owner) {
     index_.EraseLease(lease_id);
     UnpinLocked(l.object_id, l.tier);
   }
+  if (overdue_.erase(owner) != 0) overdue_count_.store(overdue_.size());
   if (!reservations.empty() || !leases.empty()) {
     ++counters_.sessions_cleaned;
     spdlog::debug("connection {} went away: released {} reservations and {} pins", owner,
@@ -522,20 +565,66 @@ void ObjectStore::ReleaseOwner(std::uint64_t owner) {
   }
 }
 
+Status ObjectStore::CheckOwner(std::uint64_t owner) const {
+  if (overdue_count_.load(std::memory_order_relaxed) == 0) return Status::Ok();
+  std::lock_guard lock(mu_);
+  if (overdue_.count(owner) == 0) return Status::Ok();
+  return Status::FailedPrecondition(
+      "this connection held a reservation or a pin past the server's time limit; it is refused "
+      "until it reconnects (what it held is freed when it closes)");
+}
+
+bool ObjectStore::Holds(std::uint64_t owner) const {
+  std::lock_guard lock(mu_);
+  const OwnerHoldings h = index_.HoldingsOf(owner);
+  return h.reservations != 0 || h.leases != 0;
+}
+
+bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,
+                             std::optional<TierKind> want) {
+  std::lock_guard lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr || obj->corrupt) return false;  // answered at once
+  if (want && tier(*want) != nullptr && !obj->copy(*want).present) return true;
+  return !TopCopy(*obj, /*mapped_only=*/true).has_value();
+}
+
+bool ObjectStore::ReserveMayWait(const std::string& ns, std::uint64_t total_bytes,
+                                 std::uint64_t largest, bool wants_hbm) {
+  std::lock_guard lock(mu_);
+  auto fits = [&](TierKind k) {
+    Tier* t = tier(k);
+    if (t == nullptr || t->capacity() == 0) return false;
+    // Room by the watermark, not just free bytes: above it, allocation makes room first.
+    const double high = t->watermarks().high;
+    const auto limit = static_cast<std::uint64_t>(static_cast<double>(t->capacity()) * high);
+    return t->used_bytes() + total_bytes <= limit && largest <= t->capacity() - t->used_bytes();
+  };
+  if (wants_hbm && tier(TierKind::kHbm) != nullptr && tier(TierKind::kHbm)->capacity() > 0) {
+    if (planned_ns_.count(ns) != 0 || !fits(TierKind::kHbm)) return true;
+  }
+  return !fits(TierKind::kDram);
+}
+
 void ObjectStore::ExpireLocked(std::uint64_t now_us) {
+  // Nothing is freed here: the holder may still touch the memory. Its connection is marked
+  // overdue; ReleaseOwner frees what it held once it is gone.
+  auto mark = [&](std::uint64_t owner, const char* what, std::uint64_t id) {
+    if (!overdue_.insert(owner).second) return;
+    overdue_count_.store(overdue_.size());
+    ++counters_.clients_overdue;
+    spdlog::warn("connection {} held {} {} past its time limit; refusing it until it reconnects",
+                 owner, what, id);
+  };
   for (std::uint64_t id : index_.ExpiredReservations(now_us)) {
-    if (StoredObject* obj = index_.Find(id)) {
-      spdlog::warn("reservation {} for {}/{} was never committed; freeing it", id, obj->meta.ns,
-                   obj->meta.key);
-    }
-    FreeReservationLocked(id);
-    ++counters_.reservations_expired;
+    if (StoredObject* obj = index_.Find(id)) mark(obj->owner, "reservation", id);
+    index_.ClearReservationDeadline(id);
+    ++counters_.reservations_overdue;
   }
   for (std::uint64_t lease_id : index_.ExpiredLeases(now_us)) {
-    const Lease l = *index_.FindLease(lease_id);
-    index_.EraseLease(lease_id);
-    UnpinLocked(l.object_id, l.tier);
-    ++counters_.leases_expired;
+    mark(index_.FindLease(lease_id)->owner, "pin", lease_id);
+    index_.ClearLeaseDeadline(lease_id);
+    ++counters_.leases_overdue;
   }
 }
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -53,8 +54,18 @@ struct PutSpec {
 };
 
 struct StoreConfig {
-  std::uint64_t reservation_ttl_ms = 30'000;  // an uncommitted reservation is freed after this
-  std::uint64_t lease_ttl_ms = 60'000;        // a pin not released is dropped after this
+  // How long a connection may hold a reservation open or a pin unreleased (0: as long as it
+  // lives). Memory a client may still touch is never given to another object, so a holder past
+  // its limit is not freed: its connection is marked overdue (every request refused until it
+  // reconnects) and what it holds is freed when the connection closes.
+  std::uint64_t reservation_ttl_ms = 0;
+  std::uint64_t lease_ttl_ms = 0;
+  // Per-connection limits (0: none). Bytes are those of open reservations: a connection that
+  // holds one may open more only within this fraction of the tiers puts go to (its first may be
+  // of any size).
+  std::uint64_t max_reservations_per_client = 65'536;
+  std::uint64_t max_leases_per_client = 262'144;
+  double max_reserved_fraction_per_client = 0.5;
   std::uint32_t max_key_bytes = 1024;
   std::uint32_t max_namespace_bytes = 256;
   std::uint32_t max_dtype_bytes = 32;
@@ -130,12 +141,14 @@ struct StoreStats {
   std::uint64_t get_misses = 0;
   std::uint64_t deletes = 0;
   std::uint64_t evictions = 0;
-  std::uint64_t demotions = 0;           // copies moved down between memory tiers
-  std::uint64_t promotions = 0;          // copies moved up
-  std::uint64_t clean_drops = 0;         // copies dropped with another copy below: no transfer
-  std::uint64_t migrations_aborted = 0;  // moves whose object was deleted meanwhile
-  std::uint64_t reservations_expired = 0;
-  std::uint64_t leases_expired = 0;
+  std::uint64_t demotions = 0;              // copies moved down between memory tiers
+  std::uint64_t promotions = 0;             // copies moved up
+  std::uint64_t clean_drops = 0;            // copies dropped with another copy below: no transfer
+  std::uint64_t migrations_aborted = 0;     // moves whose object was deleted meanwhile
+  std::uint64_t reservations_overdue = 0;   // held past reservation_ttl_ms
+  std::uint64_t leases_overdue = 0;         // held past lease_ttl_ms
+  std::uint64_t clients_overdue = 0;        // connections marked overdue for those
+  std::uint64_t client_limit_refusals = 0;  // reserves and pins past a per-connection limit
   std::uint64_t resource_exhausted = 0;
   std::uint64_t sessions_cleaned = 0;
   std::uint64_t spills = 0;              // dram -> nvme
@@ -170,6 +183,9 @@ class ObjectStore {
                            const PinOptions& options = {});
   Status Release(std::uint64_t lease_id, std::uint64_t owner);
   Result<ObjectMeta> Head(const std::string& ns, const std::string& key);
+  // Copies a pinned object's bytes into out, checking them in the same pass; a mismatch
+  // quarantines the object and is DATA_LOSS (out left empty).
+  Status CopyOut(const PinnedObject& pinned, std::string* out);
   // Copies the bytes out (under a short pin) into out.
   Result<ObjectMeta> ReadCopy(const std::string& ns, const std::string& key, std::string* out);
 
@@ -184,6 +200,17 @@ class ObjectStore {
   Status Promote(const std::string& ns, const std::string& key, TierKind target);
 
   void ReleaseOwner(std::uint64_t owner);
+  // FAILED_PRECONDITION when the owner held something past its time limit (it must reconnect);
+  // cheap when no owner is overdue.
+  Status CheckOwner(std::uint64_t owner) const;
+  // Whether the owner holds reservations or pins (the transport's idle timeout spares it).
+  bool Holds(std::uint64_t owner) const;
+  // True when a Pin of this object (wanting `want`'s copy, if set) would wait for a move: the
+  // service runs such requests off the transport's I/O thread. A snapshot, not a promise.
+  bool PinMayWait(const std::string& ns, const std::string& key, std::optional<TierKind> want);
+  // True when puts of these sizes might wait for room (or a plan's budget).
+  bool ReserveMayWait(const std::string& ns, std::uint64_t total_bytes, std::uint64_t largest,
+                      bool wants_hbm);
   // One pass of what the maintenance thread does (expiry; moves for tiers above their high
   // watermark, started, not waited for); tests call it directly, then Quiesce.
   void RunMaintenance();
@@ -305,8 +332,11 @@ class ObjectStore {
   StoreStats counters_;                                          // guarded by mu_
   std::unordered_map<std::string, std::uint64_t> incoming_hbm_;  // guarded by mu_, per namespace
   std::unordered_map<std::string, std::uint64_t> planned_ns_;    // guarded by mu_: budgets
-  UseObserver observer_;                                         // set before serving
-  std::condition_variable moved_;                                // a move ended
+  std::unordered_set<std::uint64_t> overdue_;                    // guarded by mu_: owners
+  std::atomic<std::uint64_t> overdue_count_{0};  // overdue_.size(), read without mu_
+  std::uint64_t max_reserved_bytes_ = 0;         // per client, from the fraction and the tiers
+  UseObserver observer_;                         // set before serving
+  std::condition_variable moved_;                // a move ended
   std::thread maintenance_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_

@@ -13,6 +13,7 @@ namespace tierpool {
 namespace {
 
 constexpr std::uint64_t kOwner = 42;
+constexpr std::uint64_t kPutter = 99;  // Put()'s connection, apart from the ones under test
 
 class ObjectStoreTest : public ::testing::Test {
  protected:
@@ -36,7 +37,7 @@ class ObjectStoreTest : public ::testing::Test {
              std::optional<TierKind> tier = std::nullopt) {
     std::string bytes(size, static_cast<char>(key.size() + size));
     PutSpec spec{.ns = "ns", .key = key, .size = size, .durability = d, .tier_hint = tier};
-    return store_->PutCopy(spec, bytes.data(), kOwner);
+    return store_->PutCopy(spec, bytes.data(), kPutter);
   }
 
   std::uint64_t Counter(std::uint64_t StoreStats::*field) { return store_->Stats().*field; }
@@ -204,7 +205,9 @@ TEST_F(ObjectStoreTest, PromoteMakesRoomInHbmByDemoting) {
   ASSERT_TRUE(store_->Release(pin->lease_id, kOwner).ok());
 }
 
-TEST_F(ObjectStoreTest, ReservationsAndLeasesExpire) {
+// A holder past its time limit may still touch the memory: nothing it holds is freed until its
+// connection goes; meanwhile the connection is refused.
+TEST_F(ObjectStoreTest, HoldersPastTheirTimeAreRefusedNotFreed) {
   StoreConfig config;
   config.reservation_ttl_ms = 30;
   config.lease_ttl_ms = 30;
@@ -214,15 +217,61 @@ TEST_F(ObjectStoreTest, ReservationsAndLeasesExpire) {
   ASSERT_TRUE(Put("a", 50 << 10).ok());
   auto pin = store_->Pin("ns", "a", kOwner);
   ASSERT_TRUE(pin.ok());
+  EXPECT_TRUE(store_->CheckOwner(kOwner).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   store_->RunMaintenance();
-  EXPECT_EQ(Counter(&StoreStats::reservations_expired), 1u);
-  EXPECT_EQ(Counter(&StoreStats::leases_expired), 1u);
+  EXPECT_EQ(Counter(&StoreStats::reservations_overdue), 1u);
+  EXPECT_EQ(Counter(&StoreStats::leases_overdue), 1u);
+  EXPECT_EQ(Counter(&StoreStats::clients_overdue), 1u);
+  EXPECT_EQ(store_->CheckOwner(kOwner).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(store_->CheckOwner(kOwner + 1).ok());
+  EXPECT_EQ(store_->Stats().reservations_open, 1u);
+  EXPECT_EQ(store_->Head("ns", "a")->pins, 1u);
+  // The reserved memory is not given to anyone else while its holder lives.
+  EXPECT_EQ(Put("b", 900 << 10).code(), StatusCode::kResourceExhausted);
+  store_->ReleaseOwner(kOwner);
+  EXPECT_TRUE(store_->CheckOwner(kOwner).ok());
   EXPECT_EQ(store_->Stats().reservations_open, 0u);
   EXPECT_EQ(store_->Head("ns", "a")->pins, 0u);
-  EXPECT_EQ(store_->Commit(r->id, 0, kOwner).code(), StatusCode::kNotFound);
-  EXPECT_EQ(store_->Release(pin->lease_id, kOwner).code(), StatusCode::kNotFound);
   EXPECT_TRUE(Put("b", 900 << 10).ok());
+}
+
+TEST_F(ObjectStoreTest, NoTimeLimitByDefault) {
+  Make(1 << 20, 0);
+  auto r = store_->Reserve({.ns = "ns", .key = "slow", .size = 4096}, kOwner);
+  ASSERT_TRUE(r.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  store_->RunMaintenance();
+  EXPECT_TRUE(store_->CheckOwner(kOwner).ok());
+  EXPECT_TRUE(store_->Commit(r->id, Xxh3(store_->HostAddress(r->extent), 4096), kOwner).ok());
+}
+
+TEST_F(ObjectStoreTest, PerClientLimitsOnReservationsPinsAndBytes) {
+  StoreConfig config;
+  config.max_reservations_per_client = 3;
+  config.max_leases_per_client = 2;
+  config.max_reserved_fraction_per_client = 0.5;
+  Make(1 << 20, 0, config);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(
+        store_->Reserve({.ns = "ns", .key = "r" + std::to_string(i), .size = 10}, kOwner).ok());
+  }
+  EXPECT_EQ(store_->Reserve({.ns = "ns", .key = "r3", .size = 10}, kOwner).status().code(),
+            StatusCode::kResourceExhausted);
+  // Another connection has its own allowance, in bytes too: its first reservation may be of any
+  // size, further ones only within half of the 1 MiB tier.
+  EXPECT_TRUE(store_->Reserve({.ns = "ns", .key = "big", .size = 600 << 10}, kOwner + 1).ok());
+  EXPECT_EQ(
+      store_->Reserve({.ns = "ns", .key = "big2", .size = 10 << 10}, kOwner + 1).status().code(),
+      StatusCode::kResourceExhausted);
+  ASSERT_TRUE(Put("a", 10).ok());
+  ASSERT_TRUE(store_->Pin("ns", "a", kOwner).ok());
+  ASSERT_TRUE(store_->Pin("ns", "a", kOwner).ok());
+  EXPECT_EQ(store_->Pin("ns", "a", kOwner).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store_->Pin("ns", "a", kOwner + 1).ok());
+  EXPECT_EQ(Counter(&StoreStats::client_limit_refusals), 3u);
+  store_->ReleaseOwner(kOwner);
+  EXPECT_TRUE(store_->Reserve({.ns = "ns", .key = "r3", .size = 10}, kOwner).ok());
 }
 
 TEST_F(ObjectStoreTest, ReleaseOwnerDropsItsReservationsAndPins) {

@@ -202,8 +202,14 @@ Result<std::size_t> Client::Get(std::string_view key, void* buffer, std::size_t 
 Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
   auto view = GetView(key);
   if (!view.ok()) return view.status();
-  std::vector<std::byte> out(view->data(), view->data() + view->size());
-  if (core_->options.verify_checksums && Xxh3(out.data(), out.size()) != view->meta().checksum) {
+  std::vector<std::byte> out(view->size());
+  if (out.empty()) return out;
+  if (!core_->options.verify_checksums) {
+    std::memcpy(out.data(), view->data(), out.size());
+    return out;
+  }
+  // Checked in the same pass as the copy: damage is an error, never data.
+  if (CopyAndChecksum(out.data(), view->data(), out.size()) != view->meta().checksum) {
     return Status::DataLoss("checksum mismatch for '" + std::string(key) + "'");
   }
   return out;

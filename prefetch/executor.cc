@@ -177,6 +177,14 @@ std::vector<std::string> Executor::UnregisterOwner(std::uint64_t owner) {
   return gone;
 }
 
+bool Executor::HasJobs(std::uint64_t owner) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [id, job] : jobs_) {
+    if (job->owner == owner) return true;
+  }
+  return false;
+}
+
 bool Executor::Covers(const std::string& ns, const std::string& key) const {
   std::lock_guard lock(mu_);
   auto it = job_by_ns_.find(ns);

@@ -85,6 +85,7 @@ class Executor {
   Status Unregister(std::uint64_t job_id, std::uint64_t owner);
   // The connection is gone: its plans go. Returns their namespaces.
   std::vector<std::string> UnregisterOwner(std::uint64_t owner);
+  bool HasJobs(std::uint64_t owner) const;
   // The job is about to start `step` of `iteration`.
   Status Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                   std::uint32_t step);

@@ -57,6 +57,7 @@ class PlanRegistry {
                   std::uint32_t step);
   Status Unregister(std::uint64_t job, std::uint64_t session);
   void OnDisconnect(std::uint64_t session);
+  bool HasJobs(std::uint64_t session) const { return executor_.HasJobs(session); }
   std::vector<prefetch::JobStatus> Jobs() const { return executor_.Jobs(); }
 
  private:

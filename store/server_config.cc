@@ -50,10 +50,17 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "stop demoting below this fraction")
     ("dram-high-watermark", po::value(&c.dram_watermarks.high)->default_value(0.90, "0.90"), "dram high watermark")
     ("dram-low-watermark", po::value(&c.dram_watermarks.low)->default_value(0.75, "0.75"), "dram low watermark")
-    ("reservation-ttl-ms", po::value(&c.store.reservation_ttl_ms)->default_value(30000),
-     "an uncommitted reservation is freed after this")
-    ("lease-ttl-ms", po::value(&c.store.lease_ttl_ms)->default_value(60000),
-     "a pin not released is dropped after this")
+    ("reservation-ttl-ms", po::value(&c.store.reservation_ttl_ms)->default_value(0),
+     "a connection holding a reservation open longer is refused until it reconnects (0: no limit)")
+    ("lease-ttl-ms", po::value(&c.store.lease_ttl_ms)->default_value(0),
+     "a connection holding a pin longer is refused until it reconnects (0: no limit)")
+    ("max-reservations-per-client", po::value(&c.store.max_reservations_per_client)->default_value(65536),
+     "open reservations one connection may hold (0: no limit)")
+    ("max-pins-per-client", po::value(&c.store.max_leases_per_client)->default_value(262144),
+     "pins one connection may hold (0: no limit)")
+    ("max-reserved-fraction-per-client",
+     po::value(&c.store.max_reserved_fraction_per_client)->default_value(0.5, "0.5"),
+     "fraction of hbm+dram one connection may hold in open reservations")
     ("max-key-bytes", po::value(&c.store.max_key_bytes)->default_value(1024), "longest key")
     ("max-frame", po::value(&max_frame)->default_value("16M"), "largest frame accepted or sent")
     ("inline-threshold", po::value(&inline_threshold)->default_value("64K"),
@@ -63,6 +70,18 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "poll this long after each request before sleeping (0: never spin)")
     ("max-connections", po::value(&c.transport.max_connections)->default_value(1024),
      "connections served at once")
+    ("max-connections-per-process", po::value(&c.transport.max_connections_per_process)->default_value(256),
+     "connections one client process may hold (0: no limit)")
+    ("max-connections-per-user", po::value(&c.transport.max_connections_per_user)->default_value(0),
+     "connections one user id may hold (0: no limit)")
+    ("handshake-timeout-ms", po::value(&c.transport.handshake_timeout_ms)->default_value(5000),
+     "close a connection whose first request has not arrived by then (0: never)")
+    ("idle-timeout-ms", po::value(&c.transport.idle_timeout_ms)->default_value(300000),
+     "close a connection idle this long that holds no reservation or pin (0: never)")
+    ("frame-timeout-ms", po::value(&c.transport.frame_timeout_ms)->default_value(30000),
+     "close a connection whose request or reply takes longer than this to cross (0: never)")
+    ("worker-threads", po::value(&c.transport.worker_threads)->default_value(4),
+     "threads for requests that may wait (for a move or for room)")
     ("no-populate", "do not pre-fault the dram arenas at start")
     ("nvme-path", po::value(&c.nvme.path), "nvme tier: a directory for its files, or a block device")
     ("nvme-bytes", po::value(&nvme_bytes)->default_value("0"),

@@ -84,8 +84,61 @@ Status CheckSpec(const wire::PutSpec& w) {
 
 }  // namespace
 
+bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
+  (void)session;
+  switch (req.body_case()) {
+    case wire::Request::kPromote:
+      return true;
+    case wire::Request::kGet: {
+      const auto& g = req.get();
+      if (g.mode() == wire::META || g.keys_size() > static_cast<int>(config_.max_batch_items)) {
+        return false;
+      }
+      std::optional<TierKind> want;
+      if (g.has_want_tier() && wire::Tier_IsValid(g.want_tier())) {
+        want = static_cast<TierKind>(g.want_tier());
+      }
+      for (const auto& k : g.keys()) {
+        if (store_->PinMayWait(k.ns(), k.key(), want)) return true;
+      }
+      return false;
+    }
+    case wire::Request::kReserve:
+    case wire::Request::kPutInline: {
+      std::uint64_t total = 0, largest = 0;
+      bool hbm = false;
+      std::string ns;
+      auto add = [&](const wire::PutSpec& spec) {
+        total += spec.size();
+        largest = std::max<std::uint64_t>(largest, spec.size());
+        hbm = hbm || (spec.has_tier_hint() && spec.tier_hint() == wire::HBM);
+        if (ns.empty()) ns = spec.ns();
+      };
+      if (req.has_reserve()) {
+        for (const auto& item : req.reserve().items()) add(item);
+      } else {
+        for (const auto& item : req.put_inline().items()) add(item.spec());
+      }
+      return store_->ReserveMayWait(ns, total, largest, hbm);
+    }
+    default:
+      return false;
+  }
+}
+
+bool StoreService::Holds(std::uint64_t session) {
+  return store_->Holds(session) || (plans_ != nullptr && plans_->HasJobs(session));
+}
+
 bool StoreService::Handle(std::uint64_t session, const wire::Request& req, wire::Response* resp,
                           std::vector<int>* fds) {
+  if (Status s = store_->CheckOwner(session); !s.ok()) {
+    if (req.body_case() == wire::Request::kRelease || req.body_case() == wire::Request::kProgress) {
+      return false;  // one-way: nothing to answer
+    }
+    ToWire(s, resp->mutable_status());
+    return true;
+  }
   switch (req.body_case()) {
     case wire::Request::kHello: {
       if (req.hello().protocol_version() != transport::kProtocolVersion) {
@@ -320,12 +373,17 @@ void StoreService::HandleGet(std::uint64_t session, const wire::GetRequest& req,
     ToWire(pinned->meta, out->mutable_meta());
     if (inline_it) {
       inline_budget -= size;
-      out->set_has_data(true);
-      if (size > 0) {
-        out->set_data(reinterpret_cast<const char*>(store_->HostAddress(pinned->extent)), size);
-      }
+      // Copied and checked in one pass: damage is an error, never data.
+      Status copied = store_->CopyOut(*pinned, out->mutable_data());
       Status s = store_->Release(pinned->lease_id, session);
       if (!s.ok()) spdlog::error("release after inline get: {}", s.ToString());
+      if (!copied.ok()) {
+        out->clear_meta();
+        out->clear_data();
+        ToWire(copied, out->mutable_status());
+        continue;
+      }
+      out->set_has_data(true);
     } else {
       out->set_lease_id(pinned->lease_id);
       ToWire(pinned->extent, out->mutable_extent());
@@ -368,8 +426,10 @@ void StoreService::HandleStat(wire::StatReply* reply) {
   add("demotions", s.demotions);
   add("promotions", s.promotions);
   add("migrations_aborted", s.migrations_aborted);
-  add("reservations_expired", s.reservations_expired);
-  add("leases_expired", s.leases_expired);
+  add("reservations_overdue", s.reservations_overdue);
+  add("leases_overdue", s.leases_overdue);
+  add("clients_overdue", s.clients_overdue);
+  add("client_limit_refusals", s.client_limit_refusals);
   add("resource_exhausted", s.resource_exhausted);
   add("sessions_cleaned", s.sessions_cleaned);
   add("spills", s.spills);
@@ -386,6 +446,14 @@ void StoreService::HandleStat(wire::StatReply* reply) {
     add("bad_frames", t.bad_frames);
     add("malformed_messages", t.malformed_messages);
     add("unknown_messages", t.unknown_messages);
+    add("connections_refused_per_process", t.connections_refused_per_process);
+    add("connections_refused_per_user", t.connections_refused_per_user);
+    add("handshake_timeouts", t.handshake_timeouts);
+    add("idle_timeouts", t.idle_timeouts);
+    add("frame_timeouts", t.frame_timeouts);
+    add("requests_on_workers", t.requests_on_workers);
+    add("frame_bytes_buffered", t.frame_bytes_buffered);
+    add("frame_buffer_waits", t.frame_buffer_waits);
   }
   for (const auto& l : s.links) {
     const std::string link =

@@ -24,6 +24,9 @@ class StoreService final : public transport::RequestHandler {
   bool Handle(std::uint64_t session_id, const wire::Request& request, wire::Response* response,
               std::vector<int>* fds) override;
   void OnDisconnect(std::uint64_t session_id) override;
+  // Gets that would wait for a move, puts that would wait for room, promotes.
+  bool MayBlock(std::uint64_t session_id, const wire::Request& request) override;
+  bool Holds(std::uint64_t session_id) override;
   // Lets stat report transport counters too.
   void set_transport(const transport::UnixServer* server) { transport_ = server; }
   // Plans (RegisterPlan, Progress, UnregisterPlan); without it those get UNIMPLEMENTED.

@@ -116,6 +116,11 @@ Status BlockingConnection::Call(const wire::Request& request, wire::Response* re
                                 std::vector<UniqueFd>* fds) {
   TIERPOOL_RETURN_IF_ERROR(Send(request));
   TIERPOOL_RETURN_IF_ERROR(Receive(response, fds));
+  if (response->id() == 0 && response->status().code() != 0 && request.id() != 0) {
+    // The server's word on the connection itself (refused, or a frame it could not take).
+    broken_ = true;
+    return FromWire(response->status());
+  }
   if (response->id() != request.id()) {
     broken_ = true;
     return Status::Internal("reply " + std::to_string(response->id()) +

@@ -1,6 +1,5 @@
 #include "transport/unix_server.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -12,6 +11,7 @@
 #include <filesystem>
 
 #include "common/logging.h"
+#include "transport/unix_session.h"
 
 namespace tierpool::transport {
 
@@ -32,174 +32,30 @@ Status UnixServerConfig::validate() const {
   }
   if (max_connections == 0) return Status::InvalidArgument("max connections must be > 0");
   if (busy_poll_us > 10'000) return Status::InvalidArgument("busy poll must be at most 10000 us");
+  if (worker_threads < 1 || worker_threads > 256) {
+    return Status::InvalidArgument("worker threads must be in [1, 256]");
+  }
+  if (max_buffered_bytes < max_frame_bytes) {
+    return Status::InvalidArgument("the frame-buffer bound must hold at least one largest frame");
+  }
   return Status::Ok();
 }
 
-struct Counters {
-  std::atomic<std::uint64_t> accepted{0}, active{0}, refused{0}, frames{0}, bad_frames{0},
-      malformed{0}, unknown{0};
-};
-
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(UnixSocket socket, std::uint64_t id, const UnixServerConfig& config,
-          RequestHandler* handler, Counters* counters)
-      : socket_(std::move(socket)),
-        id_(id),
-        config_(config),
-        handler_(handler),
-        counters_(counters) {}
-
-  void Start() { ReadHeader(); }
-
- private:
-  void ReadHeader() {
-    asio::async_read(socket_, asio::buffer(header_),
-                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                       if (ec) return self->Close();
-                       self->OnHeader();
-                     });
-  }
-
-  void OnHeader() {
-    auto h = DecodeFrameHeader(header_, config_.max_frame_bytes);
-    if (!h.ok()) {
-      ++counters_->bad_frames;
-      spdlog::debug("session {}: {}; closing", id_, h.status().ToString());
-      // Best effort: tell the peer why, then close. The stream cannot be resynchronized.
-      wire::Response resp;
-      ToWire(h.status(), resp.mutable_status());
-      auto frame = EncodeFrame(resp, config_.max_frame_bytes);
-      if (frame.ok()) {
-        boost::system::error_code ignored;
-        asio::write(socket_, asio::buffer(*frame), ignored);
-      }
-      return Close();
-    }
-    body_.resize(h->length);
-    if (h->length == 0) return OnBody();
-    asio::async_read(socket_, asio::buffer(body_),
-                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                       if (ec) return self->Close();
-                       self->OnBody();
-                     });
-  }
-
-  void OnBody() {
-    ++counters_->frames;
-    wire::Request request;
-    wire::Response response;
-    std::vector<int> fds;
-    if (!request.ParseFromArray(body_.data(), static_cast<int>(body_.size()))) {
-      ++counters_->malformed;
-      ToWire(Status::InvalidArgument("malformed request: payload is not a tierpool Request"),
-             response.mutable_status());
-    } else if (request.body_case() == wire::Request::BODY_NOT_SET) {
-      ++counters_->unknown;
-      ToWire(Status::Unimplemented("unknown message type (this server speaks protocol " +
-                                   std::to_string(kProtocolVersion) + ")"),
-             response.mutable_status());
-    } else {
-      bool reply = handler_->Handle(id_, request, &response, &fds);
-      if (!reply) return ReadHeader();
-    }
-    response.set_id(request.id());
-    auto frame = EncodeFrame(response, config_.max_frame_bytes);
-    if (!frame.ok()) {
-      wire::Response err;
-      err.set_id(request.id());
-      ToWire(
-          Status::ResourceExhausted("reply too large for one frame: " + frame.status().message()),
-          err.mutable_status());
-      frame = EncodeFrame(err, config_.max_frame_bytes);
-      fds.clear();
-    }
-    out_ = std::move(frame).value();
-    if (!fds.empty()) {
-      if (!SendWithFds(fds)) return Close();
-      return ReadHeader();
-    }
-    asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                        if (ec) return self->Close();
-                        self->ReadHeader();
-                      });
-  }
-
-  // Descriptors ride on the first byte of the frame (SCM_RIGHTS); Asio has no API for that, so
-  // this writes synchronously. Only the small handshake reply carries descriptors.
-  bool SendWithFds(const std::vector<int>& fds) {
-    int sock = socket_.native_handle();
-    std::size_t sent = 0;
-    bool fds_sent = false;
-    std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-    while (sent < out_.size()) {
-      iovec iov{out_.data() + sent, out_.size() - sent};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      if (!fds_sent) {
-        msg.msg_control = control.data();
-        msg.msg_controllen = control.size();
-        cmsghdr* c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-        std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-      }
-      ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          pollfd p{sock, POLLOUT, 0};
-          if (::poll(&p, 1, 5000) <= 0) return false;
-          continue;
-        }
-        return false;
-      }
-      fds_sent = true;
-      sent += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-
-  void Close() {
-    if (closed_) return;
-    closed_ = true;
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-    --counters_->active;
-    handler_->OnDisconnect(id_);
-  }
-
-  UnixSocket socket_;
-  std::uint64_t id_;
-  const UnixServerConfig& config_;
-  RequestHandler* handler_;
-  Counters* counters_;
-  std::uint8_t header_[kFrameHeaderSize];
-  std::string body_;
-  std::string out_;
-  bool closed_ = false;
-};
-
 struct UnixServer::Impl {
-  UnixServerConfig config;
-  RequestHandler* handler;
+  ServerShared shared;
   asio::io_context io;
   asio::local::stream_protocol::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::atomic<std::uint64_t> next_session{1};
-  Counters counters;
   bool started = false;
 
   // io.run(), with a bounded busy-poll after each handler (see busy_poll_us).
   void RunLoop() {
-    if (config.busy_poll_us == 0) {
+    if (shared.config.busy_poll_us == 0) {
       io.run();
       return;
     }
-    const auto window = std::chrono::microseconds(config.busy_poll_us);
+    const auto window = std::chrono::microseconds(shared.config.busy_poll_us);
     auto last_work = std::chrono::steady_clock::now();
     while (!io.stopped()) {
       if (io.poll_one() > 0) {
@@ -212,20 +68,77 @@ struct UnixServer::Impl {
     }
   }
 
+  // Tells a refused peer why (best effort: a fresh socket has room for one small frame), then
+  // closes it.
+  static void Refuse(UnixSocket& socket, const Status& why) {
+    wire::Response resp;
+    ToWire(why, resp.mutable_status());
+    auto frame = EncodeFrame(resp, kDefaultMaxFrameBytes);
+    if (frame.ok()) {
+      (void)::send(socket.native_handle(), frame->data(), frame->size(),
+                   MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    boost::system::error_code ignored;
+    socket.close(ignored);
+  }
+
   void Accept() {
-    acceptor.async_accept([this](boost::system::error_code ec, UnixSocket socket) {
+    // Each session's socket (and its timer) runs on its own strand.
+    acceptor.async_accept(asio::make_strand(io), [this](boost::system::error_code ec,
+                                                        UnixSocket socket) {
       if (ec) {
         if (ec == asio::error::operation_aborted) return;
         spdlog::warn("accept failed: {}", ec.message());
-      } else if (counters.active.load() >= config.max_connections) {
-        ++counters.refused;
-        spdlog::warn("refusing a connection: {} already open", config.max_connections);
-      } else {
-        ++counters.accepted;
-        ++counters.active;
-        std::make_shared<Session>(std::move(socket), next_session++, config, handler, &counters)
-            ->Start();
+        return Accept();
       }
+      PeerCredentials peer;
+      ucred cred{};
+      socklen_t len = sizeof(cred);
+      if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        peer = {cred.pid, cred.uid, cred.gid};
+      }
+      TransportCounters& c = shared.counters;
+      // Refusals are logged at 1, 2, 4, 8... so that a flood of them cannot flood the log.
+      auto log_refusal = [&c](const std::string& why) {
+        const std::uint64_t n = c.refused.load();
+        if ((n & (n - 1)) == 0) spdlog::warn("refused {} connection(s) so far; latest: {}", n, why);
+      };
+      if (c.active.load() >= shared.config.max_connections) {
+        ++c.refused;
+        log_refusal("pid " + std::to_string(peer.pid) + ": " +
+                    std::to_string(shared.config.max_connections) + " already open");
+        Refuse(socket, Status::ResourceExhausted("tierpoold serves at most " +
+                                                 std::to_string(shared.config.max_connections) +
+                                                 " connections"));
+        return Accept();
+      }
+      switch (shared.peers.Add(peer, shared.config)) {
+        case PeerTable::Admit::kProcessLimit:
+          ++c.refused;
+          ++c.refused_process;
+          log_refusal("pid " + std::to_string(peer.pid) + ": per-process limit");
+          Refuse(socket, Status::ResourceExhausted(
+                             "this process already has " +
+                             std::to_string(shared.config.max_connections_per_process) +
+                             " connections to tierpoold (the per-process limit)"));
+          return Accept();
+        case PeerTable::Admit::kUserLimit:
+          ++c.refused;
+          ++c.refused_user;
+          log_refusal("uid " + std::to_string(peer.uid) + ": per-user limit");
+          Refuse(socket,
+                 Status::ResourceExhausted("this user already has " +
+                                           std::to_string(shared.config.max_connections_per_user) +
+                                           " connections to tierpoold (the per-user limit)"));
+          return Accept();
+        case PeerTable::Admit::kOk:
+          break;
+      }
+      ++c.accepted;
+      ++c.active;
+      const std::uint64_t id = next_session++;
+      shared.handler->OnConnect(id, peer);
+      std::make_shared<UnixSession>(std::move(socket), id, peer, &shared)->Start();
       Accept();
     });
   }
@@ -233,15 +146,15 @@ struct UnixServer::Impl {
 
 UnixServer::UnixServer(UnixServerConfig config, RequestHandler* handler)
     : impl_(std::make_unique<Impl>()) {
-  impl_->config = std::move(config);
-  impl_->handler = handler;
+  impl_->shared.config = std::move(config);
+  impl_->shared.handler = handler;
 }
 
 UnixServer::~UnixServer() { Stop(); }
 
 Status UnixServer::Start() {
-  TIERPOOL_RETURN_IF_ERROR(impl_->config.validate());
-  const std::string& path = impl_->config.socket_path;
+  TIERPOOL_RETURN_IF_ERROR(impl_->shared.config.validate());
+  const std::string& path = impl_->shared.config.socket_path;
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
@@ -266,13 +179,14 @@ Status UnixServer::Start() {
   impl_->acceptor.bind(endpoint, ec);
   ::umask(old_mask);
   if (ec) return Status::IoError("bind " + path + ": " + ec.message());
-  if (::chmod(path.c_str(), impl_->config.socket_mode) != 0) {
+  if (::chmod(path.c_str(), impl_->shared.config.socket_mode) != 0) {
     return ErrnoStatus("chmod " + path, errno);
   }
   impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::IoError("listen " + path + ": " + ec.message());
+  impl_->shared.workers = std::make_unique<asio::thread_pool>(impl_->shared.config.worker_threads);
   impl_->Accept();
-  for (int i = 0; i < impl_->config.io_threads; ++i) {
+  for (int i = 0; i < impl_->shared.config.io_threads; ++i) {
     impl_->threads.emplace_back([this] { impl_->RunLoop(); });
   }
   impl_->started = true;
@@ -289,13 +203,30 @@ void UnixServer::Stop() {
   impl_->io.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
-  ::unlink(impl_->config.socket_path.c_str());
+  // Requests still running on workers finish (their replies are never written).
+  impl_->shared.workers->join();
+  ::unlink(impl_->shared.config.socket_path.c_str());
 }
 
 TransportStats UnixServer::stats() const {
-  const Counters& c = impl_->counters;
-  return {c.accepted.load(),   c.active.load(),    c.refused.load(), c.frames.load(),
-          c.bad_frames.load(), c.malformed.load(), c.unknown.load()};
+  const TransportCounters& c = impl_->shared.counters;
+  TransportStats s;
+  s.connections_accepted = c.accepted.load();
+  s.connections_active = c.active.load();
+  s.connections_refused = c.refused.load();
+  s.connections_refused_per_process = c.refused_process.load();
+  s.connections_refused_per_user = c.refused_user.load();
+  s.frames_received = c.frames.load();
+  s.bad_frames = c.bad_frames.load();
+  s.malformed_messages = c.malformed.load();
+  s.unknown_messages = c.unknown.load();
+  s.handshake_timeouts = c.handshake_timeouts.load();
+  s.idle_timeouts = c.idle_timeouts.load();
+  s.frame_timeouts = c.frame_timeouts.load();
+  s.requests_on_workers = c.on_workers.load();
+  s.frame_bytes_buffered = c.buffered.load();
+  s.frame_buffer_waits = c.buffer_waits.load();
+  return s;
 }
 
 }  // namespace tierpool::transport

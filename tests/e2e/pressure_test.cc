@@ -1,4 +1,4 @@
-// Memory pressure, expiry and dead clients against a real tierpoold.
+// Memory pressure and dead clients against a real tierpoold.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -91,34 +91,6 @@ TEST(Pressure, CacheObjectsMakeRoomLeastRecentlyUsedFirst) {
   EXPECT_GE(stats->counter("evictions"), 6u);
   EXPECT_TRUE((*client)->Stat("c9").ok());
   EXPECT_EQ((*client)->Stat("c0").status().code(), StatusCode::kNotFound);
-}
-
-TEST(Pressure, UncommittedReservationExpires) {
-  ServerProcess server({"--dram", "8M", "--hbm", "0", "--reservation-ttl-ms", "100"});
-  ASSERT_TRUE(server.started());
-  auto client = server.Connect();
-  ASSERT_TRUE(client.ok());
-  auto r = (*client)->Reserve("slow", 6 << 20);
-  ASSERT_TRUE(r.ok());
-  ASSERT_TRUE(
-      server.WaitFor([](const ServerStats& s) { return s.counter("reservations_expired") == 1; }));
-  EXPECT_EQ(r->Commit().code(), StatusCode::kNotFound);
-  std::string b(6 << 20, 'x');
-  EXPECT_TRUE((*client)->Put("fits-again", b.data(), b.size()).ok());
-}
-
-TEST(Pressure, UnreleasedLeaseExpires) {
-  ServerProcess server({"--dram", "8M", "--hbm", "0", "--lease-ttl-ms", "100"});
-  ASSERT_TRUE(server.started());
-  auto client = server.Connect();
-  ASSERT_TRUE(client.ok());
-  ASSERT_TRUE((*client)->Put("k", "abc", 3).ok());
-  auto view = (*client)->GetView("k");
-  ASSERT_TRUE(view.ok());
-  ASSERT_TRUE(server.WaitFor([](const ServerStats& s) {
-    return s.counter("leases_expired") == 1 && s.counter("leases_open") == 0;
-  }));
-  EXPECT_EQ((*client)->Stat("k")->pins, 0u);
 }
 
 // A client that dies in the middle of a put (and one that dies holding a view) leaves nothing

@@ -21,6 +21,7 @@ class ServerProcess {
   bool started() const { return started_; }
   bool alive();
   const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
   ClientOptions options() const;
   Result<std::unique_ptr<Client>> Connect() const { return Client::Connect(options()); }
   // Polls the server's stats until pred holds or timeout_ms passes.

@@ -134,7 +134,8 @@ struct ServerStats {
 };
 
 // A pinned, read-only object the caller reads in place. The server will not move or free it
-// until the view is released (on destruction, or Release()), or its lease expires.
+// until the view is released (on destruction, or Release()) or the connection closes, however
+// long it is held.
 class ObjectView {
  public:
   ObjectView() = default;

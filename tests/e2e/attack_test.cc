@@ -1,0 +1,409 @@
+// The attacks of the hardening issue, each automated against a real tierpoold: a client, careless
+// or hostile, must not corrupt another's tensors, freeze the server or starve it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "tests/e2e/server_process.h"
+#include "transport/blocking_connection.h"
+
+namespace tierpool::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using transport::BlockingConnection;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Resident memory of a process, from /proc.
+std::uint64_t RssBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+int RawConnect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Forks a process that opens `count` connections, optionally sends each `bytes`, and then sits
+// on them until killed. Returns its pid once its connections are open.
+pid_t HogProcess(const std::string& socket, int count, const std::string& bytes = "") {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    for (int i = 0; i < count; ++i) {
+      int fd = RawConnect(socket);
+      if (fd >= 0 && !bytes.empty()) (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    }
+    char c = 'r';
+    (void)::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c;
+  (void)::read(ready[0], &c, 1);
+  ::close(ready[0]);
+  return pid;
+}
+
+void Kill(pid_t pid) {
+  if (pid <= 0) return;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
+// How long a fresh client's stat takes, or a large value when it fails.
+double StatMs(const ServerProcess& server) {
+  const auto t0 = Clock::now();
+  auto client = server.Connect();
+  if (!client.ok()) return 1e9;
+  if (!(*client)->ServerStat().ok()) return 1e9;
+  return Ms(Clock::now() - t0);
+}
+
+// 1. A writer that writes through its reservation after its time limit must not land in another
+// object's bytes: the memory stays its own until its connection closes.
+TEST(Attack, LateWriterCannotOverwriteAnotherObject) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0", "--reservation-ttl-ms", "100"});
+  ASSERT_TRUE(server.started());
+  auto late = server.Connect();
+  auto victim = server.Connect();
+  ASSERT_TRUE(late.ok() && victim.ok());
+  auto r = (*late)->Reserve("slow", 6 << 20);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(
+      server.WaitFor([](const ServerStats& s) { return s.counter("clients_overdue") == 1; }));
+  // The victim's object cannot take the memory the late writer may still write.
+  const std::string mine = Pattern(7, 6 << 20);
+  EXPECT_EQ((*victim)->Put("mine", mine.data(), mine.size()).code(),
+            StatusCode::kResourceExhausted);
+  std::memset(r->data(), 0xAA, r->size());  // the late write
+  EXPECT_EQ(r->Commit().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*late)->Put("more", "x", 1).code(), StatusCode::kFailedPrecondition);
+  late->reset();  // the late writer goes; what it held is freed
+  ASSERT_TRUE(
+      server.WaitFor([](const ServerStats& s) { return s.counter("reservations_open") == 0; }));
+  ASSERT_TRUE((*victim)->Put("mine", mine.data(), mine.size()).ok());
+  auto back = (*victim)->GetBytes("mine");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(std::memcmp(back->data(), mine.data(), mine.size()), 0);
+}
+
+// 1. A view read after its time limit still shows its own object's bytes: the pinned memory is
+// not reused while the reader's connection lives, even when the object is deleted.
+TEST(Attack, LateReaderStillSeesItsOwnBytes) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0", "--lease-ttl-ms", "100"});
+  ASSERT_TRUE(server.started());
+  auto reader = server.Connect();
+  auto other = server.Connect();
+  ASSERT_TRUE(reader.ok() && other.ok());
+  const std::string weights = Pattern(1, 6 << 20);
+  ASSERT_TRUE((*other)->Put("weights", weights.data(), weights.size()).ok());
+  auto view = (*reader)->GetView("weights");
+  ASSERT_TRUE(view.ok());
+  ASSERT_TRUE(
+      server.WaitFor([](const ServerStats& s) { return s.counter("clients_overdue") == 1; }));
+  ASSERT_TRUE((*other)->Delete("weights").ok());
+  const std::string next = Pattern(2, 6 << 20);
+  EXPECT_FALSE((*other)->Put("next", next.data(), next.size()).ok());
+  EXPECT_EQ(std::memcmp(view->data(), weights.data(), weights.size()), 0);
+  EXPECT_TRUE(view->Verify().ok());
+  *view = ObjectView();
+  reader->reset();
+  ASSERT_TRUE(server.WaitFor([](const ServerStats& s) { return s.counter("leases_open") == 0; }));
+  EXPECT_TRUE((*other)->Put("next", next.data(), next.size()).ok());
+}
+
+// 1. With the defaults there is no time limit: a view held for a long time stays valid.
+TEST(Attack, ViewsAndReservationsHaveNoTimeLimitByDefault) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  const std::string b = Pattern(3, 1 << 20);
+  ASSERT_TRUE((*client)->Put("w", b.data(), b.size()).ok());
+  auto view = (*client)->GetView("w");
+  auto r = (*client)->Reserve("r", 4096);
+  ASSERT_TRUE(view.ok() && r.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::memset(r->data(), 1, r->size());
+  EXPECT_TRUE(r->Commit().ok());
+  EXPECT_TRUE(view->Verify().ok());
+  auto s = (*client)->ServerStat();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->counter("clients_overdue"), 0u);
+}
+
+// 2. Frame headers that declare 16 MiB and send nothing more cost the server a small buffer each,
+// not the declared length, and other clients are served meanwhile.
+TEST(Attack, HeadersAloneDoNotMakeTheServerAllocate) {
+  ServerProcess server({"--dram", "16M", "--hbm", "0", "--max-connections-per-process", "0"});
+  ASSERT_TRUE(server.started());
+  ASSERT_LT(StatMs(server), 5000.0);
+  const std::uint64_t before = RssBytes(server.pid());
+  std::uint8_t header[transport::kFrameHeaderSize];
+  transport::EncodeFrameHeader(16u << 20, header);
+  constexpr int kConnections = 300;
+  pid_t hog = HogProcess(server.socket(), kConnections,
+                         std::string(reinterpret_cast<char*>(header), sizeof(header)));
+  ASSERT_TRUE(server.WaitFor(
+      [](const ServerStats& s) { return s.counter("connections_active") >= kConnections; }));
+  const std::uint64_t after = RssBytes(server.pid());
+  const double stat_ms = StatMs(server);
+  auto stats = server.Connect();
+  ASSERT_TRUE(stats.ok());
+  auto s = (*stats)->ServerStat();
+  Kill(hog);
+  ASSERT_TRUE(s.ok());
+  // At most one first chunk (64 KiB) per connection, against 16 MiB each before (4.8 GB).
+  // (plus the stat request's own frame)
+  EXPECT_LE(s->counter("frame_bytes_buffered"), (kConnections + 1) * (64u << 10));
+  EXPECT_LT(after, before + (64u << 20)) << "server grew from " << before << " to " << after;
+  EXPECT_LT(stat_ms, 2000.0);
+  EXPECT_TRUE(server.WaitFor([](const ServerStats& st) {
+    return st.counter("frame_bytes_buffered") <= (64u << 10) &&
+           st.counter("connections_active") <= 2;
+  }));
+}
+
+// 3. Puts that fail for want of room cost little, however many objects the tier holds, and do not
+// hold up another client's requests.
+TEST(Attack, FailingPutsOnAFullTierDoNotFreezeOthers) {
+  ServerProcess server({"--dram", "200M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto filler = server.Connect();
+  ASSERT_TRUE(filler.ok());
+  // Fill dram with one-byte objects (one 4 KiB extent each) until a put fails.
+  int stored = 0;
+  for (int batch = 0; batch < 20; ++batch) {
+    std::vector<PutItem> items;
+    std::vector<std::string> keys;
+    for (int i = 0; i < 4096; ++i) keys.push_back("o" + std::to_string(batch * 4096 + i));
+    for (const auto& k : keys) items.push_back({k, "x", 1, {}});
+    bool full = false;
+    for (const auto& st : (*filler)->PutBatch(items)) {
+      if (st.ok()) {
+        ++stored;
+      } else {
+        full = true;
+      }
+    }
+    if (full) break;
+  }
+  ASSERT_GT(stored, 40000);
+  std::atomic<bool> done{false};
+  double worst_stat_ms = 0;
+  std::thread watcher([&] {
+    auto c = server.Connect();
+    while (!done.load() && c.ok()) {
+      const auto t0 = Clock::now();
+      if (!(*c)->ServerStat().ok()) break;
+      worst_stat_ms = std::max(worst_stat_ms, Ms(Clock::now() - t0));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  const auto t0 = Clock::now();
+  int failed = 0;
+  for (int i = 0; i < 1024; ++i) {
+    if (!(*filler)->Put("more" + std::to_string(i), "y", 1).ok()) ++failed;
+  }
+  const double fail_ms = Ms(Clock::now() - t0);
+  done = true;
+  watcher.join();
+  EXPECT_GT(failed, 1000);
+  // Before the fix: 4 ms per failed put with 200k objects, and other clients waited seconds.
+  EXPECT_LT(fail_ms, 3000.0) << stored << " objects";
+  EXPECT_LT(worst_stat_ms, 1000.0);
+}
+
+// 4. Objects committed with a wrong checksum are quarantined when the spill meets them, and the
+// spill goes on for everyone else.
+TEST(Attack, CorruptCommitsDoNotStopTheSpill) {
+  ServerProcess server(
+      {"--dram", "8M", "--hbm", "0", "--nvme-backend", "memory", "--nvme-bytes", "128M"});
+  ASSERT_TRUE(server.started());
+  auto raw = BlockingConnection::Connect(server.socket());
+  ASSERT_TRUE(raw.ok());
+  wire::Request hello;
+  hello.set_id(1);
+  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+  wire::Response resp;
+  ASSERT_TRUE((*raw)->Call(hello, &resp).ok());
+  for (int i = 0; i < 8; ++i) {
+    wire::Request req;
+    req.set_id(10 + 2 * i);
+    auto* spec = req.mutable_reserve()->add_items();
+    spec->set_ns(server.options().ns);
+    spec->set_key("bad" + std::to_string(i));
+    spec->set_size(256 << 10);
+    ASSERT_TRUE((*raw)->Call(req, &resp).ok());
+    ASSERT_EQ(resp.reserve().items(0).status().code(), 0u);
+    wire::Request commit;
+    commit.set_id(11 + 2 * i);
+    auto* item = commit.mutable_commit()->add_items();
+    item->set_reservation_id(resp.reserve().items(0).reservation_id());
+    item->set_checksum(12345);  // not the bytes' checksum
+    ASSERT_TRUE((*raw)->Call(commit, &resp).ok());
+    ASSERT_EQ(resp.statuses().items(0).code(), 0u) << resp.statuses().items(0).message();
+  }
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  const std::string b = Pattern(4, 256 << 10);
+  int accepted = 0;
+  for (int i = 0; i < 200; ++i) {
+    if ((*client)->Put("good" + std::to_string(i), b.data(), b.size()).ok()) ++accepted;
+  }
+  EXPECT_EQ(accepted, 200);  // 31 of 200 before the fix
+  auto s = (*client)->ServerStat();
+  ASSERT_TRUE(s.ok());
+  EXPECT_GE(s->counter("quarantined"), 1u);
+  EXPECT_EQ((*client)->GetBytes("bad0").status().code(), StatusCode::kDataLoss);
+  auto good = (*client)->GetBytes("good0");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(std::memcmp(good->data(), b.data(), b.size()), 0);
+}
+
+// 5. Connections that say nothing are closed after the handshake timeout, and one process cannot
+// take every connection.
+TEST(Attack, IdleConnectionsDoNotLockOthersOut) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0", "--max-connections", "64",
+                        "--max-connections-per-process", "0", "--handshake-timeout-ms", "300"});
+  ASSERT_TRUE(server.started());
+  pid_t hog = HogProcess(server.socket(), 64);
+  // All 64 slots are taken until the handshake timeout closes the silent connections.
+  bool served = false;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!served && Clock::now() < deadline) {
+    served = StatMs(server) < 1e9;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Kill(hog);
+  EXPECT_TRUE(served);
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  auto s = (*client)->ServerStat();
+  ASSERT_TRUE(s.ok());
+  EXPECT_GE(s->counter("handshake_timeouts"), 1u);
+}
+
+TEST(Attack, OneProcessCannotTakeEveryConnection) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0", "--max-connections", "64",
+                        "--max-connections-per-process", "16"});
+  ASSERT_TRUE(server.started());
+  pid_t hog = HogProcess(server.socket(), 64);
+  const double stat_ms = StatMs(server);
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  auto s = (*client)->ServerStat();
+  Kill(hog);
+  EXPECT_LT(stat_ms, 1e9) << "a second process was locked out";
+  ASSERT_TRUE(s.ok());
+  EXPECT_GE(s->counter("connections_refused_per_process"), 48u);
+}
+
+TEST(Attack, IdleConnectionHoldingNothingIsClosedOneHoldingAViewIsNot) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0", "--idle-timeout-ms", "200"});
+  ASSERT_TRUE(server.started());
+  auto idle = server.Connect();
+  auto holder = server.Connect();
+  ASSERT_TRUE(idle.ok() && holder.ok());
+  ASSERT_TRUE((*holder)->Put("k", "abc", 3).ok());
+  auto view = (*holder)->GetView("k");
+  ASSERT_TRUE(view.ok());
+  ASSERT_TRUE(server.WaitFor([](const ServerStats& s) { return s.counter("idle_timeouts") >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_TRUE(view->Verify().ok());
+  EXPECT_TRUE((*holder)->Stat("k").ok()) << "the connection holding a view was closed";
+}
+
+// 6. Per-connection limits on reservations and pins, and what a connection held is returned when
+// it closes.
+TEST(Attack, PerClientLimitsOnReservationsAndPins) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0", "--max-reservations-per-client", "100",
+                        "--max-pins-per-client", "50"});
+  ASSERT_TRUE(server.started());
+  auto hog = server.Connect();
+  auto other = server.Connect();
+  ASSERT_TRUE(hog.ok() && other.ok());
+  std::vector<WriteReservation> held;
+  for (int i = 0; i < 100; ++i) {
+    auto r = (*hog)->Reserve("r" + std::to_string(i), 4096);
+    ASSERT_TRUE(r.ok()) << i;
+    held.push_back(std::move(r).value());
+  }
+  EXPECT_EQ((*hog)->Reserve("one-more", 4096).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE((*other)->Put("k", Pattern(5, 128 << 10).data(), 128 << 10).ok());
+  std::vector<ObjectView> views;
+  for (int i = 0; i < 50; ++i) {
+    auto v = (*hog)->GetView("k");
+    ASSERT_TRUE(v.ok()) << i;
+    views.push_back(std::move(v).value());
+  }
+  EXPECT_EQ((*hog)->GetView("k").status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE((*other)->GetView("k").ok());
+  // A connection's bytes in open reservations are bounded too: beyond its first, half of the
+  // put tiers.
+  auto first = (*other)->Reserve("first", 1 << 20);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ((*other)->Reserve("huge", 32 << 20).status().code(), StatusCode::kResourceExhausted);
+  auto s = (*other)->ServerStat();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->counter("client_limit_refusals"), 3u);
+  EXPECT_TRUE(first->Abort().ok());
+  held.clear();
+  views.clear();
+  hog->reset();
+  EXPECT_TRUE(server.WaitFor([](const ServerStats& st) {
+    return st.counter("reservations_open") == 0 && st.counter("leases_open") == 0;
+  }));
+}
+
+// 8. A client that sends requests and never reads the replies stalls only itself.
+TEST(Attack, ClientThatNeverReadsItsRepliesStallsOnlyItself) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  int fd = RawConnect(server.socket());
+  ASSERT_GE(fd, 0);
+  int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  // Hundreds of pipelined Hellos: each reply carries descriptors and fills the socket.
+  std::string frames;
+  for (int i = 0; i < 500; ++i) {
+    wire::Request hello;
+    hello.set_id(static_cast<std::uint64_t>(i + 1));
+    hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+    frames += transport::EncodeFrame(hello, transport::kDefaultMaxFrameBytes).value();
+  }
+  (void)::send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double worst = 0;
+  for (int i = 0; i < 5; ++i) worst = std::max(worst, StatMs(server));
+  ::close(fd);
+  EXPECT_LT(worst, 1000.0) << "another client waited on the one that does not read";
+}
+
+}  // namespace
+}  // namespace tierpool::testing

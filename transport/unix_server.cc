@@ -83,9 +83,11 @@ struct UnixServer::Impl {
   }
 
   void Accept() {
-    // Each session's socket (and its timer) runs on its own strand.
-    acceptor.async_accept(asio::make_strand(io), [this](boost::system::error_code ec,
-                                                        UnixSocket socket) {
+    // Each session's socket (and its timer) runs on its own strand; with one I/O thread
+    // everything is serialized already and the strand would only cost time.
+    auto executor = shared.config.io_threads == 1 ? asio::any_io_executor(io.get_executor())
+                                                  : asio::any_io_executor(asio::make_strand(io));
+    acceptor.async_accept(executor, [this](boost::system::error_code ec, UnixSocket socket) {
       if (ec) {
         if (ec == asio::error::operation_aborted) return;
         spdlog::warn("accept failed: {}", ec.message());

@@ -65,14 +65,44 @@ UnixSession::~UnixSession() {
 void UnixSession::Start() {
   boost::system::error_code ignored;
   socket_.native_non_blocking(true, ignored);  // SendWithFds writes with sendmsg
-  ArmTimer(shared_->config.handshake_timeout_ms);
-  ReadHeader();
+  accepted_ = std::chrono::steady_clock::now();
+  ReadHeader();  // its SetState arms the handshake timer
+}
+
+void UnixSession::SetState(State state) {
+  state_ = state;
+  since_ = std::chrono::steady_clock::now();
+  // The timer is re-armed here only when it is not running (every timeout was off for the
+  // state before, or it has fired): otherwise it looks at the new state when it wakes.
+  if (!timer_armed_ && !closed_) {
+    if (auto due = Deadline()) ArmTimer(*due);
+  }
+}
+
+std::optional<std::chrono::steady_clock::time_point> UnixSession::Deadline() const {
+  using std::chrono::milliseconds;
+  const UnixServerConfig& c = shared_->config;
+  if (!spoke_) {
+    // Until the first frame is in, the handshake deadline holds whatever the state.
+    if (c.handshake_timeout_ms != 0) return accepted_ + milliseconds(c.handshake_timeout_ms);
+    if (state_ == State::kIdle) return std::nullopt;
+  }
+  switch (state_) {
+    case State::kIdle:
+      if (c.idle_timeout_ms == 0) return std::nullopt;
+      return since_ + milliseconds(c.idle_timeout_ms);
+    case State::kReading:
+    case State::kWriting:
+      if (c.frame_timeout_ms == 0) return std::nullopt;
+      return since_ + milliseconds(c.frame_timeout_ms);
+    case State::kBusy:
+      return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void UnixSession::ReadHeader() {
-  state_ = State::kIdle;
-  // Before the first frame the handshake timer runs on; after it, the idle timer.
-  if (spoke_) ArmTimer(shared_->config.idle_timeout_ms);
+  SetState(State::kIdle);
   asio::async_read(socket_, asio::buffer(header_),
                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                      if (ec) return self->Close();
@@ -88,8 +118,7 @@ void UnixSession::OnHeader() {
     // Tell the peer why, then close: the stream cannot be resynchronized.
     return CloseAfterWrite(h.status());
   }
-  state_ = State::kReading;
-  if (spoke_) ArmTimer(shared_->config.frame_timeout_ms);
+  SetState(State::kReading);
   expected_ = h->length;
   received_ = 0;
   if (expected_ == 0) return OnBody();
@@ -143,8 +172,7 @@ void UnixSession::ReadBody() {
 void UnixSession::OnBody() {
   ++shared_->counters.frames;
   spoke_ = true;
-  state_ = State::kBusy;
-  ArmTimer(0);
+  SetState(State::kBusy);
   const bool parsed = request_.ParseFromArray(body_.data(), static_cast<int>(expected_));
   ReleaseBuffer();
   if (!parsed) {
@@ -199,8 +227,7 @@ void UnixSession::Reply(bool reply) {
     request_.Clear();
     response_.Clear();
   }
-  state_ = State::kWriting;
-  ArmTimer(shared_->config.frame_timeout_ms);
+  SetState(State::kWriting);
   if (!fds_.empty()) return SendWithFds();
   WriteOut();
 }
@@ -254,56 +281,67 @@ void UnixSession::CloseAfterWrite(const Status& why) {
   auto frame = EncodeFrame(resp, shared_->config.max_frame_bytes);
   if (!frame.ok()) return Close();
   out_ = std::move(frame).value();
-  state_ = State::kWriting;
-  ArmTimer(shared_->config.frame_timeout_ms);
+  SetState(State::kWriting);
   asio::async_write(
       socket_, asio::buffer(out_),
       [self = shared_from_this()](boost::system::error_code, std::size_t) { self->Close(); });
 }
 
-void UnixSession::ArmTimer(std::uint32_t ms) {
-  const std::uint64_t generation = ++timer_generation_;
-  if (ms == 0) {
-    timer_.cancel();
-    return;
+void UnixSession::ArmTimer(std::chrono::steady_clock::time_point when) {
+  // The state may change to one with a nearer deadline before this wakes (idle, then a frame
+  // that trickles in): wake at least every shortest timeout so that none is overrun by more
+  // than itself.
+  const UnixServerConfig& c = shared_->config;
+  std::uint32_t step = 0;
+  for (std::uint32_t t : {c.frame_timeout_ms, c.idle_timeout_ms}) {
+    if (t != 0 && (step == 0 || t < step)) step = t;
   }
-  timer_.expires_after(std::chrono::milliseconds(ms));
-  timer_.async_wait([self = shared_from_this(), generation](boost::system::error_code ec) {
-    if (ec || generation != self->timer_generation_ || self->closed_) return;
+  if (step != 0) {
+    when = std::min(when, std::chrono::steady_clock::now() + std::chrono::milliseconds(step));
+  }
+  timer_armed_ = true;
+  timer_.expires_at(when);
+  timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    self->timer_armed_ = false;
+    if (ec || self->closed_) return;
     self->OnTimer();
   });
 }
 
 void UnixSession::OnTimer() {
-  switch (state_) {
-    case State::kIdle:
-      if (!spoke_) {
-        ++shared_->counters.handshake_timeouts;
-        spdlog::debug("session {}: no request within the handshake timeout; closing", id_);
-        return Close();
-      }
-      if (shared_->handler->Holds(id_)) return ArmTimer(shared_->config.idle_timeout_ms);
-      ++shared_->counters.idle_timeouts;
-      spdlog::debug("session {}: idle and holding nothing; closing", id_);
-      return Close();
-    case State::kReading:
-    case State::kWriting:
-      if (!spoke_) {
-        ++shared_->counters.handshake_timeouts;
-      } else {
-        ++shared_->counters.frame_timeouts;
-      }
-      spdlog::debug("session {}: a frame took longer than allowed; closing", id_);
-      return Close();
-    case State::kBusy:
-      return;  // the timer is off while a request runs
+  const auto now = std::chrono::steady_clock::now();
+  const auto due = Deadline();
+  if (!due) {
+    // Nothing is due in this state (a request running, or a timeout off): look again later,
+    // when one of the timeouts that are on could first run out.
+    const UnixServerConfig& c = shared_->config;
+    const std::uint32_t later = std::max(c.idle_timeout_ms, c.frame_timeout_ms);
+    if (later != 0) ArmTimer(now + std::chrono::milliseconds(later));
+    return;
   }
+  if (now < *due) return ArmTimer(*due);
+  if (!spoke_) {
+    ++shared_->counters.handshake_timeouts;
+    spdlog::debug("session {}: no complete request within the handshake timeout; closing", id_);
+    return Close();
+  }
+  if (state_ == State::kIdle) {
+    if (shared_->handler->Holds(id_)) {
+      since_ = now;  // holding a pin or a reservation: idle is allowed
+      return ArmTimer(now + std::chrono::milliseconds(shared_->config.idle_timeout_ms));
+    }
+    ++shared_->counters.idle_timeouts;
+    spdlog::debug("session {}: idle and holding nothing; closing", id_);
+    return Close();
+  }
+  ++shared_->counters.frame_timeouts;
+  spdlog::debug("session {}: a frame took longer than allowed; closing", id_);
+  Close();
 }
 
 void UnixSession::Close() {
   if (closed_) return;
   closed_ = true;
-  ++timer_generation_;
   timer_.cancel();
   boost::system::error_code ignored;
   socket_.close(ignored);

@@ -10,9 +10,11 @@
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -74,13 +76,20 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   // must wait (a timer retries).
   bool Grow(std::size_t want);
   void ReleaseBuffer();
-  void ArmTimer(std::uint32_t ms);
+  // The state changes without touching the timer (a per-request timer operation costs a
+  // syscall and a cancelled handler): the timer wakes at the earliest deadline it knows of and
+  // looks at the state then.
+  void SetState(State state);
+  std::optional<std::chrono::steady_clock::time_point> Deadline() const;
+  void ArmTimer(std::chrono::steady_clock::time_point when);
   void OnTimer();
   void Close();
 
   Socket socket_;
   boost::asio::steady_timer timer_;
-  std::uint64_t timer_generation_ = 0;
+  bool timer_armed_ = false;
+  std::chrono::steady_clock::time_point accepted_;
+  std::chrono::steady_clock::time_point since_;  // when state_ began
   std::uint64_t id_;
   PeerCredentials peer_;
   ServerShared* shared_;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -24,8 +25,14 @@ std::atomic<int> g_counter{0};
 ServerProcess::ServerProcess(std::vector<std::string> extra) {
   socket_ = "/tmp/tierpool-test-" + std::to_string(::getpid()) + "-" + std::to_string(g_counter++) +
             ".sock";
-  std::vector<std::string> args = {TIERPOOLD_PATH,  "--socket",    socket_,
-                                   "--no-populate", "--log-level", "warn"};
+  // TIERPOOL_TEST_SERVER runs the suite against another build (to show a test fails before a fix).
+  const char* other = std::getenv("TIERPOOL_TEST_SERVER");
+  std::vector<std::string> args = {other != nullptr ? other : TIERPOOLD_PATH,
+                                   "--socket",
+                                   socket_,
+                                   "--no-populate",
+                                   "--log-level",
+                                   "warn"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = ::fork();
   if (pid_ == 0) {

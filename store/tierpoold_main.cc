@@ -9,6 +9,7 @@
 int main(int argc, char** argv) {
   using namespace tierpool;
   LogToStderr();
+  transport::RouteProtobufLogs();
   bool exit_now = false;
   auto config = ParseServerFlags(argc, argv, &exit_now);
   if (!config.ok()) {

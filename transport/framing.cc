@@ -1,5 +1,9 @@
 #include "transport/framing.h"
 
+#include <google/protobuf/stubs/logging.h>
+
+#include "common/logging.h"
+
 namespace tierpool::transport {
 
 void EncodeFrameHeader(std::uint32_t length, std::uint8_t out[kFrameHeaderSize]) {
@@ -50,6 +54,17 @@ Result<std::string> EncodeFrame(const google::protobuf::MessageLite& message,
     return Status::Internal("could not serialize message");
   }
   return out;
+}
+
+void RouteProtobufLogs() {
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+        if (level >= google::protobuf::LOGLEVEL_FATAL) {
+          spdlog::critical("protobuf {}:{}: {}", file, line, message);
+        } else {
+          spdlog::debug("protobuf {}:{}: {}", file, line, message);
+        }
+      });
 }
 
 }  // namespace tierpool::transport

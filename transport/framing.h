@@ -36,6 +36,10 @@ Result<FrameHeader> DecodeFrameHeader(const std::uint8_t in[kFrameHeaderSize],
 Result<std::string> EncodeFrame(const google::protobuf::MessageLite& message,
                                 std::uint32_t max_frame_bytes);
 
+// Sends protobuf's own log lines (a parse error per malformed message, by default straight to
+// stderr) to spdlog at debug level, so that a client sending garbage cannot flood the log.
+void RouteProtobufLogs();
+
 // Conversions between the wire Status and tierpool::Status.
 inline void ToWire(const Status& s, wire::Status* out) {
   out->set_code(static_cast<std::uint32_t>(s.code()));

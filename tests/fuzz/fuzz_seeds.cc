@@ -1,0 +1,234 @@
+// Writes a seed corpus for each fuzz target: OUT/frames, OUT/plan, OUT/schedule, OUT/onnx and
+// OUT/config, each with a few valid inputs that reach deep into their decoder.
+//   fuzz_seeds OUT
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "prefetch/schedule.h"
+#include "transport/framing.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tierpool;
+
+void Write(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary) << bytes;
+}
+
+std::string Frame(const wire::Request& r) {
+  return transport::EncodeFrame(r, transport::kDefaultMaxFrameBytes).value();
+}
+
+prefetch::Schedule SmallSchedule() {
+  prefetch::Schedule s;
+  s.set_format_version(1);
+  s.set_name("seed");
+  for (int i = 0; i < 4; ++i) {
+    auto* st = s.add_steps();
+    st->set_name("s" + std::to_string(i));
+    st->set_compute_us(100);
+  }
+  for (int t = 0; t < 3; ++t) {
+    auto* x = s.add_tensors();
+    x->set_id(static_cast<std::uint32_t>(t));
+    x->set_name("t" + std::to_string(t));
+    x->set_size_bytes(4096u << t);
+    x->set_def_step(t == 0 ? -1 : t - 1);
+    x->add_use_steps(3);
+  }
+  return s;
+}
+
+schedule::Plan SmallPlan() {
+  schedule::Plan p;
+  auto* pre = p.add_actions();
+  pre->set_kind(schedule::PREFETCH);
+  pre->set_tensor(0);
+  pre->set_step(1);
+  pre->set_needed_by(3);
+  auto* off = p.add_actions();
+  off->set_kind(schedule::OFFLOAD);
+  off->set_tensor(1);
+  off->set_step(1);
+  return p;
+}
+
+wire::PutSpec Spec(const std::string& key, std::uint64_t size) {
+  wire::PutSpec spec;
+  spec.set_ns("seed");
+  spec.set_key(key);
+  spec.set_size(size);
+  spec.set_dtype("float32");
+  spec.add_shape(static_cast<std::int64_t>(size / 4));
+  return spec;
+}
+
+void Frames(const fs::path& dir) {
+  std::uint64_t id = 1;
+  auto req = [&id] {
+    wire::Request r;
+    r.set_id(id++);
+    return r;
+  };
+  wire::Request hello = req();
+  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+  Write(dir, "hello", Frame(hello));
+
+  std::string session = Frame(hello);
+  wire::Request put = req();
+  auto* item = put.mutable_put_inline()->add_items();
+  *item->mutable_spec() = Spec("k", 16);
+  item->set_data(std::string(16, 'x'));
+  session += Frame(put);
+  for (auto mode : {wire::AUTO, wire::PINNED, wire::INLINE, wire::META}) {
+    wire::Request get = req();
+    auto* k = get.mutable_get()->add_keys();
+    k->set_ns("seed");
+    k->set_key("k");
+    get.mutable_get()->set_mode(mode);
+    if (mode == wire::PINNED) get.mutable_get()->set_want_tier(wire::HBM);
+    session += Frame(get);
+  }
+  wire::Request release = req();
+  release.mutable_release()->add_lease_ids(1);
+  session += Frame(release);
+  wire::Request promote = req();
+  auto* pk = promote.mutable_promote()->add_keys();
+  pk->set_ns("seed");
+  pk->set_key("k");
+  promote.mutable_promote()->set_target(wire::HBM);
+  session += Frame(promote);
+  wire::Request list = req();
+  list.mutable_list()->set_ns("seed");
+  session += Frame(list);
+  wire::Request del = req();
+  auto* dk = del.mutable_del()->add_keys();
+  dk->set_ns("seed");
+  dk->set_key("k");
+  session += Frame(del);
+  wire::Request stat = req();
+  stat.mutable_stat()->set_reset_peaks(true);
+  session += Frame(stat);
+  Write(dir, "session", session);
+
+  std::string two_phase = Frame(hello);
+  wire::Request reserve = req();
+  *reserve.mutable_reserve()->add_items() = Spec("r", 1 << 16);
+  auto hbm = Spec("h", 1 << 12);
+  hbm.set_tier_hint(wire::HBM);
+  *reserve.mutable_reserve()->add_items() = hbm;
+  two_phase += Frame(reserve);
+  wire::Request commit = req();
+  auto* c = commit.mutable_commit()->add_items();
+  c->set_reservation_id(1);
+  c->set_checksum(0);
+  two_phase += Frame(commit);
+  wire::Request abort = req();
+  abort.mutable_abort()->add_reservation_ids(2);
+  two_phase += Frame(abort);
+  Write(dir, "two_phase", two_phase);
+
+  wire::Request reg = req();
+  auto* rp = reg.mutable_register_plan();
+  rp->set_format_version(1);
+  rp->set_ns("job");
+  SmallSchedule().SerializeToString(rp->mutable_schedule());
+  SmallPlan().SerializeToString(rp->mutable_plan());
+  rp->set_hbm_budget_bytes(1 << 20);
+  wire::Request progress = req();
+  progress.mutable_progress()->set_job_id(1);
+  progress.mutable_progress()->set_step(1);
+  wire::Request unreg = req();
+  unreg.mutable_unregister_plan()->set_job_id(1);
+  Write(dir, "plan", Frame(reg) + Frame(progress) + Frame(unreg));
+}
+
+void Plans(const fs::path& dir) {
+  wire::RegisterPlanRequest rp;
+  rp.set_format_version(1);
+  rp.set_ns("job");
+  rp.set_name("seed");
+  SmallSchedule().SerializeToString(rp.mutable_schedule());
+  SmallPlan().SerializeToString(rp.mutable_plan());
+  rp.add_keys("a");
+  rp.add_keys("b");
+  rp.add_keys("c");
+  std::string bytes;
+  rp.SerializeToString(&bytes);
+  Write(dir, "keys", bytes);
+  rp.clear_keys();
+  rp.set_hbm_budget_bytes(1 << 19);
+  rp.SerializeToString(&bytes);
+  Write(dir, "budget", bytes);
+}
+
+void Schedules(const fs::path& dir) {
+  std::string bytes;
+  SmallSchedule().SerializeToString(&bytes);
+  Write(dir, "small.pb", bytes);
+  Write(dir, "small.json",
+        R"({"formatVersion":1,"name":"j","steps":[{"name":"a","computeUs":10},{"name":"b"}],)"
+        R"("tensors":[{"id":0,"name":"w","sizeBytes":"64","defStep":-1,"useSteps":[1]}]})");
+}
+
+void Onnx(const fs::path& dir) {
+  onnx::ModelProto model;
+  model.set_ir_version(7);
+  model.add_opset_import()->set_version(13);
+  auto* g = model.mutable_graph();
+  g->set_name("seed");
+  auto tensor_type = [](onnx::ValueInfoProto* v, const char* name, std::vector<std::int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    for (auto d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  tensor_type(g->add_input(), "x", {2, 4});
+  tensor_type(g->add_output(), "z", {2, 3});
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  w->add_dims(3);
+  for (int i = 0; i < 12; ++i) w->add_float_data(0.5f);
+  auto* mm = g->add_node();
+  mm->set_op_type("MatMul");
+  mm->add_input("x");
+  mm->add_input("w");
+  mm->add_output("y");
+  auto* relu = g->add_node();
+  relu->set_op_type("Relu");
+  relu->add_input("y");
+  relu->add_output("z");
+  std::string bytes;
+  model.SerializeToString(&bytes);
+  Write(dir, "matmul_relu.onnx", bytes);
+}
+
+void Configs(const fs::path& dir) {
+  Write(dir, "small", "dram = 64M\nhbm = 0\nio-threads = 2\nlog-level = warn\n");
+  Write(dir, "limits",
+        "max-connections = 16\nmax-connections-per-process = 4\nidle-timeout-ms = 1000\n"
+        "lease-ttl-ms = 500\nmax-pins-per-client = 8\ndram-high-watermark = 0.8\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_seeds OUT\n");
+    return 2;
+  }
+  const fs::path out = argv[1];
+  Frames(out / "frames");
+  Plans(out / "plan");
+  Schedules(out / "schedule");
+  Onnx(out / "onnx");
+  Configs(out / "config");
+  return 0;
+}

@@ -12,6 +12,7 @@ targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(frames plan schedule onnx config)
 jobs="$(nproc)"
 
+./scripts/install-deps.sh clang libclang-rt-14-dev
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j"$jobs" --target fuzz_seeds $(printf 'fuzz_%s ' "${targets[@]}")
 out=build/fuzz

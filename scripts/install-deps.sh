@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tierpool builds and tests with; skips what is already there.
+# Extra package names given as arguments are installed too (scripts/fuzz.sh adds clang's).
 set -euo pipefail
 
 PACKAGES=(
@@ -9,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-dev fio
   python3 python3-torch python3-torchvision
+  "$@"
 )
 
 missing=()

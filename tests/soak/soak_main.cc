@@ -1,0 +1,471 @@
+// tierpool-soak: many client processes against one tierpoold with its tiers near full, each
+// checking every byte it reads against a model of what it was acknowledged, while one of them
+// is killed every few seconds. Afterwards every acknowledged `retained` object is read back and
+// checked, and the server's memory outside its arenas is compared with its baseline.
+//
+//   tierpool-soak --server PATH [--seconds 600] [--clients 16] [--kill-every-ms 3000]
+//                 [--dram 64M] [--nvme-bytes 256M] [--fill 0.95] [--seed 1]
+//
+// The model: each client owns the keys "c<slot>/k<j>". Before a put or a delete it tells the
+// parent what it is about to do (over a pipe), and again once the server answered; a client
+// killed in between leaves that key uncertain (either value may be there), and the next client
+// in its slot resolves it with its first read. Prints one JSON object; exits 1 on any wrong byte,
+// lost object, or server death.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/units.h"
+#include "tierpool/client.h"
+
+namespace {
+
+using namespace tierpool;
+using Clock = std::chrono::steady_clock;
+
+// What a key holds: absent, or (seed, size) bytes.
+struct Value {
+  bool present = false;
+  std::uint64_t seed = 0;
+  std::uint64_t size = 0;
+  bool operator==(const Value&) const = default;
+};
+
+// A key's state in the model: its value, and the value a put or delete in flight would leave.
+struct KeyState {
+  Value value;
+  std::optional<Value> pending;
+};
+
+using SlotModel = std::map<std::uint32_t, KeyState>;
+
+std::string Bytes(std::uint64_t seed, std::uint64_t size) {
+  std::string s(size, '\0');
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + size);
+  std::size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    const std::uint64_t v = rng();
+    std::memcpy(&s[i], &v, 8);
+  }
+  for (; i < size; ++i) s[i] = static_cast<char>(rng());
+  return s;
+}
+
+std::string Key(int slot, std::uint32_t j) {
+  return "c" + std::to_string(slot) + "/k" + std::to_string(j);
+}
+
+// Does the object now under key match v? kError: the get failed for another reason than the
+// object's absence (no room to bring it back from nvme, say): neither right nor wrong.
+enum class Check { kMatch, kMismatch, kError };
+Check Compare(Client& c, const std::string& key, const Value& v, std::string* why) {
+  auto got = c.GetBytes(key);
+  if (!got.ok()) {
+    if (got.status().code() != StatusCode::kNotFound) {
+      *why = got.status().ToString();
+      return Check::kError;
+    }
+    *why = "not found";
+    return v.present ? Check::kMismatch : Check::kMatch;
+  }
+  if (!v.present || got->size() != v.size) {
+    *why = "found " + std::to_string(got->size()) + " bytes";
+    return Check::kMismatch;
+  }
+  const std::string want = Bytes(v.seed, v.size);
+  *why = "other bytes";
+  return std::memcmp(got->data(), want.data(), want.size()) == 0 ? Check::kMatch : Check::kMismatch;
+}
+
+struct Settings {
+  std::string socket;
+  std::uint32_t keys = 100;
+  std::uint64_t max_size = 256 << 10;
+};
+
+// One client process: random puts, gets and deletes on its own keys, forever.
+[[noreturn]] void RunClient(int slot, SlotModel model, const Settings& s, int report_fd,
+                            std::uint64_t seed) {
+  ClientOptions options;
+  options.socket_path = s.socket;
+  options.ns = "soak";
+  auto client = Client::Connect(options);
+  if (!client.ok()) _exit(3);
+  std::mt19937_64 rng(seed);
+  auto report = [&](char what, std::uint32_t j, const Value& v = {}) {
+    char line[128];
+    const int n = std::snprintf(line, sizeof(line), "%c %u %d %llu %llu\n", what, j,
+                                v.present ? 1 : 0, static_cast<unsigned long long>(v.seed),
+                                static_cast<unsigned long long>(v.size));
+    if (::write(report_fd, line, static_cast<std::size_t>(n)) != n) _exit(4);
+  };
+  for (;;) {
+    const std::uint32_t j = static_cast<std::uint32_t>(rng() % s.keys);
+    KeyState& k = model[j];
+    const std::string key = Key(slot, j);
+    if (k.pending) {
+      // Left uncertain by a killed predecessor: whichever value is there is the truth.
+      std::string why;
+      const Check pending = Compare(**client, key, *k.pending, &why);
+      if (pending == Check::kError) {
+        report('E', j);
+        continue;  // try again later
+      }
+      if (pending == Check::kMatch) {
+        k.value = *k.pending;
+      } else if (Compare(**client, key, k.value, &why) == Check::kMismatch) {
+        report('X', j);  // neither: a wrong byte or a lost object
+        if (std::getenv("SOAK_DEBUG")) {
+          std::fprintf(stderr, "slot %d key %u: neither value nor pending (%s)\n", slot, j,
+                       why.c_str());
+        }
+      }
+      k.pending.reset();
+      report('R', j, k.value);
+      continue;
+    }
+    const auto dice = rng() % 100;
+    if (dice < 50) {
+      Value v{true, rng(), 1 + rng() % s.max_size};
+      report('P', j, v);
+      const std::string bytes = Bytes(v.seed, v.size);
+      Status st;
+      if (dice < 10) {  // zero copy
+        auto r = (*client)->Reserve(key, bytes.size());
+        st = r.status();
+        if (r.ok()) {
+          std::memcpy(r->data(), bytes.data(), bytes.size());
+          st = r->Commit();
+        }
+      } else {
+        st = (*client)->Put(key, bytes.data(), bytes.size());
+      }
+      if (st.ok()) {
+        k.value = v;
+        report('A', j, v);
+      } else {
+        report('F', j);  // not stored (no room): the old value stays
+      }
+    } else if (dice < 85) {
+      if (dice < 60) {  // a view, wanting hbm
+        GetViewOptions o;
+        o.tier = TierKind::kHbm;
+        auto view = (*client)->GetView(key, o);
+        if (view.ok() && k.value.present && view->size() == k.value.size) {
+          const std::string want = Bytes(k.value.seed, k.value.size);
+          if (std::memcmp(view->data(), want.data(), want.size()) != 0) report('X', j);
+          report('G', j);
+          continue;
+        }
+      }
+      std::string why;
+      const Check c = Compare(**client, key, k.value, &why);
+      if (c == Check::kMismatch) {
+        report('X', j);
+        if (std::getenv("SOAK_DEBUG")) {
+          std::fprintf(stderr, "slot %d key %u: want %d/%llu: %s\n", slot, j,
+                       k.value.present ? 1 : 0, static_cast<unsigned long long>(k.value.seed),
+                       why.c_str());
+        }
+      }
+      if (c == Check::kError && std::getenv("SOAK_DEBUG")) {
+        std::fprintf(stderr, "slot %d key %u: get failed: %s\n", slot, j, why.c_str());
+      }
+      report(c == Check::kError ? 'E' : 'G', j);
+    } else {
+      report('D', j);
+      Status st = (*client)->Delete(key);
+      if (st.ok() || st.code() == StatusCode::kNotFound) {
+        k.value = Value{};
+        report('A', j, k.value);
+      } else {
+        report('F', j);
+      }
+    }
+  }
+}
+
+// Applies a client's reports to its slot's model; returns the wrong-byte reports and the ops.
+void Apply(const std::string& lines, SlotModel& model, std::uint64_t* wrong, std::uint64_t* ops,
+           std::uint64_t* errors) {
+  std::istringstream in(lines);
+  char what;
+  std::uint32_t j;
+  int present;
+  unsigned long long seed, size;
+  while (in >> what >> j >> present >> seed >> size) {
+    KeyState& k = model[j];
+    const Value v{present != 0, seed, size};
+    switch (what) {
+      case 'P':
+        k.pending = v;
+        break;
+      case 'D':
+        k.pending = Value{};
+        break;
+      case 'A':
+      case 'R':
+        k.value = v;
+        k.pending.reset();
+        ++*ops;
+        break;
+      case 'F':
+        k.pending.reset();
+        ++*ops;
+        break;
+      case 'G':
+        ++*ops;
+        break;
+      case 'X':
+        ++*wrong;
+        break;
+      case 'E':
+        ++*errors;
+        ++*ops;
+        break;
+    }
+  }
+}
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string partial;  // bytes read that do not end a line yet
+};
+
+// Reads what a child has written so far (everything, after it died).
+void Drain(Child& c, SlotModel& model, std::uint64_t* wrong, std::uint64_t* ops,
+           std::uint64_t* errors, bool to_eof) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(c.fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    c.partial.append(buf, static_cast<std::size_t>(n));
+    const auto end = c.partial.rfind('\n');
+    if (end != std::string::npos) {
+      Apply(c.partial.substr(0, end + 1), model, wrong, ops, errors);
+      c.partial.erase(0, end + 1);
+    }
+    if (!to_eof) break;
+  }
+}
+
+Child Spawn(int slot, const SlotModel& model, const Settings& s, std::uint64_t seed) {
+  int p[2];
+  if (::pipe(p) != 0) std::exit(2);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    RunClient(slot, model, s, p[1], seed);
+  }
+  ::close(p[1]);
+  return Child{pid, p[0], {}};
+}
+
+// Resident bytes of the server outside its arenas (memfd mappings): heap, stacks, code.
+std::uint64_t RssOutsideArenas(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+  std::string line;
+  bool arena = false;
+  std::uint64_t total = 0;
+  while (std::getline(in, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('-') != std::string::npos && line.find(' ') != std::string::npos) {
+      arena = line.find("memfd:") != std::string::npos;
+    } else if (line.rfind("Rss:", 0) == 0 && !arena) {
+      total += std::stoull(line.substr(4)) * 1024;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  std::string server, dram = "64M", nvme = "256M";
+  int seconds = 600, clients = 16, kill_every_ms = 3000;
+  double fill = 0.95;
+  std::uint64_t seed = 1;
+  po::options_description opts("tierpool-soak");
+  opts.add_options()("help,h", "this help")("server", po::value(&server), "tierpoold binary")(
+      "seconds", po::value(&seconds), "how long the clients run")("clients", po::value(&clients),
+                                                                  "client processes")(
+      "kill-every-ms", po::value(&kill_every_ms), "kill a random client this often")(
+      "dram", po::value(&dram), "dram tier")("nvme-bytes", po::value(&nvme), "nvme tier")(
+      "fill", po::value(&fill), "the clients' keys hold about this fraction of dram + nvme")(
+      "seed", po::value(&seed), "random seed");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << e.what() << "\n" << opts;
+    return 2;
+  }
+  if (vm.count("help") || server.empty() || clients < 1) {
+    std::cout << opts;
+    return vm.count("help") ? 0 : 2;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  const auto dram_bytes = ParseByteSize(dram), nvme_bytes = ParseByteSize(nvme);
+  if (!dram_bytes.ok() || !nvme_bytes.ok()) return 2;
+
+  const std::string dir = "/tmp/tierpool-soak-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  Settings s;
+  s.socket = dir + "/sock";
+  // Keys per client such that the expected live bytes (half the puts' average size, 3 in 4
+  // keys present) fill `fill` of dram + nvme.
+  const double avg = static_cast<double>(s.max_size) / 2;
+  s.keys = std::max<std::uint32_t>(
+      8, static_cast<std::uint32_t>(fill * static_cast<double>(*dram_bytes + *nvme_bytes) /
+                                    (clients * avg * 0.75)));
+  std::vector<std::string> args = {
+      server,        "--socket", s.socket,       "--dram", dram,          "--hbm", "16M",
+      "--nvme-path", dir,        "--nvme-bytes", nvme,     "--log-level", "error", "--no-populate"};
+  pid_t srv = ::fork();
+  if (srv == 0) {
+    std::vector<char*> a;
+    for (auto& x : args) a.push_back(x.data());
+    a.push_back(nullptr);
+    ::execv(a[0], a.data());
+    _exit(127);
+  }
+  std::unique_ptr<Client> probe;
+  ClientOptions po_opts;
+  po_opts.socket_path = s.socket;
+  po_opts.ns = "soak";
+  for (int i = 0; i < 500 && !probe; ++i) {
+    if (auto c = Client::Connect(po_opts); c.ok()) probe = std::move(c).value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!probe) {
+    std::cerr << "tierpoold did not start\n";
+    return 2;
+  }
+  const std::uint64_t baseline = RssOutsideArenas(srv);
+
+  std::vector<SlotModel> models(static_cast<std::size_t>(clients));
+  std::vector<Child> kids;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < clients; ++i) kids.push_back(Spawn(i, models[i], s, rng()));
+  std::uint64_t wrong = 0, ops = 0, kills = 0, errors = 0;
+  const auto end = Clock::now() + std::chrono::seconds(seconds);
+  auto next_kill = Clock::now() + std::chrono::milliseconds(kill_every_ms);
+  for (auto& k : kids) ::fcntl(k.fd, F_SETFL, O_NONBLOCK);
+  bool server_died = false;
+  while (Clock::now() < end) {
+    for (int i = 0; i < clients; ++i) Drain(kids[i], models[i], &wrong, &ops, &errors, false);
+    if (::waitpid(srv, nullptr, WNOHANG) == srv) {
+      server_died = true;
+      break;
+    }
+    if (Clock::now() >= next_kill) {
+      const int victim = static_cast<int>(rng() % static_cast<std::uint64_t>(clients));
+      ::kill(kids[victim].pid, SIGKILL);
+      ::waitpid(kids[victim].pid, nullptr, 0);
+      ::fcntl(kids[victim].fd, F_SETFL, 0);
+      Drain(kids[victim], models[victim], &wrong, &ops, &errors, true);
+      ::close(kids[victim].fd);
+      // A request the killed client sent before it died is still carried out: its successor
+      // starts once the server has closed that connection, so that nothing lands after it
+      // looked (the probe and the other clients hold one connection each).
+      for (int i = 0; i < 400; ++i) {
+        auto st = probe->ServerStat();
+        if (!st.ok() || st->counter("connections_active") <= static_cast<std::uint64_t>(clients)) {
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      kids[victim] = Spawn(victim, models[victim], s, rng());
+      ::fcntl(kids[victim].fd, F_SETFL, O_NONBLOCK);
+      ++kills;
+      next_kill += std::chrono::milliseconds(kill_every_ms);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int i = 0; i < clients; ++i) {
+    ::kill(kids[i].pid, SIGKILL);
+    ::waitpid(kids[i].pid, nullptr, 0);
+    ::fcntl(kids[i].fd, F_SETFL, 0);
+    Drain(kids[i], models[i], &wrong, &ops, &errors, true);
+    ::close(kids[i].fd);
+  }
+
+  // Every key read back: its value, or for a key left uncertain, one of the two.
+  std::uint64_t checked = 0, lost_or_wrong = 0, retained = 0, end_errors = 0;
+  if (!server_died) {
+    for (int i = 0; i < clients; ++i) {
+      for (const auto& [j, k] : models[i]) {
+        std::string why;
+        Check c = Compare(*probe, Key(i, j), k.value, &why);
+        for (int retry = 0; c == Check::kError && retry < 50; ++retry) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          c = Compare(*probe, Key(i, j), k.value, &why);
+        }
+        if (c == Check::kMismatch && k.pending) c = Compare(*probe, Key(i, j), *k.pending, &why);
+        if (c == Check::kMismatch) {
+          ++lost_or_wrong;
+          std::fprintf(stderr, "c%d/k%u: %s\n", i, j, why.c_str());
+        }
+        if (c == Check::kError) ++end_errors;
+        if (k.value.present) ++retained;
+        ++checked;
+      }
+    }
+  }
+  std::uint64_t held_reservations = 0, held_leases = 0;
+  if (auto st = probe->ServerStat(); st.ok()) {
+    held_reservations = st->counter("reservations_open");
+    held_leases = st->counter("leases_open");
+  }
+  for (int round = 0; !server_died && round < 10000; ++round) {
+    auto listed = probe->List("", 1000);
+    if (!listed.ok() || listed->empty()) break;
+    for (const auto& m : *listed) (void)probe->Delete(m.key);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::uint64_t after = server_died ? 0 : RssOutsideArenas(srv);
+  probe.reset();
+  ::kill(srv, SIGTERM);
+  ::waitpid(srv, nullptr, 0);
+  std::filesystem::remove_all(dir);
+
+  nlohmann::json out = {{"seconds", seconds},
+                        {"clients", clients},
+                        {"keys_per_client", s.keys},
+                        {"kills", kills},
+                        {"operations", ops},
+                        {"wrong_bytes_seen_by_clients", wrong},
+                        {"get_errors_seen_by_clients", errors},
+                        {"unreadable_at_end", end_errors},
+                        {"keys_checked_at_end", checked},
+                        {"retained_objects_at_end", retained},
+                        {"lost_or_wrong_at_end", lost_or_wrong},
+                        {"reservations_held_after_kills", held_reservations},
+                        {"pins_held_after_kills", held_leases},
+                        {"server_died", server_died},
+                        {"rss_outside_arenas_baseline", baseline},
+                        {"rss_outside_arenas_after", after}};
+  std::cout << out.dump() << "\n";
+  return (server_died || wrong != 0 || lost_or_wrong != 0 || end_errors != 0) ? 1 : 0;
+}

@@ -16,7 +16,6 @@ std::uint64_t UnixMillis() {
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count());
 }
-constexpr std::uint64_t kInternalOwner = 0;
 constexpr int kReadAttempts = 3;
 }  // namespace
 
@@ -212,7 +211,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     return Status::InvalidArgument("puts may target hbm or dram only");
   }
   std::unique_lock lock(mu_);
-  if (owner != kInternalOwner) {
+  if (owner != kStoreOwner) {
     const OwnerHoldings h = index_.HoldingsOf(owner);
     std::string over;
     if (config_.max_reservations_per_client != 0 &&
@@ -279,7 +278,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
   meta.kind = spec.kind;
   meta.durability = spec.durability;
   meta.tier = placed;
-  const std::uint64_t due = config_.reservation_ttl_ms == 0 || owner == kInternalOwner
+  const std::uint64_t due = config_.reservation_ttl_ms == 0 || owner == kStoreOwner
                                 ? 0
                                 : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
   StoredObject& obj = index_.AddReservation(std::move(meta), owner, due);
@@ -376,7 +375,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     return Status::InvalidArgument("gets may want hbm or dram only");
   }
   std::unique_lock lock(mu_);
-  if (owner != kInternalOwner && config_.max_leases_per_client != 0 &&
+  if (owner != kStoreOwner && config_.max_leases_per_client != 0 &&
       index_.HoldingsOf(owner).leases >= config_.max_leases_per_client) {
     ++counters_.client_limit_refusals;
     return Status::ResourceExhausted("this connection holds " +
@@ -434,7 +433,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   auto [obj, t] = *found;
   ObjectCopy& c = obj->copy(t);
   ++c.pins;
-  const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kInternalOwner
+  const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner
                                 ? 0
                                 : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
   std::uint64_t lease_id = index_.AddLease(Lease{obj->id, t, owner, due});
@@ -502,10 +501,10 @@ Status ObjectStore::CopyOut(const PinnedObject& pinned, std::string* out) {
 
 Result<ObjectMeta> ObjectStore::ReadCopy(const std::string& ns, const std::string& key,
                                          std::string* out) {
-  auto pinned = Pin(ns, key, kInternalOwner);
+  auto pinned = Pin(ns, key, kStoreOwner);
   if (!pinned.ok()) return pinned.status();
   Status copied = CopyOut(*pinned, out);
-  Status s = Release(pinned->lease_id, kInternalOwner);
+  Status s = Release(pinned->lease_id, kStoreOwner);
   if (!s.ok()) spdlog::error("releasing internal lease: {}", s.ToString());
   if (!copied.ok()) return copied;
   return pinned->meta;
@@ -542,6 +541,14 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
     }
     out.push_back(MetaLocked(*index_.Find(id)));
   }
+  return out;
+}
+
+std::vector<ObjectMeta> ObjectStore::ListAll() {
+  std::lock_guard lock(mu_);
+  std::vector<ObjectMeta> out;
+  out.reserve(index_.objects());
+  for (const auto& [name, id] : index_.names()) out.push_back(MetaLocked(*index_.Find(id)));
   return out;
 }
 

@@ -41,6 +41,10 @@
 
 namespace tierpool {
 
+// The owner id of the store's own reservations and pins (a snapshot's recovery, internal copies):
+// no per-client limits or time limits apply to it. Connections have ids from 1.
+inline constexpr std::uint64_t kStoreOwner = 0;
+
 struct PutSpec {
   std::string ns;
   std::string key;
@@ -190,6 +194,8 @@ class ObjectStore {
   Result<ObjectMeta> ReadCopy(const std::string& ns, const std::string& key, std::string* out);
 
   Status Delete(const std::string& ns, const std::string& key);
+  // Every object's metadata, sorted by (namespace, key).
+  std::vector<ObjectMeta> ListAll();
   // Sorted by (namespace, key). ns empty with all_namespaces lists everything.
   std::vector<ObjectMeta> List(const std::string& ns, const std::string& prefix,
                                const std::string& start_after, std::uint32_t limit,

@@ -96,6 +96,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "read each spilled record back and check it before freeing its dram copy")
     ("link-rate", po::value(&link_rate)->default_value("0"),
      "cap each tier link at this many bytes per second (K/M/G suffixes; 0: no cap)")
+    ("persist", po::value(&c.persist_dir),
+     "directory: a clean shutdown writes every retained object there, the next start reads "
+     "them back (without it, a restart loses everything)")
     ("cache-policy", po::value(&cache_policy)->default_value("spill"),
      "cache objects under dram pressure: spill (to nvme) or drop")
     ("log-level", po::value(&c.log_level)->default_value("info"),

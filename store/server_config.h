@@ -23,6 +23,7 @@ struct ServerConfig {
   Watermarks dram_watermarks;
   Watermarks hbm_watermarks;
   std::string log_level = "info";
+  std::string persist_dir;  // --persist: snapshot retained objects here at a clean shutdown
   Status validate() const;
 };
 

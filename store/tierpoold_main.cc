@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "common/units.h"
 #include "store/server_config.h"
+#include "store/snapshot.h"
 
 int main(int argc, char** argv) {
   using namespace tierpool;
@@ -38,6 +39,20 @@ int main(int argc, char** argv) {
   for (const auto& t : (*store)->Stats().tiers) {
     if (t.tier.kind == TierKind::kHbm) hbm_capacity = t.tier.capacity;
   }
+  if (!config->persist_dir.empty()) {
+    auto loaded = LoadSnapshot(**store, config->persist_dir);
+    if (loaded.ok()) {
+      spdlog::info(
+          "recovered {} objects ({}) from {}; {} records failed their checks, {} found "
+          "no room{}",
+          loaded->objects, FormatBytes(loaded->bytes), config->persist_dir, loaded->skipped,
+          loaded->not_restored, loaded->complete ? "" : "; the snapshot was incomplete");
+    } else if (loaded.status().code() != StatusCode::kNotFound) {
+      spdlog::critical("cannot recover the snapshot in {}: {}", config->persist_dir,
+                       loaded.status().ToString());
+      return 1;
+    }
+  }
   PlanRegistry plans(store->get(), hbm_capacity);
   StoreService service(config->service, store->get());
   service.set_plans(&plans);
@@ -57,6 +72,15 @@ int main(int argc, char** argv) {
   spdlog::info("signal {}: shutting down", sig);
   server.Stop();
   plans.Stop();
+  if (!config->persist_dir.empty()) {
+    auto saved = SaveSnapshot(**store, config->persist_dir);
+    if (saved.ok()) {
+      spdlog::info("saved {} retained objects ({}) to {}; {} could not be read", saved->objects,
+                   FormatBytes(saved->bytes), config->persist_dir, saved->not_restored);
+    } else {
+      spdlog::error("snapshot to {} failed: {}", config->persist_dir, saved.status().ToString());
+    }
+  }
   (*store)->Stop();
   return 0;
 }

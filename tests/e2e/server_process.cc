@@ -65,6 +65,14 @@ ServerProcess::~ServerProcess() {
   ::waitpid(pid_, nullptr, 0);
 }
 
+bool ServerProcess::WaitGone() {
+  for (int i = 0; i < 500 && pid_ > 0; ++i) {
+    if (::waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
+    if (pid_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pid_ <= 0;
+}
+
 bool ServerProcess::alive() {
   if (pid_ <= 0) return false;
   int status;

@@ -20,6 +20,8 @@ class ServerProcess {
 
   bool started() const { return started_; }
   bool alive();
+  // After killing it by pid(): reaps it (true once gone, within 5 s).
+  bool WaitGone();
   const std::string& socket() const { return socket_; }
   pid_t pid() const { return pid_; }
   ClientOptions options() const;

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "prefetch/schedule.h"
+#include "store/snapshot.h"
+#include "tests/fuzz/store_harness.h"
 #include "transport/framing.h"
 
 namespace {
@@ -217,6 +219,28 @@ void Configs(const fs::path& dir) {
         "lease-ttl-ms = 500\nmax-pins-per-client = 8\ndram-high-watermark = 0.8\n");
 }
 
+void Snapshots(const fs::path& dir) {
+  auto& h = fuzz::StoreHarness::Get();
+  for (auto [key, size] : std::vector<std::pair<const char*, std::size_t>>{
+           {"empty", 0}, {"small", 100}, {"page", 4096}}) {
+    PutSpec spec;
+    spec.ns = "seed";
+    spec.key = key;
+    spec.size = size;
+    spec.dtype = "float32";
+    spec.shape = {static_cast<std::int64_t>(size / 4)};
+    std::string bytes(size, 'p');
+    if (!h.store->PutCopy(spec, bytes.data(), kStoreOwner).ok()) std::exit(1);
+  }
+  const fs::path tmp = dir.parent_path() / "snapshot-tmp";
+  fs::create_directories(tmp);
+  if (!SaveSnapshot(*h.store, tmp.string()).ok()) std::exit(1);
+  fs::create_directories(dir);
+  fs::rename(tmp / "tierpool.snapshot", dir / "three");
+  fs::remove_all(tmp);
+  h.Reset();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -230,5 +254,6 @@ int main(int argc, char** argv) {
   Schedules(out / "schedule");
   Onnx(out / "onnx");
   Configs(out / "config");
+  Snapshots(out / "snapshot");
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -66,6 +67,7 @@ class ArenaMappings {
 struct PooledConnection {
   std::mutex mu;
   std::unique_ptr<transport::BlockingConnection> conn;
+  std::chrono::steady_clock::time_point returned;  // when it last went back to the pool
   std::shared_ptr<ArenaMappings> mappings;
   std::uint64_t next_id = 1;
 
@@ -163,7 +165,14 @@ class ClientCore {
       if (!idle_.empty()) {
         auto c = std::move(idle_.back());
         idle_.pop_back();
-        return c;
+        // The server closes connections idle for long (--idle-timeout-ms): one that sat in the
+        // pool a while is checked first, and replaced if it is gone, so the call does not fail.
+        if (std::chrono::steady_clock::now() - c->returned < std::chrono::milliseconds(100) ||
+            !c->conn->PeerClosed()) {
+          return c;
+        }
+        --open_;
+        continue;
       }
       if (open_ < options.max_connections) break;
       cv_.wait(lock);
@@ -184,6 +193,7 @@ class ClientCore {
     if (c->conn->broken()) {
       --open_;  // dropped; a later call opens a fresh one
     } else {
+      c->returned = std::chrono::steady_clock::now();
       idle_.push_back(std::move(c));
     }
     cv_.notify_one();
@@ -192,6 +202,7 @@ class ClientCore {
   void AddFirst(std::shared_ptr<PooledConnection> c) {
     std::lock_guard lock(mu_);
     ++open_;
+    c->returned = std::chrono::steady_clock::now();
     idle_.push_back(std::move(c));
   }
 

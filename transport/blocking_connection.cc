@@ -129,4 +129,15 @@ Status BlockingConnection::Call(const wire::Request& request, wire::Response* re
   return FromWire(response->status());
 }
 
+bool BlockingConnection::PeerClosed() {
+  if (broken_) return true;
+  pollfd p{fd_.get(), POLLIN | POLLRDHUP, 0};
+  // Between requests nothing is due from the server: anything readable is its end closing (or a
+  // last word before it closes).
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    broken_ = true;
+  }
+  return broken_;
+}
+
 }  // namespace tierpool::transport

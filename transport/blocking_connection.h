@@ -33,6 +33,9 @@ class BlockingConnection {
   void set_busy_poll_us(std::uint32_t v) { busy_poll_us_ = v; }
   int fd() const { return fd_.get(); }
   bool broken() const { return broken_; }
+  // True when the server has closed its end (an idle connection it timed out): a poll, no
+  // blocking. A connection found closed is marked broken.
+  bool PeerClosed();
 
  private:
   explicit BlockingConnection(UniqueFd fd) : fd_(std::move(fd)) {}

@@ -361,6 +361,20 @@ TEST(Attack, TrickledFrameIsCutAtTheFrameTimeout) {
       server.WaitFor([](const ServerStats& s) { return s.counter("frame_timeouts") == 1; }));
 }
 
+// The client library replaces a pooled connection the server closed for idling: a client that
+// waits longer than the idle timeout before its next call does not see an error.
+TEST(Attack, ClientCarriesOnAfterTheServerClosedItsIdleConnection) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0", "--idle-timeout-ms", "200"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Put("before", "x", 1).ok());
+  ASSERT_TRUE(server.WaitFor([](const ServerStats& s) { return s.counter("idle_timeouts") >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE((*client)->Put("after", "y", 1).ok());
+  EXPECT_TRUE((*client)->Stat("before").ok());
+}
+
 TEST(Attack, IdleConnectionHoldingNothingIsClosedOneHoldingAViewIsNot) {
   ServerProcess server({"--dram", "8M", "--hbm", "0", "--idle-timeout-ms", "200"});
   ASSERT_TRUE(server.started());

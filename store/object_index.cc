@@ -38,6 +38,7 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
   if (expiry_us != 0) reservations_by_expiry_.emplace(expiry_us, ref.id);
   reservations_by_owner_.emplace(owner, ref.id);
   Count(owner, 1, static_cast<std::int64_t>(ref.meta.size), 0);
+  CountNs(ref.meta.ns, static_cast<std::int64_t>(ref.meta.size), 0);
   objects_.emplace(ref.id, std::move(obj));
   return ref;
 }
@@ -66,6 +67,18 @@ void ObjectIndex::Count(std::uint64_t owner, std::int64_t reservations, std::int
   if (h.reservations == 0 && h.leases == 0) holdings_.erase(owner);
 }
 
+void ObjectIndex::CountNs(const std::string& ns, std::int64_t bytes, std::int64_t objects) {
+  NamespaceUsage& u = ns_usage_[ns];
+  u.bytes += static_cast<std::uint64_t>(bytes);
+  u.objects += static_cast<std::uint64_t>(objects);
+  if (u.bytes == 0 && u.objects == 0) ns_usage_.erase(ns);
+}
+
+NamespaceUsage ObjectIndex::UsageOf(const std::string& ns) const {
+  auto it = ns_usage_.find(ns);
+  return it == ns_usage_.end() ? NamespaceUsage{} : it->second;
+}
+
 OwnerHoldings ObjectIndex::HoldingsOf(std::uint64_t owner) const {
   auto it = holdings_.find(owner);
   return it == holdings_.end() ? OwnerHoldings{} : it->second;
@@ -81,6 +94,8 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj) {
     replaced->linked = false;
     Refresh(*replaced);
     it->second = obj.id;
+  } else {
+    CountNs(obj.meta.ns, 0, 1);
   }
   obj.linked = true;
   for (int t = 0; t < kTierKindCount; ++t) {
@@ -94,6 +109,7 @@ void ObjectIndex::Unlink(StoredObject& obj) {
   if (obj.linked) {
     names_.erase({obj.meta.ns, obj.meta.key});
     obj.linked = false;
+    CountNs(obj.meta.ns, 0, -1);
   }
   Refresh(obj);
 }
@@ -104,7 +120,11 @@ void ObjectIndex::Erase(std::uint64_t id) {
   StoredObject& obj = *it->second;
   EraseReservation(id);
   Unlist(obj);
-  if (obj.linked) names_.erase({obj.meta.ns, obj.meta.key});
+  if (obj.linked) {
+    names_.erase({obj.meta.ns, obj.meta.key});
+    CountNs(obj.meta.ns, 0, -1);
+  }
+  CountNs(obj.meta.ns, -static_cast<std::int64_t>(obj.meta.size), 0);
   for (int t = 0; t < kTierKindCount; ++t) {
     if (obj.copies[t].present) ClearCopy(obj, static_cast<TierKind>(t));
   }

@@ -79,6 +79,13 @@ struct Lease {
 //   kRedundant: movable copies whose object has another copy: dropping one costs no transfer.
 enum class CandidateSet : std::uint8_t { kMovable = 0, kCache = 1, kRedundant = 2 };
 
+// What one namespace holds, for its quota: bytes of every object the index keeps (reservations,
+// committed objects, replaced or deleted ones not freed yet) and its linked (named) objects.
+struct NamespaceUsage {
+  std::uint64_t bytes = 0;
+  std::uint64_t objects = 0;
+};
+
 // What one owner (a connection) holds open: the per-client limits are checked against it.
 struct OwnerHoldings {
   std::uint64_t reservations = 0;
@@ -136,6 +143,7 @@ class ObjectIndex {
   void ClearLeaseDeadline(std::uint64_t lease_id);
   // Zeroes for an owner that holds nothing.
   OwnerHoldings HoldingsOf(std::uint64_t owner) const;
+  NamespaceUsage UsageOf(const std::string& ns) const;
   // Everything `owner` holds.
   std::vector<std::uint64_t> ReservationsOf(std::uint64_t owner) const;
   std::vector<std::uint64_t> LeasesOf(std::uint64_t owner) const;
@@ -167,6 +175,8 @@ class ObjectIndex {
              std::int64_t leases);
 
   std::unordered_map<std::uint64_t, OwnerHoldings> holdings_;  // owners holding anything
+  std::unordered_map<std::string, NamespaceUsage> ns_usage_;   // namespaces holding anything
+  void CountNs(const std::string& ns, std::int64_t bytes, std::int64_t objects);
   std::unordered_set<std::uint64_t> reservation_ids_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_expiry_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_owner_;

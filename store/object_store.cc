@@ -230,6 +230,22 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
                                        ": commit or abort some first");
     }
   }
+  if (auto q = quotas_.find(spec.ns); q != quotas_.end()) {
+    const NamespaceUsage u = index_.UsageOf(spec.ns);
+    const bool new_name = index_.Lookup(spec.ns, spec.key) == nullptr;
+    std::string over;
+    if (q->second.max_bytes != 0 && u.bytes + spec.size > q->second.max_bytes) {
+      over = FormatBytes(u.bytes) + " held, and " + FormatBytes(spec.size) +
+             " more would pass its quota of " + FormatBytes(q->second.max_bytes);
+    } else if (q->second.max_objects != 0 && new_name && u.objects >= q->second.max_objects) {
+      over = std::to_string(u.objects) + " objects, its quota";
+    }
+    if (!over.empty()) {
+      ++counters_.quota_refusals;
+      return Status::ResourceExhausted("namespace '" + spec.ns + "' has " + over +
+                                       ": delete some of its objects first");
+    }
+  }
   Extent extent;
   TierKind placed = TierKind::kDram;
   if (spec.size > 0) {
@@ -570,6 +586,16 @@ void ObjectStore::ReleaseOwner(std::uint64_t owner) {
     spdlog::debug("connection {} went away: released {} reservations and {} pins", owner,
                   reservations.size(), leases.size());
   }
+}
+
+void ObjectStore::SetQuotas(std::unordered_map<std::string, NamespaceQuota> quotas) {
+  std::lock_guard lock(mu_);
+  quotas_ = std::move(quotas);
+}
+
+NamespaceUsage ObjectStore::UsageOf(const std::string& ns) const {
+  std::lock_guard lock(mu_);
+  return index_.UsageOf(ns);
 }
 
 Status ObjectStore::CheckOwner(std::uint64_t owner) const {

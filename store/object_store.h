@@ -35,6 +35,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "store/mover.h"
+#include "store/namespace_policy.h"
 #include "store/object_index.h"
 #include "store/placement_policy.h"
 #include "tiers/tier.h"
@@ -153,6 +154,7 @@ struct StoreStats {
   std::uint64_t leases_overdue = 0;         // held past lease_ttl_ms
   std::uint64_t clients_overdue = 0;        // connections marked overdue for those
   std::uint64_t client_limit_refusals = 0;  // reserves and pins past a per-connection limit
+  std::uint64_t quota_refusals = 0;         // reserves past their namespace's quota
   std::uint64_t resource_exhausted = 0;
   std::uint64_t sessions_cleaned = 0;
   std::uint64_t spills = 0;              // dram -> nvme
@@ -206,6 +208,10 @@ class ObjectStore {
   Status Promote(const std::string& ns, const std::string& key, TierKind target);
 
   void ReleaseOwner(std::uint64_t owner);
+  // Per-namespace limits (store/namespace_policy.h); a put that would pass one is refused.
+  void SetQuotas(std::unordered_map<std::string, NamespaceQuota> quotas);
+  // A namespace's bytes and named objects now, against its quota.
+  NamespaceUsage UsageOf(const std::string& ns) const;
   // FAILED_PRECONDITION when the owner held something past its time limit (it must reconnect);
   // cheap when no owner is overdue.
   Status CheckOwner(std::uint64_t owner) const;
@@ -339,6 +345,7 @@ class ObjectStore {
   std::unordered_map<std::string, std::uint64_t> incoming_hbm_;  // guarded by mu_, per namespace
   std::unordered_map<std::string, std::uint64_t> planned_ns_;    // guarded by mu_: budgets
   std::unordered_set<std::uint64_t> overdue_;                    // guarded by mu_: owners
+  std::unordered_map<std::string, NamespaceQuota> quotas_;       // guarded by mu_
   std::atomic<std::uint64_t> overdue_count_{0};  // overdue_.size(), read without mu_
   std::uint64_t max_reserved_bytes_ = 0;         // per client, from the fraction and the tiers
   UseObserver observer_;                         // set before serving

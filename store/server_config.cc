@@ -96,6 +96,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "read each spilled record back and check it before freeing its dram copy")
     ("link-rate", po::value(&link_rate)->default_value("0"),
      "cap each tier link at this many bytes per second (K/M/G suffixes; 0: no cap)")
+    ("namespace-policy", po::value(&c.namespace_policy),
+     "JSON file: which users and groups may use which namespaces, and quotas (default: the "
+     "server's own user may use every namespace, nobody else any)")
     ("persist", po::value(&c.persist_dir),
      "directory: a clean shutdown writes every retained object there, the next start reads "
      "them back (without it, a restart loses everything)")

@@ -23,7 +23,8 @@ struct ServerConfig {
   Watermarks dram_watermarks;
   Watermarks hbm_watermarks;
   std::string log_level = "info";
-  std::string persist_dir;  // --persist: snapshot retained objects here at a clean shutdown
+  std::string namespace_policy;  // --namespace-policy: a JSON file (store/namespace_policy.h)
+  std::string persist_dir;       // --persist: snapshot retained objects here at a clean shutdown
   Status validate() const;
 };
 

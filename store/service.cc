@@ -130,8 +130,68 @@ bool StoreService::Holds(std::uint64_t session) {
   return store_->Holds(session) || (plans_ != nullptr && plans_->HasJobs(session));
 }
 
+void StoreService::OnConnect(std::uint64_t session, const transport::PeerCredentials& peer) {
+  std::lock_guard lock(peers_mu_);
+  peers_[session] = peer;
+}
+
+Status StoreService::CheckNamespaces(std::uint64_t session, const wire::Request& req) {
+  if (policy_ == nullptr) return Status::Ok();
+  transport::PeerCredentials peer;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(session);
+    if (it == peers_.end()) return Status::PermissionDenied("unknown connection");
+    peer = it->second;
+  }
+  std::vector<const std::string*> seen;  // a batch names few namespaces: check each once
+  Status denied;
+  auto check = [&](const std::string& ns) {
+    for (const std::string* s : seen) {
+      if (*s == ns) return;
+    }
+    seen.push_back(&ns);
+    if (denied.ok() && !policy_->Allows(peer, ns)) {
+      denied = Status::PermissionDenied("uid " + std::to_string(peer.uid) +
+                                        " may not use namespace '" + ns + "'");
+    }
+  };
+  switch (req.body_case()) {
+    case wire::Request::kReserve:
+      for (const auto& i : req.reserve().items()) check(i.ns());
+      break;
+    case wire::Request::kPutInline:
+      for (const auto& i : req.put_inline().items()) check(i.spec().ns());
+      break;
+    case wire::Request::kGet:
+      for (const auto& k : req.get().keys()) check(k.ns());
+      break;
+    case wire::Request::kDel:
+      for (const auto& k : req.del().keys()) check(k.ns());
+      break;
+    case wire::Request::kPromote:
+      for (const auto& k : req.promote().keys()) check(k.ns());
+      break;
+    case wire::Request::kList: {
+      static const std::string kAll = "*";
+      check(req.list().all_namespaces() ? kAll : req.list().ns());
+      break;
+    }
+    case wire::Request::kRegisterPlan:
+      check(req.register_plan().ns());
+      break;
+    default:  // the rest name reservations, leases or jobs the connection owns, or nothing
+      break;
+  }
+  return denied;
+}
+
 bool StoreService::Handle(std::uint64_t session, const wire::Request& req, wire::Response* resp,
                           std::vector<int>* fds) {
+  if (Status s = CheckNamespaces(session, req); !s.ok()) {
+    ToWire(s, resp->mutable_status());
+    return true;
+  }
   if (Status s = store_->CheckOwner(session); !s.ok()) {
     if (req.body_case() == wire::Request::kRelease || req.body_case() == wire::Request::kProgress) {
       return false;  // one-way: nothing to answer
@@ -470,6 +530,16 @@ void StoreService::HandleStat(wire::StatReply* reply) {
   }
   add("clean_drops", s.clean_drops);
   add("quarantined", s.quarantined);
+  add("quota_refusals", s.quota_refusals);
+  if (policy_ != nullptr) {
+    for (const auto& [ns, quota] : policy_->quotas()) {
+      const NamespaceUsage u = store_->UsageOf(ns);
+      add("ns_" + ns + "_bytes", u.bytes);
+      add("ns_" + ns + "_objects", u.objects);
+      add("ns_" + ns + "_quota_bytes", quota.max_bytes);
+      add("ns_" + ns + "_quota_objects", quota.max_objects);
+    }
+  }
   if (plans_ != nullptr) {
     for (const auto& j : plans_->Jobs()) {
       auto* w = reply->add_jobs();
@@ -492,6 +562,10 @@ void StoreService::HandleStat(wire::StatReply* reply) {
 }
 
 void StoreService::OnDisconnect(std::uint64_t session_id) {
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_.erase(session_id);
+  }
   if (plans_ != nullptr) plans_->OnDisconnect(session_id);  // a job that disconnects loses its plan
   store_->ReleaseOwner(session_id);
 }

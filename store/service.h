@@ -4,7 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
+#include "store/namespace_policy.h"
 #include "store/object_store.h"
 #include "store/plan_binding.h"
 #include "transport/unix_server.h"
@@ -27,6 +30,9 @@ class StoreService final : public transport::RequestHandler {
   // Gets that would wait for a move, puts that would wait for room, promotes.
   bool MayBlock(std::uint64_t session_id, const wire::Request& request) override;
   bool Holds(std::uint64_t session_id) override;
+  void OnConnect(std::uint64_t session_id, const transport::PeerCredentials& peer) override;
+  // Who may use which namespace; without it, every connection may use every namespace.
+  void set_policy(const NamespacePolicy* policy) { policy_ = policy; }
   // Lets stat report transport counters too.
   void set_transport(const transport::UnixServer* server) { transport_ = server; }
   // Plans (RegisterPlan, Progress, UnregisterPlan); without it those get UNIMPLEMENTED.
@@ -35,11 +41,16 @@ class StoreService final : public transport::RequestHandler {
  private:
   void HandleGet(std::uint64_t session, const wire::GetRequest& req, wire::GetReply* reply);
   void HandleStat(wire::StatReply* reply);
+  // PERMISSION_DENIED when the request names a namespace the connection's user may not use.
+  Status CheckNamespaces(std::uint64_t session, const wire::Request& request);
 
   ServiceConfig config_;
   ObjectStore* store_;
   const transport::UnixServer* transport_ = nullptr;
   PlanRegistry* plans_ = nullptr;
+  const NamespacePolicy* policy_ = nullptr;
+  std::mutex peers_mu_;
+  std::unordered_map<std::uint64_t, transport::PeerCredentials> peers_;  // guarded by peers_mu_
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

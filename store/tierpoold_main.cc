@@ -1,4 +1,6 @@
 // tierpoold: the per-node sidecar. Runs on built-in defaults; flags override them.
+#include <unistd.h>
+
 #include <csignal>
 #include <iostream>
 
@@ -56,6 +58,16 @@ int main(int argc, char** argv) {
   PlanRegistry plans(store->get(), hbm_capacity);
   StoreService service(config->service, store->get());
   service.set_plans(&plans);
+  // Who may use which namespace: always decided here, from the peer's credentials.
+  auto policy = config->namespace_policy.empty()
+                    ? Result<NamespacePolicy>(NamespacePolicy(::geteuid()))
+                    : NamespacePolicy::Load(config->namespace_policy, ::geteuid());
+  if (!policy.ok()) {
+    spdlog::critical("{}", policy.status().ToString());
+    return 1;
+  }
+  (*store)->SetQuotas(policy->quotas());
+  service.set_policy(&*policy);
   transport::UnixServer server(config->transport, &service);
   service.set_transport(&server);
   if (Status s = server.Start(); !s.ok()) {

@@ -432,6 +432,58 @@ TEST(Attack, PerClientLimitsOnReservationsAndPins) {
   }));
 }
 
+// 7. Namespaces are decided by the server from the peer's credentials, not claimed: another
+// user that says ns=bob can neither read, overwrite nor delete bob's objects. Needs root (to
+// become another user); skipped otherwise.
+TEST(Attack, NamespacesAreTheServersDecisionNotTheClientsClaim) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
+  const std::string policy = "/tmp/tierpool-policy-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(policy) << R"({"grants": [{"uid": 65534, "namespaces": ["alice-*"]}],
+                               "quotas": {"alice-1": {"objects": 1}}})";
+  ServerProcess server(
+      {"--dram", "8M", "--hbm", "0", "--socket-mode", "0666", "--namespace-policy", policy});
+  ASSERT_TRUE(server.started());
+  ClientOptions bob_opts = server.options();
+  bob_opts.ns = "bob";
+  auto bob = Client::Connect(bob_opts);
+  ASSERT_TRUE(bob.ok());
+  const std::string secret = Pattern(9, 4096);
+  ASSERT_TRUE((*bob)->Put("secret", secret.data(), secret.size()).ok());
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(100);
+    int failures = 0;
+    ClientOptions o = bob_opts;  // claims ns=bob
+    auto c = Client::Connect(o);
+    if (!c.ok()) _exit(101);
+    char buf[4096];
+    if ((*c)->Get("secret", buf, sizeof(buf)).status().code() != StatusCode::kPermissionDenied) {
+      failures |= 1;
+    }
+    if ((*c)->Put("secret", "evil", 4).code() != StatusCode::kPermissionDenied) failures |= 2;
+    if ((*c)->Delete("secret").code() != StatusCode::kPermissionDenied) failures |= 4;
+    o.ns = "alice-1";
+    auto a = Client::Connect(o);
+    if (!a.ok() || !(*a)->Put("mine", "ok", 2).ok()) failures |= 8;
+    if (a.ok() && (*a)->Put("second", "no", 2).code() != StatusCode::kResourceExhausted) {
+      failures |= 16;  // the namespace's object quota
+    }
+    _exit(failures);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::unlink(policy.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "failure bits: " << WEXITSTATUS(status);
+  auto back = (*bob)->GetBytes("secret");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(std::memcmp(back->data(), secret.data(), secret.size()), 0);
+  auto stats = (*bob)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counter("ns_alice-1_objects"), 1u);
+  EXPECT_EQ(stats->counter("quota_refusals"), 1u);
+}
+
 // 8. A client that sends requests and never reads the replies stalls only itself.
 TEST(Attack, ClientThatNeverReadsItsRepliesStallsOnlyItself) {
   ServerProcess server({"--dram", "8M", "--hbm", "0"});

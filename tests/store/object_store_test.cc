@@ -246,6 +246,31 @@ TEST_F(ObjectStoreTest, NoTimeLimitByDefault) {
   EXPECT_TRUE(store_->Commit(r->id, Xxh3(store_->HostAddress(r->extent), 4096), kOwner).ok());
 }
 
+TEST_F(ObjectStoreTest, NamespaceQuotasOnBytesAndObjects) {
+  Make(1 << 20, 0);
+  store_->SetQuotas({{"ns", {.max_bytes = 100 << 10, .max_objects = 3}}});
+  ASSERT_TRUE(Put("a", 40 << 10).ok());
+  ASSERT_TRUE(Put("b", 40 << 10).ok());
+  EXPECT_EQ(Put("c", 40 << 10).code(), StatusCode::kResourceExhausted);  // 120 KiB > 100 KiB
+  ASSERT_TRUE(Put("c", 10 << 10).ok());
+  EXPECT_EQ(Put("d", 1).code(), StatusCode::kResourceExhausted);  // a 4th object
+  EXPECT_EQ(store_->UsageOf("ns").objects, 3u);
+  EXPECT_EQ(store_->UsageOf("ns").bytes, 90u << 10);
+  EXPECT_EQ(Counter(&StoreStats::quota_refusals), 2u);
+  // Replacing an object is not a new one; deleting one makes room.
+  ASSERT_TRUE(Put("c", 5 << 10).ok());
+  EXPECT_EQ(store_->UsageOf("ns").objects, 3u);
+  ASSERT_TRUE(store_->Delete("ns", "a").ok());
+  store_->Quiesce();
+  EXPECT_EQ(store_->UsageOf("ns").objects, 2u);
+  EXPECT_EQ(store_->UsageOf("ns").bytes, 45u << 10);
+  EXPECT_TRUE(Put("d", 40 << 10).ok());
+  // Other namespaces have no quota.
+  EXPECT_TRUE(store_->PutCopy({.ns = "other", .key = "k", .size = 500 << 10},
+                              std::string(500 << 10, 'o').data(), kPutter)
+                  .ok());
+}
+
 TEST_F(ObjectStoreTest, PerClientLimitsOnReservationsPinsAndBytes) {
   StoreConfig config;
   config.max_reservations_per_client = 3;

@@ -305,6 +305,27 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
 
 Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
                            std::uint64_t owner) {
+  if (config_.verify_commits && owner != kStoreOwner) {
+    // Hashed outside the lock: the extent stays the reservation's while its owner is in this
+    // call (only the owner aborts it, and its connection cannot close during a request).
+    std::optional<std::pair<Extent, std::uint64_t>> bytes;
+    {
+      std::lock_guard lock(mu_);
+      StoredObject* obj = index_.Find(reservation_id);
+      if (obj != nullptr && !obj->committed && !obj->doomed && obj->owner == owner &&
+          index_.IsReservation(reservation_id)) {
+        bytes.emplace(obj->copy(obj->meta.tier).extent, obj->meta.size);
+      }
+    }
+    if (bytes && bytes->second > 0 && Xxh3(HostAddress(bytes->first), bytes->second) != checksum) {
+      std::lock_guard lock(mu_);
+      ++counters_.commits_rejected;
+      if (index_.IsReservation(reservation_id)) FreeReservationLocked(reservation_id);
+      return Status::DataLoss(
+          "the bytes written do not match the checksum committed; the put "
+          "is dropped");
+    }
+  }
   std::lock_guard lock(mu_);
   StoredObject* obj = index_.Find(reservation_id);
   if (obj == nullptr || obj->committed || obj->doomed || !index_.IsReservation(reservation_id)) {
@@ -605,6 +626,17 @@ Status ObjectStore::CheckOwner(std::uint64_t owner) const {
   return Status::FailedPrecondition(
       "this connection held a reservation or a pin past the server's time limit; it is refused "
       "until it reconnects (what it held is freed when it closes)");
+}
+
+std::uint64_t ObjectStore::ReservedBytes(const std::vector<std::uint64_t>& reservation_ids) {
+  std::lock_guard lock(mu_);
+  std::uint64_t total = 0;
+  for (std::uint64_t id : reservation_ids) {
+    if (const StoredObject* obj = index_.Find(id); obj != nullptr && index_.IsReservation(id)) {
+      total += obj->meta.size;
+    }
+  }
+  return total;
 }
 
 bool ObjectStore::Holds(std::uint64_t owner) const {

@@ -83,6 +83,11 @@ struct StoreConfig {
   // retained one, or drop it (a miss is recomputed) and keep nvme for retained objects.
   enum class CachePolicy : std::uint8_t { kSpill, kDrop };
   CachePolicy cache_policy = CachePolicy::kSpill;
+  // Check a zero-copy commit's bytes against the checksum the client sent (one read pass over
+  // the object on the server); a mismatch drops the put with DATA_LOSS. Off by default: puts
+  // through the server's copy path are checksummed as they are copied, and a wrong checksum is
+  // caught anyway when the object is spilled or read through a copy (quarantined, never returned).
+  bool verify_commits = false;
   MoverConfig mover;
   Status validate() const;
 };
@@ -155,6 +160,7 @@ struct StoreStats {
   std::uint64_t clients_overdue = 0;        // connections marked overdue for those
   std::uint64_t client_limit_refusals = 0;  // reserves and pins past a per-connection limit
   std::uint64_t quota_refusals = 0;         // reserves past their namespace's quota
+  std::uint64_t commits_rejected = 0;       // verify_commits: bytes did not match
   std::uint64_t resource_exhausted = 0;
   std::uint64_t sessions_cleaned = 0;
   std::uint64_t spills = 0;              // dram -> nvme
@@ -217,6 +223,8 @@ class ObjectStore {
   Status CheckOwner(std::uint64_t owner) const;
   // Whether the owner holds reservations or pins (the transport's idle timeout spares it).
   bool Holds(std::uint64_t owner) const;
+  // Bytes of these open reservations (the ids that are not are ignored).
+  std::uint64_t ReservedBytes(const std::vector<std::uint64_t>& reservation_ids);
   // True when a Pin of this object (wanting `want`'s copy, if set) would wait for a move: the
   // service runs such requests off the transport's I/O thread. A snapshot, not a promise.
   bool PinMayWait(const std::string& ns, const std::string& key, std::optional<TierKind> want);

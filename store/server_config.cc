@@ -92,6 +92,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "largest single nvme I/O; records are split into these")
     ("nvme-backend", po::value(&c.nvme.backend)->default_value("io_uring"),
      "io_uring, posix (pread/pwrite) or memory (testing)")
+    ("verify-commits", po::value(&c.store.verify_commits)->default_value(false),
+     "check each zero-copy commit's bytes against the checksum sent (one read pass per put)")
     ("nvme-verify-writes", po::value(&c.nvme.verify_writes)->default_value(true),
      "read each spilled record back and check it before freeing its dram copy")
     ("link-rate", po::value(&link_rate)->default_value("0"),

@@ -89,6 +89,13 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
   switch (req.body_case()) {
     case wire::Request::kPromote:
       return true;
+    case wire::Request::kCommit: {
+      // Verifying a commit reads the object once: large ones are read on a worker.
+      if (!store_->config().verify_commits) return false;
+      std::vector<std::uint64_t> ids;
+      for (const auto& item : req.commit().items()) ids.push_back(item.reservation_id());
+      return store_->ReservedBytes(ids) > (1u << 20);
+    }
     case wire::Request::kGet: {
       const auto& g = req.get();
       if (g.mode() == wire::META || g.keys_size() > static_cast<int>(config_.max_batch_items)) {
@@ -531,6 +538,7 @@ void StoreService::HandleStat(wire::StatReply* reply) {
   add("clean_drops", s.clean_drops);
   add("quarantined", s.quarantined);
   add("quota_refusals", s.quota_refusals);
+  add("commits_rejected", s.commits_rejected);
   if (policy_ != nullptr) {
     for (const auto& [ns, quota] : policy_->quotas()) {
       const NamespaceUsage u = store_->UsageOf(ns);

@@ -298,6 +298,42 @@ TEST(Attack, CorruptCommitsDoNotStopTheSpill) {
   EXPECT_EQ(std::memcmp(good->data(), b.data(), b.size()), 0);
 }
 
+// 4. With --verify-commits the server checks a commit's bytes: a wrong checksum is refused at
+// once instead of being found at the spill.
+TEST(Attack, VerifiedCommitsRefuseAWrongChecksum) {
+  ServerProcess server({"--dram", "8M", "--hbm", "0", "--verify-commits", "true"});
+  ASSERT_TRUE(server.started());
+  auto raw = BlockingConnection::Connect(server.socket());
+  ASSERT_TRUE(raw.ok());
+  wire::Request hello;
+  hello.set_id(1);
+  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+  wire::Response resp;
+  ASSERT_TRUE((*raw)->Call(hello, &resp).ok());
+  wire::Request reserve;
+  reserve.set_id(2);
+  auto* spec = reserve.mutable_reserve()->add_items();
+  spec->set_ns(server.options().ns);
+  spec->set_key("bad");
+  spec->set_size(2 << 20);  // large: verified on a worker thread
+  ASSERT_TRUE((*raw)->Call(reserve, &resp).ok());
+  wire::Request commit;
+  commit.set_id(3);
+  auto* item = commit.mutable_commit()->add_items();
+  item->set_reservation_id(resp.reserve().items(0).reservation_id());
+  item->set_checksum(12345);
+  ASSERT_TRUE((*raw)->Call(commit, &resp).ok());
+  EXPECT_EQ(resp.statuses().items(0).code(), static_cast<std::uint32_t>(StatusCode::kDataLoss));
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ((*client)->Stat("bad").status().code(), StatusCode::kNotFound);
+  const std::string b = Pattern(6, 2 << 20);
+  EXPECT_TRUE((*client)->Put("good", b.data(), b.size()).ok());  // the copy path still commits
+  auto s = (*client)->ServerStat();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->counter("commits_rejected"), 1u);
+}
+
 // 5. Connections that say nothing are closed after the handshake timeout, and one process cannot
 // take every connection.
 TEST(Attack, IdleConnectionsDoNotLockOthersOut) {

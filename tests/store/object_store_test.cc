@@ -246,6 +246,23 @@ TEST_F(ObjectStoreTest, NoTimeLimitByDefault) {
   EXPECT_TRUE(store_->Commit(r->id, Xxh3(store_->HostAddress(r->extent), 4096), kOwner).ok());
 }
 
+TEST_F(ObjectStoreTest, VerifiedCommitDropsBytesThatDoNotMatch) {
+  StoreConfig config;
+  config.verify_commits = true;
+  Make(1 << 20, 0, config);
+  auto r = store_->Reserve({.ns = "ns", .key = "k", .size = 4096}, kOwner);
+  ASSERT_TRUE(r.ok());
+  std::memset(store_->HostAddress(r->extent), 7, 4096);
+  EXPECT_EQ(store_->Commit(r->id, 12345, kOwner).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(store_->Head("ns", "k").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Counter(&StoreStats::commits_rejected), 1u);
+  EXPECT_EQ(store_->Stats().reservations_open, 0u);
+  auto good = store_->Reserve({.ns = "ns", .key = "k", .size = 4096}, kOwner);
+  ASSERT_TRUE(good.ok());
+  std::memset(store_->HostAddress(good->extent), 7, 4096);
+  EXPECT_TRUE(store_->Commit(good->id, Xxh3(store_->HostAddress(good->extent), 4096), kOwner).ok());
+}
+
 TEST_F(ObjectStoreTest, NamespaceQuotasOnBytesAndObjects) {
   Make(1 << 20, 0);
   store_->SetQuotas({{"ns", {.max_bytes = 100 << 10, .max_objects = 3}}});
@@ -266,8 +283,9 @@ TEST_F(ObjectStoreTest, NamespaceQuotasOnBytesAndObjects) {
   EXPECT_EQ(store_->UsageOf("ns").bytes, 45u << 10);
   EXPECT_TRUE(Put("d", 40 << 10).ok());
   // Other namespaces have no quota.
-  EXPECT_TRUE(store_->PutCopy({.ns = "other", .key = "k", .size = 500 << 10},
-                              std::string(500 << 10, 'o').data(), kPutter)
+  EXPECT_TRUE(store_
+                  ->PutCopy({.ns = "other", .key = "k", .size = 500 << 10},
+                            std::string(500 << 10, 'o').data(), kPutter)
                   .ok());
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 
 namespace tierpool {
 
@@ -53,6 +54,7 @@ struct IoUringBackend::Impl {
       int res = cqe->res;
       io_uring_cqe_seen(&ring, cqe);
       if (c == nullptr) continue;
+      TIERPOOL_TSAN_ACQUIRE(c);  // pairs with the release before the submission
       if (res < 0) {
         c->op->status = ErrnoStatus(
             std::string("io_uring ") + (c->op->kind == IoOp::Kind::kRead ? "read" : "write"), -res);
@@ -138,6 +140,8 @@ void IoUringBackend::SubmitImpl(std::span<IoOp> ops) {
       ++batch.left;
     }
     if (batch.left > 0) {
+      // The completion thread reaches the batch through the ring, which TSan cannot see.
+      for (auto& c : completions) TIERPOOL_TSAN_RELEASE(&c);
       int rc = io_uring_submit(&impl_->ring);
       if (rc < 0) {
         // Nothing went in: fail the whole batch.

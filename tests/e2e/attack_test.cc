@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/tsan.h"
 #include "tests/e2e/server_process.h"
 #include "transport/blocking_connection.h"
 
@@ -193,7 +194,12 @@ TEST(Attack, HeadersAloneDoNotMakeTheServerAllocate) {
   // At most one first chunk (64 KiB) per connection, against 16 MiB each before (4.8 GB).
   // (plus the stat request's own frame)
   EXPECT_LE(s->counter("frame_bytes_buffered"), (kConnections + 1) * (64u << 10));
+#ifndef TIERPOOL_TSAN  // ThreadSanitizer's shadow memory multiplies what the buffers touch
   EXPECT_LT(after, before + (64u << 20)) << "server grew from " << before << " to " << after;
+#else
+  (void)before;
+  (void)after;
+#endif
   EXPECT_LT(stat_ms, 2000.0);
   EXPECT_TRUE(server.WaitFor([](const ServerStats& st) {
     return st.counter("frame_bytes_buffered") <= (64u << 10) &&

@@ -12,6 +12,7 @@
 
 #include "common/checksum.h"
 #include "common/logging.h"
+#include "common/option_errors.h"
 #include "common/units.h"
 #include "tiers/nvme_tier.h"
 
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, opts), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    std::cerr << "tierpool bench nvme: " << e.what() << "\n" << opts;
+    std::cerr << "tierpool bench nvme: " << OptionErrorMessage(e) << "\n" << opts;
     return 2;
   }
   if (vm.count("help")) {

@@ -6,6 +6,7 @@
 
 #include "common/defaults.h"
 #include "common/logging.h"
+#include "common/option_errors.h"
 #include "common/units.h"
 
 namespace tierpool {
@@ -121,7 +122,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    return Status::InvalidArgument(std::string(e.what()) + " (see tierpoold --help)");
+    return Status::InvalidArgument(OptionErrorMessage(e) + " (see tierpoold --help)");
   }
   if (vm.count("help")) {
     std::cout << "tierpoold: keeps tensors in hbm, dram and nvme tiers for local clients.\n\n"

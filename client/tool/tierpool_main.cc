@@ -13,6 +13,7 @@
 
 #include "client/tool/bench.h"
 #include "common/defaults.h"
+#include "common/option_errors.h"
 #include "common/units.h"
 #include "tierpool/client.h"
 
@@ -181,7 +182,7 @@ int main(int argc, char** argv) {
     po::notify(vm);
 
   } catch (const po::error& e) {
-    std::cerr << "tierpool: " << e.what() << "\n" << kUsage;
+    std::cerr << "tierpool: " << OptionErrorMessage(e) << "\n" << kUsage;
     return 2;
   }
   if (vm.count("help")) {

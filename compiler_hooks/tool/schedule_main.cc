@@ -16,6 +16,7 @@
 #include <map>
 
 #include "common/logging.h"
+#include "common/option_errors.h"
 #include "common/units.h"
 #include "compiler_hooks/onnx_importer.h"
 #include "prefetch/planner.h"
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    std::cerr << "tierpool: " << e.what() << "\n" << kUsage;
+    std::cerr << "tierpool: " << OptionErrorMessage(e) << "\n" << kUsage;
     return 2;
   }
   if (vm.count("help") || args.empty()) {

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/option_errors.h"
 #include "common/units.h"
 #include "tierpool/client.h"
 
@@ -318,7 +319,7 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, opts), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    std::cerr << e.what() << "\n" << opts;
+    std::cerr << OptionErrorMessage(e) << "\n" << opts;
     return 2;
   }
   if (vm.count("help") || server.empty() || clients < 1) {

@@ -64,5 +64,21 @@ TEST(ServerConfig, ReadsAConfigFile) {
   EXPECT_FALSE(Parse({"--config", "/nonexistent/x.conf"}, &exit_now).ok());
 }
 
+// Found by fuzzing: Boost.Program_options' what() loops forever when a value or an option name
+// holds one of its placeholders. The error must come back, and quickly.
+TEST(ServerConfig, PlaceholdersInValuesAndNamesAreErrorsNotHangs) {
+  std::string path = ::testing::TempDir() + "/placeholder.conf";
+  bool exit_now;
+  for (const char* text : {"io-threads = %value%\n", "%canonical_option% = 1\n",
+                           "max-connections = %original_token%\n", "%prefix%x = 2\n"}) {
+    std::ofstream(path) << text;
+    auto c = Parse({"--config", path.c_str()}, &exit_now);
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << text;
+  }
+  auto flag = Parse({"--io-threads", "%value%"}, &exit_now);
+  EXPECT_EQ(flag.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(flag.status().message().find("io-threads"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tierpool

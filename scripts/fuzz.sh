@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(frames plan schedule onnx config)
+[ ${#targets[@]} -eq 0 ] && targets=(frames plan schedule onnx config snapshot)
 jobs="$(nproc)"
 
 ./scripts/install-deps.sh clang libclang-rt-14-dev
@@ -25,5 +25,5 @@ for t in "${targets[@]}"; do
       -max_total_time="$seconds" -fork="$jobs" -ignore_crashes=0 -rss_limit_mb=4096 \
       -artifact_prefix="../crashes/$t-" "../corpus/$t" "../seeds/$t" > "$t.log" 2>&1) || {
     echo "fuzz_$t stopped with a finding: $out/logs/$t.log"; tail -30 "$out/logs/$t.log"; exit 1; }
-  grep -Eo 'exec/s: [0-9]+|#[0-9]+' "$out/logs/$t.log" | tail -2 | tr '\n' ' '; echo
+  echo "executions: $(grep -Eo '^#[0-9]+' "$out/logs/$t.log" | tail -1)"
 done

@@ -22,7 +22,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$out/corpus/$t"
   echo "==> fuzz_$t for ${seconds}s on $jobs workers"
   (cd "$out/logs" && ASAN_OPTIONS=detect_leaks=0 "../tests/fuzz/fuzz_$t" \
-      -max_total_time="$seconds" -fork="$jobs" -ignore_crashes=0 -rss_limit_mb=4096 \
+      -max_total_time="$seconds" -fork="$jobs" -ignore_crashes=0 -timeout=10 -rss_limit_mb=4096 \
       -artifact_prefix="../crashes/$t-" "../corpus/$t" "../seeds/$t" > "$t.log" 2>&1) || {
     echo "fuzz_$t stopped with a finding: $out/logs/$t.log"; tail -30 "$out/logs/$t.log"; exit 1; }
   echo "executions: $(grep -Eo '^#[0-9]+' "$out/logs/$t.log" | tail -1)"

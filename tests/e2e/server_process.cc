@@ -1,6 +1,7 @@
 #include "tests/e2e/server_process.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <array>
@@ -36,6 +37,8 @@ ServerProcess::ServerProcess(std::vector<std::string> extra) {
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = ::fork();
   if (pid_ == 0) {
+    // A test that dies (a sanitizer abort) must not leave its server running.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

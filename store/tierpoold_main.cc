@@ -1,4 +1,5 @@
 // tierpoold: the per-node sidecar. Runs on built-in defaults; flags override them.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -79,8 +80,15 @@ int main(int argc, char** argv) {
   spdlog::info("tierpoold {} listening on {} (dram {}, hbm {})", TIERPOOL_VERSION,
                config->transport.socket_path, FormatBytes(config->dram.capacity),
                FormatBytes(config->hbm.capacity));
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  // Once a minute, the heap pages malloc holds free go back to the system (glibc returns only
+  // the top of the heap by itself; after a burst of connections or objects the rest stays
+  // resident). The soak measured 4.9 MB of such pages after ten minutes.
+  int sig = -1;
+  const timespec minute{60, 0};
+  while (sig < 0) {
+    sig = sigtimedwait(&stop_signals, nullptr, &minute);
+    if (sig < 0) ::malloc_trim(0);
+  }
   spdlog::info("signal {}: shutting down", sig);
   server.Stop();
   plans.Stop();

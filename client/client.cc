@@ -4,29 +4,15 @@
 
 #include "client/client_core.h"
 #include "common/checksum.h"
+#include "transport/wire_meta.h"
 
 namespace tierpool {
 
 using detail::Borrowed;
 using transport::FromWire;
+using transport::MetaFromWire;
 
 namespace {
-
-ObjectMeta MetaFromWire(const wire::ObjectMeta& w) {
-  ObjectMeta m;
-  m.ns = w.ns();
-  m.key = w.key();
-  m.size = w.size();
-  m.dtype = w.dtype();
-  m.shape.assign(w.shape().begin(), w.shape().end());
-  m.kind = static_cast<ObjectKind>(w.kind());
-  m.durability = static_cast<Durability>(w.durability());
-  m.checksum = w.checksum();
-  m.tier = static_cast<TierKind>(w.tier());
-  m.created_unix_ms = w.created_unix_ms();
-  m.pins = w.pins();
-  return m;
-}
 
 void FillSpec(const std::string& ns, std::string_view key, std::size_t size, const PutOptions& o,
               wire::PutSpec* s) {

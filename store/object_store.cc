@@ -211,41 +211,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     return Status::InvalidArgument("puts may target hbm or dram only");
   }
   std::unique_lock lock(mu_);
-  if (owner != kStoreOwner) {
-    const OwnerHoldings h = index_.HoldingsOf(owner);
-    std::string over;
-    if (config_.max_reservations_per_client != 0 &&
-        h.reservations >= config_.max_reservations_per_client) {
-      over = std::to_string(h.reservations) + " reservations open (limit " +
-             std::to_string(config_.max_reservations_per_client) + ")";
-    } else if (h.reservations != 0 && h.reserved_bytes + spec.size > max_reserved_bytes_) {
-      // A connection's first reservation may be of any size the tiers take: one object larger
-      // than the share is a legitimate put, many open at once are not.
-      over = FormatBytes(h.reserved_bytes) + " reserved, and " + FormatBytes(spec.size) +
-             " more would pass the per-connection limit of " + FormatBytes(max_reserved_bytes_);
-    }
-    if (!over.empty()) {
-      ++counters_.client_limit_refusals;
-      return Status::ResourceExhausted("this connection has " + over +
-                                       ": commit or abort some first");
-    }
-  }
-  if (auto q = quotas_.find(spec.ns); q != quotas_.end()) {
-    const NamespaceUsage u = index_.UsageOf(spec.ns);
-    const bool new_name = index_.Lookup(spec.ns, spec.key) == nullptr;
-    std::string over;
-    if (q->second.max_bytes != 0 && u.bytes + spec.size > q->second.max_bytes) {
-      over = FormatBytes(u.bytes) + " held, and " + FormatBytes(spec.size) +
-             " more would pass its quota of " + FormatBytes(q->second.max_bytes);
-    } else if (q->second.max_objects != 0 && new_name && u.objects >= q->second.max_objects) {
-      over = std::to_string(u.objects) + " objects, its quota";
-    }
-    if (!over.empty()) {
-      ++counters_.quota_refusals;
-      return Status::ResourceExhausted("namespace '" + spec.ns + "' has " + over +
-                                       ": delete some of its objects first");
-    }
-  }
+  TIERPOOL_RETURN_IF_ERROR(AdmitReserveLocked(spec, owner));
   Extent extent;
   TierKind placed = TierKind::kDram;
   if (spec.size > 0) {
@@ -412,13 +378,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     return Status::InvalidArgument("gets may want hbm or dram only");
   }
   std::unique_lock lock(mu_);
-  if (owner != kStoreOwner && config_.max_leases_per_client != 0 &&
-      index_.HoldingsOf(owner).leases >= config_.max_leases_per_client) {
-    ++counters_.client_limit_refusals;
-    return Status::ResourceExhausted("this connection holds " +
-                                     std::to_string(config_.max_leases_per_client) +
-                                     " pins (the per-connection limit): release some first");
-  }
+  TIERPOOL_RETURN_IF_ERROR(AdmitPinLocked(owner));
   ++counters_.gets;
   std::optional<HbmUse> use;
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
@@ -581,15 +541,7 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
   return out;
 }
 
-std::vector<ObjectMeta> ObjectStore::ListAll() {
-  std::lock_guard lock(mu_);
-  std::vector<ObjectMeta> out;
-  out.reserve(index_.objects());
-  for (const auto& [name, id] : index_.names()) out.push_back(MetaLocked(*index_.Find(id)));
-  return out;
-}
-
-// --- owners, expiry, maintenance ------------------------------------------------------------
+// --- owners, maintenance -------------------------------------------------------------------
 
 void ObjectStore::ReleaseOwner(std::uint64_t owner) {
   std::lock_guard lock(mu_);
@@ -606,90 +558,6 @@ void ObjectStore::ReleaseOwner(std::uint64_t owner) {
     ++counters_.sessions_cleaned;
     spdlog::debug("connection {} went away: released {} reservations and {} pins", owner,
                   reservations.size(), leases.size());
-  }
-}
-
-void ObjectStore::SetQuotas(std::unordered_map<std::string, NamespaceQuota> quotas) {
-  std::lock_guard lock(mu_);
-  quotas_ = std::move(quotas);
-}
-
-NamespaceUsage ObjectStore::UsageOf(const std::string& ns) const {
-  std::lock_guard lock(mu_);
-  return index_.UsageOf(ns);
-}
-
-Status ObjectStore::CheckOwner(std::uint64_t owner) const {
-  if (overdue_count_.load(std::memory_order_relaxed) == 0) return Status::Ok();
-  std::lock_guard lock(mu_);
-  if (overdue_.count(owner) == 0) return Status::Ok();
-  return Status::FailedPrecondition(
-      "this connection held a reservation or a pin past the server's time limit; it is refused "
-      "until it reconnects (what it held is freed when it closes)");
-}
-
-std::uint64_t ObjectStore::ReservedBytes(const std::vector<std::uint64_t>& reservation_ids) {
-  std::lock_guard lock(mu_);
-  std::uint64_t total = 0;
-  for (std::uint64_t id : reservation_ids) {
-    if (const StoredObject* obj = index_.Find(id); obj != nullptr && index_.IsReservation(id)) {
-      total += obj->meta.size;
-    }
-  }
-  return total;
-}
-
-bool ObjectStore::Holds(std::uint64_t owner) const {
-  std::lock_guard lock(mu_);
-  const OwnerHoldings h = index_.HoldingsOf(owner);
-  return h.reservations != 0 || h.leases != 0;
-}
-
-bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,
-                             std::optional<TierKind> want) {
-  std::lock_guard lock(mu_);
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr || obj->corrupt) return false;  // answered at once
-  if (want && tier(*want) != nullptr && !obj->copy(*want).present) return true;
-  return !TopCopy(*obj, /*mapped_only=*/true).has_value();
-}
-
-bool ObjectStore::ReserveMayWait(const std::string& ns, std::uint64_t total_bytes,
-                                 std::uint64_t largest, bool wants_hbm) {
-  std::lock_guard lock(mu_);
-  auto fits = [&](TierKind k) {
-    Tier* t = tier(k);
-    if (t == nullptr || t->capacity() == 0) return false;
-    // Room by the watermark, not just free bytes: above it, allocation makes room first.
-    const double high = t->watermarks().high;
-    const auto limit = static_cast<std::uint64_t>(static_cast<double>(t->capacity()) * high);
-    return t->used_bytes() + total_bytes <= limit && largest <= t->capacity() - t->used_bytes();
-  };
-  if (wants_hbm && tier(TierKind::kHbm) != nullptr && tier(TierKind::kHbm)->capacity() > 0) {
-    if (planned_ns_.count(ns) != 0 || !fits(TierKind::kHbm)) return true;
-  }
-  return !fits(TierKind::kDram);
-}
-
-void ObjectStore::ExpireLocked(std::uint64_t now_us) {
-  // Nothing is freed here: the holder may still touch the memory. Its connection is marked
-  // overdue; ReleaseOwner frees what it held once it is gone.
-  auto mark = [&](std::uint64_t owner, const char* what, std::uint64_t id) {
-    if (!overdue_.insert(owner).second) return;
-    overdue_count_.store(overdue_.size());
-    ++counters_.clients_overdue;
-    spdlog::warn("connection {} held {} {} past its time limit; refusing it until it reconnects",
-                 owner, what, id);
-  };
-  for (std::uint64_t id : index_.ExpiredReservations(now_us)) {
-    if (StoredObject* obj = index_.Find(id)) mark(obj->owner, "reservation", id);
-    index_.ClearReservationDeadline(id);
-    ++counters_.reservations_overdue;
-  }
-  for (std::uint64_t lease_id : index_.ExpiredLeases(now_us)) {
-    mark(index_.FindLease(lease_id)->owner, "pin", lease_id);
-    index_.ClearLeaseDeadline(lease_id);
-    ++counters_.leases_overdue;
   }
 }
 

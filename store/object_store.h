@@ -202,8 +202,6 @@ class ObjectStore {
   Result<ObjectMeta> ReadCopy(const std::string& ns, const std::string& key, std::string* out);
 
   Status Delete(const std::string& ns, const std::string& key);
-  // Every object's metadata, sorted by (namespace, key).
-  std::vector<ObjectMeta> ListAll();
   // Sorted by (namespace, key). ns empty with all_namespaces lists everything.
   std::vector<ObjectMeta> List(const std::string& ns, const std::string& prefix,
                                const std::string& start_after, std::uint32_t limit,
@@ -329,6 +327,9 @@ class ObjectStore {
   void FreeReservationLocked(std::uint64_t id);
   void QuarantineLocked(StoredObject& obj, const Status& why);
   void UnpinLocked(std::uint64_t object_id, TierKind tier);
+  // Per-connection and per-namespace limits (object_store_admission.cc).
+  Status AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner);
+  Status AdmitPinLocked(std::uint64_t owner);
   void ExpireLocked(std::uint64_t now_us);
   void RelieveWatermarksLocked();
   void MaintenanceLoop();

@@ -1,6 +1,7 @@
 #include "store/service.h"
 
 #include "common/logging.h"
+#include "transport/wire_meta.h"
 
 namespace tierpool {
 
@@ -31,20 +32,6 @@ PutSpec FromWire(const wire::PutSpec& w) {
   if (w.has_tier_hint()) s.tier_hint = static_cast<TierKind>(w.tier_hint());
   s.numa_node = w.has_numa_node() ? w.numa_node() : -1;
   return s;
-}
-
-void ToWire(const ObjectMeta& m, wire::ObjectMeta* w) {
-  w->set_ns(m.ns);
-  w->set_key(m.key);
-  w->set_size(m.size);
-  w->set_dtype(m.dtype);
-  for (auto d : m.shape) w->add_shape(d);
-  w->set_kind(static_cast<wire::ObjectKind>(m.kind));
-  w->set_durability(static_cast<wire::Durability>(m.durability));
-  w->set_checksum(m.checksum);
-  w->set_tier(static_cast<wire::Tier>(m.tier));
-  w->set_created_unix_ms(m.created_unix_ms);
-  w->set_pins(m.pins);
 }
 
 void ToWire(const Extent& e, wire::Extent* w) {
@@ -137,20 +124,9 @@ bool StoreService::Holds(std::uint64_t session) {
   return store_->Holds(session) || (plans_ != nullptr && plans_->HasJobs(session));
 }
 
-void StoreService::OnConnect(std::uint64_t session, const transport::PeerCredentials& peer) {
-  std::lock_guard lock(peers_mu_);
-  peers_[session] = peer;
-}
-
-Status StoreService::CheckNamespaces(std::uint64_t session, const wire::Request& req) {
+Status StoreService::CheckNamespaces(const transport::PeerCredentials& peer,
+                                     const wire::Request& req) {
   if (policy_ == nullptr) return Status::Ok();
-  transport::PeerCredentials peer;
-  {
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(session);
-    if (it == peers_.end()) return Status::PermissionDenied("unknown connection");
-    peer = it->second;
-  }
   std::vector<const std::string*> seen;  // a batch names few namespaces: check each once
   Status denied;
   auto check = [&](const std::string& ns) {
@@ -193,9 +169,9 @@ Status StoreService::CheckNamespaces(std::uint64_t session, const wire::Request&
   return denied;
 }
 
-bool StoreService::Handle(std::uint64_t session, const wire::Request& req, wire::Response* resp,
-                          std::vector<int>* fds) {
-  if (Status s = CheckNamespaces(session, req); !s.ok()) {
+bool StoreService::Handle(std::uint64_t session, const transport::PeerCredentials& peer,
+                          const wire::Request& req, wire::Response* resp, std::vector<int>* fds) {
+  if (Status s = CheckNamespaces(peer, req); !s.ok()) {
     ToWire(s, resp->mutable_status());
     return true;
   }
@@ -570,10 +546,6 @@ void StoreService::HandleStat(wire::StatReply* reply) {
 }
 
 void StoreService::OnDisconnect(std::uint64_t session_id) {
-  {
-    std::lock_guard lock(peers_mu_);
-    peers_.erase(session_id);
-  }
   if (plans_ != nullptr) plans_->OnDisconnect(session_id);  // a job that disconnects loses its plan
   store_->ReleaseOwner(session_id);
 }

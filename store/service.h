@@ -4,8 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
-#include <unordered_map>
 
 #include "store/namespace_policy.h"
 #include "store/object_store.h"
@@ -24,13 +22,13 @@ struct ServiceConfig {
 class StoreService final : public transport::RequestHandler {
  public:
   StoreService(ServiceConfig config, ObjectStore* store);
-  bool Handle(std::uint64_t session_id, const wire::Request& request, wire::Response* response,
+  bool Handle(std::uint64_t session_id, const transport::PeerCredentials& peer,
+              const wire::Request& request, wire::Response* response,
               std::vector<int>* fds) override;
   void OnDisconnect(std::uint64_t session_id) override;
   // Gets that would wait for a move, puts that would wait for room, promotes.
   bool MayBlock(std::uint64_t session_id, const wire::Request& request) override;
   bool Holds(std::uint64_t session_id) override;
-  void OnConnect(std::uint64_t session_id, const transport::PeerCredentials& peer) override;
   // Who may use which namespace; without it, every connection may use every namespace.
   void set_policy(const NamespacePolicy* policy) { policy_ = policy; }
   // Lets stat report transport counters too.
@@ -42,15 +40,13 @@ class StoreService final : public transport::RequestHandler {
   void HandleGet(std::uint64_t session, const wire::GetRequest& req, wire::GetReply* reply);
   void HandleStat(wire::StatReply* reply);
   // PERMISSION_DENIED when the request names a namespace the connection's user may not use.
-  Status CheckNamespaces(std::uint64_t session, const wire::Request& request);
+  Status CheckNamespaces(const transport::PeerCredentials& peer, const wire::Request& request);
 
   ServiceConfig config_;
   ObjectStore* store_;
   const transport::UnixServer* transport_ = nullptr;
   PlanRegistry* plans_ = nullptr;
   const NamespacePolicy* policy_ = nullptr;
-  std::mutex peers_mu_;
-  std::unordered_map<std::uint64_t, transport::PeerCredentials> peers_;  // guarded by peers_mu_
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/posix.h"
 #include "common/units.h"
 #include "proto/tierpool.pb.h"
+#include "transport/wire_meta.h"
 
 namespace tierpool {
 
@@ -130,7 +132,9 @@ Result<SnapshotStats> SaveSnapshot(ObjectStore& store, const std::string& dir) {
 
   SnapshotStats stats;
   std::string bytes, meta_bytes;
-  for (const ObjectMeta& m : store.ListAll()) {
+  bool truncated = false;
+  for (const ObjectMeta& m : store.List("", "", "", std::numeric_limits<std::uint32_t>::max(),
+                                        /*all_namespaces=*/true, &truncated)) {
     if (m.durability != Durability::kRetained) {
       ++stats.skipped;
       continue;
@@ -142,15 +146,7 @@ Result<SnapshotStats> SaveSnapshot(ObjectStore& store, const std::string& dir) {
       continue;
     }
     wire::ObjectMeta w;
-    w.set_ns(read->ns);
-    w.set_key(read->key);
-    w.set_size(read->size);
-    w.set_dtype(read->dtype);
-    for (auto d : read->shape) w.add_shape(d);
-    w.set_kind(static_cast<wire::ObjectKind>(read->kind));
-    w.set_durability(static_cast<wire::Durability>(read->durability));
-    w.set_checksum(read->checksum);
-    w.set_created_unix_ms(read->created_unix_ms);
+    transport::ToWire(*read, &w);
     w.SerializeToString(&meta_bytes);
     RecordHeader r{kObjectRecord, static_cast<std::uint32_t>(meta_bytes.size()), bytes.size(),
                    read->checksum, Xxh3(meta_bytes.data(), meta_bytes.size())};
@@ -244,14 +240,14 @@ Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir) {
       if (!skip_payload()) break;
       continue;
     }
-    PutSpec spec;
-    spec.ns = w.ns();
-    spec.key = w.key();
-    spec.size = w.size();
-    spec.dtype = w.dtype();
-    spec.shape.assign(w.shape().begin(), w.shape().end());
-    spec.kind = static_cast<ObjectKind>(w.kind());
-    spec.durability = static_cast<Durability>(w.durability());
+    const ObjectMeta m = transport::MetaFromWire(w);
+    const PutSpec spec{.ns = m.ns,
+                       .key = m.key,
+                       .size = m.size,
+                       .dtype = m.dtype,
+                       .shape = m.shape,
+                       .kind = m.kind,
+                       .durability = m.durability};
     auto res = store.Reserve(spec, kStoreOwner);
     if (!res.ok()) {
       ++stats.not_restored;

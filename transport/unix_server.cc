@@ -139,7 +139,6 @@ struct UnixServer::Impl {
       ++c.accepted;
       ++c.active;
       const std::uint64_t id = next_session++;
-      shared.handler->OnConnect(id, peer);
       std::make_shared<UnixSession>(std::move(socket), id, peer, &shared)->Start();
       Accept();
     });

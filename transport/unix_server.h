@@ -38,9 +38,11 @@ class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
   // Fills response and may add descriptors to pass with it. Returns false when the request is
-  // one-way (no reply is sent). Called from I/O or worker threads; must be thread-safe.
-  virtual bool Handle(std::uint64_t session_id, const wire::Request& request,
-                      wire::Response* response, std::vector<int>* fds) = 0;
+  // one-way (no reply is sent). `peer` is who the kernel says is on the other end. Called from
+  // I/O or worker threads; must be thread-safe.
+  virtual bool Handle(std::uint64_t session_id, const PeerCredentials& peer,
+                      const wire::Request& request, wire::Response* response,
+                      std::vector<int>* fds) = 0;
   // True when Handle might wait (for a move, for room): the request then runs on a worker
   // thread. Called on an I/O thread; must be quick.
   virtual bool MayBlock(std::uint64_t session_id, const wire::Request& request) {
@@ -53,11 +55,6 @@ class RequestHandler {
   virtual bool Holds(std::uint64_t session_id) {
     (void)session_id;
     return false;
-  }
-  // A connection was accepted (before its first request).
-  virtual void OnConnect(std::uint64_t session_id, const PeerCredentials& peer) {
-    (void)session_id;
-    (void)peer;
   }
   // The connection is gone: release what it held.
   virtual void OnDisconnect(std::uint64_t session_id) = 0;

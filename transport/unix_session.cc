@@ -191,13 +191,13 @@ void UnixSession::OnBody() {
   if (shared_->handler->MayBlock(id_, request_)) {
     ++shared_->counters.on_workers;
     asio::post(*shared_->workers, [self = shared_from_this()] {
-      const bool reply =
-          self->shared_->handler->Handle(self->id_, self->request_, &self->response_, &self->fds_);
+      const bool reply = self->shared_->handler->Handle(self->id_, self->peer_, self->request_,
+                                                        &self->response_, &self->fds_);
       asio::post(self->socket_.get_executor(), [self, reply] { self->Reply(reply); });
     });
     return;
   }
-  Reply(shared_->handler->Handle(id_, request_, &response_, &fds_));
+  Reply(shared_->handler->Handle(id_, peer_, request_, &response_, &fds_));
 }
 
 void UnixSession::Reply(bool reply) {

@@ -85,6 +85,53 @@ double StatMs(const ServerProcess& server) {
   return Ms(Clock::now() - t0);
 }
 
+// A client that speaks the protocol by hand, to send what the library never would.
+class RawClient {
+ public:
+  explicit RawClient(const ServerProcess& server) : ns_(server.options().ns) {
+    auto c = BlockingConnection::Connect(server.socket());
+    if (!c.ok()) return;
+    conn_ = std::move(c).value();
+    wire::Request hello;
+    hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+    wire::Response resp;
+    std::vector<UniqueFd> fds;  // the arenas: not needed here
+    if (!Call(hello, &resp, &fds).ok()) conn_.reset();
+  }
+  bool ok() const { return conn_ != nullptr; }
+  BlockingConnection& conn() { return *conn_; }
+  Status Call(wire::Request& req, wire::Response* resp, std::vector<UniqueFd>* fds = nullptr) {
+    req.set_id(next_id_++);
+    return conn_->Call(req, resp, fds);
+  }
+  // Reserves `size` bytes under `key` and commits them, unwritten, declaring `checksum`; returns
+  // the commit's status.
+  Result<wire::Status> ReserveAndCommit(const std::string& key, std::uint64_t size,
+                                        std::uint64_t checksum) {
+    wire::Request reserve;
+    auto* spec = reserve.mutable_reserve()->add_items();
+    spec->set_ns(ns_);
+    spec->set_key(key);
+    spec->set_size(size);
+    wire::Response resp;
+    TIERPOOL_RETURN_IF_ERROR(Call(reserve, &resp));
+    if (resp.reserve().items(0).status().code() != 0) {
+      return Status::Internal("reserve refused: " + resp.reserve().items(0).status().message());
+    }
+    wire::Request commit;
+    auto* item = commit.mutable_commit()->add_items();
+    item->set_reservation_id(resp.reserve().items(0).reservation_id());
+    item->set_checksum(checksum);
+    TIERPOOL_RETURN_IF_ERROR(Call(commit, &resp));
+    return resp.statuses().items(0);
+  }
+
+ private:
+  std::string ns_;
+  std::unique_ptr<BlockingConnection> conn_;
+  std::uint64_t next_id_ = 1;
+};
+
 // 1. A writer that writes through its reservation after its time limit must not land in another
 // object's bytes: the memory stays its own until its connection closes. (Before the fix the
 // reservation was freed, the victim's put took the memory, and its get returned the late
@@ -263,29 +310,13 @@ TEST(Attack, CorruptCommitsDoNotStopTheSpill) {
   ServerProcess server(
       {"--dram", "8M", "--hbm", "0", "--nvme-backend", "memory", "--nvme-bytes", "128M"});
   ASSERT_TRUE(server.started());
-  auto raw = BlockingConnection::Connect(server.socket());
+  RawClient raw(server);
   ASSERT_TRUE(raw.ok());
-  wire::Request hello;
-  hello.set_id(1);
-  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
-  wire::Response resp;
-  ASSERT_TRUE((*raw)->Call(hello, &resp).ok());
   for (int i = 0; i < 8; ++i) {
-    wire::Request req;
-    req.set_id(10 + 2 * i);
-    auto* spec = req.mutable_reserve()->add_items();
-    spec->set_ns(server.options().ns);
-    spec->set_key("bad" + std::to_string(i));
-    spec->set_size(256 << 10);
-    ASSERT_TRUE((*raw)->Call(req, &resp).ok());
-    ASSERT_EQ(resp.reserve().items(0).status().code(), 0u);
-    wire::Request commit;
-    commit.set_id(11 + 2 * i);
-    auto* item = commit.mutable_commit()->add_items();
-    item->set_reservation_id(resp.reserve().items(0).reservation_id());
-    item->set_checksum(12345);  // not the bytes' checksum
-    ASSERT_TRUE((*raw)->Call(commit, &resp).ok());
-    ASSERT_EQ(resp.statuses().items(0).code(), 0u) << resp.statuses().items(0).message();
+    auto committed = raw.ReserveAndCommit("bad" + std::to_string(i), 256 << 10,
+                                          12345);  // not the bytes' checksum
+    ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+    ASSERT_EQ(committed->code(), 0u) << committed->message();
   }
   auto client = server.Connect();
   ASSERT_TRUE(client.ok());
@@ -309,27 +340,12 @@ TEST(Attack, CorruptCommitsDoNotStopTheSpill) {
 TEST(Attack, VerifiedCommitsRefuseAWrongChecksum) {
   ServerProcess server({"--dram", "8M", "--hbm", "0", "--verify-commits", "true"});
   ASSERT_TRUE(server.started());
-  auto raw = BlockingConnection::Connect(server.socket());
+  RawClient raw(server);
   ASSERT_TRUE(raw.ok());
-  wire::Request hello;
-  hello.set_id(1);
-  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
-  wire::Response resp;
-  ASSERT_TRUE((*raw)->Call(hello, &resp).ok());
-  wire::Request reserve;
-  reserve.set_id(2);
-  auto* spec = reserve.mutable_reserve()->add_items();
-  spec->set_ns(server.options().ns);
-  spec->set_key("bad");
-  spec->set_size(2 << 20);  // large: verified on a worker thread
-  ASSERT_TRUE((*raw)->Call(reserve, &resp).ok());
-  wire::Request commit;
-  commit.set_id(3);
-  auto* item = commit.mutable_commit()->add_items();
-  item->set_reservation_id(resp.reserve().items(0).reservation_id());
-  item->set_checksum(12345);
-  ASSERT_TRUE((*raw)->Call(commit, &resp).ok());
-  EXPECT_EQ(resp.statuses().items(0).code(), static_cast<std::uint32_t>(StatusCode::kDataLoss));
+  // Large: verified on a worker thread.
+  auto committed = raw.ReserveAndCommit("bad", 2 << 20, 12345);
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  EXPECT_EQ(committed->code(), static_cast<std::uint32_t>(StatusCode::kDataLoss));
   auto client = server.Connect();
   ASSERT_TRUE(client.ok());
   EXPECT_EQ((*client)->Stat("bad").status().code(), StatusCode::kNotFound);
@@ -384,20 +400,15 @@ TEST(Attack, TrickledFrameIsCutAtTheFrameTimeout) {
   ServerProcess server(
       {"--dram", "8M", "--hbm", "0", "--frame-timeout-ms", "200", "--idle-timeout-ms", "60000"});
   ASSERT_TRUE(server.started());
-  auto raw = BlockingConnection::Connect(server.socket());
+  RawClient raw(server);
   ASSERT_TRUE(raw.ok());
-  wire::Request hello;
-  hello.set_id(1);
-  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
-  wire::Response resp;
-  std::vector<UniqueFd> fds;
-  ASSERT_TRUE((*raw)->Call(hello, &resp, &fds).ok());
   std::uint8_t header[transport::kFrameHeaderSize];
   transport::EncodeFrameHeader(100, header);
-  ASSERT_TRUE((*raw)->SendRaw(header, sizeof(header)).ok());
-  ASSERT_TRUE((*raw)->SendRaw("0123456789", 10).ok());
+  ASSERT_TRUE(raw.conn().SendRaw(header, sizeof(header)).ok());
+  ASSERT_TRUE(raw.conn().SendRaw("0123456789", 10).ok());
   const auto t0 = Clock::now();
-  EXPECT_EQ((*raw)->Receive(&resp).code(), StatusCode::kUnavailable);  // closed by the server
+  wire::Response resp;
+  EXPECT_EQ(raw.conn().Receive(&resp).code(), StatusCode::kUnavailable);  // closed by the server
   EXPECT_LT(Ms(Clock::now() - t0), 30000.0);
   EXPECT_TRUE(
       server.WaitFor([](const ServerStats& s) { return s.counter("frame_timeouts") == 1; }));

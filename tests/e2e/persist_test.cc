@@ -61,17 +61,19 @@ class Persist : public ::testing::Test {
     return put;
   }
 
+  // A server's life: start, fill, clean shutdown (SIGTERM), which writes the snapshot.
+  std::map<std::string, std::string> FillAndStop() {
+    auto server = Start();
+    auto client = server->Connect();
+    EXPECT_TRUE(client.ok());
+    return client.ok() ? Fill(**client) : std::map<std::string, std::string>{};
+  }
+
   fs::path dir_;
 };
 
 TEST_F(Persist, RetainedObjectsSurviveACleanRestart) {
-  std::map<std::string, std::string> put;
-  {
-    auto server = Start();
-    auto client = server->Connect();
-    ASSERT_TRUE(client.ok());
-    put = Fill(**client);
-  }  // SIGTERM: a clean shutdown writes the snapshot
+  auto put = FillAndStop();
   ASSERT_TRUE(fs::exists(snapshot()));
   auto server = Start();
   EXPECT_FALSE(fs::exists(snapshot())) << "a loaded snapshot must not be loaded twice";
@@ -95,13 +97,7 @@ TEST_F(Persist, RetainedObjectsSurviveACleanRestart) {
 }
 
 TEST_F(Persist, DamagedRecordIsSkippedTheOthersComeBack) {
-  std::map<std::string, std::string> put;
-  {
-    auto server = Start();
-    auto client = server->Connect();
-    ASSERT_TRUE(client.ok());
-    put = Fill(**client);
-  }
+  auto put = FillAndStop();
   {
     // Flip a byte inside the last object's bytes (the end record is the file's last 48 bytes).
     std::fstream f(snapshot(), std::ios::in | std::ios::out | std::ios::binary);
@@ -126,12 +122,7 @@ TEST_F(Persist, DamagedRecordIsSkippedTheOthersComeBack) {
 }
 
 TEST_F(Persist, TruncatedSnapshotNeverYieldsAHalfWrittenRecord) {
-  {
-    auto server = Start();
-    auto client = server->Connect();
-    ASSERT_TRUE(client.ok());
-    Fill(**client);
-  }
+  FillAndStop();
   const auto size = fs::file_size(snapshot());
   fs::resize_file(snapshot(), size - 48 - (1 << 20));  // cut inside "z-last"
   auto server = Start();
@@ -142,12 +133,7 @@ TEST_F(Persist, TruncatedSnapshotNeverYieldsAHalfWrittenRecord) {
 }
 
 TEST_F(Persist, ACrashWritesNoSnapshotAndBringsNothingBack) {
-  {
-    auto first = Start();
-    auto client = first->Connect();
-    ASSERT_TRUE(client.ok());
-    Fill(**client);
-  }
+  FillAndStop();
   {
     auto second = Start();  // loads the snapshot, renames it
     auto client = second->Connect();

@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)h.service->MayBlock(1, request);
     wire::Response response;
     std::vector<int> fds;  // the arenas' own descriptors: not ours to close
-    if (h.service->Handle(1, request, &response, &fds)) {
+    if (h.service->Handle(1, transport::PeerCredentials{}, request, &response, &fds)) {
       std::string out;
       (void)response.SerializeToString(&out);
     }

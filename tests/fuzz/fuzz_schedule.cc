@@ -1,19 +1,13 @@
 // A schedule file: binary protobuf or JSON, then the checks and the derived lifetimes.
 #include <string>
 
-#include "common/logging.h"
 #include "prefetch/schedule.h"
 #include "tests/fuzz/fuzz_target.h"
-#include "transport/framing.h"
+#include "tests/fuzz/quiet_logs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tierpool;
-  static const bool quiet = [] {
-    (void)SetLogLevel("off");
-    transport::RouteProtobufLogs();
-    return true;
-  }();
-  (void)quiet;
+  fuzz::QuietLogs();
   prefetch::Schedule s;
   if (s.ParseFromArray(data, static_cast<int>(size)) && prefetch::Validate(s).ok()) {
     prefetch::Lifetimes lt(s);

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "common/logging.h"
+#include "tests/fuzz/quiet_logs.h"
 #include "tiers/dram_tier.h"
 #include "tiers/hbm_tier.h"
 
@@ -10,8 +10,7 @@ namespace tierpool::fuzz {
 
 StoreHarness& StoreHarness::Get() {
   static StoreHarness* h = [] {
-    (void)SetLogLevel("off");  // bad input is the point: do not log every rejection
-    transport::RouteProtobufLogs();
+    QuietLogs();
     auto* out = new StoreHarness;
     std::vector<std::unique_ptr<Tier>> tiers;
     auto d = DramTier::Create({.capacity = 4 << 20, .populate = false});

@@ -36,14 +36,14 @@ TEST(NamespacePolicy, GrantsByUserAndGroupWithPatterns) {
 }
 
 TEST(NamespacePolicy, BadFilesAreClearErrors) {
-  for (const char* bad : {
-           "", "[]", "{\"grant\": []}", R"({"grants": [{"namespaces": ["a"]}]})",
-           R"({"grants": [{"uid": 1, "gid": 2, "namespaces": ["a"]}]})",
-           R"({"grants": [{"uid": -1, "namespaces": ["a"]}]})",
-           R"({"grants": [{"uid": 1, "namespaces": ["a*b"]}]})",
-           R"({"grants": [{"uid": 1, "namespaces": [""]}]})",
-           R"({"quotas": {"a": {"bytes": "lots"}}})", R"({"quotas": {"a": {"size": 1}}})",
-           R"({"quotas": {"a": {"objects": -3}}})"}) {
+  for (const char* bad :
+       {"", "[]", "{\"grant\": []}", R"({"grants": [{"namespaces": ["a"]}]})",
+        R"({"grants": [{"uid": 1, "gid": 2, "namespaces": ["a"]}]})",
+        R"({"grants": [{"uid": -1, "namespaces": ["a"]}]})",
+        R"({"grants": [{"uid": 1, "namespaces": ["a*b"]}]})",
+        R"({"grants": [{"uid": 1, "namespaces": [""]}]})",
+        R"({"quotas": {"a": {"bytes": "lots"}}})", R"({"quotas": {"a": {"size": 1}}})",
+        R"({"quotas": {"a": {"objects": -3}}})"}) {
     auto p = NamespacePolicy::Parse(bad, 1000);
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
   }

@@ -1,5 +1,8 @@
 #include "tierpool/client.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstring>
 
 #include "client/client_core.h"
@@ -7,6 +10,28 @@
 #include "transport/wire_meta.h"
 
 namespace tierpool {
+
+namespace detail {
+
+namespace {
+std::atomic<std::uint64_t> fork_generation{0};
+void CountFork() { fork_generation.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+std::uint64_t ForkGeneration() {
+  static const int registered = ::pthread_atfork(nullptr, nullptr, &CountFork);
+  (void)registered;
+  return fork_generation.load(std::memory_order_relaxed);
+}
+
+Status ForkedStatus(int parent_pid) {
+  return Status::FailedPrecondition(
+      "this tierpool client was connected by process " + std::to_string(parent_pid) +
+      " and this process is a fork() of it: connect a new client here (a forked child never "
+      "uses its parent's connections)");
+}
+
+}  // namespace detail
 
 using detail::Borrowed;
 using transport::FromWire;
@@ -495,7 +520,7 @@ std::future<Status> Client::PutAsync(std::string key, const void* data, std::siz
         return Put(key, data, size, options);
       });
   auto f = task->get_future();
-  core_->tasks().Submit([task] { (*task)(); });
+  core_->Submit([task] { (*task)(); });
   return f;
 }
 
@@ -504,7 +529,7 @@ std::future<Result<std::size_t>> Client::GetAsync(std::string key, void* buffer,
   auto task = std::make_shared<std::packaged_task<Result<std::size_t>()>>(
       [this, key = std::move(key), buffer, capacity] { return Get(key, buffer, capacity); });
   auto f = task->get_future();
-  core_->tasks().Submit([task] { (*task)(); });
+  core_->Submit([task] { (*task)(); });
   return f;
 }
 
@@ -512,7 +537,7 @@ std::future<std::vector<Status>> Client::PutBatchAsync(std::vector<PutItem> item
   auto task = std::make_shared<std::packaged_task<std::vector<Status>()>>(
       [this, items = std::move(items)] { return PutBatch(items); });
   auto f = task->get_future();
-  core_->tasks().Submit([task] { (*task)(); });
+  core_->Submit([task] { (*task)(); });
   return f;
 }
 
@@ -520,7 +545,7 @@ std::future<std::vector<Result<std::size_t>>> Client::GetBatchAsync(std::vector<
   auto task = std::make_shared<std::packaged_task<std::vector<Result<std::size_t>>()>>(
       [this, items = std::move(items)] { return GetBatch(items); });
   auto f = task->get_future();
-  core_->tasks().Submit([task] { (*task)(); });
+  core_->Submit([task] { (*task)(); });
   return f;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +27,13 @@ namespace tierpool {
 namespace detail {
 
 using transport::FromWire;
+
+// Counts fork()s in this process's ancestry line: a child sees a larger value than the one its
+// parent's connections were opened under. Connections, pins and worker threads belong to the
+// process that made them; a child must never speak on its parent's sockets (its replies and
+// releases would land in the parent's stream), so everything made before the fork fails there.
+std::uint64_t ForkGeneration();
+Status ForkedStatus(int parent_pid);
 
 // The server's arenas, mapped once per client and kept while any connection or view uses them.
 class ArenaMappings {
@@ -70,13 +78,19 @@ struct PooledConnection {
   std::chrono::steady_clock::time_point returned;  // when it last went back to the pool
   std::shared_ptr<ArenaMappings> mappings;
   std::uint64_t next_id = 1;
+  std::uint64_t fork_generation = ForkGeneration();
+  int owner_pid = ::getpid();
 
+  bool Forked() const { return fork_generation != ForkGeneration(); }
   Status Call(wire::Request& req, wire::Response* resp) {
+    if (Forked()) return ForkedStatus(owner_pid);
     std::lock_guard lock(mu);
     req.set_id(next_id++);
     return conn->Call(req, resp);
   }
+  // In a forked child this sends nothing: the pin or plan is the parent's.
   void SendOneWay(wire::Request& req) {
+    if (Forked()) return;
     std::lock_guard lock(mu);
     req.set_id(next_id++);
     (void)conn->Send(req);  // a dead connection's pins are released by the server anyway
@@ -132,11 +146,24 @@ class ClientCore {
   wire::Limits limits;
   std::shared_ptr<ArenaMappings> mappings = std::make_shared<ArenaMappings>();
 
+  std::uint64_t fork_generation = ForkGeneration();
+  int owner_pid = ::getpid();
+
   ~ClientCore() { ShutdownTasks(); }
-  // Runs what is queued and stops the workers; later async calls start them again.
-  void ShutdownTasks() { tasks_.reset(); }
+  bool Forked() const { return fork_generation != ForkGeneration(); }
+  // Runs what is queued and stops the workers; later async calls start them again. In a forked
+  // child the workers do not exist (only the forking thread survives fork()): the queue is
+  // left behind rather than joined.
+  void ShutdownTasks() {
+    if (Forked()) {
+      (void)tasks_.release();
+      return;
+    }
+    tasks_.reset();
+  }
 
   Result<std::shared_ptr<PooledConnection>> Open(bool first) {
+    if (Forked()) return ForkedStatus(owner_pid);
     auto conn = transport::BlockingConnection::Connect(options.socket_path);
     if (!conn.ok()) return conn.status();
     auto pc = std::make_shared<PooledConnection>();
@@ -160,6 +187,7 @@ class ClientCore {
   }
 
   Result<std::shared_ptr<PooledConnection>> Acquire() {
+    if (Forked()) return ForkedStatus(owner_pid);
     std::unique_lock lock(mu_);
     for (;;) {
       if (!idle_.empty()) {
@@ -204,6 +232,16 @@ class ClientCore {
     ++open_;
     c->returned = std::chrono::steady_clock::now();
     idle_.push_back(std::move(c));
+  }
+
+  // Queues an async call; in a forked child (no workers there) runs it here, where it fails
+  // at once with ForkedStatus.
+  void Submit(std::function<void()> task) {
+    if (Forked()) {
+      task();
+      return;
+    }
+    tasks().Submit(std::move(task));
   }
 
   TaskQueue& tasks() {

@@ -43,6 +43,7 @@ PlanHandle::~PlanHandle() { (void)Unregister(); }
 
 Status PlanHandle::ReportProgress(std::uint64_t iteration, std::uint32_t step) {
   if (!conn_) return Status::FailedPrecondition("the plan is not registered");
+  if (conn_->Forked()) return detail::ForkedStatus(conn_->owner_pid);
   wire::Request req;
   auto* p = req.mutable_progress();
   p->set_job_id(job_id_);

@@ -9,7 +9,8 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-dev fio
-  python3 python3-torch python3-torchvision
+  python3 python3-dev python3-torch python3-torchvision python3-numpy
+  python3-pybind11 pybind11-dev python3-pytest
   "$@"
 )
 

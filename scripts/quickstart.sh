@@ -10,7 +10,21 @@ keep_running=0
 ./scripts/install-deps.sh
 echo "==> building (cmake --preset default)"
 cmake --preset default -DTIERPOOL_BUILD_TESTS=OFF -DTIERPOOL_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build build/default -j"$(nproc)" --target tierpoold tierpool >/dev/null
+cmake --build build/default -j"$(nproc)" >/dev/null
+
+# Installs the daemon, the tools, the C/C++ client and the Python package (for /usr/bin/python3)
+# under /usr/local.
+SUDO=""
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+if [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ]; then
+  echo "==> installing under /usr/local (cmake --install build/default)"
+  $SUDO cmake --install build/default >/dev/null
+  PYTHON_PATH_NOTE=""
+else
+  echo "==> not root and no sudo: the Python package is used from the build tree"
+  export PYTHONPATH="$PWD/build/default/python${PYTHONPATH:+:$PYTHONPATH}"
+  PYTHON_PATH_NOTE=" (with PYTHONPATH=$PWD/build/default/python)"
+fi
 
 BIN=build/default
 TIERPOOL="$BIN/client/tierpool"
@@ -52,6 +66,19 @@ echo
 "$TIERPOOL" stat
 "$TIERPOOL" rm layer0.activation >/dev/null
 rm -rf "$demo"
+echo
+echo "==> 5. the same from Python$PYTHON_PATH_NOTE: a tensor in, a zero-copy view out"
+/usr/bin/python3 - <<'PY'
+import torch, tierpool, tierpool.torch
+with tierpool.Client() as c:
+    t = torch.randn(1024, 1024)
+    c.put("layer1.activation", t, kind="activation")
+    with c.view("layer1.activation") as mv:
+        back = torch.frombuffer(bytearray(mv), dtype=torch.float32).reshape(1024, 1024)
+        print("    put %d bytes, view on tier %s, identical: %s"
+              % (mv.nbytes, tierpool.Tier(mv.obj.tier).name.lower(), torch.equal(back, t)))
+    c.delete("layer1.activation")
+PY
 echo
 if [ "$started_here" = 1 ] && [ "$keep_running" = 1 ]; then
   echo "tierpoold keeps running (pid $pid). Try: $TIERPOOL bench   Stop it: kill $pid"

@@ -120,7 +120,7 @@ TEST_F(CApi, ViewsAndReservations) {
   EXPECT_EQ(m.checksum, tp_view_checksum(v));
   tp_object_meta_clear(&m);
   tp_view_release(v);
-  ASSERT_TRUE(server_->WaitFor([](const ServerStats& s) { return s.counter("pins") == 0; }));
+  ASSERT_TRUE(server_->WaitFor([](const ServerStats& s) { return s.counter("leases_open") == 0; }));
 
   // An aborted reservation publishes nothing.
   ASSERT_EQ(tp_reserve(client_, "c/aborted", 64, nullptr, &r, nullptr), TP_OK);

@@ -1,0 +1,526 @@
+// tierpool._tierpool: the Python extension over the C++ client (tierpool/client.h). The Python
+// package (tierpool/__init__.py, client.py) wraps it; nothing here is public API on its own.
+//
+// The GIL: every call that talks to the server or copies bytes releases it. A caller's buffer is
+// held (PyObject_GetBuffer) for the whole call, so another thread cannot resize or free it.
+// Errors: a Status becomes the tierpool exception of its code (tierpool._errors.from_status).
+#include <Python.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/stats_json.h"
+#include "tierpool/client.h"
+
+namespace py = pybind11;
+using namespace tierpool;
+
+namespace {
+
+[[noreturn]] void Raise(const Status& s) {
+  static py::object* from_status = nullptr;
+  if (from_status == nullptr) {
+    from_status =
+        new py::object(py::module_::import("tierpool._errors").attr("from_status"));  // leaked
+  }
+  py::object exc = (*from_status)(static_cast<int>(s.code()), s.message());
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+// A caller's buffer, held for the length of one call.
+class HeldBuffer {
+ public:
+  HeldBuffer(const py::handle& obj, bool writable) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+  }
+  ~HeldBuffer() { PyBuffer_Release(&view_); }
+  HeldBuffer(const HeldBuffer&) = delete;
+  HeldBuffer& operator=(const HeldBuffer&) = delete;
+  void* data() const { return view_.buf; }
+  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+PutOptions MakePutOptions(int kind, int durability, int tier, const std::string& dtype,
+                          const std::vector<std::int64_t>& shape) {
+  PutOptions o;
+  o.kind = static_cast<ObjectKind>(kind);
+  o.durability = static_cast<Durability>(durability);
+  if (tier >= 0) o.tier = static_cast<TierKind>(tier);
+  o.dtype = dtype;
+  o.shape = shape;
+  return o;
+}
+
+py::dict MetaDict(const ObjectMeta& m) {
+  py::dict d;
+  d["key"] = m.key;
+  d["size"] = m.size;
+  d["dtype"] = m.dtype;
+  d["shape"] = m.shape;
+  d["kind"] = static_cast<int>(m.kind);
+  d["durability"] = static_cast<int>(m.durability);
+  d["tier"] = static_cast<int>(m.tier);
+  d["checksum"] = m.checksum;
+  d["created_unix_ms"] = m.created_unix_ms;
+  d["pins"] = m.pins;
+  return d;
+}
+
+// A pinned object, exported read-only through the buffer protocol. Python code never releases
+// it by hand: it goes (and the pin with it) when the last memoryview or array made from it does.
+struct View {
+  ObjectView view;
+};
+
+// Reserved shared memory, exported writable until commit or abort.
+struct Reservation {
+  WriteReservation reservation;
+  bool open = true;
+};
+
+struct Plan {
+  PlanHandle handle;
+};
+
+class PyClient {
+ public:
+  PyClient(const std::string& socket, const std::string& ns, const std::string& client_name,
+           int max_connections, bool verify_checksums, int busy_poll_us, int async_threads) {
+    ClientOptions o;
+    o.socket_path = socket;
+    o.ns = ns;
+    o.client_name = client_name;
+    o.max_connections = max_connections;
+    o.verify_checksums = verify_checksums;
+    if (busy_poll_us >= 0) o.busy_poll_us = static_cast<unsigned>(busy_poll_us);
+    o.async_threads = async_threads;
+    Result<std::unique_ptr<Client>> c = Status::Internal("not connected");
+    {
+      py::gil_scoped_release nogil;
+      c = Client::Connect(std::move(o));
+    }
+    if (!c.ok()) Raise(c.status());
+    client_ = std::move(c).value();
+  }
+
+  Client& client() {
+    if (!client_) Raise(Status::FailedPrecondition("the client is closed"));
+    return *client_;
+  }
+  void Close() {
+    py::gil_scoped_release nogil;
+    client_.reset();
+  }
+  bool closed() const { return !client_; }
+  std::string ns() { return client().ns(); }
+
+  void Put(const std::string& key, const py::handle& data, int kind, int durability, int tier,
+           const std::string& dtype, const std::vector<std::int64_t>& shape) {
+    Client& c = client();
+    HeldBuffer b(data, false);
+    PutOptions o = MakePutOptions(kind, durability, tier, dtype, shape);
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = c.Put(key, b.data(), b.size(), o);
+    }
+    Check(s);
+  }
+
+  // For memory the caller keeps alive by other means (a torch tensor's data_ptr()).
+  void PutAddress(const std::string& key, std::uintptr_t address, std::size_t size, int kind,
+                  int durability, int tier, const std::string& dtype,
+                  const std::vector<std::int64_t>& shape) {
+    Client& c = client();
+    PutOptions o = MakePutOptions(kind, durability, tier, dtype, shape);
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = c.Put(key, reinterpret_cast<const void*>(address), size, o);
+    }
+    Check(s);
+  }
+
+  py::bytes Get(const std::string& key) {
+    Client& c = client();
+    Result<ObjectView> v = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      v = c.GetView(key);
+    }
+    if (!v.ok()) Raise(v.status());
+    PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(v->size()));
+    if (out == nullptr) throw py::error_already_set();
+    py::bytes bytes = py::reinterpret_steal<py::bytes>(out);
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      std::memcpy(PyBytes_AS_STRING(out), v->data(), v->size());
+      if (verify_) s = v->Verify();
+      v->Release();
+    }
+    Check(s);
+    return bytes;
+  }
+
+  std::size_t GetInto(const std::string& key, const py::handle& buffer) {
+    Client& c = client();
+    HeldBuffer b(buffer, true);
+    Result<std::size_t> r = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      r = c.Get(key, b.data(), b.size());
+    }
+    if (!r.ok()) Raise(r.status());
+    return *r;
+  }
+
+  std::size_t GetIntoAddress(const std::string& key, std::uintptr_t address, std::size_t capacity) {
+    Client& c = client();
+    Result<std::size_t> r = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      r = c.Get(key, reinterpret_cast<void*>(address), capacity);
+    }
+    if (!r.ok()) Raise(r.status());
+    return *r;
+  }
+
+  View* GetView(const std::string& key, int tier) {
+    Client& c = client();
+    GetViewOptions o;
+    if (tier >= 0) o.tier = static_cast<TierKind>(tier);
+    Result<ObjectView> v = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      v = c.GetView(key, o);
+    }
+    if (!v.ok()) Raise(v.status());
+    return new View{std::move(v).value()};
+  }
+
+  Reservation* Reserve(const std::string& key, std::size_t size, int kind, int durability, int tier,
+                       const std::string& dtype, const std::vector<std::int64_t>& shape) {
+    Client& c = client();
+    PutOptions o = MakePutOptions(kind, durability, tier, dtype, shape);
+    Result<WriteReservation> r = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      r = c.Reserve(key, size, o);
+    }
+    if (!r.ok()) Raise(r.status());
+    return new Reservation{std::move(r).value()};
+  }
+
+  void Delete(const std::string& key) {
+    Client& c = client();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = c.Delete(key);
+    }
+    Check(s);
+  }
+
+  void Promote(const std::string& key, int tier) {
+    Client& c = client();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = c.Promote(key, static_cast<TierKind>(tier));
+    }
+    Check(s);
+  }
+
+  py::dict StatObject(const std::string& key) {
+    Client& c = client();
+    Result<ObjectMeta> m = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      m = c.Stat(key);
+    }
+    if (!m.ok()) Raise(m.status());
+    return MetaDict(*m);
+  }
+
+  py::list List(const std::string& prefix, std::uint32_t limit) {
+    Client& c = client();
+    Result<std::vector<ObjectMeta>> l = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      l = c.List(prefix, limit);
+    }
+    if (!l.ok()) Raise(l.status());
+    py::list out;
+    for (const auto& m : *l) out.append(MetaDict(m));
+    return out;
+  }
+
+  std::string ServerStatJson(bool reset_peaks) {
+    Client& c = client();
+    StatOptions o;
+    o.reset_peaks = reset_peaks;
+    Result<ServerStats> s = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      s = c.ServerStat(o);
+    }
+    if (!s.ok()) Raise(s.status());
+    return StatsJson(*s).dump();
+  }
+
+  // items: (key, buffer) pairs; returns (code, message) per item.
+  py::list PutBatch(const py::list& items, int kind, int durability, int tier) {
+    Client& c = client();
+    std::vector<std::unique_ptr<HeldBuffer>> held;
+    std::vector<PutItem> batch;
+    held.reserve(items.size());
+    batch.reserve(items.size());
+    PutOptions o = MakePutOptions(kind, durability, tier, "", {});
+    for (const auto& item : items) {
+      auto pair = item.cast<py::tuple>();
+      if (pair.size() != 2) throw py::value_error("put_batch items are (key, data) pairs");
+      held.push_back(std::make_unique<HeldBuffer>(pair[1], false));
+      batch.push_back({pair[0].cast<std::string>(), held.back()->data(), held.back()->size(), o});
+    }
+    std::vector<Status> statuses;
+    {
+      py::gil_scoped_release nogil;
+      statuses = c.PutBatch(batch);
+    }
+    return StatusList(statuses);
+  }
+
+  // items: (key, writable buffer) pairs; returns (code, message, size) per item.
+  py::list GetBatchInto(const py::list& items) {
+    Client& c = client();
+    std::vector<std::unique_ptr<HeldBuffer>> held;
+    std::vector<GetItem> batch;
+    held.reserve(items.size());
+    batch.reserve(items.size());
+    for (const auto& item : items) {
+      auto pair = item.cast<py::tuple>();
+      if (pair.size() != 2) throw py::value_error("get_batch_into items are (key, buffer) pairs");
+      held.push_back(std::make_unique<HeldBuffer>(pair[1], true));
+      batch.push_back({pair[0].cast<std::string>(), held.back()->data(), held.back()->size()});
+    }
+    std::vector<Result<std::size_t>> results;
+    {
+      py::gil_scoped_release nogil;
+      results = c.GetBatch(batch);
+    }
+    py::list out;
+    for (const auto& r : results) {
+      out.append(py::make_tuple(static_cast<int>(r.status().code()), r.status().message(),
+                                r.ok() ? *r : 0));
+    }
+    return out;
+  }
+
+  // One round trip of views, each copied into a new bytes object; (code, message, bytes|None).
+  py::list GetBatch(const std::vector<std::string>& keys) {
+    Client& c = client();
+    std::vector<Result<ObjectView>> views;
+    {
+      py::gil_scoped_release nogil;
+      views = c.GetViews(keys);
+    }
+    py::list out;
+    for (auto& v : views) {
+      if (!v.ok()) {
+        out.append(
+            py::make_tuple(static_cast<int>(v.status().code()), v.status().message(), py::none()));
+        continue;
+      }
+      PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(v->size()));
+      if (b == nullptr) throw py::error_already_set();
+      py::bytes bytes = py::reinterpret_steal<py::bytes>(b);
+      Status s;
+      {
+        py::gil_scoped_release nogil;
+        std::memcpy(PyBytes_AS_STRING(b), v->data(), v->size());
+        if (verify_) s = v->Verify();
+        v->Release();
+      }
+      out.append(py::make_tuple(static_cast<int>(s.code()), s.message(),
+                                s.ok() ? py::object(bytes) : py::object(py::none())));
+    }
+    return out;
+  }
+
+  // Whether each key is stored, in one round trip (the views taken are released at once).
+  std::vector<bool> ContainsBatch(const std::vector<std::string>& keys) {
+    Client& c = client();
+    std::vector<bool> out;
+    Status failure;
+    {
+      py::gil_scoped_release nogil;
+      auto views = c.GetViews(keys);
+      for (auto& v : views) {
+        out.push_back(v.ok());
+        if (!v.ok() && v.status().code() != StatusCode::kNotFound && failure.ok()) {
+          failure = v.status();
+        }
+      }
+    }
+    Check(failure);
+    return out;
+  }
+
+  py::list DeleteBatch(const std::vector<std::string>& keys) {
+    Client& c = client();
+    std::vector<Status> statuses;
+    {
+      py::gil_scoped_release nogil;
+      statuses = c.DeleteBatch(keys);
+    }
+    return StatusList(statuses);
+  }
+
+  Plan* RegisterPlan(const std::string& name, const py::bytes& schedule, const py::bytes& plan,
+                     const std::vector<std::string>& keys, std::uint64_t hbm_budget_bytes) {
+    Client& c = client();
+    PlanRegistration r{name, schedule, plan, keys, hbm_budget_bytes};
+    Result<PlanHandle> h = Status::Internal("unset");
+    {
+      py::gil_scoped_release nogil;
+      h = c.RegisterPlan(r);
+    }
+    if (!h.ok()) Raise(h.status());
+    return new Plan{std::move(h).value()};
+  }
+
+  void set_verify(bool v) { verify_ = v; }
+
+ private:
+  static py::list StatusList(const std::vector<Status>& statuses) {
+    py::list out;
+    for (const auto& s : statuses) {
+      out.append(py::make_tuple(static_cast<int>(s.code()), s.message()));
+    }
+    return out;
+  }
+
+  std::unique_ptr<Client> client_;
+  bool verify_ = false;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_tierpool, m) {
+  m.doc() = "tierpool's C++ client for Python; use the tierpool package, not this module.";
+
+  py::class_<View>(m, "View", py::buffer_protocol())
+      .def_buffer([](View& v) {
+        return py::buffer_info(const_cast<std::byte*>(v.view.data()), 1,
+                               py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(v.view.size())}, {1}, /*readonly=*/true);
+      })
+      .def_property_readonly("key", [](const View& v) { return v.view.meta().key; })
+      .def_property_readonly("size", [](const View& v) { return v.view.size(); })
+      .def_property_readonly("tier",
+                             [](const View& v) { return static_cast<int>(v.view.meta().tier); })
+      .def_property_readonly("checksum", [](const View& v) { return v.view.meta().checksum; })
+      .def_property_readonly("dtype", [](const View& v) { return v.view.meta().dtype; })
+      .def_property_readonly("shape", [](const View& v) { return v.view.meta().shape; })
+      .def("verify", [](const View& v) {
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = v.view.Verify();
+        }
+        Check(s);
+      });
+
+  py::class_<Reservation>(m, "Reservation", py::buffer_protocol())
+      .def_buffer([](Reservation& r) {
+        if (!r.open) throw py::value_error("the reservation is already committed or aborted");
+        return py::buffer_info(r.reservation.data(), 1,
+                               py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(r.reservation.size())}, {1},
+                               /*readonly=*/false);
+      })
+      .def_property_readonly("size", [](const Reservation& r) { return r.reservation.size(); })
+      .def_property_readonly("open", [](const Reservation& r) { return r.open; })
+      .def("commit",
+           [](Reservation& r) {
+             if (!r.open)
+               Raise(Status::FailedPrecondition("reservation already committed or aborted"));
+             r.open = false;
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = r.reservation.Commit();
+             }
+             Check(s);
+           })
+      .def("abort", [](Reservation& r) {
+        if (!r.open) return;
+        r.open = false;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = r.reservation.Abort();
+        }
+        Check(s);
+      });
+
+  py::class_<Plan>(m, "Plan")
+      .def_property_readonly("job_id", [](const Plan& p) { return p.handle.job_id(); })
+      .def("report_progress",
+           [](Plan& p, std::uint64_t iteration, std::uint32_t step) {
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = p.handle.ReportProgress(iteration, step);
+             }
+             Check(s);
+           })
+      .def("unregister", [](Plan& p) {
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = p.handle.Unregister();
+        }
+        Check(s);
+      });
+
+  py::class_<PyClient>(m, "Client")
+      .def(py::init<const std::string&, const std::string&, const std::string&, int, bool, int,
+                    int>())
+      .def("close", &PyClient::Close)
+      .def_property_readonly("closed", &PyClient::closed)
+      .def_property_readonly("namespace", &PyClient::ns)
+      .def("set_verify", &PyClient::set_verify)
+      .def("put", &PyClient::Put)
+      .def("put_address", &PyClient::PutAddress)
+      .def("get", &PyClient::Get)
+      .def("get_into", &PyClient::GetInto)
+      .def("get_into_address", &PyClient::GetIntoAddress)
+      .def("view", &PyClient::GetView, py::return_value_policy::take_ownership)
+      .def("reserve", &PyClient::Reserve, py::return_value_policy::take_ownership)
+      .def("delete", &PyClient::Delete)
+      .def("promote", &PyClient::Promote)
+      .def("stat_object", &PyClient::StatObject)
+      .def("list", &PyClient::List)
+      .def("server_stat_json", &PyClient::ServerStatJson)
+      .def("put_batch", &PyClient::PutBatch)
+      .def("get_batch", &PyClient::GetBatch)
+      .def("get_batch_into", &PyClient::GetBatchInto)
+      .def("delete_batch", &PyClient::DeleteBatch)
+      .def("contains_batch", &PyClient::ContainsBatch)
+      .def("register_plan", &PyClient::RegisterPlan, py::return_value_policy::take_ownership);
+}

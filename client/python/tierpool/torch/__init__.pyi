@@ -1,0 +1,34 @@
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from .. import Client, Plan
+
+class offload_activations:
+    offloaded_bytes: int
+    fetched_bytes: int
+    def __init__(self, client: Client, min_bytes: int = ..., plan: Optional[Plan] = ..., *,
+                 plan_keys: Optional[Sequence[str]] = ...,
+                 plan_steps: Optional[Sequence[tuple[int, int]]] = ...,
+                 prefix: Optional[str] = ..., prefetch_bytes: int = ...,
+                 inflight_bytes: int = ..., durability: str = ...) -> None: ...
+    def __enter__(self) -> "offload_activations": ...
+    def __exit__(self, *exc: Any) -> bool: ...
+    def flush(self) -> None: ...
+
+def offload_optimizer(optimizer: torch.optim.Optimizer, client: Client, *,
+                      prefix: Optional[str] = ..., min_bytes: int = ...,
+                      chunk_bytes: int = ...) -> torch.optim.Optimizer: ...
+
+class KVBlockStore:
+    client: Client
+    model_id: str
+    block_tokens: int
+    def __init__(self, client: Client, model_id: str, block_tokens: int, *,
+                 durability: str = ..., tier: Optional[str] = ...) -> None: ...
+    def block_keys(self, token_ids: Union[Sequence[int], torch.Tensor]) -> list[str]: ...
+    def put_blocks(self, token_ids: Union[Sequence[int], torch.Tensor],
+                   blocks: Union[Sequence[torch.Tensor], torch.Tensor]) -> int: ...
+    def lookup(self, token_ids: Union[Sequence[int], torch.Tensor]) -> int: ...
+    def get_blocks(self, token_ids: Union[Sequence[int], torch.Tensor],
+                   out: Union[Sequence[torch.Tensor], torch.Tensor]) -> int: ...

@@ -1,0 +1,245 @@
+"""Activation offload: saved tensors go to tierpool in forward and come back in backward."""
+
+import itertools
+import os
+import threading
+import weakref
+
+import torch
+
+from . import _tensors
+
+_contexts = itertools.count()
+
+
+class _Saved:
+    """What autograd keeps instead of a saved tensor: its key and how to rebuild it."""
+
+    __slots__ = ("ctx", "key", "shape", "dtype", "device", "order", "nbytes", "index", "local",
+                 "iteration", "pending", "fetched", "used", "last", "__weakref__")
+
+    def __del__(self):
+        ctx = self.ctx
+        if ctx is not None:
+            ctx._forget(self)
+
+
+class offload_activations:
+    """Moves each tensor autograd saves in forward (at least ``min_bytes``) into tierpool, and
+    brings it back when backward needs it. Use around the forward pass:
+
+        with tierpool.torch.offload_activations(client):
+            loss = model(x)
+        loss.backward()
+
+    Results are bit-identical to running without it. Puts run on the client's threads while
+    forward goes on (at most ``inflight_bytes`` in flight); in backward the tensors are fetched
+    in reverse order of saving, ``prefetch_bytes`` ahead of the one being used. With ``plan``
+    (a ``tierpool.Plan`` registered for this model, its activations keyed by ``plan_keys`` in
+    the order forward saves them) each save and use also reports the job's progress, so the
+    server's executor brings the tensors up ahead of backward.
+
+    Parameters (leaf tensors that require grad, and views of them) are never offloaded: they
+    stay in memory anyway. Objects are deleted from tierpool when autograd frees them.
+    """
+
+    def __init__(self, client, min_bytes=1 << 20, plan=None, *, plan_keys=None, plan_steps=None,
+                 prefix=None, prefetch_bytes=256 << 20, inflight_bytes=256 << 20,
+                 durability="retained"):
+        self.client = client
+        self.min_bytes = int(min_bytes)
+        self.plan = plan
+        self.plan_keys = list(plan_keys) if plan_keys is not None else None
+        self.plan_steps = plan_steps
+        self.prefix = prefix or "act/%d.%d" % (os.getpid(), next(_contexts))
+        self.prefetch_bytes = int(prefetch_bytes)
+        self.inflight_bytes = int(inflight_bytes)
+        self.durability = durability
+        self._lock = threading.Lock()
+        self._alive = {}          # index -> weak reference to its _Saved, while autograd holds it
+        self._owner = {}          # key -> index of the _Saved that last stored it
+        self._saved_of = {}       # id(tensor) -> (weakref to it, its version, weakref to _Saved)
+        self._counter = 0
+        self._iteration_base = 0
+        self._inflight = []       # _Saved whose put is still running
+        self._garbage = []        # keys autograd no longer needs, deleted in batches
+        self._iteration = 0
+        self._hooks = None
+        self.offloaded_bytes = 0  # since creation
+        self.fetched_bytes = 0
+
+    # ---- the context ----
+
+    def __enter__(self):
+        self._iteration_base = self._counter
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)
+        self._hooks = None
+        self._iteration += 1
+        return False
+
+    def flush(self):
+        """Waits for the puts in flight and deletes what autograd has freed."""
+        for s in list(self._inflight):
+            self._wait_put(s)
+        self._collect(force=True)
+
+    # ---- hooks ----
+
+    def _keep(self, t):
+        if t.numel() * t.element_size() < self.min_bytes:
+            return True
+        if t.is_leaf and t.requires_grad:
+            return True  # a parameter
+        base = t._base
+        return base is not None and base.is_leaf and base.requires_grad
+
+    def _pack(self, t):
+        if self._keep(t):
+            return t
+        # A tensor saved twice (a ReLU's output, saved by the ReLU and by the next Linear) is
+        # stored once: both saved variables get the same _Saved.
+        seen = self._saved_of.get(id(t))
+        if seen is not None and seen[0]() is t and seen[1] == t._version:
+            s = seen[2]()
+            if s is not None:
+                return s
+        order = _tensors.dense_permutation(t)
+        stored = t.permute(order) if order is not None else t.contiguous()
+        s = _Saved()
+        s.ctx = self
+        s.index = self._counter
+        s.local = s.index - self._iteration_base
+        s.iteration = self._iteration
+        s.key = self._key(s)
+        self._counter += 1
+        s.shape, s.dtype, s.device = tuple(stored.shape), t.dtype, t.device
+        s.order = order
+        s.nbytes = stored.numel() * stored.element_size()
+        s.fetched = None
+        s.used = False
+        self._report(s, 0)
+        if t.device.type != "cpu":
+            stored = stored.to("cpu")
+        s.pending = (self.client.put_async(s.key, stored, kind="activation",
+                                           durability=self.durability), stored)
+        tid = id(t)
+        self._saved_of[tid] = (weakref.ref(t, lambda _, tid=tid: self._saved_of.pop(tid, None)),
+                               t._version, weakref.ref(s))
+        s.last = None
+        with self._lock:
+            self._alive[s.index] = weakref.ref(s)
+            self._owner[s.key] = s.index
+            self._inflight.append(s)
+            self.offloaded_bytes += s.nbytes
+        self._bound_inflight()
+        return s
+
+    def _unpack(self, s):
+        if isinstance(s, torch.Tensor):
+            return s
+        self._report(s, 1)
+        last = s.last() if s.last is not None else None
+        if last is not None:
+            return last  # the other saved variable of the same tensor already brought it back
+        self._wait_put(s)
+        s.used = True
+        fut, s.fetched = s.fetched, None
+        host = fut.result() if fut is not None else self._fetch(s)
+        self._prefetch_before(s.index)
+        out = host if s.order is None else host.permute(_tensors.inverse(s.order))
+        if s.device.type != "cpu":
+            out = out.to(s.device, non_blocking=True)
+        s.last = weakref.ref(out)
+        return out
+
+    # ---- moving bytes ----
+
+    def _key(self, s):
+        if self.plan_keys is not None and s.local < len(self.plan_keys):
+            key = self.plan_keys[s.local]  # the same keys every iteration, as the plan names them
+            with self._lock:
+                prev = self._owner.get(key)
+                ref = self._alive.get(prev) if prev is not None else None
+            if ref is None or ref() is None:
+                return key
+            # Still held from an earlier forward (no backward in between): a key of its own, so
+            # that one's bytes are not replaced under it.
+        return "%s/%d" % (self.prefix, s.index)
+
+    def _report(self, s, which):
+        """Reports the step that saves (which=0) or first uses (1) the tensor to the plan."""
+        if self.plan is not None and self.plan_steps is not None and s.local < len(self.plan_steps):
+            self.plan.report_progress(s.iteration, self.plan_steps[s.local][which])
+
+    def _fetch(self, s):
+        host = _tensors.host_copy_target(s.shape, s.dtype, s.device)
+        self.client.get_into(s.key, host)
+        self.fetched_bytes += s.nbytes
+        return host
+
+    def _wait_put(self, s):
+        pending = s.pending
+        if pending is None:
+            return
+        pending[0].result()  # raises the put's error here, where autograd sees it
+        s.pending = None
+        with self._lock:
+            if s in self._inflight:
+                self._inflight.remove(s)
+
+    def _bound_inflight(self):
+        while True:
+            with self._lock:
+                done = [s for s in self._inflight if s.pending is None or s.pending[0].done()]
+                busy = sum(s.nbytes for s in self._inflight)
+                oldest = self._inflight[0] if self._inflight else None
+            for s in done:
+                self._wait_put(s)
+            if oldest is None or busy - sum(s.nbytes for s in done) <= self.inflight_bytes:
+                return
+            self._wait_put(oldest)
+
+    def _prefetch_before(self, index):
+        """Starts fetching the tensors saved just before ``index`` (backward's next ones)."""
+        ahead = 0
+        i = index - 1
+        while ahead < self.prefetch_bytes:
+            ref = self._alive.get(i)
+            s = ref() if ref is not None else None
+            if s is None:
+                return  # backward frees in reverse order: nothing alive below a gap
+            if s.used:  # backward is not strictly the reverse of forward
+                i -= 1
+                continue
+            ahead += s.nbytes
+            if s.fetched is None and s.pending is None:
+                s.fetched = self.client.submit(self._fetch, s)
+            i -= 1
+
+    # ---- forgetting ----
+
+    def _forget(self, s):
+        with self._lock:
+            self._alive.pop(s.index, None)
+            if self._owner.get(s.key) != s.index:
+                return  # a later iteration stored this key again: that object is not ours
+            del self._owner[s.key]
+            self._garbage.append(s.key)
+            n = len(self._garbage)
+        if n >= 64:
+            self._collect()
+
+    def _collect(self, force=False):
+        with self._lock:
+            keys, self._garbage = self._garbage, []
+        if keys:
+            try:
+                self.client.delete_batch(keys)
+            except Exception:  # a closed client, or a forked child: nothing to do from here
+                if force:
+                    raise

@@ -1,0 +1,265 @@
+"""tierpool.Client against a real tierpoold: every call, its errors, views, reservations,
+batches, futures, asyncio and fork()."""
+
+import array
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import tierpool
+from conftest import wait_for
+
+
+def counters(c):
+    return c.stat()["counters"]
+
+
+def test_put_get_round_trips_every_buffer_kind(client):
+    data = os.urandom(300_000)
+    samples = {
+        "bytes": data,
+        "bytearray": bytearray(data),
+        "memoryview": memoryview(data)[1000:2000],
+        "array": array.array("d", range(1000)),
+        "numpy": np.arange(50_000, dtype=np.float32).reshape(500, 100),
+        "tensor": torch.randn(300, 77),
+        "bf16": torch.randn(64, 64).to(torch.bfloat16),
+        "empty": b"",
+    }
+    for key, value in samples.items():
+        client.put(key, value)
+        expect = (value.view(torch.int16).numpy().tobytes() if key == "bf16"
+                  else value.numpy().tobytes() if torch.is_tensor(value)
+                  else bytes(value) if not isinstance(value, np.ndarray) else value.tobytes())
+        assert client.get(key) == expect, key
+    info = client.stat("numpy")
+    assert (info.dtype, info.shape, info.size) == ("float32", (500, 100), 200_000)
+    assert client.stat("tensor").dtype == "float32"
+    assert client.stat("bf16").dtype == "bfloat16"
+
+
+def test_get_into_numpy_tensor_and_bytearray(client):
+    t = torch.randn(128, 128)
+    client.put("t", t, kind="activation", durability="retained")
+    out = torch.empty_like(t)
+    assert client.get_into("t", out) == t.numel() * 4
+    assert torch.equal(out, t)
+    arr = np.empty(128 * 128, dtype=np.float32)
+    client.get_into("t", arr)
+    assert np.array_equal(arr, t.numpy().reshape(-1))
+    small = bytearray(10)
+    with pytest.raises(tierpool.InvalidArgument, match="too small"):
+        client.get_into("t", small)
+
+
+def test_view_is_read_only_and_pinned_while_anything_holds_it(client):
+    client.put("v", np.arange(1024, dtype=np.int64))
+    mv = client.view("v")
+    assert mv.readonly and mv.nbytes == 8192
+    assert mv.obj.key == "v" and mv.obj.size == 8192 and mv.obj.tier == tierpool.Tier.DRAM
+    mv.obj.verify()
+    arr = np.frombuffer(mv, dtype=np.int64)
+    with pytest.raises(ValueError):
+        arr[0] = 5  # read-only
+    assert arr[1023] == 1023
+    del mv
+    assert client.stat("v").pins == 1, "the array still holds the view"
+    del arr
+    assert wait_for(lambda: client.stat("v").pins == 0)
+    with client.view("v") as mv:
+        assert bytes(mv[:8]) == (0).to_bytes(8, "little")
+        assert client.stat("v").pins == 1
+    assert wait_for(lambda: client.stat("v").pins == 0)
+
+
+def test_reservation_commit_abort_and_outstanding_slices(client):
+    with client.reserve("r", 16, kind="kv_block") as buf:
+        buf[:] = b"0123456789abcdef"
+    assert client.get("r") == b"0123456789abcdef"
+    assert client.stat("r").kind == tierpool.Kind.KV_BLOCK
+    r = client.reserve("r2", 8)
+    arr = np.frombuffer(r.buffer, dtype=np.uint8)
+    arr[:] = 7
+    with pytest.raises(BufferError, match="still alive"):
+        r.commit()
+    del arr
+    r.buffer[:] = b"x" * 8
+    r.commit()
+    assert client.get("r2") == b"x" * 8
+    with pytest.raises(RuntimeError):
+        with client.reserve("r3", 8) as buf:
+            raise RuntimeError("the writer failed")
+    with pytest.raises(tierpool.NotFound):
+        client.get("r3")
+    assert wait_for(lambda: counters(client)["reservations_open"] == 0)
+
+
+def test_batches_list_stat_delete_promote(client):
+    client.put_batch({"b/%d" % i: bytes([i]) * (i + 1) for i in range(5)})
+    client.put_batch([("b/t", torch.arange(10, dtype=torch.int32))])
+    assert client.get_batch(["b/0", "b/4"]) == [b"\x00", b"\x04" * 5]
+    got = client.get_batch(["b/1", "b/none"], strict=False)
+    assert got[0] == b"\x01\x01" and isinstance(got[1], tierpool.NotFound)
+    with pytest.raises(tierpool.NotFound):
+        client.get_batch(["b/none"])
+    out = [bytearray(2), torch.empty(10, dtype=torch.int32)]
+    assert client.get_batch_into([("b/1", out[0]), ("b/t", out[1])]) == [2, 40]
+    assert torch.equal(out[1], torch.arange(10, dtype=torch.int32))
+    assert [i.key for i in client.list("b/")] == ["b/0", "b/1", "b/2", "b/3", "b/4", "b/t"]
+    client.promote("b/4", "hbm")
+    assert client.stat("b/4").tier == tierpool.Tier.HBM
+    client.promote("b/4", tierpool.Tier.DRAM)
+    assert client.stat("b/4").tier == tierpool.Tier.DRAM
+    errs = client.delete_batch(["b/0", "b/none"])
+    assert errs[0] is None and isinstance(errs[1], tierpool.NotFound)
+    client.delete("b/1")
+    assert len(client.list("b/")) == 4
+    stats = client.stat()
+    assert {t["tier"] for t in stats["tiers"]} >= {"hbm", "dram"}
+    assert "leases_open" in stats["counters"]
+
+
+def test_futures_asyncio_and_threads(client):
+    futs = [client.put_async("f/%d" % i, bytes([i]) * 1000) for i in range(20)]
+    for f in futs:
+        f.result()
+    assert client.get_async("f/3").result() == bytes([3]) * 1000
+
+    async def main():
+        await client.aput("f/a", b"async")
+        buf = bytearray(5)
+        await client.aget_into("f/a", buf)
+        return await client.aget("f/a"), bytes(buf)
+
+    assert asyncio.run(main()) == (b"async", b"async")
+    errors = []
+
+    def worker(n):
+        try:
+            for i in range(50):
+                client.put("th/%d/%d" % (n, i), bytes([n]) * 4096)
+                assert client.get("th/%d/%d" % (n, i)) == bytes([n]) * 4096
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_calls_release_the_gil(client):
+    # A pure-Python thread keeps counting while the main thread sits in tierpool calls.
+    client.put("gil", os.urandom(32 << 20))
+    stop = threading.Event()
+    ticks = [0]
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        before = ticks[0]
+        out = bytearray(32 << 20)
+        for _ in range(20):
+            client.get_into("gil", out)
+        during = ticks[0] - before
+    finally:
+        stop.set()
+        t.join()
+    assert during > 1000
+
+
+def test_bad_arguments_raise_clear_errors(server):
+    c = tierpool.Client(server, "bad")
+    with pytest.raises(TypeError, match="bytes-like"):
+        c.put("k", [1, 2, 3])
+    with pytest.raises(tierpool.InvalidArgument, match="non-contiguous"):
+        c.put("k", torch.randn(4, 5).t())
+    with pytest.raises(tierpool.InvalidArgument, match="non-contiguous"):
+        c.get_into("k", torch.empty(4, 5).t())
+    with pytest.raises(BufferError, match="not writable"):
+        c.get_into("k", b"read-only bytes")
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        c.put("k", np.arange(20).reshape(4, 5).T)  # not C-contiguous
+    with pytest.raises(tierpool.InvalidArgument, match="kind 'weights?'"):
+        c.put("k", b"x", kind="weights")
+    with pytest.raises(tierpool.InvalidArgument):
+        c.put("", b"x")
+    with pytest.raises(tierpool.NotFound) as e:
+        c.get("missing")
+    assert e.value.code == 2 and e.value.code_name == "NOT_FOUND" and "missing" in str(e.value)
+    assert isinstance(e.value, LookupError)
+    c.close()
+    with pytest.raises(tierpool.FailedPrecondition, match="closed"):
+        c.get("k")
+    with pytest.raises(tierpool.Unavailable, match="tierpoold"):
+        tierpool.Client("/tmp/no-such-tierpool-py.sock")
+    with pytest.raises(tierpool.InvalidArgument):
+        tierpool.Client(server, on_fork="ignore")
+
+
+def _fork_and_get(c, key):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            msg = b"ok:" + c.get(key)
+        except tierpool.TierpoolError as e:
+            msg = ("%s:%s" % (type(e).__name__, e)).encode()
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    out = b""
+    while chunk := os.read(r, 4096):
+        out += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return out.decode()
+
+
+def test_a_forked_child_reconnects_or_refuses_never_shares(server):
+    c = tierpool.Client(server, "fork")
+    c.put("k", b"parent's")
+    with c.view("k") as mv:
+        assert _fork_and_get(c, "k") == "ok:parent's"
+        assert c.stat("k").pins == 1, "the child released the parent's pin"
+        strict = tierpool.Client(server, "fork", on_fork="error")
+        out = _fork_and_get(strict, "k")
+        assert out.startswith("FailedPrecondition:") and "fork()" in out
+        assert bytes(mv) == b"parent's"
+    assert c.get("k") == b"parent's"  # the parent's connections are intact
+
+
+def test_a_killed_client_leaves_nothing_reserved_or_pinned(server):
+    code = r"""
+import os, signal, sys, tierpool
+c = tierpool.Client(sys.argv[1], "killed")
+c.put("held", b"x" * 4096)
+views = [c.view("held") for _ in range(3)]
+r = c.reserve("half-written", 1 << 20)
+r.buffer[:10] = b"0123456789"
+print("ready", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    p = subprocess.run([sys.executable, "-c", code, server], capture_output=True, text=True,
+                       env=os.environ, timeout=60)
+    assert p.returncode == -signal.SIGKILL and "ready" in p.stdout, p.stderr
+    with tierpool.Client(server, "killed") as c:
+        assert wait_for(lambda: counters(c)["reservations_open"] == 0
+                        and counters(c)["leases_open"] == 0)
+        assert c.stat("held").pins == 0
+        with pytest.raises(tierpool.NotFound):
+            c.get("half-written")

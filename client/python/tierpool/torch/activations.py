@@ -44,7 +44,7 @@ class offload_activations:
     """
 
     def __init__(self, client, min_bytes=1 << 20, plan=None, *, plan_keys=None, plan_steps=None,
-                 prefix=None, prefetch_bytes=256 << 20, inflight_bytes=256 << 20,
+                 prefix=None, prefetch_bytes=64 << 20, inflight_bytes=64 << 20,
                  durability="retained"):
         self.client = client
         self.min_bytes = int(min_bytes)

@@ -36,6 +36,19 @@ void Check(const Status& s) {
   if (!s.ok()) Raise(s);
 }
 
+template <typename T>
+T Value(Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(r).value();
+}
+
+// Runs f with the GIL released (f touches no Python object) and returns what it returns.
+template <typename F>
+auto WithoutGil(F&& f) {
+  py::gil_scoped_release nogil;
+  return f();
+}
+
 // A caller's buffer, held for the length of one call.
 class HeldBuffer {
  public:
@@ -107,13 +120,7 @@ class PyClient {
     o.verify_checksums = verify_checksums;
     if (busy_poll_us >= 0) o.busy_poll_us = static_cast<unsigned>(busy_poll_us);
     o.async_threads = async_threads;
-    Result<std::unique_ptr<Client>> c = Status::Internal("not connected");
-    {
-      py::gil_scoped_release nogil;
-      c = Client::Connect(std::move(o));
-    }
-    if (!c.ok()) Raise(c.status());
-    client_ = std::move(c).value();
+    client_ = Value(WithoutGil([&] { return Client::Connect(std::move(o)); }));
   }
 
   Client& client() {
@@ -132,12 +139,7 @@ class PyClient {
     Client& c = client();
     HeldBuffer b(data, false);
     PutOptions o = MakePutOptions(kind, durability, tier, dtype, shape);
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c.Put(key, b.data(), b.size(), o);
-    }
-    Check(s);
+    Check(WithoutGil([&] { return c.Put(key, b.data(), b.size(), o); }));
   }
 
   // For memory the caller keeps alive by other means (a torch tensor's data_ptr()).
@@ -146,126 +148,63 @@ class PyClient {
                   const std::vector<std::int64_t>& shape) {
     Client& c = client();
     PutOptions o = MakePutOptions(kind, durability, tier, dtype, shape);
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c.Put(key, reinterpret_cast<const void*>(address), size, o);
-    }
-    Check(s);
+    Check(WithoutGil([&] { return c.Put(key, reinterpret_cast<const void*>(address), size, o); }));
   }
 
   py::bytes Get(const std::string& key) {
     Client& c = client();
-    Result<ObjectView> v = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      v = c.GetView(key);
-    }
-    if (!v.ok()) Raise(v.status());
-    PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(v->size()));
-    if (out == nullptr) throw py::error_already_set();
-    py::bytes bytes = py::reinterpret_steal<py::bytes>(out);
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::memcpy(PyBytes_AS_STRING(out), v->data(), v->size());
-      if (verify_) s = v->Verify();
-      v->Release();
-    }
-    Check(s);
+    ObjectView v = Value(WithoutGil([&] { return c.GetView(key); }));
+    py::bytes bytes;
+    Check(CopyToBytes(v, &bytes));
     return bytes;
   }
 
   std::size_t GetInto(const std::string& key, const py::handle& buffer) {
     Client& c = client();
     HeldBuffer b(buffer, true);
-    Result<std::size_t> r = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      r = c.Get(key, b.data(), b.size());
-    }
-    if (!r.ok()) Raise(r.status());
-    return *r;
+    return Value(WithoutGil([&] { return c.Get(key, b.data(), b.size()); }));
   }
 
   std::size_t GetIntoAddress(const std::string& key, std::uintptr_t address, std::size_t capacity) {
     Client& c = client();
-    Result<std::size_t> r = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      r = c.Get(key, reinterpret_cast<void*>(address), capacity);
-    }
-    if (!r.ok()) Raise(r.status());
-    return *r;
+    return Value(
+        WithoutGil([&] { return c.Get(key, reinterpret_cast<void*>(address), capacity); }));
   }
 
   View* GetView(const std::string& key, int tier) {
     Client& c = client();
     GetViewOptions o;
     if (tier >= 0) o.tier = static_cast<TierKind>(tier);
-    Result<ObjectView> v = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      v = c.GetView(key, o);
-    }
-    if (!v.ok()) Raise(v.status());
-    return new View{std::move(v).value()};
+    return new View{Value(WithoutGil([&] { return c.GetView(key, o); }))};
   }
 
   Reservation* Reserve(const std::string& key, std::size_t size, int kind, int durability, int tier,
                        const std::string& dtype, const std::vector<std::int64_t>& shape) {
     Client& c = client();
     PutOptions o = MakePutOptions(kind, durability, tier, dtype, shape);
-    Result<WriteReservation> r = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      r = c.Reserve(key, size, o);
-    }
-    if (!r.ok()) Raise(r.status());
-    return new Reservation{std::move(r).value()};
+    return new Reservation{Value(WithoutGil([&] { return c.Reserve(key, size, o); }))};
   }
 
   void Delete(const std::string& key) {
     Client& c = client();
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c.Delete(key);
-    }
-    Check(s);
+    Check(WithoutGil([&] { return c.Delete(key); }));
   }
 
   void Promote(const std::string& key, int tier) {
     Client& c = client();
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = c.Promote(key, static_cast<TierKind>(tier));
-    }
-    Check(s);
+    Check(WithoutGil([&] { return c.Promote(key, static_cast<TierKind>(tier)); }));
   }
 
   py::dict StatObject(const std::string& key) {
     Client& c = client();
-    Result<ObjectMeta> m = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      m = c.Stat(key);
-    }
-    if (!m.ok()) Raise(m.status());
-    return MetaDict(*m);
+    return MetaDict(Value(WithoutGil([&] { return c.Stat(key); })));
   }
 
   py::list List(const std::string& prefix, std::uint32_t limit) {
     Client& c = client();
-    Result<std::vector<ObjectMeta>> l = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      l = c.List(prefix, limit);
-    }
-    if (!l.ok()) Raise(l.status());
+    auto list = Value(WithoutGil([&] { return c.List(prefix, limit); }));
     py::list out;
-    for (const auto& m : *l) out.append(MetaDict(m));
+    for (const auto& m : list) out.append(MetaDict(m));
     return out;
   }
 
@@ -273,13 +212,7 @@ class PyClient {
     Client& c = client();
     StatOptions o;
     o.reset_peaks = reset_peaks;
-    Result<ServerStats> s = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      s = c.ServerStat(o);
-    }
-    if (!s.ok()) Raise(s.status());
-    return StatsJson(*s).dump();
+    return StatsJson(Value(WithoutGil([&] { return c.ServerStat(o); }))).dump();
   }
 
   // items: (key, buffer) pairs; returns (code, message) per item.
@@ -296,12 +229,7 @@ class PyClient {
       held.push_back(std::make_unique<HeldBuffer>(pair[1], false));
       batch.push_back({pair[0].cast<std::string>(), held.back()->data(), held.back()->size(), o});
     }
-    std::vector<Status> statuses;
-    {
-      py::gil_scoped_release nogil;
-      statuses = c.PutBatch(batch);
-    }
-    return StatusList(statuses);
+    return StatusList(WithoutGil([&] { return c.PutBatch(batch); }));
   }
 
   // items: (key, writable buffer) pairs; returns (code, message, size) per item.
@@ -317,11 +245,7 @@ class PyClient {
       held.push_back(std::make_unique<HeldBuffer>(pair[1], true));
       batch.push_back({pair[0].cast<std::string>(), held.back()->data(), held.back()->size()});
     }
-    std::vector<Result<std::size_t>> results;
-    {
-      py::gil_scoped_release nogil;
-      results = c.GetBatch(batch);
-    }
+    auto results = WithoutGil([&] { return c.GetBatch(batch); });
     py::list out;
     for (const auto& r : results) {
       out.append(py::make_tuple(static_cast<int>(r.status().code()), r.status().message(),
@@ -333,11 +257,7 @@ class PyClient {
   // One round trip of views, each copied into a new bytes object; (code, message, bytes|None).
   py::list GetBatch(const std::vector<std::string>& keys) {
     Client& c = client();
-    std::vector<Result<ObjectView>> views;
-    {
-      py::gil_scoped_release nogil;
-      views = c.GetViews(keys);
-    }
+    auto views = WithoutGil([&] { return c.GetViews(keys); });
     py::list out;
     for (auto& v : views) {
       if (!v.ok()) {
@@ -345,16 +265,8 @@ class PyClient {
             py::make_tuple(static_cast<int>(v.status().code()), v.status().message(), py::none()));
         continue;
       }
-      PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(v->size()));
-      if (b == nullptr) throw py::error_already_set();
-      py::bytes bytes = py::reinterpret_steal<py::bytes>(b);
-      Status s;
-      {
-        py::gil_scoped_release nogil;
-        std::memcpy(PyBytes_AS_STRING(b), v->data(), v->size());
-        if (verify_) s = v->Verify();
-        v->Release();
-      }
+      py::bytes bytes;
+      Status s = CopyToBytes(*v, &bytes);
       out.append(py::make_tuple(static_cast<int>(s.code()), s.message(),
                                 s.ok() ? py::object(bytes) : py::object(py::none())));
     }
@@ -382,30 +294,33 @@ class PyClient {
 
   py::list DeleteBatch(const std::vector<std::string>& keys) {
     Client& c = client();
-    std::vector<Status> statuses;
-    {
-      py::gil_scoped_release nogil;
-      statuses = c.DeleteBatch(keys);
-    }
-    return StatusList(statuses);
+    return StatusList(WithoutGil([&] { return c.DeleteBatch(keys); }));
   }
 
   Plan* RegisterPlan(const std::string& name, const py::bytes& schedule, const py::bytes& plan,
                      const std::vector<std::string>& keys, std::uint64_t hbm_budget_bytes) {
     Client& c = client();
     PlanRegistration r{name, schedule, plan, keys, hbm_budget_bytes};
-    Result<PlanHandle> h = Status::Internal("unset");
-    {
-      py::gil_scoped_release nogil;
-      h = c.RegisterPlan(r);
-    }
-    if (!h.ok()) Raise(h.status());
-    return new Plan{std::move(h).value()};
+    return new Plan{Value(WithoutGil([&] { return c.RegisterPlan(r); }))};
   }
 
   void set_verify(bool v) { verify_ = v; }
 
  private:
+  // A view's bytes copied into a new bytes object (checked when verify_ is set), and the view
+  // released: the one copy a get into Python makes.
+  Status CopyToBytes(ObjectView& v, py::bytes* out) {
+    PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(v.size()));
+    if (b == nullptr) throw py::error_already_set();
+    *out = py::reinterpret_steal<py::bytes>(b);
+    return WithoutGil([&] {
+      std::memcpy(PyBytes_AS_STRING(b), v.data(), v.size());
+      Status s = verify_ ? v.Verify() : Status::Ok();
+      v.Release();
+      return s;
+    });
+  }
+
   static py::list StatusList(const std::vector<Status>& statuses) {
     py::list out;
     for (const auto& s : statuses) {
@@ -436,14 +351,7 @@ PYBIND11_MODULE(_tierpool, m) {
       .def_property_readonly("checksum", [](const View& v) { return v.view.meta().checksum; })
       .def_property_readonly("dtype", [](const View& v) { return v.view.meta().dtype; })
       .def_property_readonly("shape", [](const View& v) { return v.view.meta().shape; })
-      .def("verify", [](const View& v) {
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = v.view.Verify();
-        }
-        Check(s);
-      });
+      .def("verify", [](const View& v) { Check(WithoutGil([&] { return v.view.Verify(); })); });
 
   py::class_<Reservation>(m, "Reservation", py::buffer_protocol())
       .def_buffer([](Reservation& r) {
@@ -460,43 +368,21 @@ PYBIND11_MODULE(_tierpool, m) {
              if (!r.open)
                Raise(Status::FailedPrecondition("reservation already committed or aborted"));
              r.open = false;
-             Status s;
-             {
-               py::gil_scoped_release nogil;
-               s = r.reservation.Commit();
-             }
-             Check(s);
+             Check(WithoutGil([&] { return r.reservation.Commit(); }));
            })
       .def("abort", [](Reservation& r) {
         if (!r.open) return;
         r.open = false;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = r.reservation.Abort();
-        }
-        Check(s);
+        Check(WithoutGil([&] { return r.reservation.Abort(); }));
       });
 
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("job_id", [](const Plan& p) { return p.handle.job_id(); })
       .def("report_progress",
            [](Plan& p, std::uint64_t iteration, std::uint32_t step) {
-             Status s;
-             {
-               py::gil_scoped_release nogil;
-               s = p.handle.ReportProgress(iteration, step);
-             }
-             Check(s);
+             Check(WithoutGil([&] { return p.handle.ReportProgress(iteration, step); }));
            })
-      .def("unregister", [](Plan& p) {
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = p.handle.Unregister();
-        }
-        Check(s);
-      });
+      .def("unregister", [](Plan& p) { Check(WithoutGil([&] { return p.handle.Unregister(); })); });
 
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string&, const std::string&, const std::string&, int, bool, int,

@@ -95,6 +95,13 @@ def _tensor_meta(t):
     return str(t.dtype).replace("torch.", ""), list(t.shape)
 
 
+def _host_tensor(t, what):
+    """A tensor to put: a GPU tensor copied to the host; a non-contiguous one refused."""
+    if t.device.type != "cpu":
+        t = t.detach().cpu()
+    return _cpu_tensor(t, what)
+
+
 def _cpu_tensor(t, what):
     if not t.is_contiguous():
         raise _errors.InvalidArgument(
@@ -276,9 +283,7 @@ class Client:
         d = 1 if durability is None else _enum(Durability, durability, "durability")
         t = _enum(Tier, tier, "tier")
         if _is_tensor(data):
-            if data.device.type != "cpu":
-                data = data.detach().cpu()
-            _cpu_tensor(data, "data")
+            data = _host_tensor(data, "data")
             tdtype, tshape = _tensor_meta(data)
             c.put_address(key, data.data_ptr(), data.element_size() * data.numel(), k, d, t,
                           dtype or tdtype, list(shape) if shape is not None else tshape)
@@ -303,16 +308,8 @@ class Client:
         exception is raised after every item was tried."""
         c = self._c
         pairs = list(items.items()) if hasattr(items, "items") else list(items)
-        keep = []
-        norm = []
-        for key, data in pairs:
-            if _is_tensor(data):
-                if data.device.type != "cpu":
-                    data = data.detach().cpu()
-                _cpu_tensor(data, "the data of %r" % key)
-                keep.append(data)
-                data = _tensor_bytes(data)
-            norm.append((key, data))
+        norm = [(key, _tensor_bytes(_host_tensor(data, "the data of %r" % key))
+                 if _is_tensor(data) else data) for key, data in pairs]
         out = c.put_batch(norm, 0 if kind is None else _enum(Kind, kind, "kind"),
                           1 if durability is None else _enum(Durability, durability, "durability"),
                           _enum(Tier, tier, "tier"))
@@ -363,10 +360,9 @@ class Client:
         norm = []
         for key, buf in items:
             if _is_tensor(buf):
-                _cpu_tensor(buf, "the buffer for %r" % key)
                 if buf.device.type != "cpu":
                     raise _errors.InvalidArgument("get_batch_into takes CPU tensors", 1)
-                buf = _tensor_bytes(buf)
+                buf = _tensor_bytes(_cpu_tensor(buf, "the buffer for %r" % key))
             norm.append((key, buf))
         out = c.get_batch_into(norm)
         return _raise_first([size if code == 0 else _errors.from_status(code, msg)

@@ -3,13 +3,17 @@
 
 Runs `tierpool bench --json` (the C++ client: its reference) and the same operations through
 `tierpool.Client` against the same tierpoold, alternating C++ and Python `--rounds` times, and
-prints each case's throughput and the Python / C++ ratio (mean over rounds).
+prints each case's throughput and the Python / C++ ratio (mean over rounds). The single-object
+puts and gets are also timed through the C ABI (libtierpool's tp_put/tp_get, called with ctypes) in
+this process on the same buffers: a reference without the process-to-process differences of
+the first one (another heap, another core), whose ratio is the binding's own cost.
 
     /usr/bin/python3 benchmarks/python_client_bench.py --tool build/ci/client/tierpool \
         [--socket PATH] [--seconds 0.4] [--rounds 3] [--json out.json]
 """
 
 import argparse
+import ctypes
 import json
 import os
 import subprocess
@@ -42,6 +46,57 @@ def row(size, op, path, times, per_op=1):
     return {"size": size, "op": op, "path": path, "objects_per_op": per_op,
             "gbps": len(times) * size * per_op / total / 1e9,
             "p50_us": times_sorted[len(times) // 2] * 1e6}
+
+
+class CApi:
+    """libtierpool's C ABI through ctypes (the reference in this process): tp_put / tp_get,
+    tp_reserve + tp_commit, tp_get_view + tp_view_release."""
+
+    class PutOptions(ctypes.Structure):
+        _fields_ = [("dtype", ctypes.c_char_p), ("shape", ctypes.c_void_p),
+                    ("shape_len", ctypes.c_size_t), ("kind", ctypes.c_int),
+                    ("durability", ctypes.c_int), ("tier", ctypes.c_int),
+                    ("numa_node", ctypes.c_int)]
+
+    def __init__(self, library, socket):
+        self.lib = ctypes.CDLL(library)
+        if socket:
+            os.environ["TIERPOOL_SOCKET"] = socket
+        self.handle, err = ctypes.c_void_p(), ctypes.c_char_p()
+        if self.lib.tp_connect(None, ctypes.byref(self.handle), ctypes.byref(err)) != 0:
+            raise RuntimeError("tp_connect: %s" % err.value)
+        self.opts = self.PutOptions()
+        self.lib.tp_put_options_init(ctypes.byref(self.opts))
+        self.opts.durability = 0  # cache, as the other rows
+
+    def rows(self, budget):
+        rows = []
+        for size in SIZES:
+            src = (np.arange(size, dtype=np.uint64) * 131 + 7).astype(np.uint8)
+            dst = np.zeros(size, dtype=np.uint8)
+            key, n = b"pybench-capi", 10 if size >= 64 << 20 else 50
+            args = (self.handle, key, ctypes.c_void_p(src.ctypes.data), ctypes.c_size_t(size),
+                    ctypes.byref(self.opts), None)
+            rows.append(row(size, "put", "copy", measure(budget, n,
+                                                         lambda: self.lib.tp_put(*args))))
+            gargs = (self.handle, key, ctypes.c_void_p(dst.ctypes.data), ctypes.c_size_t(size),
+                     None, None)
+            rows.append(row(size, "get", "copy", measure(budget, n,
+                                                         lambda: self.lib.tp_get(*gargs))))
+            assert np.array_equal(src, dst), "bytes read back differ"
+            res, view = ctypes.c_void_p(), ctypes.c_void_p()
+
+            def zput():
+                self.lib.tp_reserve(self.handle, key, ctypes.c_size_t(size),
+                                    ctypes.byref(self.opts), ctypes.byref(res), None)
+                self.lib.tp_commit(res, None)
+
+            def zget():
+                self.lib.tp_get_view(self.handle, key, -1, ctypes.byref(view), None)
+                self.lib.tp_view_release(view)
+            rows.append(row(size, "put", "zero_copy", measure(budget, n, zput)))
+            rows.append(row(size, "get", "zero_copy", measure(budget, n, zget)))
+        return rows
 
 
 def python_rows(client, budget):
@@ -88,9 +143,15 @@ def main():
     ap.add_argument("--seconds", type=float, default=0.4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--library", default=None,
+                    help="libtierpool.so for the in-process C ABI reference (default: beside "
+                         "the tool's build, client/libtierpool.so.0)")
     a = ap.parse_args()
     client = tierpool.Client(a.socket, "pybench")
-    cpp, py = {}, {}
+    library = a.library or os.path.join(os.path.dirname(os.path.abspath(a.tool)),
+                                        "libtierpool.so.0")
+    capi = CApi(library, a.socket) if os.path.exists(library) else None
+    cpp, py, cref = {}, {}, {}
     for _ in range(a.rounds):
         cmd = [a.tool, "bench", "--json", "--seconds", str(a.seconds)]
         if a.socket:
@@ -100,21 +161,27 @@ def main():
             cpp.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
         for r in python_rows(client, a.seconds):
             py.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
+        for r in capi.rows(a.seconds) if capi else ():
+            cref.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     table = []
-    print("| size | op | path | C++ GB/s | Python GB/s | Python / C++ |")
-    print("|---:|---|---|---:|---:|---:|")
+    print("| size | op | path | C++ GB/s | Python GB/s | Python / C++ | Python / C ABI here |")
+    print("|---:|---|---|---:|---:|---:|---:|")
     for key in sorted(py, key=lambda k: (k[0], k[1], k[2])):
         size, op, path = key
         ref = cpp.get((size, op, "copy" if path == "bytes" else path))
         c, p = (mean(ref) if ref else None), mean(py[key])
         ratio = p / c if c else None
+        here = cref.get(key)
+        here_ratio = p / mean(here) if here else None
         table.append({"size": size, "op": op, "path": path, "cpp_gbps": c, "python_gbps": p,
-                      "ratio": ratio})
+                      "ratio": ratio, "capi_gbps": mean(here) if here else None,
+                      "ratio_to_capi": here_ratio})
         label = "%d KiB" % (size >> 10) if size < 1 << 20 else "%d MiB" % (size >> 20)
-        print("| %s | %s | %s%s | %s | %.3f | %s |" % (
+        print("| %s | %s | %s%s | %s | %.3f | %s | %s |" % (
             label, op, path, " (vs C++ copy)" if path == "bytes" else "",
-            "%.3f" % c if c else "-", p, "%.2f" % ratio if ratio else "-"))
+            "%.3f" % c if c else "-", p, "%.2f" % ratio if ratio else "-",
+            "%.2f" % here_ratio if here_ratio else "-"))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(table, f, indent=1)

@@ -206,7 +206,12 @@ Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
 }
 
 Result<std::size_t> Client::Get(std::string_view key, void* buffer, std::size_t capacity) {
-  auto results = GetBatch({GetItem{std::string(key), buffer, capacity}});
+  return Get(key, buffer, capacity, {});
+}
+
+Result<std::size_t> Client::Get(std::string_view key, void* buffer, std::size_t capacity,
+                                const GetOptions& options) {
+  auto results = GetBatch({GetItem{std::string(key), buffer, capacity}}, options);
   return std::move(results[0]);
 }
 
@@ -452,7 +457,8 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   return out;
 }
 
-std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& items) {
+std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& items,
+                                                  const GetOptions& options) {
   std::vector<Result<std::size_t>> out;
   out.reserve(items.size());
   Borrowed conn(core_.get());
@@ -463,6 +469,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     k->set_key(it.key);
   }
   req.mutable_get()->set_mode(wire::AUTO);
+  if (options.tier) req.mutable_get()->set_want_tier(static_cast<wire::Tier>(*options.tier));
   wire::Response resp;
   Status s = conn.status().ok() ? conn->Call(req, &resp) : conn.status();
   if (s.ok() && resp.get().items_size() != static_cast<int>(items.size())) {

@@ -77,6 +77,12 @@ PutOptions MakePutOptions(int kind, int durability, int tier, const std::string&
   return o;
 }
 
+GetOptions MakeGetOptions(int tier) {
+  GetOptions o;
+  if (tier >= 0) o.tier = static_cast<TierKind>(tier);
+  return o;
+}
+
 py::dict MetaDict(const ObjectMeta& m) {
   py::dict d;
   d["key"] = m.key;
@@ -159,22 +165,24 @@ class PyClient {
     return bytes;
   }
 
-  std::size_t GetInto(const std::string& key, const py::handle& buffer) {
+  std::size_t GetInto(const std::string& key, const py::handle& buffer, int tier) {
     Client& c = client();
     HeldBuffer b(buffer, true);
-    return Value(WithoutGil([&] { return c.Get(key, b.data(), b.size()); }));
+    GetOptions o = MakeGetOptions(tier);
+    return Value(WithoutGil([&] { return c.Get(key, b.data(), b.size(), o); }));
   }
 
-  std::size_t GetIntoAddress(const std::string& key, std::uintptr_t address, std::size_t capacity) {
+  std::size_t GetIntoAddress(const std::string& key, std::uintptr_t address, std::size_t capacity,
+                             int tier) {
     Client& c = client();
+    GetOptions o = MakeGetOptions(tier);
     return Value(
-        WithoutGil([&] { return c.Get(key, reinterpret_cast<void*>(address), capacity); }));
+        WithoutGil([&] { return c.Get(key, reinterpret_cast<void*>(address), capacity, o); }));
   }
 
   View* GetView(const std::string& key, int tier) {
     Client& c = client();
-    GetViewOptions o;
-    if (tier >= 0) o.tier = static_cast<TierKind>(tier);
+    GetViewOptions o = MakeGetOptions(tier);
     return new View{Value(WithoutGil([&] { return c.GetView(key, o); }))};
   }
 
@@ -394,8 +402,9 @@ PYBIND11_MODULE(_tierpool, m) {
       .def("put", &PyClient::Put)
       .def("put_address", &PyClient::PutAddress)
       .def("get", &PyClient::Get)
-      .def("get_into", &PyClient::GetInto)
-      .def("get_into_address", &PyClient::GetIntoAddress)
+      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buffer"), py::arg("tier") = -1)
+      .def("get_into_address", &PyClient::GetIntoAddress, py::arg("key"), py::arg("address"),
+           py::arg("capacity"), py::arg("tier") = -1)
       .def("view", &PyClient::GetView, py::return_value_policy::take_ownership)
       .def("reserve", &PyClient::Reserve, py::return_value_policy::take_ownership)
       .def("delete", &PyClient::Delete)

@@ -197,3 +197,98 @@ def test_kv_blocks_round_trip_and_prefix_hits(client):
         kv.put_blocks(tokens[:4], torch.randn(2, 2, 4, 8))
     with pytest.raises(ValueError):
         tt.KVBlockStore(client, "m", 0)
+
+
+# ---- the plan path: a schedule from `tierpool schedule from-torch` of the same model ----
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MLP_INPUT = (2048, 256)  # activations of 2-4 MiB against 2 MiB of weights
+
+
+@pytest.fixture(scope="module")
+def mlp_plan(tmp_path_factory):
+    tool = os.environ.get("TIERPOOL_TOOL")
+    if not tool:
+        pytest.skip("TIERPOOL_TOOL is not set (run through ctest)")
+    d = tmp_path_factory.mktemp("plan")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    sched, sched_json, plan = d / "mlp.pb", d / "mlp.json", d / "mlp-plan.pb"
+    subprocess.run([tool, "schedule", "from-torch", "--model", "plan_models:mlp", "--input",
+                    "%dx%d" % MLP_INPUT, "--optimizer", "sgd", "-o", str(sched), "--json",
+                    str(sched_json)], check=True, env=env, capture_output=True, timeout=300)
+    subprocess.run([tool, "plan", str(sched), "--device", "h100", "--hbm", "60%", "-o", str(plan)],
+                   check=True, capture_output=True, timeout=120)
+    return sched, sched_json, plan
+
+
+def train_mlp(client, steps, plan=None, schedule=None, offload=True):
+    sys.path.insert(0, HERE)
+    import plan_models
+    model = plan_models.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(3)
+    acts = tt.offload_activations(client, min_bytes=1 << 20, plan=plan, schedule=schedule,
+                                  prefetch_bytes=0) if offload else None
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(*MLP_INPUT, generator=g)
+        if acts is not None:
+            with acts:
+                loss = model(x).sum()
+        else:
+            loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    if acts is not None:
+        acts.flush()
+    return losses, acts
+
+
+def test_activation_plan_matches_what_autograd_saves(mlp_plan):
+    layout = tt.ActivationPlan.from_schedule(mlp_plan[1], min_bytes=1 << 20)
+    # The input and the outputs of ReLU, the second Linear (GELU's input), GELU and Tanh.
+    assert layout.keys == ["input0", "relu", "addmm_1", "gelu", "tanh"]
+    assert layout.sizes == [2 << 20, 4 << 20, 4 << 20, 4 << 20, 2 << 20]
+    assert all(save < use for save, use in layout.steps)
+    assert [use for _, use in layout.steps] == sorted(
+        (use for _, use in layout.steps), reverse=True)  # backward reads them in reverse
+    with pytest.raises(ValueError, match="SAVED_ACTIVATION"):
+        tt.ActivationPlan.from_schedule({"tensors": []})
+    with pytest.raises(TypeError):
+        tt.ActivationPlan.from_schedule(42)
+
+
+def test_plan_progress_brings_activations_up_before_backward(client, mlp_plan):
+    """With the plan's schedule each saved tensor starts in hbm, each save and use reports
+    progress, and the server's executor offloads and prefetches them so that backward's reads
+    find them in hbm (hits). The same plan without progress reports moves nothing. Either way
+    the losses are those of plain training."""
+    sched, sched_json, plan_pb = mlp_plan
+    plain, _ = train_mlp(client, 3, offload=False)
+
+    def job_counters(job_id):
+        jobs = [j for j in client.stat()["jobs"] if j["id"] == job_id]
+        assert len(jobs) == 1
+        return jobs[0]["counters"]
+
+    results = {}
+    for report in (False, True):
+        with client.register_plan(str(sched), str(plan_pb)) as plan:
+            layout = tt.ActivationPlan.from_schedule(str(sched_json), min_bytes=1 << 20)
+            if not report:
+                layout.steps = None  # the plan's keys, no progress reports
+            losses, acts = train_mlp(client, 3, plan=plan, schedule=layout)
+            assert losses == plain
+            assert acts.unplanned == 0
+            results[report] = job_counters(plan.job_id)
+        assert client.list("") == []  # every offloaded tensor deleted once backward freed it
+    quiet, planned = results[False], results[True]
+    assert quiet["actions_issued"] == 0 and quiet["hits"] == 0, quiet
+    # Reads of the 5 planned tensors (two read twice) in 3 iterations: all in hbm, or on their
+    # way (a read can overtake the one-way progress report that issues its prefetch).
+    assert planned["hits"] > 0 and planned["bytes_in"] > 0 and planned["bytes_out"] > 0, planned
+    assert planned["hits"] + planned["late"] >= 0.8 * (planned["hits"] + planned["late"] +
+                                                       planned["misses"]), planned
+    assert planned["failed"] == 0, planned

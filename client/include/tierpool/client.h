@@ -186,9 +186,11 @@ class WriteReservation {
 struct GetViewOptions {
   // Pin this tier's copy (kHbm: the copy a step is about to use): the server waits for a
   // prefetch already bringing it there, or brings it up on demand. When no room can be made the
-  // nearest copy is returned; meta().tier says which.
+  // nearest copy is returned; meta().tier says which. For a copying get, the copy is made from
+  // that tier's bytes (a planned step's read counts as its use of the hbm copy).
   std::optional<TierKind> tier;
 };
+using GetOptions = GetViewOptions;
 
 // What a job hands the server so that its executor moves tensors ahead of need
 // (docs/schedules.md, "Live prefetch").
@@ -239,6 +241,8 @@ class Client {
   // Copies the object into buffer; returns its size. INVALID_ARGUMENT when capacity is too small
   // (the message says how large the object is).
   Result<std::size_t> Get(std::string_view key, void* buffer, std::size_t capacity);
+  Result<std::size_t> Get(std::string_view key, void* buffer, std::size_t capacity,
+                          const GetOptions& options);
   Result<std::vector<std::byte>> GetBytes(std::string_view key);
   // Zero copy: pins the object where it is and maps it read-only.
   Result<ObjectView> GetView(std::string_view key);
@@ -259,7 +263,8 @@ class Client {
 
   // Batch forms: one round trip for the lot; one status per item.
   std::vector<Status> PutBatch(const std::vector<PutItem>& items);
-  std::vector<Result<std::size_t>> GetBatch(const std::vector<GetItem>& items);
+  std::vector<Result<std::size_t>> GetBatch(const std::vector<GetItem>& items,
+                                            const GetOptions& options = {});
   std::vector<Status> DeleteBatch(const std::vector<std::string>& keys);
 
   // Async forms: the buffers must stay valid until the future is ready.

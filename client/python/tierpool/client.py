@@ -37,9 +37,23 @@ class Durability(enum.IntEnum):
     RETAINED = 1
 
 
+_enum_cache = {}  # (enum class, a name or value seen before) -> its int: puts call this thrice
+
+
 def _enum(cls, value, what):
     if value is None:
         return -1
+    try:
+        return _enum_cache[cls, value]
+    except (KeyError, TypeError):
+        pass
+    n = _enum_slow(cls, value, what)
+    if len(_enum_cache) < 1024:
+        _enum_cache[cls, value] = n
+    return n
+
+
+def _enum_slow(cls, value, what):
     if isinstance(value, str):
         try:
             return int(cls[value.upper()])
@@ -87,12 +101,29 @@ def _count_fork():
 os.register_at_fork(after_in_child=_count_fork)
 
 
+_tensor_types = {}  # type -> whether it is a torch tensor, without importing torch
+_dtype_names = {}  # a numpy or torch dtype -> its name (str() of a numpy dtype takes ~3 us)
+
+
 def _is_tensor(obj):
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+    t = type(obj)
+    known = _tensor_types.get(t)
+    if known is None:
+        known = _tensor_types[t] = t.__module__.startswith("torch") and hasattr(t, "data_ptr")
+    return known
+
+
+def _dtype_name(dtype):
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = str(dtype).replace("torch.", "")
+        if len(_dtype_names) < 1024:  # structured numpy dtypes are unbounded in number
+            _dtype_names[dtype] = name
+    return name
 
 
 def _tensor_meta(t):
-    return str(t.dtype).replace("torch.", ""), list(t.shape)
+    return _dtype_name(t.dtype), list(t.shape)
 
 
 def _host_tensor(t, what):
@@ -289,7 +320,7 @@ class Client:
                           dtype or tdtype, list(shape) if shape is not None else tshape)
             return
         if dtype is None and hasattr(data, "dtype") and hasattr(data, "shape"):  # numpy
-            dtype, shape = str(data.dtype), list(data.shape) if shape is None else shape
+            dtype, shape = _dtype_name(data.dtype), list(data.shape) if shape is None else shape
         c.put(key, data, k, d, t, dtype or "", list(shape or ()))
 
     def reserve(self, key, size, *, kind=None, durability=None, tier=None, dtype=None,
@@ -322,20 +353,23 @@ class Client:
         """The object's bytes (a copy)."""
         return self._c.get(key)
 
-    def get_into(self, key, buffer):
+    def get_into(self, key, buffer, *, tier=None):
         """Copies the object into ``buffer`` (writable, contiguous: bytearray, numpy array,
-        CPU tensor) and returns its size. ``InvalidArgument`` when the buffer is too small."""
+        CPU tensor) and returns its size. ``InvalidArgument`` when the buffer is too small.
+        ``tier="hbm"``: copy from the hbm copy (the read of a planned step: waits for a
+        prefetch on its way, or brings the object up; counted in the plan's hits)."""
         c = self._c
+        t = _enum(Tier, tier, "tier")
         if _is_tensor(buffer):
             if buffer.device.type != "cpu":
                 host = buffer.new_empty(buffer.shape, device="cpu", pin_memory=True)
-                n = self.get_into(key, host)
+                n = self.get_into(key, host, tier=tier)
                 buffer.copy_(host)
                 return n
             _cpu_tensor(buffer, "buffer")
             return c.get_into_address(key, buffer.data_ptr(),
-                                      buffer.element_size() * buffer.numel())
-        return c.get_into(key, buffer)
+                                      buffer.element_size() * buffer.numel(), t)
+        return c.get_into(key, buffer, t)
 
     def view(self, key, *, tier=None):
         """Zero copy: a read-only ``memoryview`` of the object's bytes in shared memory. The

@@ -13,5 +13,6 @@ node's tierpoold.
 from .activations import offload_activations
 from .kv_blocks import KVBlockStore
 from .optimizer import offload_optimizer
+from .plans import ActivationPlan
 
-__all__ = ["offload_activations", "offload_optimizer", "KVBlockStore"]
+__all__ = ["ActivationPlan", "offload_activations", "offload_optimizer", "KVBlockStore"]

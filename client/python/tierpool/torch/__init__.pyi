@@ -4,10 +4,26 @@ import torch
 
 from .. import Client, Plan
 
+import os
+
+class ActivationPlan:
+    keys: list[str]
+    sizes: Optional[list[int]]
+    steps: Optional[list[tuple[int, int]]]
+    def __init__(self, keys: Sequence[str], sizes: Optional[Sequence[int]] = ...,
+                 steps: Optional[Sequence[tuple[int, int]]] = ...) -> None: ...
+    def __len__(self) -> int: ...
+    @classmethod
+    def from_schedule(cls, schedule: Union[str, bytes, os.PathLike, dict], *,
+                      min_bytes: int = ...) -> "ActivationPlan": ...
+
 class offload_activations:
     offloaded_bytes: int
     fetched_bytes: int
+    unplanned: int
+    layout: Optional[ActivationPlan]
     def __init__(self, client: Client, min_bytes: int = ..., plan: Optional[Plan] = ..., *,
+                 schedule: Union[str, bytes, os.PathLike, dict, ActivationPlan, None] = ...,
                  plan_keys: Optional[Sequence[str]] = ...,
                  plan_steps: Optional[Sequence[tuple[int, int]]] = ...,
                  prefix: Optional[str] = ..., prefetch_bytes: int = ...,

@@ -8,6 +8,7 @@ import weakref
 import torch
 
 from . import _tensors
+from .plans import ActivationPlan, _Matcher
 
 _contexts = itertools.count()
 
@@ -15,7 +16,7 @@ _contexts = itertools.count()
 class _Saved:
     """What autograd keeps instead of a saved tensor: its key and how to rebuild it."""
 
-    __slots__ = ("ctx", "key", "shape", "dtype", "device", "order", "nbytes", "index", "local",
+    __slots__ = ("ctx", "key", "shape", "dtype", "device", "order", "nbytes", "index", "slot",
                  "iteration", "pending", "fetched", "used", "last", "__weakref__")
 
     def __del__(self):
@@ -34,23 +35,38 @@ class offload_activations:
 
     Results are bit-identical to running without it. Puts run on the client's threads while
     forward goes on (at most ``inflight_bytes`` in flight); in backward the tensors are fetched
-    in reverse order of saving, ``prefetch_bytes`` ahead of the one being used. With ``plan``
-    (a ``tierpool.Plan`` registered for this model, its activations keyed by ``plan_keys`` in
-    the order forward saves them) each save and use also reports the job's progress, so the
-    server's executor brings the tensors up ahead of backward.
+    in reverse order of saving, ``prefetch_bytes`` ahead of the one being used.
+
+    With ``plan`` (a ``tierpool.Plan`` registered from `tierpool schedule from-torch` of this
+    model) and ``schedule`` (that schedule's JSON, or a ``tierpool.torch.ActivationPlan``),
+    each saved tensor is stored under its schedule tensor's name and each save and first use
+    reports the job's progress, so that the server's executor brings the tensors up ahead of
+    backward. ``plan_keys`` and ``plan_steps`` give the same by hand: one key and one (saving
+    step, first backward step) per offloaded tensor, in saving order.
 
     Parameters (leaf tensors that require grad, and views of them) are never offloaded: they
     stay in memory anyway. Objects are deleted from tierpool when autograd frees them.
     """
 
-    def __init__(self, client, min_bytes=1 << 20, plan=None, *, plan_keys=None, plan_steps=None,
-                 prefix=None, prefetch_bytes=64 << 20, inflight_bytes=64 << 20,
+    def __init__(self, client, min_bytes=1 << 20, plan=None, *, schedule=None, plan_keys=None,
+                 plan_steps=None, prefix=None, prefetch_bytes=64 << 20, inflight_bytes=64 << 20,
                  durability="retained"):
         self.client = client
         self.min_bytes = int(min_bytes)
         self.plan = plan
-        self.plan_keys = list(plan_keys) if plan_keys is not None else None
-        self.plan_steps = plan_steps
+        if schedule is not None and plan_keys is not None:
+            raise ValueError("give schedule or plan_keys, not both")
+        if isinstance(schedule, ActivationPlan):
+            layout = schedule
+        elif schedule is not None:
+            layout = ActivationPlan.from_schedule(schedule, min_bytes=self.min_bytes)
+        elif plan_keys is not None:
+            layout = ActivationPlan(plan_keys, None, plan_steps)
+        else:
+            layout = None
+        self.layout = layout
+        self._matcher = _Matcher(layout) if layout is not None else None
+        self.unplanned = 0        # offloaded tensors no plan entry matched
         self.prefix = prefix or "act/%d.%d" % (os.getpid(), next(_contexts))
         self.prefetch_bytes = int(prefetch_bytes)
         self.inflight_bytes = int(inflight_bytes)
@@ -60,7 +76,6 @@ class offload_activations:
         self._owner = {}          # key -> index of the _Saved that last stored it
         self._saved_of = {}       # id(tensor) -> (weakref to it, its version, weakref to _Saved)
         self._counter = 0
-        self._iteration_base = 0
         self._inflight = []       # _Saved whose put is still running
         self._garbage = []        # keys autograd no longer needs, deleted in batches
         self._iteration = 0
@@ -71,7 +86,8 @@ class offload_activations:
     # ---- the context ----
 
     def __enter__(self):
-        self._iteration_base = self._counter
+        if self._matcher is not None:
+            self._matcher.reset()
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         return self
@@ -113,20 +129,26 @@ class offload_activations:
         s = _Saved()
         s.ctx = self
         s.index = self._counter
-        s.local = s.index - self._iteration_base
         s.iteration = self._iteration
-        s.key = self._key(s)
         self._counter += 1
         s.shape, s.dtype, s.device = tuple(stored.shape), t.dtype, t.device
         s.order = order
         s.nbytes = stored.numel() * stored.element_size()
+        s.slot = self._matcher.take(s.nbytes) if self._matcher is not None else None
+        if self._matcher is not None and s.slot is None:
+            self.unplanned += 1
+        s.key = self._key(s)
         s.fetched = None
         s.used = False
         self._report(s, 0)
         if t.device.type != "cpu":
             stored = stored.to("cpu")
+        # A planned tensor starts where the plan has it, in hbm; the executor offloads it when
+        # the plan says so (and keeps those it can afford there).
+        planned = self._planned(s)
         s.pending = (self.client.put_async(s.key, stored, kind="activation",
-                                           durability=self.durability), stored)
+                                           durability=self.durability,
+                                           tier="hbm" if planned else None), stored)
         tid = id(t)
         self._saved_of[tid] = (weakref.ref(t, lambda _, tid=tid: self._saved_of.pop(tid, None)),
                                t._version, weakref.ref(s))
@@ -150,6 +172,7 @@ class offload_activations:
         s.used = True
         fut, s.fetched = s.fetched, None
         host = fut.result() if fut is not None else self._fetch(s)
+        self._report_ahead(s)
         self._prefetch_before(s.index)
         out = host if s.order is None else host.permute(_tensors.inverse(s.order))
         if s.device.type != "cpu":
@@ -160,8 +183,8 @@ class offload_activations:
     # ---- moving bytes ----
 
     def _key(self, s):
-        if self.plan_keys is not None and s.local < len(self.plan_keys):
-            key = self.plan_keys[s.local]  # the same keys every iteration, as the plan names them
+        if s.slot is not None:
+            key = self.layout.keys[s.slot]  # the same keys every iteration, as the plan names them
             with self._lock:
                 prev = self._owner.get(key)
                 ref = self._alive.get(prev) if prev is not None else None
@@ -171,14 +194,30 @@ class offload_activations:
             # that one's bytes are not replaced under it.
         return "%s/%d" % (self.prefix, s.index)
 
+    def _planned(self, s):
+        """Whether the plan moves this tensor: it has a plan entry and the job reports steps."""
+        return self.plan is not None and s.slot is not None and self.layout.steps is not None
+
     def _report(self, s, which):
         """Reports the step that saves (which=0) or first uses (1) the tensor to the plan."""
-        if self.plan is not None and self.plan_steps is not None and s.local < len(self.plan_steps):
-            self.plan.report_progress(s.iteration, self.plan_steps[s.local][which])
+        if self._planned(s):
+            self.plan.report_progress(s.iteration, self.layout.steps[s.slot][which])
+
+    def _report_ahead(self, s):
+        """After a backward read: the steps until the next planned tensor's use read nothing
+        from tierpool, so the job is reported there at once; the executor starts that tensor's
+        prefetch while those steps compute instead of when its own step comes."""
+        if not self._planned(s):
+            return
+        use = self.layout.steps[s.slot][1]
+        later = [u for _, u in self.layout.steps if u > use]
+        if later and min(later) - 1 > use:
+            self.plan.report_progress(s.iteration, min(later) - 1)
 
     def _fetch(self, s):
         host = _tensors.host_copy_target(s.shape, s.dtype, s.device)
-        self.client.get_into(s.key, host)
+        # Under a plan, backward's read is the step's use of the hbm copy the executor prefetched.
+        self.client.get_into(s.key, host, tier="hbm" if self._planned(s) else None)
         self.fetched_bytes += s.nbytes
         return host
 
@@ -231,7 +270,8 @@ class offload_activations:
             del self._owner[s.key]
             self._garbage.append(s.key)
             n = len(self._garbage)
-        if n >= 64:
+        # Under a plan a freed tensor leaves hbm at once: it counts against the job's budget there.
+        if n >= (1 if self.plan is not None else 64):
             self._collect()
 
     def _collect(self, force=False):

@@ -4,9 +4,10 @@
 Runs `tierpool bench --json` (the C++ client: its reference) and the same operations through
 `tierpool.Client` against the same tierpoold, alternating C++ and Python `--rounds` times, and
 prints each case's throughput and the Python / C++ ratio (mean over rounds). The single-object
-puts and gets are also timed through the C ABI (libtierpool's tp_put/tp_get, called with ctypes) in
-this process on the same buffers: a reference without the process-to-process differences of
-the first one (another heap, another core), whose ratio is the binding's own cost.
+puts and gets are also timed through the C ABI (libtierpool's tp_put/tp_get, tp_reserve/commit,
+tp_get_view/release, called with ctypes) in this process, on the same buffers, right after each
+Python case: a reference without the process-to-process differences of the first one (another
+heap, other seconds of a shared machine), whose ratio is the binding's own cost.
 
     /usr/bin/python3 benchmarks/python_client_bench.py --tool build/ci/client/tierpool \
         [--socket PATH] [--seconds 0.4] [--rounds 3] [--json out.json]
@@ -69,57 +70,55 @@ class CApi:
         self.lib.tp_put_options_init(ctypes.byref(self.opts))
         self.opts.durability = 0  # cache, as the other rows
 
-    def rows(self, budget):
-        rows = []
-        for size in SIZES:
-            src = (np.arange(size, dtype=np.uint64) * 131 + 7).astype(np.uint8)
-            dst = np.zeros(size, dtype=np.uint8)
-            key, n = b"pybench-capi", 10 if size >= 64 << 20 else 50
-            args = (self.handle, key, ctypes.c_void_p(src.ctypes.data), ctypes.c_size_t(size),
-                    ctypes.byref(self.opts), None)
-            rows.append(row(size, "put", "copy", measure(budget, n,
-                                                         lambda: self.lib.tp_put(*args))))
-            gargs = (self.handle, key, ctypes.c_void_p(dst.ctypes.data), ctypes.c_size_t(size),
-                     None, None)
-            rows.append(row(size, "get", "copy", measure(budget, n,
-                                                         lambda: self.lib.tp_get(*gargs))))
-            assert np.array_equal(src, dst), "bytes read back differ"
-            res, view = ctypes.c_void_p(), ctypes.c_void_p()
+    def ops(self, size, src, dst):
+        """The reference's (op, path) -> callable for one size, on the Python rows' buffers."""
+        key = b"pybench-capi"
+        put = (self.handle, key, ctypes.c_void_p(src.ctypes.data), ctypes.c_size_t(size),
+               ctypes.byref(self.opts), None)
+        get = (self.handle, key, ctypes.c_void_p(dst.ctypes.data), ctypes.c_size_t(size), None,
+               None)
+        res, view = ctypes.c_void_p(), ctypes.c_void_p()
 
-            def zput():
-                self.lib.tp_reserve(self.handle, key, ctypes.c_size_t(size),
-                                    ctypes.byref(self.opts), ctypes.byref(res), None)
-                self.lib.tp_commit(res, None)
+        def zput():
+            self.lib.tp_reserve(self.handle, key, ctypes.c_size_t(size), ctypes.byref(self.opts),
+                                ctypes.byref(res), None)
+            self.lib.tp_commit(res, None)
 
-            def zget():
-                self.lib.tp_get_view(self.handle, key, -1, ctypes.byref(view), None)
-                self.lib.tp_view_release(view)
-            rows.append(row(size, "put", "zero_copy", measure(budget, n, zput)))
-            rows.append(row(size, "get", "zero_copy", measure(budget, n, zget)))
-        return rows
+        def zget():
+            self.lib.tp_get_view(self.handle, key, -1, ctypes.byref(view), None)
+            self.lib.tp_view_release(view)
+        return {("put", "copy"): lambda: self.lib.tp_put(*put),
+                ("get", "copy"): lambda: self.lib.tp_get(*get),
+                ("put", "zero_copy"): zput, ("get", "zero_copy"): zget}
 
 
-def python_rows(client, budget):
-    rows = []
+def python_rows(client, budget, capi=None):
+    """The Python rows and, with ``capi``, each single-object case through the C ABI measured
+    right after it (the same seconds of a noisy machine, the same buffers)."""
+    rows, ref = [], []
     for size in SIZES:
         src = (np.arange(size, dtype=np.uint64) * 131 + 7).astype(np.uint8)
         dst = np.zeros(size, dtype=np.uint8)
         n = 10 if size >= 64 << 20 else 50
         key = "pybench-%d" % size
-        rows.append(row(size, "put", "copy", measure(
-            budget, n, lambda: client.put(key, src, durability="cache"))))
-        rows.append(row(size, "get", "copy", measure(budget, n,
-                                                     lambda: client.get_into(key, dst))))
+        ref_ops = capi.ops(size, src, dst) if capi else {}
+
+        def add(op, path, fn):
+            rows.append(row(size, op, path, measure(budget, n, fn)))
+            if (op, path) in ref_ops:
+                ref.append(row(size, op, path, measure(budget, n, ref_ops[op, path])))
+        add("put", "copy", lambda: client.put(key, src, durability="cache"))
+        add("get", "copy", lambda: client.get_into(key, dst))
         assert np.array_equal(src, dst), "bytes read back differ"
 
         def zput():
             r = client.reserve(key, size, durability="cache")
             r.commit()
-        rows.append(row(size, "put", "zero_copy", measure(budget, n, zput)))
+        add("put", "zero_copy", zput)
 
         def zget():
             client.view(key).release()
-        rows.append(row(size, "get", "zero_copy", measure(budget, n, zget)))
+        add("get", "zero_copy", zget)
         rows.append(row(size, "get", "bytes", measure(budget, n, lambda: client.get(key))))
         client.delete(key)
     batch = 64
@@ -133,7 +132,7 @@ def python_rows(client, budget):
     rows.append(row(4096, "get_batch", "copy", measure(
         budget, 50, lambda: client.get_batch_into(gets)), batch))
     client.delete_batch(keys)
-    return rows
+    return rows, ref
 
 
 def main():
@@ -159,9 +158,10 @@ def main():
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         for r in json.loads(out):
             cpp.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
-        for r in python_rows(client, a.seconds):
+        rows, ref = python_rows(client, a.seconds, capi)
+        for r in rows:
             py.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
-        for r in capi.rows(a.seconds) if capi else ():
+        for r in ref:
             cref.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     table = []

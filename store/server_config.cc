@@ -24,6 +24,7 @@ Status ServerConfig::validate() const {
     return Status::Internal("service and transport frame limits differ");
   }
   TIERPOOL_RETURN_IF_ERROR(service.validate());
+  TIERPOOL_RETURN_IF_ERROR(metrics.validate());
   if (nvme.capacity > 0) TIERPOOL_RETURN_IF_ERROR(nvme.validate());
   return Status::Ok();
 }
@@ -107,6 +108,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "them back (without it, a restart loses everything)")
     ("cache-policy", po::value(&cache_policy)->default_value("spill"),
      "cache objects under dram pressure: spill (to nvme) or drop")
+    ("metrics-listen", po::value(&c.metrics.listen)->default_value("127.0.0.1:9464"),
+     "HTTP address for /metrics (Prometheus) and /health: host:port, [v6]:port, or off")
     ("log-level", po::value(&c.log_level)->default_value("info"),
      "trace, debug, info, warn, error, critical, off");
   // clang-format on
@@ -174,6 +177,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   } else if (cache_policy != "spill") {
     return Status::InvalidArgument("--cache-policy must be spill or drop");
   }
+  c.metrics_required =
+      vm.count("metrics-listen") != 0 && !vm["metrics-listen"].defaulted() && c.metrics.enabled();
   c.dram.capacity = *d;
   c.dram.populate = vm.count("no-populate") == 0;
   c.hbm.capacity = *h;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "store/metrics_server.h"
 #include "store/object_store.h"
 #include "store/service.h"
 #include "tiers/dram_tier.h"
@@ -22,6 +23,10 @@ struct ServerConfig {
   NvmeTierConfig nvme;  // on when nvme.capacity > 0
   Watermarks dram_watermarks;
   Watermarks hbm_watermarks;
+  MetricsServerConfig metrics;
+  // --metrics-listen given: failing to bind it stops the start (the default only warns, so that
+  // a second server on the node still starts).
+  bool metrics_required = false;
   std::string log_level = "info";
   std::string namespace_policy;  // --namespace-policy: a JSON file (store/namespace_policy.h)
   std::string persist_dir;       // --persist: snapshot retained objects here at a clean shutdown

@@ -313,7 +313,7 @@ bool StoreService::Handle(std::uint64_t session, const transport::PeerCredential
       return true;
     }
     case wire::Request::kStat:
-      HandleStat(resp->mutable_stat());
+      Stat(resp->mutable_stat());
       if (req.stat().has_moves_since_us()) {
         // At most the mover's history (65,536 moves): well within a frame.
         for (const auto& m : store_->RecentMoves(req.stat().moves_since_us())) {
@@ -434,7 +434,7 @@ void StoreService::HandleGet(std::uint64_t session, const wire::GetRequest& req,
   }
 }
 
-void StoreService::HandleStat(wire::StatReply* reply) {
+void StoreService::Stat(wire::StatReply* reply) {
   StoreStats s = store_->Stats();
   for (const auto& t : s.tiers) {
     auto* w = reply->add_tiers();

@@ -35,10 +35,11 @@ class StoreService final : public transport::RequestHandler {
   void set_transport(const transport::UnixServer* server) { transport_ = server; }
   // Plans (RegisterPlan, Progress, UnregisterPlan); without it those get UNIMPLEMENTED.
   void set_plans(PlanRegistry* plans) { plans_ = plans; }
+  // What `tierpool stat` shows; /metrics renders the same reply. Safe from any thread.
+  void Stat(wire::StatReply* reply);
 
  private:
   void HandleGet(std::uint64_t session, const wire::GetRequest& req, wire::GetReply* reply);
-  void HandleStat(wire::StatReply* reply);
   // PERMISSION_DENIED when the request names a namespace the connection's user may not use.
   Status CheckNamespaces(const transport::PeerCredentials& peer, const wire::Request& request);
 

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "common/units.h"
+#include "store/metrics_server.h"
 #include "store/server_config.h"
 #include "store/snapshot.h"
 
@@ -77,6 +78,23 @@ int main(int argc, char** argv) {
   }
   (*store)->Start();
   plans.Start();
+  MetricsServer metrics(config->metrics, [&service](wire::StatReply* r) { service.Stat(r); });
+  if (Status s = metrics.Start(); !s.ok()) {
+    if (config->metrics_required) {
+      spdlog::critical("{}", s.ToString());
+      server.Stop();
+      plans.Stop();
+      (*store)->Stop();
+      return 1;
+    }
+    spdlog::warn(
+        "{}; serving without /metrics and /health (--metrics-listen chooses another "
+        "address)",
+        s.ToString());
+  } else if (config->metrics.enabled()) {
+    spdlog::info("metrics and health on http://{}/metrics and /health (port {})",
+                 config->metrics.listen, metrics.port());
+  }
   spdlog::info("tierpoold {} listening on {} (dram {}, hbm {})", TIERPOOL_VERSION,
                config->transport.socket_path, FormatBytes(config->dram.capacity),
                FormatBytes(config->hbm.capacity));
@@ -90,6 +108,7 @@ int main(int argc, char** argv) {
     if (sig < 0) ::malloc_trim(0);
   }
   spdlog::info("signal {}: shutting down", sig);
+  metrics.set_shutting_down();
   server.Stop();
   plans.Stop();
   if (!config->persist_dir.empty()) {
@@ -101,6 +120,7 @@ int main(int argc, char** argv) {
       spdlog::error("snapshot to {} failed: {}", config->persist_dir, saved.status().ToString());
     }
   }
+  metrics.Stop();
   (*store)->Stop();
   return 0;
 }

@@ -2,6 +2,7 @@
 #include <unistd.h>
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "client/stats_json.h"
 #include "client/tool/bench.h"
@@ -47,14 +49,58 @@ every command takes --socket PATH (default $TIERPOOL_SOCKET or )"
                                R"( and --ns NAMESPACE (default "default").
 )";
 
-// Replaces this process with a binary that sits beside it, passing argv[first..].
-int ExecSibling(const std::string& name, int argc, char** argv, int first) {
+// The tool's own flags that take a value: what follows one is not a command word.
+bool TakesValue(const std::string& flag) {
+  static const std::set<std::string> kFlags = {"--socket", "--ns",   "--durability", "--kind",
+                                               "--dtype",  "--tier", "--to",         "--seconds"};
+  return kFlags.count(flag) != 0;
+}
+
+// The indices of argv's positional words (the command, its subcommand, their arguments), with
+// flags allowed anywhere: `tierpool --socket S bench nvme --json` is `bench nvme`.
+std::vector<int> Positionals(int argc, char** argv) {
+  std::vector<int> out;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      for (++i; i < argc; ++i) out.push_back(i);
+      break;
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      if (TakesValue(a)) ++i;  // "--flag value"; "--flag=value" is one word
+      continue;
+    }
+    out.push_back(i);
+  }
+  return out;
+}
+
+// argv without the words at `drop` and, when `server_flags` is false, without --socket and
+// --ns (the sibling talks to no server and would refuse them).
+std::vector<std::string> ArgsFor(int argc, char** argv, const std::vector<int>& drop,
+                                 bool server_flags) {
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    if (std::find(drop.begin(), drop.end(), i) != drop.end()) continue;
+    const std::string a = argv[i];
+    if (!server_flags && (a == "--socket" || a == "--ns")) {
+      ++i;
+      continue;
+    }
+    if (!server_flags && (a.rfind("--socket=", 0) == 0 || a.rfind("--ns=", 0) == 0)) continue;
+    out.push_back(a);
+  }
+  return out;
+}
+
+// Replaces this process with a binary that sits beside it, passing `args`.
+int ExecSibling(const std::string& name, std::vector<std::string> args) {
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::string path = self.substr(0, self.rfind('/') + 1) + name;
-  std::vector<char*> args = {path.data()};
-  for (int i = first; i < argc; ++i) args.push_back(argv[i]);
-  args.push_back(nullptr);
-  ::execv(path.c_str(), args.data());
+  std::vector<char*> argv = {path.data()};
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(path.c_str(), argv.data());
   std::cerr << "tierpool: cannot run " << path << ": " << std::strerror(errno) << "\n";
   return 1;
 }
@@ -78,18 +124,31 @@ Result<std::string> ReadInput(const std::string& path) {
 int main(int argc, char** argv) {
   // `tierpool bench nvme ...` (the nvme tier in-process against fio) and the schedule, plan and
   // replay commands live in sibling binaries, so this tool links neither the tiers nor ONNX.
-  if (argc >= 3 && std::string(argv[1]) == "bench" && std::string(argv[2]) == "nvme") {
-    return ExecSibling("tierpool-nvme-bench", argc, argv, 3);
-  }
-  if (argc >= 2 && std::string(argv[1]) == "replay") {
-    for (int i = 2; i < argc; ++i) {
-      if (std::string(argv[i]) == "--live")
-        return ExecSibling("tierpool-live-replay", argc, argv, 2);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--version") {
+      std::cout << "tierpool " << TIERPOOL_VERSION << "\n";
+      return 0;
     }
   }
-  if (argc >= 2 && (std::string(argv[1]) == "schedule" || std::string(argv[1]) == "replay" ||
-                    std::string(argv[1]) == "plan")) {
-    return ExecSibling("tierpool-schedule", argc, argv, 1);
+  // Global flags may come before the command: the command is the first positional word.
+  const std::vector<int> words = Positionals(argc, argv);
+  const std::string first = words.empty() ? "" : argv[words[0]];
+  const std::string second = words.size() < 2 ? "" : argv[words[1]];
+  if (first == "bench" && second == "nvme") {
+    return ExecSibling("tierpool-nvme-bench", ArgsFor(argc, argv, {words[0], words[1]}, false));
+  }
+  if (first == "replay") {
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--live") {
+        return ExecSibling("tierpool-live-replay", ArgsFor(argc, argv, {words[0]}, true));
+      }
+    }
+  }
+  if (first == "schedule" || first == "replay" || first == "plan") {
+    // tierpool-schedule reads the command word itself: it goes first.
+    std::vector<std::string> args = ArgsFor(argc, argv, {words[0]}, false);
+    args.insert(args.begin(), first);
+    return ExecSibling("tierpool-schedule", std::move(args));
   }
   if (argc < 2 || std::string(argv[1]) == "help") {
     std::cout << kUsage;
@@ -105,6 +164,7 @@ int main(int argc, char** argv) {
   // clang-format off
   opts.add_options()
     ("help,h", "print help")
+    ("version", "print the version")
     ("socket", po::value(&socket)->default_value(DefaultSocketPath()), "tierpoold's socket")
     ("ns", po::value(&ns)->default_value("default"), "namespace")
     ("json", po::bool_switch(&as_json), "print JSON")

@@ -163,5 +163,28 @@ TEST_F(ClientApi, CommandLineTool) {
   EXPECT_EQ(rc, 2);
 }
 
+// Global flags before the command reach the commands that run a sibling binary (they used to
+// turn `bench nvme` into the tool's own usage message).
+TEST_F(ClientApi, FlagsMayComeBeforeAnyCommand) {
+  const std::string tool = TIERPOOL_CLI_PATH;
+  const std::string sock = " --socket " + server_->socket() + " ";
+  int rc;
+  std::string o = RunShell(tool + sock + "--ns x bench nvme --help", &rc);
+  EXPECT_EQ(rc, 0) << o;
+  EXPECT_NE(o.find("--block-size"), std::string::npos) << o;  // nvme bench's own help
+  o = RunShell(tool + sock + "schedule --help", &rc);
+  EXPECT_EQ(rc, 0) << o;
+  EXPECT_NE(o.find("from-onnx"), std::string::npos) << o;
+  o = RunShell(tool + " --socket=" + server_->socket() + " plan --help", &rc);
+  EXPECT_EQ(rc, 0) << o;
+  EXPECT_NE(o.find("from-onnx"), std::string::npos) << o;
+  o = RunShell(tool + sock + "--json stat", &rc);
+  ASSERT_EQ(rc, 0) << o;
+  EXPECT_TRUE(nlohmann::json::accept(o)) << o;
+  o = RunShell(tool + " --version", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(o.rfind("tierpool ", 0), 0u) << o;
+}
+
 }  // namespace
 }  // namespace tierpool::testing

@@ -1,0 +1,173 @@
+#include "store/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <utility>  // before Boost.Asio
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "store/metrics_server.h"
+#include "tierpool/types.h"
+
+namespace tierpool {
+namespace {
+
+wire::StatReply SampleStat() {
+  wire::StatReply s;
+  s.set_server_version("9.9.9");
+  s.set_uptime_ms(1500);
+  auto* t = s.add_tiers();
+  t->set_tier(wire::Tier(static_cast<int>(TierKind::kDram)));
+  t->set_capacity(1 << 20);
+  t->set_used_bytes(4096);
+  t->set_state("ok");
+  auto add = [&s](const std::string& n, std::uint64_t v) {
+    auto* c = s.add_counters();
+    c->set_name(n);
+    c->set_value(v);
+  };
+  add("puts", 7);
+  add("bytes_put", 28672);
+  add("objects", 5);
+  add("link_dram_nvme_bytes", 100);
+  add("link_dram_nvme_queued", 2);
+  add("ns_team_a_quota_bytes", 1000);
+  add("ns_team_a_bytes", 10);
+  auto* j = s.add_jobs();
+  j->set_id(3);
+  j->set_name("gpt \"small\"");
+  j->set_ns("train");
+  auto* c = j->add_counters();
+  c->set_name("late_wait_us");
+  c->set_value(2500000);
+  c = j->add_counters();
+  c->set_name("hits");
+  c->set_value(11);
+  return s;
+}
+
+TEST(Metrics, NamesFollowPrometheusConventions) {
+  const std::string text = PrometheusText(SampleStat());
+  EXPECT_NE(text.find("# TYPE tierpool_puts_total counter\ntierpool_puts_total 7\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tierpool_put_bytes_total 28672\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE tierpool_objects gauge\ntierpool_objects 5\n"), std::string::npos);
+  EXPECT_NE(text.find("tierpool_tier_used_bytes{tier=\"dram\"} 4096\n"), std::string::npos);
+  EXPECT_NE(text.find("tierpool_tier_state{tier=\"dram\",state=\"ok\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("tierpool_link_bytes_total{from=\"dram\",to=\"nvme\"} 100\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE tierpool_link_queued gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("tierpool_namespace_quota_bytes{namespace=\"team_a\"} 1000\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tierpool_namespace_bytes{namespace=\"team_a\"} 10\n"), std::string::npos);
+  // Microseconds become seconds; label values are escaped.
+  EXPECT_NE(text.find("tierpool_job_late_wait_seconds_total{job=\"gpt \\\"small\\\"\","
+                      "namespace=\"train\",id=\"3\"} 2.5\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tierpool_build_info{version=\"9.9.9\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("tierpool_uptime_seconds 1.5\n"), std::string::npos);
+  // Each family's HELP and TYPE come once, before its samples.
+  std::size_t first = text.find("# TYPE tierpool_tier_used_bytes");
+  EXPECT_EQ(text.find("# TYPE tierpool_tier_used_bytes", first + 1), std::string::npos);
+}
+
+TEST(Metrics, HealthSaysWhy) {
+  wire::StatReply s = SampleStat();
+  Health h = CheckHealth(s, false);
+  EXPECT_TRUE(h.ok);
+  EXPECT_EQ(h.status, "ok");
+  auto* nvme = s.add_tiers();
+  nvme->set_tier(wire::Tier(static_cast<int>(TierKind::kNvme)));
+  nvme->set_state("degraded");
+  nvme->set_read_errors(3);
+  h = CheckHealth(s, false);
+  EXPECT_FALSE(h.ok);
+  EXPECT_EQ(h.status, "degraded");
+  ASSERT_EQ(h.reasons.size(), 1u);
+  EXPECT_NE(h.reasons[0].find("nvme is degraded (3 read errors"), std::string::npos);
+  h = CheckHealth(SampleStat(), true);
+  EXPECT_FALSE(h.ok);
+  EXPECT_EQ(nlohmann::json::parse(h.ToJson())["status"], "shutting_down");
+}
+
+TEST(Metrics, ListenAddresses) {
+  std::string host;
+  std::uint16_t port = 0;
+  EXPECT_TRUE(ParseListenAddress("127.0.0.1:9464", &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 9464);
+  EXPECT_TRUE(ParseListenAddress("[::1]:0", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  for (const char* bad : {"9464", ":9464", "localhost:9464", "127.0.0.1:", "127.0.0.1:70000",
+                          "127.0.0.1:x", "[::1]9464", "[::1"}) {
+    EXPECT_FALSE(ParseListenAddress(bad, &host, &port).ok()) << bad;
+  }
+  EXPECT_TRUE(MetricsServerConfig{"off"}.validate().ok());
+}
+
+namespace http = boost::beast::http;
+
+// A raw request to the server; returns the status line's code and the body (or -1 when the
+// server closed without answering).
+std::pair<int, std::string> Fetch(std::uint16_t port, const std::string& raw) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket sock(io);
+  sock.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  boost::asio::write(sock, boost::asio::buffer(raw));
+  boost::beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  boost::beast::error_code ec;
+  http::read(sock, buf, res, ec);
+  if (ec) return {-1, ec.message()};
+  return {static_cast<int>(res.result_int()), res.body()};
+}
+
+TEST(MetricsServer, ServesMetricsAndHealthAndRefusesTheRest) {
+  int scrapes = 0;
+  MetricsServer server(MetricsServerConfig{"127.0.0.1:0"}, [&](wire::StatReply* r) {
+    ++scrapes;
+    *r = SampleStat();
+  });
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_NE(server.port(), 0);
+  auto [code, body] = Fetch(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(code, 200);
+  EXPECT_NE(body.find("tierpool_puts_total 7"), std::string::npos);
+  std::tie(code, body) = Fetch(server.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(code, 200);
+  EXPECT_EQ(nlohmann::json::parse(body)["status"], "ok");
+  EXPECT_EQ(Fetch(server.port(), "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n").first, 404);
+  EXPECT_EQ(
+      Fetch(server.port(), "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").first,
+      405);
+  // A header past the request limit is refused; the server goes on serving.
+  std::string huge =
+      "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(20000, 'a') + "\r\n\r\n";
+  EXPECT_NE(Fetch(server.port(), huge).first, 200);
+  EXPECT_EQ(Fetch(server.port(), "garbage\r\n\r\n").first, 400);
+  server.set_shutting_down();
+  std::tie(code, body) = Fetch(server.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(code, 503);
+  EXPECT_EQ(nlohmann::json::parse(body)["status"], "shutting_down");
+  EXPECT_GE(scrapes, 3);
+  server.Stop();
+}
+
+TEST(MetricsServer, AnAddressInUseIsAnError) {
+  MetricsServer a(MetricsServerConfig{"127.0.0.1:0"}, [](wire::StatReply*) {});
+  ASSERT_TRUE(a.Start().ok());
+  MetricsServer b(MetricsServerConfig{"127.0.0.1:" + std::to_string(a.port())},
+                  [](wire::StatReply*) {});
+  Status s = b.Start();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+}
+
+}  // namespace
+}  // namespace tierpool

@@ -1,13 +1,13 @@
 #include "store/server_config.h"
 
 #include <boost/program_options.hpp>
-#include <fstream>
 #include <iostream>
 
 #include "common/defaults.h"
 #include "common/logging.h"
 #include "common/option_errors.h"
 #include "common/units.h"
+#include "store/config_file.h"
 
 namespace tierpool {
 
@@ -40,7 +40,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   opts.add_options()
     ("help,h", "print this help")
     ("version", "print the version")
-    ("config", po::value(&config_file), "read options from this file (key = value lines)")
+    ("config", po::value(&config_file),
+     "read options from this TOML file: one key per flag, without the dashes (flags win)")
+    ("print-config", "print the effective configuration (defaults, file and flags) as TOML and exit")
     ("socket", po::value(&c.transport.socket_path)->default_value(DefaultSocketPath()),
      "Unix socket to listen on")
     ("socket-mode", po::value(&socket_mode)->default_value("0600"), "permissions of the socket (octal)")
@@ -116,13 +118,21 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("config")) {
-      std::ifstream in(vm["config"].as<std::string>());
-      if (!in) {
-        return Status::NotFound("cannot read config file " + vm["config"].as<std::string>());
-      }
-      po::store(po::parse_config_file(in, opts), vm);  // flags given first win
+  } catch (const po::error& e) {
+    return Status::InvalidArgument(OptionErrorMessage(e) + " (see tierpoold --help)");
+  }
+  if (vm.count("config")) {
+    const std::string file = vm["config"].as<std::string>();
+    auto args = ConfigFileArgs(file, opts);
+    if (!args.ok()) return args.status();
+    try {
+      // Stored after the command line: a flag given there wins.
+      po::store(po::command_line_parser(*args).options(opts).run(), vm);
+    } catch (const po::error& e) {
+      return Status::InvalidArgument("config file " + file + ": " + OptionErrorMessage(e));
     }
+  }
+  try {
     po::notify(vm);
   } catch (const po::error& e) {
     return Status::InvalidArgument(OptionErrorMessage(e) + " (see tierpoold --help)");
@@ -186,6 +196,10 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   c.service.max_frame_bytes = c.transport.max_frame_bytes;
   c.service.inline_threshold_bytes = *it;
   TIERPOOL_RETURN_IF_ERROR(c.validate());
+  if (vm.count("print-config")) {
+    std::cout << ConfigAsToml(opts, vm, {"help", "version", "config", "print-config"});
+    *exit_now = true;
+  }
   return c;
 }
 

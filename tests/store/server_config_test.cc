@@ -53,15 +53,70 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
   }
 }
 
-TEST(ServerConfig, ReadsAConfigFile) {
-  std::string path = ::testing::TempDir() + "/tierpoold.conf";
-  std::ofstream(path) << "dram = 32M\nhbm = 8M\n";
+TEST(ServerConfig, ReadsATomlConfigFile) {
+  std::string path = ::testing::TempDir() + "/tierpoold.toml";
+  std::ofstream(path) << "# a comment\ndram = \"32M\"\nhbm = \"8M\"\nio-threads = 3\n"
+                         "hbm-high-watermark = 0.8\nno-populate = true\n"
+                         "verify-commits = true\nmetrics-listen = \"off\"\n";
   bool exit_now;
   auto c = Parse({"--config", path.c_str(), "--hbm", "4M"}, &exit_now);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->dram.capacity, 32ull << 20);
   EXPECT_EQ(c->hbm.capacity, 4ull << 20);  // the flag wins over the file
-  EXPECT_FALSE(Parse({"--config", "/nonexistent/x.conf"}, &exit_now).ok());
+  EXPECT_EQ(c->transport.io_threads, 3u);
+  EXPECT_DOUBLE_EQ(c->hbm_watermarks.high, 0.8);
+  EXPECT_FALSE(c->dram.populate);
+  EXPECT_TRUE(c->store.verify_commits);
+  EXPECT_FALSE(c->metrics.enabled());
+  EXPECT_EQ(Parse({"--config", "/nonexistent/x.toml"}, &exit_now).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(ServerConfig, BadConfigFilesNameTheKeyOrLine) {
+  std::string path = ::testing::TempDir() + "/bad.toml";
+  bool exit_now;
+  struct Case {
+    const char* text;
+    const char* says;
+  };
+  for (const Case& k :
+       {Case{"dram = \"32M\"\ndramm = \"1G\"\n", "key 'dramm' is not"},
+        Case{"io-threads = \"many\"\n", "io-threads"}, Case{"dram = \"lots\"\n", "--dram"},
+        Case{"[dram]\ncapacity = 1\n", "key 'dram'"},
+        Case{"dram = [1, 2]\n", "expected a string, a number"},
+        Case{"no-populate = \"yes\"\n", "is a switch"},
+        Case{"config = \"other.toml\"\n", "key 'config' is not"}, Case{"dram = 32M\n", "line 1"},
+        Case{"socket = \"a\"\nsocket = \"b\"\n", "line 2"}}) {
+    std::ofstream(path, std::ios::trunc) << k.text;
+    auto c = Parse({"--config", path.c_str()}, &exit_now);
+    ASSERT_FALSE(c.ok()) << k.text;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << k.text;
+    EXPECT_NE(c.status().message().find(k.says), std::string::npos)
+        << k.text << " -> " << c.status().ToString();
+  }
+}
+
+TEST(ServerConfig, PrintConfigReadsBackAsTheSameConfiguration) {
+  bool exit_now;
+  ::testing::internal::CaptureStdout();
+  auto c = Parse({"--dram", "48M", "--hbm-low-watermark", "0.5", "--no-populate", "--print-config"},
+                 &exit_now);
+  std::string printed = ::testing::internal::GetCapturedStdout();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(exit_now);
+  EXPECT_NE(printed.find("dram = '48M'"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("no-populate = true"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("max-pins-per-client = 262144"), std::string::npos) << printed;
+  std::string path = ::testing::TempDir() + "/printed.toml";
+  std::ofstream(path, std::ios::trunc) << printed;
+  auto back = Parse({"--config", path.c_str()}, &exit_now);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << printed;
+  EXPECT_FALSE(exit_now);
+  EXPECT_EQ(back->dram.capacity, 48ull << 20);
+  EXPECT_DOUBLE_EQ(back->hbm_watermarks.low, 0.5);
+  EXPECT_FALSE(back->dram.populate);
+  EXPECT_EQ(back->transport.socket_path, c->transport.socket_path);
+  EXPECT_EQ(back->metrics.listen, c->metrics.listen);
 }
 
 // Found by fuzzing: Boost.Program_options' what() loops forever when a value or an option name
@@ -70,7 +125,9 @@ TEST(ServerConfig, PlaceholdersInValuesAndNamesAreErrorsNotHangs) {
   std::string path = ::testing::TempDir() + "/placeholder.conf";
   bool exit_now;
   for (const char* text : {"io-threads = %value%\n", "%canonical_option% = 1\n",
-                           "max-connections = %original_token%\n", "%prefix%x = 2\n"}) {
+                           "max-connections = %original_token%\n", "%prefix%x = 2\n",
+                           "io-threads = \"%value%\"\n", "\"%canonical_option%\" = 1\n",
+                           "max-connections = \"%original_token%\"\n", "\"%prefix%x\" = 2\n"}) {
     std::ofstream(path) << text;
     auto c = Parse({"--config", path.c_str()}, &exit_now);
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << text;

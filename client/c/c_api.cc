@@ -102,6 +102,8 @@ void FillMeta(const tierpool::ObjectMeta& m, tp_object_meta* out) {
 
 }  // namespace
 
+// The C ABI is the library's public interface too (tierpool/export.h).
+#pragma GCC visibility push(default)
 extern "C" {
 
 const char* tp_code_name(int code) {
@@ -435,3 +437,4 @@ tp_code tp_plan_unregister(tp_plan* p, char** error) {
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

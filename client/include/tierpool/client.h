@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "tierpool/export.h"
 #include "tierpool/status.h"
 #include "tierpool/types.h"
 
@@ -136,7 +137,7 @@ struct ServerStats {
 // A pinned, read-only object the caller reads in place. The server will not move or free it
 // until the view is released (on destruction, or Release()) or the connection closes, however
 // long it is held.
-class ObjectView {
+class TIERPOOL_EXPORT ObjectView {
  public:
   ObjectView() = default;
   ObjectView(ObjectView&&) noexcept;
@@ -160,7 +161,7 @@ class ObjectView {
 
 // Room for one object, reserved in shared memory: write the bytes at data(), then Commit().
 // Destroying it uncommitted aborts the reservation.
-class WriteReservation {
+class TIERPOOL_EXPORT WriteReservation {
  public:
   WriteReservation() = default;
   WriteReservation(WriteReservation&&) noexcept;
@@ -204,7 +205,7 @@ struct PlanRegistration {
 
 // A registered plan. It holds a connection of its own: the plan lives while the handle does
 // (or until Unregister), and the server drops it if the process dies.
-class PlanHandle {
+class TIERPOOL_EXPORT PlanHandle {
  public:
   PlanHandle() = default;
   PlanHandle(PlanHandle&&) noexcept;
@@ -223,7 +224,7 @@ class PlanHandle {
   std::uint64_t job_id_ = 0;
 };
 
-class Client {
+class TIERPOOL_EXPORT Client {
  public:
   static Result<std::unique_ptr<Client>> Connect(ClientOptions options = {});
   ~Client();

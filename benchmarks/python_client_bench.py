@@ -92,9 +92,10 @@ class CApi:
                 ("put", "zero_copy"): zput, ("get", "zero_copy"): zget}
 
 
-def python_rows(client, budget, capi=None):
+def python_rows(client, budget, capi=None, ref_first=False):
     """The Python rows and, with ``capi``, each single-object case through the C ABI measured
-    right after it (the same seconds of a noisy machine, the same buffers)."""
+    right beside it (the same seconds of a noisy machine, the same buffers; ``ref_first``
+    measures the reference first, so that rounds alternate the order)."""
     rows, ref = [], []
     for size in SIZES:
         src = (np.arange(size, dtype=np.uint64) * 131 + 7).astype(np.uint8)
@@ -104,9 +105,12 @@ def python_rows(client, budget, capi=None):
         ref_ops = capi.ops(size, src, dst) if capi else {}
 
         def add(op, path, fn):
+            reference = ref_ops.get((op, path))
+            if reference and ref_first:
+                ref.append(row(size, op, path, measure(budget, n, reference)))
             rows.append(row(size, op, path, measure(budget, n, fn)))
-            if (op, path) in ref_ops:
-                ref.append(row(size, op, path, measure(budget, n, ref_ops[op, path])))
+            if reference and not ref_first:
+                ref.append(row(size, op, path, measure(budget, n, reference)))
         add("put", "copy", lambda: client.put(key, src, durability="cache"))
         add("get", "copy", lambda: client.get_into(key, dst))
         assert np.array_equal(src, dst), "bytes read back differ"
@@ -151,14 +155,14 @@ def main():
                                         "libtierpool.so.0")
     capi = CApi(library, a.socket) if os.path.exists(library) else None
     cpp, py, cref = {}, {}, {}
-    for _ in range(a.rounds):
+    for round_ in range(a.rounds):
         cmd = [a.tool, "bench", "--json", "--seconds", str(a.seconds)]
         if a.socket:
             cmd += ["--socket", a.socket]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         for r in json.loads(out):
             cpp.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
-        rows, ref = python_rows(client, a.seconds, capi)
+        rows, ref = python_rows(client, a.seconds, capi, ref_first=round_ % 2 == 1)
         for r in rows:
             py.setdefault((r["size"], r["op"], r["path"]), []).append(r["gbps"])
         for r in ref:

@@ -50,6 +50,9 @@ const std::map<std::string_view, std::string_view> kHelp = {
     {"tierpool_job_iteration", "the iteration the job last reported"},
     {"tierpool_job_step", "the step the job last reported"},
     {"tierpool_job_pending_prefetches", "prefetches waiting for room in the budget"},
+    {"tierpool_request_duration_seconds",
+     "server time per request by operation and size class (a batch once, by its total bytes)"},
+    {"tierpool_move_duration_seconds", "time per move between tiers, from start to end"},
 };
 
 std::string EscapeLabel(std::string_view v) {
@@ -84,10 +87,16 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 class Exposition {
  public:
   void Add(const std::string& family, const char* type, const Labels& labels, double value) {
+    AddSample(family, type, family, labels, value);
+  }
+
+  // A sample whose name differs from its family's (a histogram's _bucket, _sum, _count).
+  void AddSample(const std::string& family, const char* type, const std::string& sample,
+                 const Labels& labels, double value) {
     auto [it, fresh] = index_.try_emplace(family, families_.size());
     if (fresh) families_.push_back({family, type, {}});
     std::ostringstream line;
-    line << family;
+    line << sample;
     if (!labels.empty()) {
       line << '{';
       for (std::size_t i = 0; i < labels.size(); ++i) {
@@ -145,6 +154,34 @@ class Exposition {
   std::vector<Family> families_;
   std::map<std::string, std::size_t> index_;
 };
+
+std::string FormatDouble(double v) {
+  char num[32];
+  auto [end, ec] = std::to_chars(num, num + sizeof(num), v);
+  return std::string(num, static_cast<std::size_t>(end - num));
+}
+
+void AddHistogram(Exposition& e, const wire::LatencyHistogram& h) {
+  const bool move = h.op() == "move";
+  const std::string family =
+      move ? "tierpool_move_duration_seconds" : "tierpool_request_duration_seconds";
+  Labels labels =
+      move ? Labels{{"from", h.from_tier()}, {"to", h.to_tier()}}
+           : Labels{{"op", h.op()},
+                    {"size_le_bytes", h.size_le_bytes() == 0 ? std::string("+Inf")
+                                                             : std::to_string(h.size_le_bytes())}};
+  std::uint64_t cumulative = 0;
+  for (int i = 0; i < h.counts_size(); ++i) {
+    cumulative += h.counts(i);
+    Labels with_le = labels;
+    with_le.emplace_back("le", i < h.bounds_us_size()
+                                   ? FormatDouble(static_cast<double>(h.bounds_us(i)) / 1e6)
+                                   : std::string("+Inf"));
+    e.AddSample(family, "histogram", family + "_bucket", with_le, static_cast<double>(cumulative));
+  }
+  e.AddSample(family, "histogram", family + "_sum", labels, static_cast<double>(h.sum_us()) / 1e6);
+  e.AddSample(family, "histogram", family + "_count", labels, static_cast<double>(h.count()));
+}
 
 std::string TierLabel(wire::Tier t) { return std::string(TierName(static_cast<TierKind>(t))); }
 
@@ -211,6 +248,7 @@ std::string PrometheusText(const wire::StatReply& stat) {
     }
     e.AddCounter("tierpool_", c.name(), kGauges.count(c.name()) != 0, {}, c.value());
   }
+  for (const auto& h : stat.latencies()) AddHistogram(e, h);
   for (const auto& j : stat.jobs()) {
     const Labels l = {{"job", j.name()}, {"namespace", j.ns()}, {"id", std::to_string(j.id())}};
     e.Add("tierpool_job_hbm_budget_bytes", "gauge", l, static_cast<double>(j.hbm_budget_bytes()));

@@ -186,6 +186,7 @@ void Mover::Finish(Link* link, Op* raw, Status status) {
     --link->stats.inflight_ops;
     link->stats.inflight_bytes -= op->request.info.size;
     link->stats.busy_us += result.finished_us - result.started_us;
+    link->stats.latency.Record(result.finished_us - result.started_us);
     if (result.status.ok()) {
       ++link->stats.completed;
       link->stats.bytes += op->request.info.size;

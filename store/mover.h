@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/latency_histogram.h"
 #include "common/status.h"
 #include "tiers/tier.h"
 
@@ -88,6 +89,7 @@ struct LinkStats {
   std::uint64_t queued = 0;   // now
   std::uint64_t inflight_ops = 0;
   std::uint64_t inflight_bytes = 0;
+  LatencySnapshot latency;  // of completed and failed operations, from start to end
 };
 
 class Mover {

@@ -171,6 +171,48 @@ Status StoreService::CheckNamespaces(const transport::PeerCredentials& peer,
 
 bool StoreService::Handle(std::uint64_t session, const transport::PeerCredentials& peer,
                           const wire::Request& req, wire::Response* resp, std::vector<int>* fds) {
+  const auto started = std::chrono::steady_clock::now();
+  const bool reply = HandleRequest(session, peer, req, resp, fds);
+  RecordLatency(req, *resp,
+                static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - started)
+                                               .count()));
+  return reply;
+}
+
+// A batch counts once, in the size class of its total bytes. A commit's size is not in the
+// request: commits are one class ("any size", the last).
+void StoreService::RecordLatency(const wire::Request& req, const wire::Response& resp,
+                                 std::uint64_t took_us) {
+  std::uint64_t bytes = 0;
+  LatencyOp op;
+  switch (req.body_case()) {
+    case wire::Request::kPutInline:
+      op = kPutOp;
+      for (const auto& item : req.put_inline().items()) bytes += item.data().size();
+      break;
+    case wire::Request::kGet:
+      if (req.get().mode() == wire::META) return;
+      op = kGetOp;
+      for (const auto& item : resp.get().items()) bytes += item.meta().size();
+      break;
+    case wire::Request::kReserve:
+      op = kReserveOp;
+      for (const auto& item : req.reserve().items()) bytes += item.size();
+      break;
+    case wire::Request::kCommit:
+      op = kCommitOp;
+      bytes = ~std::uint64_t{0};
+      break;
+    default:
+      return;
+  }
+  latency_[op][SizeClassOf(bytes)].Record(took_us);
+}
+
+bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCredentials& peer,
+                                 const wire::Request& req, wire::Response* resp,
+                                 std::vector<int>* fds) {
   if (Status s = CheckNamespaces(peer, req); !s.ok()) {
     ToWire(s, resp->mutable_status());
     return true;
@@ -543,6 +585,30 @@ void StoreService::Stat(wire::StatReply* reply) {
                                      std::chrono::steady_clock::now() - started_)
                                      .count()));
   reply->set_server_version(TIERPOOL_VERSION);
+  auto add_histogram = [reply](const char* op, std::uint64_t size_le, const LatencySnapshot& snap) {
+    auto* h = reply->add_latencies();
+    h->set_op(op);
+    h->set_size_le_bytes(size_le);
+    for (auto b : kLatencyBoundsUs) h->add_bounds_us(b);
+    for (auto c : snap.counts) h->add_counts(c);
+    h->set_sum_us(snap.sum_us);
+    h->set_count(snap.count);
+    return h;
+  };
+  static constexpr const char* kOpNames[kLatencyOps] = {"put", "get", "reserve", "commit"};
+  for (int op = 0; op < kLatencyOps; ++op) {
+    for (std::size_t c = 0; c < kSizeClasses; ++c) {
+      const LatencySnapshot snap = latency_[op][c].Read();
+      if (snap.count == 0) continue;
+      add_histogram(kOpNames[op], c < kSizeClassBounds.size() ? kSizeClassBounds[c] : 0, snap);
+    }
+  }
+  for (const auto& l : s.links) {
+    if (l.latency.count == 0) continue;
+    auto* h = add_histogram("move", 0, l.latency);
+    h->set_from_tier(std::string(TierName(l.from)));
+    h->set_to_tier(std::string(TierName(l.to)));
+  }
 }
 
 void StoreService::OnDisconnect(std::uint64_t session_id) {

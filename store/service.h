@@ -1,10 +1,12 @@
 // Maps wire requests onto the ObjectStore: the server's RequestHandler.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 
+#include "common/latency_histogram.h"
 #include "store/namespace_policy.h"
 #include "store/object_store.h"
 #include "store/plan_binding.h"
@@ -39,6 +41,11 @@ class StoreService final : public transport::RequestHandler {
   void Stat(wire::StatReply* reply);
 
  private:
+  // What Handle does; Handle times it for the latency histograms.
+  bool HandleRequest(std::uint64_t session_id, const transport::PeerCredentials& peer,
+                     const wire::Request& request, wire::Response* response, std::vector<int>* fds);
+  void RecordLatency(const wire::Request& request, const wire::Response& response,
+                     std::uint64_t took_us);
   void HandleGet(std::uint64_t session, const wire::GetRequest& req, wire::GetReply* reply);
   // PERMISSION_DENIED when the request names a namespace the connection's user may not use.
   Status CheckNamespaces(const transport::PeerCredentials& peer, const wire::Request& request);
@@ -49,6 +56,9 @@ class StoreService final : public transport::RequestHandler {
   PlanRegistry* plans_ = nullptr;
   const NamespacePolicy* policy_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // Request handling time by operation and size class (common/latency_histogram.h).
+  enum LatencyOp { kPutOp, kGetOp, kReserveOp, kCommitOp, kLatencyOps };
+  std::array<std::array<LatencyHistogram, kSizeClasses>, kLatencyOps> latency_;
 };
 
 }  // namespace tierpool

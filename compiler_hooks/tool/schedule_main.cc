@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "common/logging.h"
 #include "common/option_errors.h"
@@ -34,7 +35,7 @@ constexpr const char* kUsage = R"(usage:
   tierpool schedule from-torch --model MODULE:CALLABLE --input SHAPE [--input SHAPE ...]
                               [--optimizer adam|sgd|none] -o OUT.pb [--json OUT.json]
                               [--device NAME] [--python /usr/bin/python3]
-  tierpool schedule show SCHEDULE
+  tierpool schedule show SCHEDULE [--json OUT.json, or - for standard output]
   tierpool schedule convert SCHEDULE [-o OUT.pb] [--json OUT.json]
   tierpool plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json]
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
@@ -50,7 +51,12 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// "-" is standard output.
 Status WriteFile(const std::string& path, const std::string& data) {
+  if (path == "-") {
+    std::cout << data;
+    return std::cout ? Status::Ok() : Status::IoError("cannot write to standard output");
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << data;
   return out ? Status::Ok() : Status::IoError("cannot write " + path);
@@ -76,6 +82,32 @@ std::string Summary(const Schedule& s) {
     o << "  " << k << ": " << v.first << " tensors, " << FormatBytes(v.second) << "\n";
   }
   return o.str();
+}
+
+// What Summary says, for `schedule show --json`.
+std::string SummaryJson(const Schedule& s) {
+  Lifetimes lt(s);
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const auto& t : s.tensors()) {
+    auto& k = kinds[schedule::TensorKind_Name(t.kind())];
+    if (k.is_null()) k = {{"tensors", 0}, {"bytes", std::uint64_t{0}}};
+    k["tensors"] = k["tensors"].get<int>() + 1;
+    k["bytes"] = k["bytes"].get<std::uint64_t>() + t.size_bytes();
+  }
+  double total_us = 0;
+  for (const auto& st : s.steps()) total_us += st.compute_us();
+  return nlohmann::json{{"name", s.name()},
+                        {"source", s.source()},
+                        {"device", s.device()},
+                        {"repeats", s.repeats()},
+                        {"steps", s.steps_size()},
+                        {"tensors", s.tensors_size()},
+                        {"compute_us_per_iteration", total_us},
+                        {"peak_bytes_without_offload", lt.peak_bytes()},
+                        {"persistent_bytes", lt.persistent_bytes()},
+                        {"by_kind", kinds}}
+             .dump(2) +
+         "\n";
 }
 
 Status Emit(const Schedule& s, const std::string& out, const std::string& json) {
@@ -217,6 +249,10 @@ int main(int argc, char** argv) {
   if (cmd == "schedule" && args.size() == 3 && args[1] == "show") {
     auto s = LoadSchedule(args[2]);
     if (!s.ok()) return Fail(s.status());
+    if (!json.empty()) {  // --json FILE, or --json - for standard output
+      Status st = WriteFile(json, SummaryJson(*s));
+      return st.ok() ? 0 : Fail(st);
+    }
     std::cout << Summary(*s);
     return 0;
   }

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "prefetch/device_profile.h"
 
@@ -132,6 +133,31 @@ TEST_F(OnnxImporter, BadInputsGetClearErrors) {
   OnnxImportOptions o;
   o.dims["seq"] = 5;
   EXPECT_TRUE(ImportOnnx(file, o).ok());
+}
+
+// `schedule show` answers --json as every inspecting command does ("-": standard output), and
+// global flags may come first.
+TEST_F(OnnxImporter, ScheduleShowSpeaksJson) {
+  std::string file = Dir() + "/mlp_show.onnx", pb = Dir() + "/mlp_show.pb";
+  auto params = Export(
+      "torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))",
+      "torch.randn(4, 32)", file, "");
+  ASSERT_GT(params, 0);
+  const std::string cli = TIERPOOL_CLI_PATH;
+  ASSERT_EQ(
+      std::system((cli + " schedule from-onnx " + file + " -o " + pb + " >/dev/null").c_str()), 0);
+  FILE* p =
+      ::popen((cli + " --socket /nonexistent schedule show " + pb + " --json -").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_GT(j["steps"].get<int>(), 0);
+  EXPECT_EQ(j["by_kind"]["WEIGHT"]["bytes"].get<std::uint64_t>(),
+            static_cast<std::uint64_t>(params) * 4);
+  EXPECT_GT(j["peak_bytes_without_offload"].get<std::uint64_t>(), 0u);
 }
 
 }  // namespace

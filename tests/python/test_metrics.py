@@ -77,6 +77,23 @@ def test_metrics_count_known_traffic(metrics_server):
     assert after[("tierpool_connections_active", ())] >= 1
     assert after[("tierpool_uptime_seconds", ())] > 0
     assert any(n == "tierpool_build_info" for n, _ in after)
+    # Latency histograms: every put (inline, or reserve + commit) and get of this test counted.
+    assert types["tierpool_request_duration_seconds"] == "histogram"
+
+    def hist_delta(op, size):
+        key = ("tierpool_request_duration_seconds_count",
+               tuple(sorted({"op": op, "size_le_bytes": size}.items())))
+        return after.get(key, 0) - before.get(key, 0)
+    puts = hist_delta("put", "4096") + hist_delta("reserve", "4096")
+    assert puts == 10, puts
+    assert hist_delta("get", "4096") == 4
+    buckets = sorted(((float(dict(labels)["le"]), v) for (n, labels), v in after.items()
+                      if n == "tierpool_request_duration_seconds_bucket"
+                      and dict(labels)["op"] == "get" and dict(labels)["size_le_bytes"] == "4096"))
+    counts = [v for _, v in buckets]
+    assert counts == sorted(counts) and buckets[-1][0] == float("inf")
+    assert counts[-1] == after[("tierpool_request_duration_seconds_count",
+                                (("op", "get"), ("size_le_bytes", "4096")))]
 
 
 def test_health_and_http_errors(metrics_server):

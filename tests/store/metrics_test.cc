@@ -46,6 +46,22 @@ wire::StatReply SampleStat() {
   c = j->add_counters();
   c->set_name("hits");
   c->set_value(11);
+  auto* h = s.add_latencies();
+  h->set_op("get");
+  h->set_size_le_bytes(4096);
+  for (std::uint64_t b : {10, 100}) h->add_bounds_us(b);
+  for (std::uint64_t n : {3, 2, 1}) h->add_counts(n);
+  h->set_sum_us(250);
+  h->set_count(6);
+  h = s.add_latencies();
+  h->set_op("move");
+  h->set_from_tier("dram");
+  h->set_to_tier("nvme");
+  h->add_bounds_us(1000);
+  h->add_counts(0);
+  h->add_counts(1);
+  h->set_sum_us(2000);
+  h->set_count(1);
   return s;
 }
 
@@ -73,6 +89,23 @@ TEST(Metrics, NamesFollowPrometheusConventions) {
       << text;
   EXPECT_NE(text.find("tierpool_build_info{version=\"9.9.9\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("tierpool_uptime_seconds 1.5\n"), std::string::npos);
+  // Histograms: cumulative buckets in seconds, +Inf equal to the count.
+  EXPECT_NE(
+      text.find("# TYPE tierpool_request_duration_seconds histogram\n"
+                "tierpool_request_duration_seconds_bucket{op=\"get\",size_le_bytes=\"4096\","
+                "le=\"1e-05\"} 3\n"
+                "tierpool_request_duration_seconds_bucket{op=\"get\",size_le_bytes=\"4096\","
+                "le=\"1e-04\"} 5\n"
+                "tierpool_request_duration_seconds_bucket{op=\"get\",size_le_bytes=\"4096\","
+                "le=\"+Inf\"} 6\n"
+                "tierpool_request_duration_seconds_sum{op=\"get\",size_le_bytes=\"4096\"} "
+                "0.00025\n"
+                "tierpool_request_duration_seconds_count{op=\"get\",size_le_bytes=\"4096\"} 6\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tierpool_move_duration_seconds_count{from=\"dram\",to=\"nvme\"} 1\n"),
+            std::string::npos)
+      << text;
   // Each family's HELP and TYPE come once, before its samples.
   std::size_t first = text.find("# TYPE tierpool_tier_used_bytes");
   EXPECT_EQ(text.find("# TYPE tierpool_tier_used_bytes", first + 1), std::string::npos);

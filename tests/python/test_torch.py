@@ -27,31 +27,40 @@ class TinyGPT(torch.nn.Module):
         return self.head(self.blocks(h, mask=self.mask[: x.shape[1], : x.shape[1]]))
 
 
-def train(client, steps, offload_acts, offload_opt, seed=0):
-    torch.manual_seed(seed)
-    model = TinyGPT()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    acts = None
-    if offload_opt:
-        tt.offload_optimizer(opt, client, chunk_bytes=16 << 10)
-    g = torch.Generator().manual_seed(1)
+def run_steps(opt, acts, batches, forward):
+    """Training steps: forward(batch) -> loss (under ``acts`` when given), backward, step.
+    Returns the losses."""
     losses = []
-    for _ in range(steps):
-        x = torch.randint(0, 97, (4, 32), generator=g)
-        y = torch.randint(0, 97, (4, 32), generator=g)
-        if offload_acts:
-            acts = acts or tt.offload_activations(client, min_bytes=1024)
+    for batch in batches:
+        if acts is not None:
             with acts:
-                logits = model(x)
+                loss = forward(batch)
         else:
-            logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 97), y.reshape(-1))
+            loss = forward(batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     if acts is not None:
         acts.flush()
+    return losses
+
+
+def train(client, steps, offload_acts, offload_opt, seed=0):
+    torch.manual_seed(seed)
+    model = TinyGPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if offload_opt:
+        tt.offload_optimizer(opt, client, chunk_bytes=16 << 10)
+    acts = tt.offload_activations(client, min_bytes=1024) if offload_acts else None
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 97, (4, 32), generator=g),
+                torch.randint(0, 97, (4, 32), generator=g)) for _ in range(steps)]
+
+    def forward(batch):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(model(x).reshape(-1, 97), y.reshape(-1))
+    losses = run_steps(opt, acts, batches, forward)
     return losses, [p.detach().clone() for p in model.parameters()], acts, opt
 
 
@@ -229,21 +238,8 @@ def train_mlp(client, steps, plan=None, schedule=None, offload=True):
     g = torch.Generator().manual_seed(3)
     acts = tt.offload_activations(client, min_bytes=1 << 20, plan=plan, schedule=schedule,
                                   prefetch_bytes=0) if offload else None
-    losses = []
-    for _ in range(steps):
-        x = torch.randn(*MLP_INPUT, generator=g)
-        if acts is not None:
-            with acts:
-                loss = model(x).sum()
-        else:
-            loss = model(x).sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    if acts is not None:
-        acts.flush()
-    return losses, acts
+    batches = [torch.randn(*MLP_INPUT, generator=g) for _ in range(steps)]
+    return run_steps(opt, acts, batches, lambda x: model(x).sum()), acts
 
 
 def test_activation_plan_matches_what_autograd_saves(mlp_plan):

@@ -80,6 +80,19 @@ with tierpool.Client() as c:
     c.delete("layer1.activation")
 PY
 echo
+if [ "$started_here" = 1 ]; then
+  echo "==> 6. monitoring: /health and a few of the Prometheus metrics on 127.0.0.1:9464"
+  /usr/bin/python3 - <<'PY'
+import urllib.request
+base = "http://127.0.0.1:9464"
+print("    /health:", urllib.request.urlopen(base + "/health", timeout=5).read().decode().strip())
+for line in urllib.request.urlopen(base + "/metrics", timeout=5).read().decode().splitlines():
+    if line.startswith(("tierpool_puts_total", "tierpool_gets_total",
+                        'tierpool_tier_used_bytes{tier="dram"}')):
+        print("    " + line)
+PY
+  echo
+fi
 if [ "$started_here" = 1 ] && [ "$keep_running" = 1 ]; then
   echo "tierpoold keeps running (pid $pid). Try: $TIERPOOL bench   Stop it: kill $pid"
 else

@@ -104,7 +104,7 @@ bool NamespacePolicy::Matches(const std::string& pattern, const std::string& ns)
 bool NamespacePolicy::Allows(const transport::PeerCredentials& peer, const std::string& ns) const {
   if (peer.uid == server_uid_ || peer.uid == 0) return true;
   for (const Grant& g : grants_) {
-    if ((g.by_uid ? peer.uid : peer.gid) != g.id) continue;
+    if (g.by_uid ? peer.uid != g.id : !peer.InGroup(g.id)) continue;
     for (const auto& p : g.patterns) {
       if (Matches(p, ns)) return true;
     }

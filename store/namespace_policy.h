@@ -10,8 +10,9 @@
 //               {"gid": 2000, "namespaces": ["*"]}],
 //    "quotas": {"bob": {"bytes": "8G", "objects": 100000}}}
 //
-// A pattern is a namespace, a prefix ending in '*', or '*' for all. The server's own user keeps
-// every namespace whatever the file says.
+// A pattern is a namespace, a prefix ending in '*', or '*' for all. A gid grant matches the
+// peer's primary group or any of its supplementary groups (SO_PEERGROUPS). The server's own
+// user keeps every namespace whatever the file says.
 //
 // Immutable once built: safe to share between threads.
 #pragma once

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <chrono>
@@ -14,6 +15,31 @@
 #include "transport/unix_session.h"
 
 namespace tierpool::transport {
+
+bool PeerCredentials::InGroup(gid_t g) const {
+  return gid == g || std::find(groups.begin(), groups.end(), g) != groups.end();
+}
+
+namespace {
+
+// The peer's supplementary groups as the kernel recorded them at connect (SO_PEERGROUPS, Linux
+// 4.13+); empty when unavailable, or when the peer is in more than kMaxPeerGroups groups (it is
+// then matched by its primary group only: refusing is the safe side).
+std::vector<gid_t> PeerGroups(int fd) {
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
+      groups.resize(len / sizeof(gid_t));
+      return groups;
+    }
+    if (errno != ERANGE) return {};
+    groups.resize(std::min<std::size_t>(len / sizeof(gid_t), kMaxPeerGroups));
+  }
+  return {};
+}
+
+}  // namespace
 
 namespace asio = boost::asio;
 using UnixSocket = asio::local::stream_protocol::socket;
@@ -97,7 +123,10 @@ struct UnixServer::Impl {
       ucred cred{};
       socklen_t len = sizeof(cred);
       if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-        peer = {cred.pid, cred.uid, cred.gid};
+        peer.pid = cred.pid;
+        peer.uid = cred.uid;
+        peer.gid = cred.gid;
+        peer.groups = PeerGroups(socket.native_handle());
       }
       TransportCounters& c = shared.counters;
       // Refusals are logged at 1, 2, 4, 8... so that a flood of them cannot flood the log.

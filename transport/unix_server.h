@@ -31,8 +31,11 @@ namespace tierpool::transport {
 struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
-  gid_t gid = 0;
+  gid_t gid = 0;                // primary group
+  std::vector<gid_t> groups;    // supplementary groups (SO_PEERGROUPS), at most kMaxPeerGroups
+  bool InGroup(gid_t g) const;  // primary or supplementary
 };
+inline constexpr std::size_t kMaxPeerGroups = 4096;
 
 class RequestHandler {
  public:

@@ -1,5 +1,6 @@
 // The attacks of the hardening issue, each automated against a real tierpoold: a client, careless
 // or hostile, must not corrupt another's tensors, freeze the server or starve it.
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -535,6 +536,36 @@ TEST(Attack, NamespacesAreTheServersDecisionNotTheClientsClaim) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->counter("ns_alice-1_objects"), 1u);
   EXPECT_EQ(stats->counter("quota_refusals"), 1u);
+}
+
+// A gid grant covers the peer's supplementary groups too, not just its primary group (it used
+// to: a member of the group whose primary group is its own was refused). Needs root.
+TEST(Attack, GroupGrantsCoverSupplementaryGroups) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
+  const std::string policy = "/tmp/tierpool-groups-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(policy) << R"({"grants": [{"gid": 4242, "namespaces": ["team-*"]}]})";
+  ServerProcess server(
+      {"--dram", "8M", "--hbm", "0", "--socket-mode", "0666", "--namespace-policy", policy});
+  ASSERT_TRUE(server.started());
+  pid_t child = ::fork();
+  if (child == 0) {
+    const gid_t team = 4242;
+    if (::setgroups(1, &team) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(100);
+    int failures = 0;
+    ClientOptions o = server.options();
+    o.ns = "team-a";
+    auto c = Client::Connect(o);
+    if (!c.ok() || !(*c)->Put("k", "ok", 2).ok()) failures |= 1;
+    o.ns = "other";
+    auto d = Client::Connect(o);
+    if (!d.ok() || (*d)->Put("k", "no", 2).code() != StatusCode::kPermissionDenied) failures |= 2;
+    _exit(failures);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::unlink(policy.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "failure bits: " << WEXITSTATUS(status);
 }
 
 // 8. A client that sends requests and never reads the replies stalls only itself.

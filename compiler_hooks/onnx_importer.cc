@@ -418,6 +418,14 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
     const auto& node = graph->node(i);
     std::string where =
         "node " + std::to_string(i) + " '" + node.name() + "', op " + node.op_type();
+    // A node whose every output was folded into a constant ran at import: no step, and its
+    // outputs stay the folded tensors added above (adding them again gave two tensors of one
+    // name).
+    const bool all_folded =
+        std::all_of(node.output().begin(), node.output().end(),
+                    [&](const std::string& o) { return o.empty() || folded.count(o) != 0; });
+    if (all_folded && node.output_size() > 0) continue;
+    const auto step_id = static_cast<std::uint32_t>(s.steps_size());
     auto* step = s.add_steps();
     step->set_name(node.name().empty() ? node.op_type() + "_" + std::to_string(i) : node.name());
     step->set_op_type(node.op_type());
@@ -436,15 +444,18 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
       }
       in.push_back(&values[name]);
       if (used.insert(it->second).second) {
-        s.mutable_tensors(static_cast<int>(it->second))
-            ->add_use_steps(static_cast<std::uint32_t>(i));
+        s.mutable_tensors(static_cast<int>(it->second))->add_use_steps(step_id);
         bytes += s.tensors(static_cast<int>(it->second)).size_bytes();
       }
     }
     for (const auto& name : node.output()) {
       if (name.empty()) continue;
-      auto r =
-          add_tensor(name, i, outputs.count(name) ? schedule::OUTPUT : schedule::ACTIVATION, where);
+      if (folded.count(name)) {  // a constant now, defined before the schedule
+        out.push_back(&values[name]);
+        continue;
+      }
+      auto r = add_tensor(name, static_cast<int>(step_id),
+                          outputs.count(name) ? schedule::OUTPUT : schedule::ACTIVATION, where);
       if (!r.ok()) return r.status();
       out.push_back(&values[name]);
       bytes += s.tensors(static_cast<int>(*r)).size_bytes();

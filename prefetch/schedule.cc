@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 namespace tierpool::prefetch {
 
@@ -38,9 +40,14 @@ Status Validate(const Schedule& s) {
                                      ") has a negative or absurd compute time or FLOP count");
     }
   }
+  // Names are the objects' default keys in a live job: one tensor each.
+  std::unordered_set<std::string_view> names;
   for (int i = 0; i < s.tensors_size(); ++i) {
     const auto& t = s.tensors(i);
     std::string who = "tensor " + std::to_string(i) + " (" + t.name() + ")";
+    if (!names.insert(t.name()).second) {
+      return Status::InvalidArgument(who + ": another tensor has this name");
+    }
     if (t.id() != static_cast<std::uint32_t>(i)) {
       return Status::InvalidArgument(who + " has id " + std::to_string(t.id()) +
                                      "; ids must be the tensor's index");

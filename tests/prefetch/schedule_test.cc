@@ -70,6 +70,8 @@ TEST(Validate, RejectsHostileSchedules) {
   EXPECT_FALSE(bad([](Schedule& s) { s.mutable_tensors(1)->set_def_step(-5); }).ok());
   EXPECT_FALSE(bad([](Schedule& s) { s.mutable_steps(0)->set_compute_us(-1); }).ok());
   EXPECT_FALSE(bad([](Schedule& s) { s.mutable_tensors(0)->set_size_bytes(1ull << 60); }).ok());
+  // Two tensors of one name would be one object in a live job.
+  EXPECT_FALSE(bad([](Schedule& s) { s.mutable_tensors(1)->set_name(s.tensors(0).name()); }).ok());
   Status s = bad([](Schedule& x) { x.mutable_tensors(2)->add_use_steps(1); });
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("(b)"), std::string::npos) << s.message();

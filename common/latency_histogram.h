@@ -18,6 +18,12 @@ inline constexpr std::array<std::uint64_t, 16> kLatencyBoundsUs = {
 inline constexpr std::array<std::uint64_t, 4> kSizeClassBounds = {4096, 65536, 1 << 20, 16 << 20};
 inline constexpr std::size_t kSizeClasses = kSizeClassBounds.size() + 1;
 
+inline std::size_t LatencyBucketOf(std::uint64_t us) {
+  std::size_t i = 0;
+  while (i < kLatencyBoundsUs.size() && us > kLatencyBoundsUs[i]) ++i;
+  return i;
+}
+
 inline std::size_t SizeClassOf(std::uint64_t bytes) {
   std::size_t i = 0;
   while (i < kSizeClassBounds.size() && bytes > kSizeClassBounds[i]) ++i;
@@ -30,9 +36,7 @@ struct LatencySnapshot {
   std::uint64_t count = 0;
 
   void Record(std::uint64_t us) {  // for copies kept under a lock (the mover's link stats)
-    std::size_t i = 0;
-    while (i < kLatencyBoundsUs.size() && us > kLatencyBoundsUs[i]) ++i;
-    ++counts[i];
+    ++counts[LatencyBucketOf(us)];
     sum_us += us;
     ++count;
   }
@@ -41,9 +45,7 @@ struct LatencySnapshot {
 class LatencyHistogram {
  public:
   void Record(std::uint64_t us) {
-    std::size_t i = 0;
-    while (i < kLatencyBoundsUs.size() && us > kLatencyBoundsUs[i]) ++i;
-    counts_[i].fetch_add(1, std::memory_order_relaxed);
+    counts_[LatencyBucketOf(us)].fetch_add(1, std::memory_order_relaxed);
     sum_us_.fetch_add(us, std::memory_order_relaxed);
     count_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -188,9 +188,11 @@ std::string TierLabel(wire::Tier t) { return std::string(TierName(static_cast<Ti
 // "link_<from>_<to>_<what>", "ns_<namespace>_<what>": counters whose names carry a label.
 bool AddLinkCounter(Exposition& e, const std::string& name, std::uint64_t v) {
   if (name.rfind("link_", 0) != 0) return false;
-  for (const char* from : {"hbm", "dram", "remote", "nvme"}) {
-    for (const char* to : {"hbm", "dram", "remote", "nvme"}) {
-      const std::string p = std::string("link_") + from + "_" + to + "_";
+  for (int f = 0; f < kTierKindCount; ++f) {
+    for (int t = 0; t < kTierKindCount; ++t) {
+      const std::string from(TierName(static_cast<TierKind>(f)));
+      const std::string to(TierName(static_cast<TierKind>(t)));
+      const std::string p = "link_" + from + "_" + to + "_";
       if (name.rfind(p, 0) != 0) continue;
       const std::string what = name.substr(p.size());
       e.AddCounter("tierpool_link_", what, kLinkGauges.count(what) != 0,

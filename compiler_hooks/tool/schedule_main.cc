@@ -62,23 +62,37 @@ Status WriteFile(const std::string& path, const std::string& data) {
   return out ? Status::Ok() : Status::IoError("cannot write " + path);
 }
 
-std::string Summary(const Schedule& s) {
-  Lifetimes lt(s);
-  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_kind;
+// What `schedule show` reports, computed once for the text and the JSON forms.
+struct ScheduleSummary {
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_kind;  // tensors, bytes
+  double compute_us = 0;                                                   // per iteration
+  std::uint64_t peak_bytes = 0;
+  std::uint64_t persistent_bytes = 0;
+};
+
+ScheduleSummary Summarize(const Schedule& s) {
+  ScheduleSummary r;
   for (const auto& t : s.tensors()) {
-    auto& e = by_kind[schedule::TensorKind_Name(t.kind())];
+    auto& e = r.by_kind[schedule::TensorKind_Name(t.kind())];
     e.first++;
     e.second += t.size_bytes();
   }
-  double total_us = 0;
-  for (const auto& st : s.steps()) total_us += st.compute_us();
+  for (const auto& st : s.steps()) r.compute_us += st.compute_us();
+  Lifetimes lt(s);
+  r.peak_bytes = lt.peak_bytes();
+  r.persistent_bytes = lt.persistent_bytes();
+  return r;
+}
+
+std::string Summary(const Schedule& s) {
+  const ScheduleSummary r = Summarize(s);
   std::ostringstream o;
   o << s.name() << " (" << s.source() << ")" << (s.repeats() ? ", repeats" : "") << "\n"
     << "  " << s.steps_size() << " steps, " << s.tensors_size() << " tensors, estimated "
-    << total_us / 1000 << " ms per iteration on " << (s.device().empty() ? "?" : s.device())
-    << "\n  peak without offload " << FormatBytes(lt.peak_bytes()) << " (persistent "
-    << FormatBytes(lt.persistent_bytes()) << ")\n";
-  for (const auto& [k, v] : by_kind) {
+    << r.compute_us / 1000 << " ms per iteration on " << (s.device().empty() ? "?" : s.device())
+    << "\n  peak without offload " << FormatBytes(r.peak_bytes) << " (persistent "
+    << FormatBytes(r.persistent_bytes) << ")\n";
+  for (const auto& [k, v] : r.by_kind) {
     o << "  " << k << ": " << v.first << " tensors, " << FormatBytes(v.second) << "\n";
   }
   return o.str();
@@ -86,25 +100,18 @@ std::string Summary(const Schedule& s) {
 
 // What Summary says, for `schedule show --json`.
 std::string SummaryJson(const Schedule& s) {
-  Lifetimes lt(s);
+  const ScheduleSummary r = Summarize(s);
   nlohmann::json kinds = nlohmann::json::object();
-  for (const auto& t : s.tensors()) {
-    auto& k = kinds[schedule::TensorKind_Name(t.kind())];
-    if (k.is_null()) k = {{"tensors", 0}, {"bytes", std::uint64_t{0}}};
-    k["tensors"] = k["tensors"].get<int>() + 1;
-    k["bytes"] = k["bytes"].get<std::uint64_t>() + t.size_bytes();
-  }
-  double total_us = 0;
-  for (const auto& st : s.steps()) total_us += st.compute_us();
+  for (const auto& [k, v] : r.by_kind) kinds[k] = {{"tensors", v.first}, {"bytes", v.second}};
   return nlohmann::json{{"name", s.name()},
                         {"source", s.source()},
                         {"device", s.device()},
                         {"repeats", s.repeats()},
                         {"steps", s.steps_size()},
                         {"tensors", s.tensors_size()},
-                        {"compute_us_per_iteration", total_us},
-                        {"peak_bytes_without_offload", lt.peak_bytes()},
-                        {"persistent_bytes", lt.persistent_bytes()},
+                        {"compute_us_per_iteration", r.compute_us},
+                        {"peak_bytes_without_offload", r.peak_bytes},
+                        {"persistent_bytes", r.persistent_bytes},
                         {"by_kind", kinds}}
              .dump(2) +
          "\n";

@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "common/tsan.h"
 #include "tests/e2e/server_process.h"
@@ -486,6 +488,23 @@ TEST(Attack, PerClientLimitsOnReservationsAndPins) {
   }));
 }
 
+// Runs `body` in a child process as uid and gid 65534 (with `groups` as its supplementary groups
+// when not empty) and returns the child's exit status: the failure bits `body` returned, 100 when
+// becoming that user failed, -1 when the child did not exit.
+int RunAsNobody(const std::vector<gid_t>& groups, const std::function<int()>& body) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    if ((!groups.empty() && ::setgroups(groups.size(), groups.data()) != 0) ||
+        ::setgid(65534) != 0 || ::setuid(65534) != 0) {
+      _exit(100);
+    }
+    _exit(body());
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 // 7. Namespaces are decided by the server from the peer's credentials, not claimed: another
 // user that says ns=bob can neither read, overwrite nor delete bob's objects. Needs root (to
 // become another user); skipped otherwise.
@@ -503,32 +522,27 @@ TEST(Attack, NamespacesAreTheServersDecisionNotTheClientsClaim) {
   ASSERT_TRUE(bob.ok());
   const std::string secret = Pattern(9, 4096);
   ASSERT_TRUE((*bob)->Put("secret", secret.data(), secret.size()).ok());
-  pid_t child = ::fork();
-  if (child == 0) {
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(100);
-    int failures = 0;
+  const int failures = RunAsNobody({}, [&] {
+    int bits = 0;
     ClientOptions o = bob_opts;  // claims ns=bob
     auto c = Client::Connect(o);
     if (!c.ok()) _exit(101);
     char buf[4096];
     if ((*c)->Get("secret", buf, sizeof(buf)).status().code() != StatusCode::kPermissionDenied) {
-      failures |= 1;
+      bits |= 1;
     }
-    if ((*c)->Put("secret", "evil", 4).code() != StatusCode::kPermissionDenied) failures |= 2;
-    if ((*c)->Delete("secret").code() != StatusCode::kPermissionDenied) failures |= 4;
+    if ((*c)->Put("secret", "evil", 4).code() != StatusCode::kPermissionDenied) bits |= 2;
+    if ((*c)->Delete("secret").code() != StatusCode::kPermissionDenied) bits |= 4;
     o.ns = "alice-1";
     auto a = Client::Connect(o);
-    if (!a.ok() || !(*a)->Put("mine", "ok", 2).ok()) failures |= 8;
+    if (!a.ok() || !(*a)->Put("mine", "ok", 2).ok()) bits |= 8;
     if (a.ok() && (*a)->Put("second", "no", 2).code() != StatusCode::kResourceExhausted) {
-      failures |= 16;  // the namespace's object quota
+      bits |= 16;  // the namespace's object quota
     }
-    _exit(failures);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
+    return bits;
+  });
   ::unlink(policy.c_str());
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "failure bits: " << WEXITSTATUS(status);
+  EXPECT_EQ(failures, 0) << "failure bits: " << failures;
   auto back = (*bob)->GetBytes("secret");
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(std::memcmp(back->data(), secret.data(), secret.size()), 0);
@@ -547,25 +561,19 @@ TEST(Attack, GroupGrantsCoverSupplementaryGroups) {
   ServerProcess server(
       {"--dram", "8M", "--hbm", "0", "--socket-mode", "0666", "--namespace-policy", policy});
   ASSERT_TRUE(server.started());
-  pid_t child = ::fork();
-  if (child == 0) {
-    const gid_t team = 4242;
-    if (::setgroups(1, &team) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(100);
-    int failures = 0;
+  const int failures = RunAsNobody({4242}, [&] {
+    int bits = 0;
     ClientOptions o = server.options();
     o.ns = "team-a";
     auto c = Client::Connect(o);
-    if (!c.ok() || !(*c)->Put("k", "ok", 2).ok()) failures |= 1;
+    if (!c.ok() || !(*c)->Put("k", "ok", 2).ok()) bits |= 1;
     o.ns = "other";
     auto d = Client::Connect(o);
-    if (!d.ok() || (*d)->Put("k", "no", 2).code() != StatusCode::kPermissionDenied) failures |= 2;
-    _exit(failures);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
+    if (!d.ok() || (*d)->Put("k", "no", 2).code() != StatusCode::kPermissionDenied) bits |= 2;
+    return bits;
+  });
   ::unlink(policy.c_str());
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "failure bits: " << WEXITSTATUS(status);
+  EXPECT_EQ(failures, 0) << "failure bits: " << failures;
 }
 
 // 8. A client that sends requests and never reads the replies stalls only itself.

@@ -1,5 +1,6 @@
 """Activation offload: saved tensors go to tierpool in forward and come back in backward."""
 
+import bisect
 import itertools
 import os
 import threading
@@ -66,6 +67,8 @@ class offload_activations:
             layout = None
         self.layout = layout
         self._matcher = _Matcher(layout) if layout is not None else None
+        # The planned backward reads' steps, sorted: _report_ahead looks up the next one.
+        self._use_steps = sorted(u for _, u in layout.steps) if layout is not None and layout.steps else []
         self.unplanned = 0        # offloaded tensors no plan entry matched
         self.prefix = prefix or "act/%d.%d" % (os.getpid(), next(_contexts))
         self.prefetch_bytes = int(prefetch_bytes)
@@ -210,9 +213,9 @@ class offload_activations:
         if not self._planned(s):
             return
         use = self.layout.steps[s.slot][1]
-        later = [u for _, u in self.layout.steps if u > use]
-        if later and min(later) - 1 > use:
-            self.plan.report_progress(s.iteration, min(later) - 1)
+        i = bisect.bisect_right(self._use_steps, use)
+        if i < len(self._use_steps) and self._use_steps[i] - 1 > use:
+            self.plan.report_progress(s.iteration, self._use_steps[i] - 1)
 
     def _fetch(self, s):
         host = _tensors.host_copy_target(s.shape, s.dtype, s.device)

@@ -15,8 +15,10 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 #else
 constexpr bool kHaveAvx2 = false;
 #endif
-// Below this, destination lines are worth keeping in cache; above, streaming stores win.
+// Into a warm buffer: below this, destination lines are worth keeping in cache; above,
+// streaming stores win. Into fresh memory they win from 64 KiB (see CopyTarget).
 constexpr std::size_t kStreamingThreshold = 1 << 20;
+constexpr std::size_t kFreshStreamingThreshold = 64 << 10;
 }  // namespace
 
 std::uint64_t Xxh3(const void* data, std::size_t size) {
@@ -38,9 +40,11 @@ void Xxh3Stream::Update(const void* data, std::size_t size) {
 }
 std::uint64_t Xxh3Stream::Digest() const { return XXH3_64bits_digest(state_->s); }
 
-std::uint64_t CopyAndChecksum(void* dst, const void* src, std::size_t size) {
+std::uint64_t CopyAndChecksum(void* dst, const void* src, std::size_t size, CopyTarget target) {
 #if defined(__x86_64__)
-  if (kHaveAvx2 && size >= kStreamingThreshold) return simd::CopyAndChecksumAvx2(dst, src, size);
+  const std::size_t streaming_from =
+      target == CopyTarget::kFresh ? kFreshStreamingThreshold : kStreamingThreshold;
+  if (kHaveAvx2 && size >= streaming_from) return simd::CopyAndChecksumAvx2(dst, src, size);
 #endif
   std::memcpy(dst, src, size);
   return Xxh3(src, size);

@@ -12,9 +12,9 @@ def rows(paths):
     out = {}
     for p in paths.split(","):
         for r in json.load(open(p)):
-            if r.get("path") == "reference":
-                continue
-            key = (r["size"], r["op"], r["path"], r.get("objects_per_op", 1))
+            if r.get("path") == "reference" or r["op"] == "memcpy":
+                continue  # the references (memcpy, older runs' "reference" rows)
+            key = (r["size"], r["op"], r["path"], r.get("objects_per_op", 1), r.get("threads", 1))
             out.setdefault(key, []).append(r)
     return out
 
@@ -27,14 +27,14 @@ def main():
     before, after = rows(sys.argv[1]), rows(sys.argv[2])
     print("| size | op | path | before (median) | after (median) | after ÷ before | × memcpy before / after | p99 µs before / after |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for key in sorted(before, key=lambda k: (k[3], k[0], k[1], k[2])):
+    for key in sorted(before, key=lambda k: (k[3], k[4], k[0], k[1], k[2])):
         if key not in after:
             continue
-        size, op, path, n = key
+        size, op, path, n, threads = key
         b, a = before[key], after[key]
         if n > 1:
             unit, field = "objects/s", "objects_per_s"
-            label = f"{n} × {size // 1024} KiB"
+            label = f"{n} × {size // 1024} KiB" + (f", {threads} threads" if threads > 1 else "")
         else:
             unit, field = "GB/s", "gbps"
             label = f"{size // 1024} KiB" if size < 1 << 20 else f"{size >> 20} MiB"

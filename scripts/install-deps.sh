@@ -8,7 +8,7 @@ PACKAGES=(
   liburing-dev libnuma-dev libboost-dev libboost-program-options-dev
   libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libonnx-dev fio
+  libonnx-dev fio redis-server libhiredis-dev
   python3 python3-dev python3-torch python3-torchvision python3-numpy
   python3-pybind11 pybind11-dev python3-pytest python3-prometheus-client
   "$@"
@@ -31,3 +31,9 @@ fi
 echo "==> installing: ${missing[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# redis-server is here only as `tierpool bench --compare redis`'s peer, which starts its own on
+# a private socket: the system-wide instance Debian enables on installation is not wanted.
+if [[ " ${missing[*]} " == *" redis-server "* ]] && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now redis-server >/dev/null 2>&1 &&
+    echo "==> redis-server installed for benchmarks only; its system service is disabled"
+fi

@@ -1,7 +1,9 @@
-// `tierpool bench`: put and get through a running tierpoold against memcpy of the same sizes.
+// `tierpool bench`: put and get through a running tierpoold against memcpy of the same sizes
+// and, with --compare redis, against a Redis server started for the run (client/tool/redis_peer.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tierpool/client.h"
 
@@ -9,9 +11,13 @@ namespace tierpool::tool {
 
 struct BenchOptions {
   double seconds_per_case = 0.4;  // time budget of each measured case
+  std::string compare;            // "" or "redis"
+  std::string redis_server = "redis-server";
+  int threads = 2;  // the batch cases again with this many client threads; <= 1: not run
 };
 
-// Runs every case; returns one JSON object per row.
+// Runs every case; returns one JSON object per row. Rows of tierpool carry ratio_to_memcpy (and
+// ratio_to_redis when compared); memcpy and redis rows are the references.
 Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options);
 
 }  // namespace tierpool::tool

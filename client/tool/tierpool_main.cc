@@ -36,6 +36,7 @@ commands:
   stat [KEY]       each tier's capacity, use and object count, or one object's metadata [--json]
   promote KEY      move KEY to hbm (--to dram moves it down)
   bench            put/get throughput and latency against memcpy [--json]
+                   [--compare redis] (a redis-server started for the run) [--threads N]
   bench nvme       nvme spill write / promote read against fio [--path DIR --size 1G
                    --block-size 1M --queue-depth 16 --json]
   schedule ...     build a lifetime schedule from an ONNX file or a PyTorch model
@@ -159,6 +160,7 @@ int main(int argc, char** argv) {
   std::string socket, ns, to = "hbm", durability = "retained", kind = "other", dtype;
   bool as_json = false;
   double seconds = 0.4;
+  tool::BenchOptions bench;
   std::vector<std::string> args;
   po::options_description opts("options");
   // clang-format off
@@ -175,6 +177,11 @@ int main(int argc, char** argv) {
     ("tier", po::value(&tier), "put: place it in hbm or dram (default dram)")
     ("to", po::value(&to)->default_value("hbm"), "promote: hbm or dram")
     ("seconds", po::value(&seconds)->default_value(0.4), "bench: time per measured case")
+    ("compare", po::value(&bench.compare), "bench: also measure this peer in the same run (redis)")
+    ("redis-server", po::value(&bench.redis_server)->default_value("redis-server"),
+     "bench --compare redis: the redis-server program to start")
+    ("threads", po::value(&bench.threads)->default_value(2),
+     "bench: client threads of the second batch case (1: none)")
     ("args", po::value(&args), "positional arguments");
   // clang-format on
   po::positional_options_description pos;
@@ -358,28 +365,35 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "bench") {
-    need(0, "bench [--json] [--seconds S]");
+    need(0, "bench [--json] [--seconds S] [--compare redis] [--threads N]");
     // Measure what a library user gets by default: no client-side re-verification of dram bytes.
     copts.verify_checksums = false;
     auto bench_client = Client::Connect(copts);
     if (!bench_client.ok()) return Fail(bench_client.status());
-    auto rows = tool::RunBench(**bench_client, {.seconds_per_case = seconds});
+    bench.seconds_per_case = seconds;
+    auto rows = tool::RunBench(**bench_client, bench);
     if (!rows.ok()) return Fail(rows.status());
     if (as_json) {
       std::cout << rows->dump(2) << "\n";
       return 0;
     }
-    std::printf("%-10s %-10s %-10s %10s %14s %10s %10s %9s\n", "SIZE", "OP", "PATH", "GB/s",
-                "objects/s", "p50 us", "p99 us", "x memcpy");
+    auto ratio = [](const nlohmann::json& r, const char* field) {
+      char text[16] = "-";
+      if (r.contains(field)) std::snprintf(text, sizeof text, "%.2f", r[field].get<double>());
+      return std::string(text);
+    };
+    std::printf("%-10s %-10s %-10s %3s %9s %12s %9s %9s %8s %8s\n", "SIZE", "OP", "PATH", "THR",
+                "GB/s", "objects/s", "p50 us", "p99 us", "x memcpy", "x redis");
     for (const auto& r : *rows) {
-      std::printf("%-10s %-10s %-10s %10.2f %14.0f %10.1f %10.1f %9s\n",
-                  FormatBytes(r["size"].get<std::uint64_t>()).c_str(),
+      const auto n = r["objects_per_op"].get<std::uint64_t>();
+      const std::string size = (n > 1 ? std::to_string(n) + "x" : std::string()) +
+                               FormatBytes(r["size"].get<std::uint64_t>());
+      std::printf("%-10s %-10s %-10s %3d %9.2f %12.0f %9.1f %9.1f %8s %8s\n", size.c_str(),
                   r["op"].get<std::string>().c_str(), r["path"].get<std::string>().c_str(),
-                  r["gbps"].get<double>(), r["objects_per_s"].get<double>(),
-                  r["p50_us"].get<double>(), r["p99_us"].get<double>(),
-                  r.contains("ratio_to_memcpy")
-                      ? std::to_string(r["ratio_to_memcpy"].get<double>()).substr(0, 5).c_str()
-                      : "-");
+                  r["threads"].get<int>(), r["gbps"].get<double>(),
+                  r["objects_per_s"].get<double>(), r["p50_us"].get<double>(),
+                  r["p99_us"].get<double>(), ratio(r, "ratio_to_memcpy").c_str(),
+                  ratio(r, "ratio_to_redis").c_str());
     }
     return 0;
   }

@@ -1,7 +1,9 @@
 // The client library's contract: thread safety, async forms, reservations, errors; and the CLI.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -184,6 +186,55 @@ TEST_F(ClientApi, FlagsMayComeBeforeAnyCommand) {
   o = RunShell(tool + " --version", &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(o.rfind("tierpool ", 0), 0u) << o;
+}
+
+// `bench --compare redis`: every tierpool row carries its ratio to memcpy and to the redis row of
+// the same size and operation, measured in the same run; the redis-server it started is gone
+// afterwards, with its directory.
+TEST(Bench, ComparesWithRedisInTheSameRun) {
+  int rc = 0;
+  RunShell("command -v redis-server", &rc);
+  if (rc != 0)
+    GTEST_SKIP() << "redis-server is not installed (scripts/install-deps.sh installs it)";
+  ServerProcess server({"--dram", "512M", "--hbm", "16M"});
+  ASSERT_TRUE(server.started());
+  const std::string tmp = ::testing::TempDir() + "/bench-redis-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(tmp.c_str(), 0700), 0);
+  const std::string tool = "TMPDIR=" + tmp + " " + TIERPOOL_CLI_PATH + " --socket " +
+                           server.socket() + " bench --seconds 0.01 --threads 2 ";
+  auto redis_servers = [] {
+    int ignored = 0;
+    return RunShell("pgrep -c -x redis-server", &ignored);
+  };
+  const std::string running_before = redis_servers();
+  std::string o = RunShell(tool + "--compare redis --json 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << o;
+  auto rows = nlohmann::json::parse(o);
+  int redis_rows = 0, compared = 0, scaled = 0;
+  for (const auto& r : rows) {
+    const std::string path = r["path"];
+    if (path == "redis") ++redis_rows;
+    if (path != "copy" && path != "zero_copy") continue;
+    EXPECT_GT(r.value("ratio_to_redis", 0.0), 0.0) << r.dump();
+    if (r["objects_per_op"] == 1) {
+      EXPECT_GT(r.value("ratio_to_memcpy", 0.0), 0.0) << r.dump();
+    }
+    if (r["threads"] == 2) scaled += r.contains("ratio_to_one_thread") ? 1 : 0;
+    ++compared;
+  }
+  EXPECT_EQ(redis_rows, 6 * 2 + 2);  // put and get of six sizes, pipelined batches
+  EXPECT_EQ(compared, 6 * 4 + 4);
+  EXPECT_EQ(scaled, 2);
+  EXPECT_EQ(redis_servers(), running_before) << "the benchmark's redis-server is still running";
+
+  o = RunShell(tool + "--compare redis --redis-server /nonexistent/redis-server 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("install Debian's redis-server"), std::string::npos) << o;
+  o = RunShell(tool + "--compare memcached 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("redis only"), std::string::npos) << o;
+  RunShell("rmdir " + tmp, &rc);
+  EXPECT_EQ(rc, 0) << "the benchmark left files in " << tmp;
 }
 
 }  // namespace

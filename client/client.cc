@@ -172,7 +172,7 @@ Status Client::Put(std::string_view key, const void* data, std::size_t size,
   wire::Request req;
   auto* item = req.mutable_commit()->add_items();
   item->set_reservation_id(r->reservation_id_);
-  item->set_checksum(CopyAndChecksum(r->data_, data, size));
+  item->set_checksum(CopyAndChecksum(r->data_, data, size, CopyTarget::kFresh));
   wire::Response resp;
   auto conn = std::move(r->conn_);
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
@@ -429,7 +429,7 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
         commit.mutable_abort()->add_reservation_ids(r.reservation_id());
         continue;
       }
-      sum = CopyAndChecksum(dst, items[i].data, items[i].size);
+      sum = CopyAndChecksum(dst, items[i].data, items[i].size, CopyTarget::kFresh);
     }
     auto* c = commit.mutable_commit()->add_items();
     c->set_reservation_id(r.reservation_id());

@@ -327,7 +327,8 @@ Status ObjectStore::PutCopy(const PutSpec& spec, const void* data, std::uint64_t
   auto r = Reserve(spec, owner);
   if (!r.ok()) return r.status();
   std::uint64_t checksum = Xxh3(nullptr, 0);
-  if (spec.size > 0) checksum = CopyAndChecksum(HostAddress(r->extent), data, spec.size);
+  if (spec.size > 0)
+    checksum = CopyAndChecksum(HostAddress(r->extent), data, spec.size, CopyTarget::kFresh);
   return Commit(r->id, checksum, owner);
 }
 

@@ -33,7 +33,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   *exit_now = false;
   ServerConfig c;
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
-              inline_threshold = "64K", config_file, nvme_bytes = "0", nvme_block = "1M",
+              inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
               cache_policy = "spill", link_rate = "0";
   po::options_description opts("tierpoold options");
   // clang-format off
@@ -67,8 +67,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "fraction of hbm+dram one connection may hold in open reservations")
     ("max-key-bytes", po::value(&c.store.max_key_bytes)->default_value(1024), "longest key")
     ("max-frame", po::value(&max_frame)->default_value("16M"), "largest frame accepted or sent")
-    ("inline-threshold", po::value(&inline_threshold)->default_value("64K"),
-     "gets of objects up to this size carry the bytes in the reply")
+    ("inline-threshold", po::value(&inline_threshold)->default_value("8K"),
+     "puts and gets of objects up to this size carry the bytes in the frame")
     ("io-threads", po::value(&c.transport.io_threads)->default_value(1), "I/O threads")
     ("busy-poll-us", po::value(&c.transport.busy_poll_us)->default_value(50),
      "poll this long after each request before sleeping (0: never spin)")

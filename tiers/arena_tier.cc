@@ -94,7 +94,9 @@ void ArenaTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::
   std::byte* to = HostAddress(dst);
   if (to == nullptr) return done(Status::Internal("write to an extent outside every arena"));
   if (info.size == 0) return done(Status::Ok());
-  done(CopyAndChecksum(to, src, info.size) == info.checksum ? Status::Ok() : Mismatch(kind_, info));
+  done(CopyAndChecksum(to, src, info.size, CopyTarget::kFresh) == info.checksum
+           ? Status::Ok()
+           : Mismatch(kind_, info));
 }
 
 void ArenaTier::ResetPeak() {

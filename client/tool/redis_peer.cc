@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -157,6 +158,21 @@ Status CopyValue(redisContext* ctx, const Reply& r, const std::string& key, std:
   return Status::Ok();
 }
 
+// Reads `count` pipelined replies, checking each; the first failure is the result.
+Status ReadReplies(redisContext* ctx, std::size_t count,
+                   const std::function<Status(std::size_t, const Reply&)>& check) {
+  Status first = Status::Ok();
+  for (std::size_t i = 0; i < count; ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx, &raw) != REDIS_OK) {
+      return Status::Unavailable(std::string("redis: ") + ctx->errstr);
+    }
+    Reply r(static_cast<redisReply*>(raw));
+    if (Status s = check(i, r); !s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
 }  // namespace
 
 Status RedisPeer::Set(const std::string& key, const std::byte* data, std::uint64_t size) {
@@ -178,16 +194,8 @@ Status RedisPeer::SetPipelined(const std::vector<std::string>& keys, const std::
       return Status::Internal(std::string("redis: ") + ctx_->errstr);
     }
   }
-  Status first = Status::Ok();
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK) {
-      return Status::Unavailable(std::string("redis: ") + ctx_->errstr);
-    }
-    Reply r(static_cast<redisReply*>(raw));
-    if (Status s = ReplyStatus(ctx_, r); !s.ok() && first.ok()) first = s;
-  }
-  return first;
+  return ReadReplies(ctx_, keys.size(),
+                     [&](std::size_t, const Reply& r) { return ReplyStatus(ctx_, r); });
 }
 
 Status RedisPeer::GetPipelined(const std::vector<std::string>& keys, std::byte* dst,
@@ -197,17 +205,9 @@ Status RedisPeer::GetPipelined(const std::vector<std::string>& keys, std::byte* 
       return Status::Internal(std::string("redis: ") + ctx_->errstr);
     }
   }
-  Status first = Status::Ok();
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK) {
-      return Status::Unavailable(std::string("redis: ") + ctx_->errstr);
-    }
-    Reply r(static_cast<redisReply*>(raw));
-    Status s = CopyValue(ctx_, r, keys[i], dst + i * size_each, size_each);
-    if (!s.ok() && first.ok()) first = s;
-  }
-  return first;
+  return ReadReplies(ctx_, keys.size(), [&](std::size_t i, const Reply& r) {
+    return CopyValue(ctx_, r, keys[i], dst + i * size_each, size_each);
+  });
 }
 
 Status RedisPeer::Delete(const std::vector<std::string>& keys) {

@@ -22,7 +22,6 @@ using Clock = std::chrono::steady_clock;
 struct Sample {
   std::vector<double> micros;  // one entry per operation (or per batch)
   double total_seconds = 0;    // wall time of the measured loop (all threads together)
-  std::uint64_t ops = 0;       // operations done (all threads)
 };
 
 // Runs op until the time budget is spent (at least min_iters times, after one warm-up).
@@ -39,7 +38,6 @@ Result<Sample> Measure(double budget_s, int min_iters, const std::function<Statu
     if (i + 1 >= min_iters && elapsed >= budget_s) break;
   }
   for (double m : s.micros) s.total_seconds += m / 1e6;
-  s.ops = s.micros.size();
   return s;
 }
 
@@ -81,7 +79,6 @@ Result<Sample> MeasureParallel(int threads, double budget_s, const std::function
     s.micros.insert(s.micros.end(), micros[static_cast<std::size_t>(t)].begin(),
                     micros[static_cast<std::size_t>(t)].end());
   }
-  s.ops = s.micros.size();
   return s;
 }
 
@@ -92,23 +89,28 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 double Gbps(const Sample& s, std::uint64_t bytes_per_op) {
-  return static_cast<double>(s.ops) * static_cast<double>(bytes_per_op) / s.total_seconds / 1e9;
+  return static_cast<double>(s.micros.size()) * static_cast<double>(bytes_per_op) /
+         s.total_seconds / 1e9;
 }
 
 nlohmann::json Row(std::uint64_t size, const char* op, const char* path, const Sample& s,
                    std::uint64_t objects_per_op, int threads = 1) {
-  const double ops = static_cast<double>(s.ops);
+  const double ops = static_cast<double>(s.micros.size());
   return {{"size", size},
           {"op", op},
           {"path", path},
           {"objects_per_op", objects_per_op},
           {"threads", threads},
-          {"iterations", s.ops},
+          {"iterations", s.micros.size()},
           {"gbps", Gbps(s, size * objects_per_op)},
           {"objects_per_s", ops * static_cast<double>(objects_per_op) / s.total_seconds},
           {"p50_us", Percentile(s.micros, 0.50)},
           {"p99_us", Percentile(s.micros, 0.99)}};
 }
+
+// From this size up, copies are compared with memcpy into fresh memory (where the targets are
+// set), and tierpool's puts and gets go round several keys to meet fresh memory too.
+constexpr std::uint64_t kFreshFrom = 256u << 10;
 
 // The memcpy references of one size: into the same, cache-warm destination again and again,
 // and into fresh destinations (a pool of pre-faulted memory several times the last-level cache,
@@ -116,10 +118,12 @@ nlohmann::json Row(std::uint64_t size, const char* op, const char* path, const S
 struct MemcpyReference {
   double in_cache_gbps = 0;
   double fresh_gbps = 0;
-  // The one a row's ratio_to_memcpy is against: fresh from 256 KiB up (where the targets are
-  // set against fresh memory), in cache below.
+  // The one a row's ratio_to_memcpy is against.
+  static const char* reference_name(std::uint64_t size) {
+    return size >= kFreshFrom ? "fresh" : "in_cache";
+  }
   double reference_gbps(std::uint64_t size) const {
-    return size >= (256u << 10) ? fresh_gbps : in_cache_gbps;
+    return size >= kFreshFrom ? fresh_gbps : in_cache_gbps;
   }
 };
 
@@ -162,23 +166,23 @@ Result<MemcpyReference> MeasureMemcpy(std::uint64_t size, const std::vector<std:
 
 void AddMemcpyRatios(nlohmann::json& row, std::uint64_t size, const MemcpyReference& ref) {
   const double gbps = row["gbps"].get<double>();
-  row["memcpy_reference"] = size >= (256u << 10) ? "fresh" : "in_cache";
+  row["memcpy_reference"] = MemcpyReference::reference_name(size);
   row["ratio_to_memcpy"] = gbps / ref.reference_gbps(size);
   row["ratio_to_memcpy_in_cache"] = gbps / ref.in_cache_gbps;
 }
 
-// Each tierpool row gets its ratio to the redis row of the same size and operation (the batch
-// rows to the pipelined redis batch, by objects per second).
-void AddRedisRatios(nlohmann::json& rows) {
+// Each row `is_subject` picks gets row[name]: its rate over that of the row `is_reference_for`
+// finds (objects per second for batches, GB/s otherwise).
+void AddRatios(nlohmann::json& rows, const char* name,
+               const std::function<bool(const nlohmann::json&)>& is_subject,
+               const std::function<bool(const nlohmann::json& reference,
+                                        const nlohmann::json& row)>& is_reference_for) {
   for (auto& row : rows) {
-    const std::string path = row["path"].get<std::string>();
-    if (path != "copy" && path != "zero_copy") continue;
-    for (const auto& peer : rows) {
-      if (peer["path"] != "redis" || peer["size"] != row["size"] || peer["op"] != row["op"]) {
-        continue;
-      }
+    if (!is_subject(row)) continue;
+    for (const auto& reference : rows) {
+      if (!is_reference_for(reference, row)) continue;
       const char* field = row["objects_per_op"].get<std::uint64_t>() > 1 ? "objects_per_s" : "gbps";
-      row["ratio_to_redis"] = row[field].get<double>() / peer[field].get<double>();
+      row[name] = row[field].get<double>() / reference[field].get<double>();
     }
   }
 }
@@ -229,7 +233,7 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
     // out of cache as the fresh reference does (a real offload writes new tensors, not one
     // key over and over into the same two extents).
     const std::uint64_t rounds =
-        size >= (256u << 10) ? std::max<std::uint64_t>(1, fresh_pool_bytes / size) : 1;
+        size >= kFreshFrom ? std::max<std::uint64_t>(1, fresh_pool_bytes / size) : 1;
     std::vector<std::string> keys;
     for (std::uint64_t i = 0; i < rounds; ++i) {
       keys.push_back("bench-" + std::to_string(size) + "-" + std::to_string(i));
@@ -242,7 +246,10 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
         Measure(budget, min_iters, [&] { return client.Put(next_key(), src.data(), size, po); });
     if (!put.ok()) return put.status();
     add("put", "copy", *put);
-    for (const auto& k : keys) TIERPOOL_RETURN_IF_ERROR(client.Put(k, src.data(), size, po));
+    // The gets read every key: write the ones the timed loop did not reach.
+    for (std::uint64_t i = turn; i < keys.size(); ++i) {
+      TIERPOOL_RETURN_IF_ERROR(client.Put(keys[i], src.data(), size, po));
+    }
 
     turn = 0;
     auto get = Measure(budget, min_iters, [&] {
@@ -361,19 +368,23 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
       return Status::DataLoss("bench: redis batch bytes differ from those written");
     }
     (void)redis->Delete(b.keys);
-    AddRedisRatios(rows);
+    // Each tierpool row against the redis row of the same size and operation.
+    AddRatios(
+        rows, "ratio_to_redis",
+        [](const nlohmann::json& row) {
+          return row["path"] == "copy" || row["path"] == "zero_copy";
+        },
+        [](const nlohmann::json& ref, const nlohmann::json& row) {
+          return ref["path"] == "redis" && ref["size"] == row["size"] && ref["op"] == row["op"];
+        });
   }
   // Several threads against one: the scaling figure.
-  for (auto& row : rows) {
-    if (row["threads"].get<int>() <= 1) continue;
-    for (const auto& one : rows) {
-      if (one["threads"] == 1 && one["op"] == row["op"] && one["path"] == row["path"] &&
-          one["size"] == row["size"]) {
-        row["ratio_to_one_thread"] =
-            row["objects_per_s"].get<double>() / one["objects_per_s"].get<double>();
-      }
-    }
-  }
+  AddRatios(
+      rows, "ratio_to_one_thread", [](const nlohmann::json& row) { return row["threads"] > 1; },
+      [](const nlohmann::json& ref, const nlohmann::json& row) {
+        return ref["threads"] == 1 && ref["op"] == row["op"] && ref["path"] == row["path"] &&
+               ref["size"] == row["size"];
+      });
   return rows;
 }
 

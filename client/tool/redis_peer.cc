@@ -89,14 +89,6 @@ Result<std::unique_ptr<RedisPeer>> RedisPeer::Start(const std::string& binary) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  Reply info(static_cast<redisReply*>(redisCommand(peer->ctx_, "INFO server")));
-  if (info && info->type == REDIS_REPLY_STRING) {
-    std::string text(info->str, info->len);
-    if (auto at = text.find("redis_version:"); at != std::string::npos) {
-      at += std::strlen("redis_version:");
-      peer->version_ = text.substr(at, text.find_first_of("\r\n", at) - at);
-    }
-  }
   return peer;
 }
 
@@ -141,8 +133,9 @@ namespace {
 
 Status ReplyStatus(redisContext* ctx, const Reply& r) {
   if (!r) return Status::Unavailable(std::string("redis: ") + ctx->errstr);
-  if (r->type == REDIS_REPLY_ERROR)
+  if (r->type == REDIS_REPLY_ERROR) {
     return Status::Internal("redis: " + std::string(r->str, r->len));
+  }
   return Status::Ok();
 }
 

@@ -29,7 +29,6 @@ class RedisPeer {
   RedisPeer(const RedisPeer&) = delete;
   RedisPeer& operator=(const RedisPeer&) = delete;
 
-  std::string version() const { return version_; }
   Status Set(const std::string& key, const std::byte* data, std::uint64_t size);
   // Reads the value into dst; its size must be `size` (anything else is an error, never bytes).
   Status Get(const std::string& key, std::byte* dst, std::uint64_t size);
@@ -49,7 +48,6 @@ class RedisPeer {
   std::string socket_;
   pid_t pid_ = -1;
   redisContext* ctx_ = nullptr;
-  std::string version_;
 };
 
 }  // namespace tierpool::tool

@@ -22,6 +22,7 @@
 
 #include "benchmarks/live_replay.h"
 #include "common/units.h"
+#include "prefetch/cost_model.h"
 #include "prefetch/planner.h"
 #include "prefetch/report.h"
 

@@ -1,34 +1,227 @@
 #include "prefetch/device_profile.h"
 
-#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace tierpool::prefetch {
 
-Status DeviceProfile::validate() const {
-  auto positive = [](double v) { return v > 0 && v < 1e9; };
-  if (!positive(peak_tflops) || !positive(hbm_gbps) || !positive(h2d_gbps) || !positive(d2h_gbps)) {
-    return Status::InvalidArgument("device profile '" + name +
-                                   "': peak_tflops, hbm_gbps, h2d_gbps and d2h_gbps must be > 0");
-  }
-  if (!(efficiency > 0 && efficiency <= 1)) {
-    return Status::InvalidArgument("device profile '" + name + "': efficiency must be in (0, 1]");
-  }
-  if (!(link_latency_us >= 0) || !(min_op_us >= 0)) {
-    return Status::InvalidArgument("device profile '" + name + "': negative latency");
+namespace {
+
+constexpr std::array<std::string_view, kOpClasses> kOpClassNames = {
+    "gemm", "conv", "attention", "norm", "elementwise", "reduction", "optimizer", "copy", "sync"};
+constexpr std::array<std::string_view, kMathModes> kMathModeNames = {"fp32", "tf32", "bf16", "fp8",
+                                                                     "fp64"};
+
+// Each key of a JSON object `field` that names one of `names`, with its value; the first key that
+// names none is an error naming the field.
+template <std::size_t N, typename Fn>
+Status ForEachNamed(const nlohmann::json& field, const std::array<std::string_view, N>& names,
+                    const std::string& what, const std::string& origin, Fn&& fn) {
+  for (const auto& [k, v] : field.items()) {
+    std::size_t i = 0;
+    while (i < N && names[i] != k) ++i;
+    if (i == N) {
+      return Status::InvalidArgument("device profile " + origin + ": unknown " + what + " '" + k +
+                                     "'");
+    }
+    fn(i, v);
   }
   return Status::Ok();
 }
 
-std::vector<std::string> BuiltinProfileNames() { return {"h100", "gh200", "a100"}; }
+}  // namespace
+
+std::string_view OpClassName(OpClass c) { return kOpClassNames[static_cast<std::size_t>(c)]; }
+std::string_view MathModeName(MathMode m) { return kMathModeNames[static_cast<std::size_t>(m)]; }
+
+// Shares of the peaks that eager PyTorch's kernels (cuBLAS, cuDNN, ATen's elementwise and
+// reduction kernels) reach on large shapes; docs/cost-model.md says where each comes from and
+// how well the whole matches published throughput.
+std::array<OpClassCost, kOpClasses> DeviceProfile::DefaultOpCosts() {
+  std::array<OpClassCost, kOpClasses> c{};
+  c[static_cast<std::size_t>(OpClass::kGemm)] = {0.70, 0.80, 1};
+  c[static_cast<std::size_t>(OpClass::kConv)] = {0.55, 0.70, 1};
+  c[static_cast<std::size_t>(OpClass::kAttention)] = {0.45, 0.70, 1};
+  c[static_cast<std::size_t>(OpClass::kNorm)] = {0.50, 0.55, 1};
+  c[static_cast<std::size_t>(OpClass::kElementwise)] = {0.50, 0.80, 1};
+  c[static_cast<std::size_t>(OpClass::kReduction)] = {0.50, 0.70, 1};
+  c[static_cast<std::size_t>(OpClass::kOptimizer)] = {0.50, 0.60, 4};
+  c[static_cast<std::size_t>(OpClass::kCopy)] = {0.50, 0.75, 1};
+  c[static_cast<std::size_t>(OpClass::kSync)] = {1.0, 1.0, 0};
+  return c;
+}
+
+double DeviceProfile::peak(MathMode m) const {
+  double p = peak_tflops[static_cast<std::size_t>(m)];
+  if (p > 0) return p;
+  switch (m) {
+    case MathMode::kFp8:
+      return peak(MathMode::kBf16);
+    case MathMode::kTf32:
+    case MathMode::kFp64:
+      return peak(MathMode::kFp32);
+    case MathMode::kBf16:
+      return peak(MathMode::kFp32);
+    case MathMode::kFp32:
+      return 0;
+  }
+  return 0;
+}
+
+Status DeviceProfile::validate() const {
+  auto positive = [](double v) { return std::isfinite(v) && v > 0 && v < 1e9; };
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument("device profile '" + name + "': " + what);
+  };
+  if (!positive(peak_tflops[static_cast<std::size_t>(MathMode::kFp32)])) {
+    return bad("fp32 peak (peak_tflops.fp32) must be > 0");
+  }
+  for (std::size_t m = 0; m < kMathModes; ++m) {
+    if (!(peak_tflops[m] >= 0 && peak_tflops[m] < 1e9)) {
+      return bad("peak_tflops." + std::string(kMathModeNames[m]) + " must be >= 0");
+    }
+    if (!(math_efficiency[m] > 0 && math_efficiency[m] <= 1)) {
+      return bad("math_efficiency." + std::string(kMathModeNames[m]) + " must be in (0, 1]");
+    }
+  }
+  if (!positive(hbm_gbps) || !positive(h2d_gbps) || !positive(d2h_gbps)) {
+    return bad("hbm_gbps, h2d_gbps and d2h_gbps must be > 0");
+  }
+  for (double v : {link_latency_us, launch_us, dispatch_us}) {
+    if (!(v >= 0 && v < 1e6)) return bad("latencies must be in [0, 1e6) us");
+  }
+  for (std::size_t c = 0; c < kOpClasses; ++c) {
+    const auto& o = ops[c];
+    const std::string cls(kOpClassNames[c]);
+    if (!(o.compute_efficiency > 0 && o.compute_efficiency <= 1) ||
+        !(o.memory_efficiency > 0 && o.memory_efficiency <= 1)) {
+      return bad("ops." + cls + ": efficiencies must be in (0, 1]");
+    }
+    if (!(o.launches >= 0 && o.launches <= 1000))
+      return bad("ops." + cls + ": launches in [0, 1000]");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> BuiltinProfileNames() { return {"h100", "gh200", "a100", "rtx3090"}; }
 
 Result<DeviceProfile> BuiltinProfile(const std::string& name) {
-  // Dense BF16 peaks from the vendors' data sheets; host links as measured in practice.
-  if (name == "h100") return DeviceProfile{"h100", 989, 0.6, 3350, 55, 55, 10, 2};
-  if (name == "gh200") return DeviceProfile{"gh200", 989, 0.6, 4000, 450, 450, 5, 2};
-  if (name == "a100") return DeviceProfile{"a100", 312, 0.6, 2039, 25, 25, 10, 2};
-  return Status::NotFound("no built-in device profile '" + name + "' (h100, gh200, a100)");
+  // Dense (not sparse) peaks from the vendors' data sheets, in the order fp32, tf32, bf16/fp16,
+  // fp8, fp64; host links as measured in practice.
+  DeviceProfile d;
+  d.name = name;
+  if (name == "h100" || name == "gh200") {
+    d.peak_tflops = {67, 494.7, 989.4, 1978.9, 67};  // H100 SXM5
+    d.hbm_gbps = name == "h100" ? 3350 : 4000;
+    d.h2d_gbps = d.d2h_gbps = name == "h100" ? 55 : 450;
+    d.link_latency_us = name == "h100" ? 10 : 5;
+  } else if (name == "a100") {
+    d.peak_tflops = {19.5, 156, 312, 0, 19.5};  // A100 SXM4 80 GB
+    d.hbm_gbps = 2039;
+    d.h2d_gbps = d.d2h_gbps = 25;
+    d.link_latency_us = 10;
+  } else if (name == "rtx3090") {
+    // GA102 whitepaper: FP16 tensor with FP32 accumulate (what PyTorch uses) is 71 dense;
+    // GeForce TF32 tensor throughput equals its FP32 rate.
+    d.peak_tflops = {35.6, 35.6, 71, 0, 0.56};
+    d.hbm_gbps = 936;
+    d.h2d_gbps = d.d2h_gbps = 25;
+    d.link_latency_us = 10;
+  } else {
+    return Status::NotFound("no built-in device profile '" + name +
+                            "' (h100, gh200, a100, rtx3090)");
+  }
+  return d;
+}
+
+std::string ProfileToJson(const DeviceProfile& d) {
+  nlohmann::json peaks = nlohmann::json::object(), ops = nlohmann::json::object(),
+                 math = nlohmann::json::object();
+  for (std::size_t m = 0; m < kMathModes; ++m) {
+    peaks[std::string(kMathModeNames[m])] = d.peak_tflops[m];
+    math[std::string(kMathModeNames[m])] = d.math_efficiency[m];
+  }
+  for (std::size_t c = 0; c < kOpClasses; ++c) {
+    ops[std::string(kOpClassNames[c])] = {{"compute_efficiency", d.ops[c].compute_efficiency},
+                                          {"memory_efficiency", d.ops[c].memory_efficiency},
+                                          {"launches", d.ops[c].launches}};
+  }
+  return nlohmann::json{{"name", d.name},
+                        {"peak_tflops", peaks},
+                        {"math_efficiency", math},
+                        {"fp32_conv_uses_tf32", d.fp32_conv_uses_tf32},
+                        {"fp32_matmul_uses_tf32", d.fp32_matmul_uses_tf32},
+                        {"hbm_gbps", d.hbm_gbps},
+                        {"h2d_gbps", d.h2d_gbps},
+                        {"d2h_gbps", d.d2h_gbps},
+                        {"link_latency_us", d.link_latency_us},
+                        {"launch_us", d.launch_us},
+                        {"dispatch_us", d.dispatch_us},
+                        {"ops", ops}}
+             .dump(2) +
+         "\n";
+}
+
+Result<DeviceProfile> ParseProfileJson(const std::string& text, const std::string& origin) {
+  DeviceProfile d;
+  try {
+    auto j = nlohmann::json::parse(text);
+    if (!j.is_object())
+      return Status::InvalidArgument("device profile " + origin + ": not an object");
+    if (j.contains("base")) {
+      auto base = BuiltinProfile(j.at("base").get<std::string>());
+      if (!base.ok()) return base.status();
+      d = *base;
+    }
+    d.name = j.value("name", d.name.empty() ? origin : d.name);
+    const auto& peaks = j.contains("peak_tflops") ? j.at("peak_tflops") : nlohmann::json();
+    if (peaks.is_number()) {
+      // Format 1: one 16-bit peak and one efficiency for everything.
+      d.peak_tflops[static_cast<std::size_t>(MathMode::kBf16)] = peaks.get<double>();
+      if (d.peak_tflops[0] == 0) d.peak_tflops[0] = peaks.get<double>() / 16;
+      if (j.contains("efficiency")) {
+        for (auto c : {OpClass::kGemm, OpClass::kConv, OpClass::kAttention}) {
+          d.op(c).compute_efficiency = j.at("efficiency").get<double>();
+        }
+      }
+    } else if (peaks.is_object()) {
+      TIERPOOL_RETURN_IF_ERROR(ForEachNamed(
+          peaks, kMathModeNames, "math mode in peak_tflops", origin,
+          [&](std::size_t m, const nlohmann::json& v) { d.peak_tflops[m] = v.get<double>(); }));
+    } else if (!peaks.is_null()) {
+      return Status::InvalidArgument("device profile " + origin +
+                                     ": peak_tflops is a number or an object");
+    }
+    if (j.contains("math_efficiency")) {
+      TIERPOOL_RETURN_IF_ERROR(ForEachNamed(
+          j.at("math_efficiency"), kMathModeNames, "math mode in math_efficiency", origin,
+          [&](std::size_t m, const nlohmann::json& v) { d.math_efficiency[m] = v.get<double>(); }));
+    }
+    d.fp32_conv_uses_tf32 = j.value("fp32_conv_uses_tf32", d.fp32_conv_uses_tf32);
+    d.fp32_matmul_uses_tf32 = j.value("fp32_matmul_uses_tf32", d.fp32_matmul_uses_tf32);
+    d.hbm_gbps = j.value("hbm_gbps", d.hbm_gbps);
+    d.h2d_gbps = j.value("h2d_gbps", d.h2d_gbps);
+    d.d2h_gbps = j.value("d2h_gbps", d.d2h_gbps > 0 ? d.d2h_gbps : d.h2d_gbps);
+    d.link_latency_us = j.value("link_latency_us", d.link_latency_us);
+    d.launch_us = j.value("launch_us", j.value("min_op_us", d.launch_us));
+    d.dispatch_us = j.value("dispatch_us", d.dispatch_us);
+    if (j.contains("ops")) {
+      TIERPOOL_RETURN_IF_ERROR(ForEachNamed(
+          j.at("ops"), kOpClassNames, "op class in ops", origin,
+          [&](std::size_t c, const nlohmann::json& v) {
+            d.ops[c].compute_efficiency =
+                v.value("compute_efficiency", d.ops[c].compute_efficiency);
+            d.ops[c].memory_efficiency = v.value("memory_efficiency", d.ops[c].memory_efficiency);
+            d.ops[c].launches = v.value("launches", d.ops[c].launches);
+          }));
+    }
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("device profile " + origin + ": " + e.what());
+  }
+  TIERPOOL_RETURN_IF_ERROR(d.validate());
+  return d;
 }
 
 Result<DeviceProfile> LoadProfile(const std::string& name_or_path) {
@@ -38,38 +231,12 @@ Result<DeviceProfile> LoadProfile(const std::string& name_or_path) {
   }
   std::ifstream in(name_or_path);
   if (!in) return Status::NotFound("cannot read device profile " + name_or_path);
-  DeviceProfile d;
-  try {
-    auto j = nlohmann::json::parse(in);
-    d.name = j.value("name", name_or_path);
-    d.peak_tflops = j.at("peak_tflops").get<double>();
-    d.efficiency = j.value("efficiency", 0.6);
-    d.hbm_gbps = j.at("hbm_gbps").get<double>();
-    d.h2d_gbps = j.at("h2d_gbps").get<double>();
-    d.d2h_gbps = j.value("d2h_gbps", d.h2d_gbps);
-    d.link_latency_us = j.value("link_latency_us", 10.0);
-    d.min_op_us = j.value("min_op_us", 2.0);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument("device profile " + name_or_path + ": " + e.what());
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (1u << 20)) {
+    return Status::InvalidArgument("device profile " + name_or_path + " is larger than 1 MiB");
   }
-  TIERPOOL_RETURN_IF_ERROR(d.validate());
-  return d;
-}
-
-double EstimateComputeUs(const DeviceProfile& d, double flops, std::uint64_t bytes) {
-  double compute = flops / (d.peak_tflops * 1e12 * d.efficiency) * 1e6;
-  double memory = static_cast<double>(bytes) / (d.hbm_gbps * 1e9) * 1e6;
-  return std::max({compute, memory, d.min_op_us});
-}
-
-void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s) {
-  for (auto& st : *s->mutable_steps()) {
-    // Steps that carry no cost inputs keep the time they were given.
-    if (st.flops() > 0 || st.bytes_touched() > 0) {
-      st.set_compute_us(EstimateComputeUs(d, st.flops(), st.bytes_touched()));
-    }
-  }
-  s->set_device(d.name);
+  return ParseProfileJson(text.str(), name_or_path);
 }
 
 }  // namespace tierpool::prefetch

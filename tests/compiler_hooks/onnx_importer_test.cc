@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "prefetch/device_profile.h"
+#include "prefetch/cost_model.h"
 
 namespace tierpool::hooks {
 namespace {

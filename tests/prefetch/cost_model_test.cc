@@ -1,0 +1,185 @@
+#include "prefetch/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace tierpool::prefetch {
+namespace {
+
+// One step reading a tensor of `dtype` and defining another.
+schedule::Schedule OneStep(const std::string& op, const std::string& dtype, double flops,
+                           std::uint64_t bytes) {
+  schedule::Schedule s;
+  s.set_format_version(1);
+  auto* st = s.add_steps();
+  st->set_name("s0");
+  st->set_op_type(op);
+  st->set_flops(flops);
+  st->set_bytes_touched(bytes);
+  for (int i = 0; i < 2; ++i) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(i));
+    t->set_size_bytes(bytes / 2);
+    t->set_dtype(i == 0 ? dtype : "int64");  // the output's dtype must not decide
+    t->set_def_step(i == 0 ? -1 : 0);
+    if (i == 0) t->add_use_steps(0);
+  }
+  return s;
+}
+
+TEST(CostModel, ClassifiesAtenAndOnnxNames) {
+  EXPECT_EQ(ClassifyOp("convolution_backward"), OpClass::kConv);
+  EXPECT_EQ(ClassifyOp("Conv"), OpClass::kConv);
+  EXPECT_EQ(ClassifyOp("MatMul"), OpClass::kGemm);
+  EXPECT_EQ(ClassifyOp("addmm"), OpClass::kGemm);
+  EXPECT_EQ(ClassifyOp("native_layer_norm_backward"), OpClass::kNorm);
+  EXPECT_EQ(ClassifyOp("_native_batch_norm_legit_no_training"), OpClass::kElementwise);
+  EXPECT_EQ(ClassifyOp("_native_multi_head_attention"), OpClass::kAttention);
+  EXPECT_EQ(ClassifyOp("adam"), OpClass::kOptimizer);
+  EXPECT_EQ(ClassifyOp("sync"), OpClass::kSync);
+  EXPECT_EQ(ClassifyOp("ReduceMean"), OpClass::kReduction);
+  EXPECT_EQ(ClassifyOp("some_op_nobody_knows"), OpClass::kElementwise);
+}
+
+TEST(CostModel, MathModeFollowsDtypeOpAndProfile) {
+  auto d = BuiltinProfile("a100");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(MathModeOf("bfloat16", OpClass::kGemm, *d), MathMode::kBf16);
+  EXPECT_EQ(MathModeOf("FLOAT16", OpClass::kConv, *d), MathMode::kBf16);
+  EXPECT_EQ(MathModeOf("float8_e4m3fn", OpClass::kGemm, *d), MathMode::kFp8);
+  // PyTorch's defaults: fp32 convolutions in TF32, fp32 matmuls in FP32.
+  EXPECT_EQ(MathModeOf("float32", OpClass::kConv, *d), MathMode::kTf32);
+  EXPECT_EQ(MathModeOf("FLOAT", OpClass::kGemm, *d), MathMode::kFp32);
+  d->fp32_matmul_uses_tf32 = true;
+  EXPECT_EQ(MathModeOf("float32", OpClass::kGemm, *d), MathMode::kTf32);
+  // No FP8 units on an A100: FP8 runs at the 16-bit rate.
+  EXPECT_DOUBLE_EQ(d->peak(MathMode::kFp8), d->peak(MathMode::kBf16));
+}
+
+TEST(CostModel, AnFp32GemmTakesItsFp32PeakNotTheTensorCorePeak) {
+  auto d = BuiltinProfile("h100");
+  ASSERT_TRUE(d.ok());
+  const double flops = 1e12, bytes = 1e6;  // compute-bound
+  auto bf16 = OneStep("mm", "bfloat16", flops, bytes);
+  auto fp32 = OneStep("mm", "float32", flops, bytes);
+  ApplyCostModel(*d, &bf16);
+  ApplyCostModel(*d, &fp32);
+  const auto& g = d->op(OpClass::kGemm);
+  EXPECT_NEAR(bf16.steps(0).compute_us(), 1e6 / (989.4 * g.compute_efficiency) + d->launch_us,
+              1e-6);
+  EXPECT_NEAR(fp32.steps(0).compute_us(), 1e6 / (67 * g.compute_efficiency) + d->launch_us, 1e-6);
+  EXPECT_GT(fp32.steps(0).compute_us() / bf16.steps(0).compute_us(), 14);
+  EXPECT_EQ(bf16.device(), "h100");
+}
+
+TEST(CostModel, MemoryBoundStepsTakeTheirBytesAtTheClassesShareOfBandwidth) {
+  auto d = BuiltinProfile("a100");
+  ASSERT_TRUE(d.ok());
+  const std::uint64_t bytes = 1ull << 30;
+  StepKind norm{OpClass::kNorm, MathMode::kBf16}, ew{OpClass::kElementwise, MathMode::kBf16};
+  auto tn = EstimateStep(*d, norm, 0, bytes);
+  auto te = EstimateStep(*d, ew, 0, bytes);
+  EXPECT_NEAR(tn.memory_us, bytes / (2039e9 * d->op(OpClass::kNorm).memory_efficiency) * 1e6, 1e-6);
+  EXPECT_GT(tn.total_us, te.total_us);  // two passes over the data reach less of the bandwidth
+  EXPECT_DOUBLE_EQ(te.total_us, te.memory_us + te.launch_us);
+}
+
+TEST(CostModel, TinyOpsAreBoundByTheHostsDispatch) {
+  auto d = BuiltinProfile("h100");
+  ASSERT_TRUE(d.ok());
+  auto t = EstimateStep(*d, {OpClass::kOptimizer, MathMode::kFp32}, 10, 64);
+  EXPECT_DOUBLE_EQ(t.total_us, d->op(OpClass::kOptimizer).launches * d->dispatch_us);
+  d->dispatch_us = 0;  // CUDA graphs: only the device's fixed cost is left
+  t = EstimateStep(*d, {OpClass::kOptimizer, MathMode::kFp32}, 10, 64);
+  EXPECT_NEAR(t.total_us, d->op(OpClass::kOptimizer).launches * d->launch_us, 0.01);
+}
+
+TEST(CostModel, StepsWithoutCostInputsKeepTheirTime) {
+  auto d = BuiltinProfile("h100");
+  ASSERT_TRUE(d.ok());
+  auto s = OneStep("mm", "bfloat16", 0, 0);
+  s.mutable_steps(0)->set_compute_us(123.5);  // e.g. measured by `schedule calibrate`
+  ApplyCostModel(*d, &s);
+  EXPECT_DOUBLE_EQ(s.steps(0).compute_us(), 123.5);
+}
+
+TEST(CostModel, CostByClassAddsUpToTheIteration) {
+  auto d = BuiltinProfile("a100");
+  ASSERT_TRUE(d.ok());
+  auto s = OneStep("convolution", "bfloat16", 5e11, 1 << 20);
+  ApplyCostModel(*d, &s);
+  auto by = CostByClass(*d, s);
+  const auto& conv = by[static_cast<std::size_t>(OpClass::kConv)];
+  EXPECT_EQ(conv.steps, 1u);
+  EXPECT_EQ(conv.compute_bound, 1u);
+  EXPECT_DOUBLE_EQ(conv.total_us, s.steps(0).compute_us());
+}
+
+TEST(DeviceProfileJson, RoundTripsEveryField) {
+  auto d = BuiltinProfile("rtx3090");
+  ASSERT_TRUE(d.ok());
+  d->op(OpClass::kConv).compute_efficiency = 0.42;
+  d->math_efficiency[static_cast<std::size_t>(MathMode::kTf32)] = 0.3;
+  d->dispatch_us = 0;
+  auto back = ParseProfileJson(ProfileToJson(*d), "test");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ProfileToJson(*back), ProfileToJson(*d));
+}
+
+TEST(DeviceProfileJson, StartsFromABuiltinAndOverrides) {
+  auto d = ParseProfileJson(R"({"name": "my-h100", "base": "h100", "hbm_gbps": 3000,
+                               "ops": {"gemm": {"compute_efficiency": 0.8}}})",
+                            "test");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->name, "my-h100");
+  EXPECT_DOUBLE_EQ(d->hbm_gbps, 3000);
+  EXPECT_DOUBLE_EQ(d->peak(MathMode::kBf16), 989.4);
+  EXPECT_DOUBLE_EQ(d->op(OpClass::kGemm).compute_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(
+      d->op(OpClass::kConv).compute_efficiency,
+      DeviceProfile::DefaultOpCosts()[static_cast<std::size_t>(OpClass::kConv)].compute_efficiency);
+}
+
+TEST(DeviceProfileJson, ReadsTheFirstFormat) {
+  // Profiles written before the cost model knew dtypes: one 16-bit peak, one efficiency.
+  auto d = ParseProfileJson(
+      R"({"name": "old", "peak_tflops": 400, "efficiency": 0.5, "hbm_gbps": 1000,
+          "h2d_gbps": 20, "min_op_us": 3})",
+      "test");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_DOUBLE_EQ(d->peak(MathMode::kBf16), 400);
+  EXPECT_DOUBLE_EQ(d->op(OpClass::kGemm).compute_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(d->d2h_gbps, 20);
+  EXPECT_DOUBLE_EQ(d->launch_us, 3);
+}
+
+TEST(DeviceProfileJson, RefusesWhatIsNotAProfile) {
+  for (const char* bad : {
+           R"([1, 2])",
+           R"({"base": "h100", "peak_tflops": {"fp7": 1}})",
+           R"({"base": "h100", "ops": {"matmul": {"compute_efficiency": 0.5}}})",
+           R"({"base": "h100", "ops": {"gemm": {"compute_efficiency": 1.5}}})",
+           R"({"base": "h100", "hbm_gbps": -1})",
+           R"({"base": "h100", "math_efficiency": {"tf32": 0}})",
+           R"({"base": "nosuch"})",
+           R"({"peak_tflops": "fast"})",
+           R"({"hbm_gbps": 100)",
+       }) {
+    auto d = ParseProfileJson(bad, "test");
+    EXPECT_FALSE(d.ok()) << bad;
+  }
+}
+
+TEST(DeviceProfile, BuiltinsAreValid) {
+  for (const auto& n : BuiltinProfileNames()) {
+    auto d = BuiltinProfile(n);
+    ASSERT_TRUE(d.ok()) << n;
+    EXPECT_TRUE(d->validate().ok()) << n;
+  }
+  EXPECT_FALSE(BuiltinProfile("v100").ok());
+}
+
+}  // namespace
+}  // namespace tierpool::prefetch

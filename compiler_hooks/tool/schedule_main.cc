@@ -20,6 +20,7 @@
 #include "common/option_errors.h"
 #include "common/units.h"
 #include "compiler_hooks/onnx_importer.h"
+#include "prefetch/cost_model.h"
 #include "prefetch/planner.h"
 #include "prefetch/report.h"
 
@@ -33,9 +34,17 @@ constexpr const char* kUsage = R"(usage:
   tierpool schedule from-onnx MODEL.onnx -o OUT.pb [--json OUT.json] [--device NAME] [--batch N]
                               [--dim NAME=N ...] [--data-input NAME ...] [--no-repeat]
   tierpool schedule from-torch --model MODULE:CALLABLE --input SHAPE [--input SHAPE ...]
-                              [--optimizer adam|sgd|none] -o OUT.pb [--json OUT.json]
+                              [--optimizer adam|sgd|none] [--dtype float32|bfloat16|float16]
+                              [--inference] -o OUT.pb [--json OUT.json]
                               [--device NAME] [--python /usr/bin/python3]
+  tierpool schedule calibrate --model MODULE:CALLABLE --input SHAPE [...] -o PROFILE.json
+                              [--device BASE] [--measured SCHEDULE.json] [--json TABLE.json]
+                              [--device-kind cuda|cpu] [--warmup 3] [--repeat 10] [--name N]
+                              (and from-torch's --optimizer, --dtype, --inference)
+  tierpool schedule fit-profile MEASURED.json --device BASE --json OUT.json [--dispatch-us X]
+  tierpool schedule profile [--device NAME] [--json OUT.json]
   tierpool schedule show SCHEDULE [--json OUT.json, or - for standard output]
+                              [--device NAME: where the time goes on it, by op class]
   tierpool schedule convert SCHEDULE [-o OUT.pb] [--json OUT.json]
   tierpool plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json]
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
@@ -43,7 +52,8 @@ constexpr const char* kUsage = R"(usage:
   tierpool replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
 
 SCHEDULE is a .pb or .json schedule. BUDGET is a size (40G) or a share of the no-offload
-peak (60%). NAME is a built-in device profile (h100, gh200, a100) or a JSON profile file.
+peak (60%). NAME is a built-in device profile (h100, gh200, a100, rtx3090) or a JSON profile
+file (docs/cost-model.md); `schedule profile` prints one to start a file from.
 )";
 
 int Fail(const Status& s) {
@@ -82,6 +92,33 @@ ScheduleSummary Summarize(const Schedule& s) {
   r.peak_bytes = lt.peak_bytes();
   r.persistent_bytes = lt.persistent_bytes();
   return r;
+}
+
+// Where the time goes on `d`, by op class.
+std::string CostTable(const Schedule& s, const DeviceProfile& d) {
+  const auto by = CostByClass(d, s);
+  double total = 0;
+  for (const auto& c : by) total += c.total_us;
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "  time on %s by op class (estimated %.3f ms per iteration):\n",
+                d.name.c_str(), total / 1000);
+  o << line;
+  std::snprintf(line, sizeof line, "    %-12s %6s %10s %10s %10s %6s %9s %9s\n", "class", "steps",
+                "GFLOP", "GB", "ms", "share", "compute-", "dispatch-");
+  o << line;
+  for (std::size_t i = 0; i < kOpClasses; ++i) {
+    const auto& c = by[i];
+    if (c.steps == 0) continue;
+    std::snprintf(line, sizeof line,
+                  "    %-12s %6u %10.1f %10.2f %10.3f %5.1f%% %6u/%-3u %6u/%-3u\n",
+                  std::string(OpClassName(static_cast<OpClass>(i))).c_str(), c.steps, c.flops / 1e9,
+                  static_cast<double>(c.bytes) / 1e9, c.total_us / 1000,
+                  total > 0 ? 100 * c.total_us / total : 0, c.compute_bound, c.steps,
+                  c.dispatch_bound, c.steps);
+    o << line;
+  }
+  return o.str();
 }
 
 std::string Summary(const Schedule& s) {
@@ -131,6 +168,52 @@ std::string HookPath() {
   return TIERPOOL_TORCH_HOOK_INSTALLED;
 }
 
+// This binary, for the calibration script to call back (fit-profile).
+std::string SelfPath(const char* argv0) {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(argv0) : p.string();
+}
+
+// The calibration script lies beside the hook it imports.
+std::string CalibratePath(const std::string& hook) {
+  return (std::filesystem::path(hook).parent_path() / "tierpool_calibrate.py").string();
+}
+
+// The arguments from-torch and calibrate pass to the hook's parser.
+std::vector<std::string> TorchArgs(const std::string& model, const std::vector<std::string>& inputs,
+                                   const std::string& optimizer, const std::string& dtype,
+                                   bool no_repeat, bool inference, const std::string& out) {
+  std::vector<std::string> a = {"--model", model, "--optimizer", optimizer,
+                                "--dtype", dtype, "--out",       out};
+  for (const auto& in : inputs) {
+    a.push_back("--input");
+    a.push_back(in);
+  }
+  if (no_repeat) a.push_back("--no-repeat");
+  if (inference) a.push_back("--inference");
+  return a;
+}
+
+// Runs `python script args...`; its own messages go to our standard error.
+Status RunPython(const std::string& python, const std::string& script,
+                 const std::vector<std::string>& args) {
+  std::string shell;
+  auto quote = [&shell](const std::string& a) {
+    std::string esc;
+    for (char c : a) esc += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    shell += "'" + esc + "' ";
+  };
+  quote(python);
+  quote(script);
+  for (const auto& a : args) quote(a);
+  if (std::system(shell.c_str()) != 0) {
+    return Status::FailedPrecondition("the PyTorch hook failed (" + python +
+                                      "; it needs python3-torch): see its message above");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,7 +225,10 @@ int main(int argc, char** argv) {
   std::int64_t batch = 1;
   double max_overhead = 0.01, sweep_step = 0.05, sweep_lowest = 0.2,
          margin = PlannerConfig{}.prefetch_margin;
-  bool no_repeat = false, sweep = false;
+  bool no_repeat = false, sweep = false, inference = false;
+  std::string measured, device_kind, name;
+  int warmup = 3, repeat = 10;
+  double dispatch = 0;
   po::options_description opts("options");
   // clang-format off
   opts.add_options()
@@ -158,8 +244,15 @@ int main(int argc, char** argv) {
     ("input", po::value(&inputs), "from-torch: an input shape, e.g. 32x3x224x224")
     ("optimizer", po::value(&optimizer)->default_value("adam"), "from-torch: adam, sgd or none")
     ("dtype", po::value(&dtype)->default_value("float32"), "from-torch: parameter dtype")
+    ("inference", po::bool_switch(&inference), "from-torch: the forward pass only (eval mode)")
     ("python", po::value(&python)->default_value("/usr/bin/python3"), "from-torch: interpreter")
     ("hook", po::value(&hook), "from-torch: the hook script (default: the one shipped)")
+    ("measured", po::value(&measured), "calibrate: write the schedule with measured step times")
+    ("device-kind", po::value(&device_kind), "calibrate: cuda or cpu (default: cuda if present)")
+    ("warmup", po::value(&warmup)->default_value(3), "calibrate: untimed runs of each step")
+    ("repeat", po::value(&repeat)->default_value(10), "calibrate: timed runs (median kept)")
+    ("name", po::value(&name), "calibrate, fit-profile: the new profile's name")
+    ("dispatch-us", po::value(&dispatch)->default_value(0), "fit-profile: measured dispatch time")
     ("hbm", po::value(&hbm), "hbm budget: a size or a percentage of the no-offload peak")
     ("policy", po::value(&policy)->default_value("planned"), "none, reactive-lru or planned")
     ("trace", po::value(&trace), "replay: Chrome trace (open in Perfetto)")
@@ -218,33 +311,55 @@ int main(int argc, char** argv) {
     }
     std::string tmp = std::filesystem::temp_directory_path() /
                       ("tierpool-torch-" + std::to_string(::getpid()) + ".json");
-    std::vector<std::string> cmdline = {python,        hook.empty() ? HookPath() : hook,
-                                        "--model",     model,
-                                        "--optimizer", optimizer,
-                                        "--dtype",     dtype,
-                                        "--out",       tmp};
-    for (const auto& in : inputs) {
-      cmdline.push_back("--input");
-      cmdline.push_back(in);
-    }
-    if (no_repeat) cmdline.push_back("--no-repeat");
-    std::string shell;
-    for (const auto& a : cmdline) {
-      std::string q = a;
-      std::string esc;
-      for (char c : q) esc += c == '\'' ? std::string("'\\''") : std::string(1, c);
-      shell += "'" + esc + "' ";
-    }
-    int rc = std::system(shell.c_str());
-    if (rc != 0) {
-      return Fail(Status::FailedPrecondition("the PyTorch hook failed (" + python +
-                                             "; it needs python3-torch): see its message above"));
-    }
+    Status ran = RunPython(python, hook.empty() ? HookPath() : hook,
+                           TorchArgs(model, inputs, optimizer, dtype, no_repeat, inference, tmp));
+    if (!ran.ok()) return Fail(ran);
     auto s = LoadSchedule(tmp);
     std::filesystem::remove(tmp);
     if (!s.ok()) return Fail(s.status());
     ApplyCostModel(*profile, &*s);
     Status st = Emit(*s, out, json);
+    return st.ok() ? 0 : Fail(st);
+  }
+  if (cmd == "schedule" && args.size() == 2 && args[1] == "calibrate") {
+    if (model.empty() || inputs.empty() || out.empty()) {
+      return Fail(Status::InvalidArgument(
+          "calibrate needs --model MODULE:CALLABLE, --input SHAPE and -o PROFILE.json"));
+    }
+    auto a = TorchArgs(model, inputs, optimizer, dtype, no_repeat, inference, out);
+    a.insert(a.end(), {"--base", device, "--schedule-tool", SelfPath(argv[0]), "--warmup",
+                       std::to_string(warmup), "--repeat", std::to_string(repeat)});
+    if (!device_kind.empty()) a.insert(a.end(), {"--device-kind", device_kind});
+    if (!measured.empty()) a.insert(a.end(), {"--measured", measured});
+    if (!json.empty()) a.insert(a.end(), {"--table", json});
+    if (!name.empty()) a.insert(a.end(), {"--name", name});
+    Status ran = RunPython(python, CalibratePath(hook.empty() ? HookPath() : hook), a);
+    return ran.ok() ? 0 : Fail(ran);
+  }
+  if (cmd == "schedule" && args.size() == 3 && args[1] == "fit-profile") {
+    auto s = LoadSchedule(args[2]);
+    if (!s.ok()) return Fail(s.status());
+    if (json.empty()) return Fail(Status::InvalidArgument("fit-profile needs --json OUT.json"));
+    ProfileFit fit = FitProfile(*profile, *s, dispatch);
+    fit.profile.name = name.empty() ? profile->name + "-calibrated" : name;
+    if (Status v = fit.profile.validate(); !v.ok()) return Fail(v);
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t i = 0; i < kOpClasses; ++i) {
+      const auto& c = fit.by_class[i];
+      if (c.steps == 0) continue;
+      rows.push_back({{"class", OpClassName(static_cast<OpClass>(i))},
+                      {"steps", c.steps},
+                      {"modeled_ms", c.modeled_us / 1000},
+                      {"measured_ms", c.measured_us / 1000},
+                      {"calibrated_ms", c.calibrated_us / 1000}});
+    }
+    nlohmann::json j{{"profile", nlohmann::json::parse(ProfileToJson(fit.profile))},
+                     {"by_class", rows}};
+    Status st = WriteFile(json, j.dump(2) + "\n");
+    return st.ok() ? 0 : Fail(st);
+  }
+  if (cmd == "schedule" && args.size() == 2 && args[1] == "profile") {
+    Status st = WriteFile(json.empty() ? "-" : json, ProfileToJson(*profile));
     return st.ok() ? 0 : Fail(st);
   }
   if (cmd == "schedule" && args.size() == 3 && args[1] == "convert") {
@@ -256,11 +371,13 @@ int main(int argc, char** argv) {
   if (cmd == "schedule" && args.size() == 3 && args[1] == "show") {
     auto s = LoadSchedule(args[2]);
     if (!s.ok()) return Fail(s.status());
+    if (!vm["device"].defaulted()) ApplyCostModel(*profile, &*s);
     if (!json.empty()) {  // --json FILE, or --json - for standard output
       Status st = WriteFile(json, SummaryJson(*s));
       return st.ok() ? 0 : Fail(st);
     }
     std::cout << Summary(*s);
+    if (!vm["device"].defaulted()) std::cout << CostTable(*s, *profile);
     return 0;
   }
   if ((cmd == "replay" || cmd == "plan") && args.size() == 2) {

@@ -13,7 +13,8 @@ Each non-view aten op is one step with its FLOPs (matmuls, convolutions and thei
 the bytes it touches; views and tuple unpacking alias their base tensor and allocate nothing.
 Parameters are WEIGHT, forward tensors the backward pass reads are SAVED_ACTIVATION, the graph's
 gradient outputs are GRADIENT, and an optimizer adds its states (OPTIMIZER_STATE) and one update
-step per parameter. The schedule repeats (a training loop).
+step per parameter. The schedule repeats (a training loop). With --inference only the forward
+pass is traced, in eval mode and without gradients (a serving loop).
 """
 import argparse
 import importlib
@@ -88,10 +89,24 @@ def flops_of(op, node, val_of):
         g, w = shape(0), shape(2)
         # grad input and grad weight: about twice the forward's work.
         return 4.0 * numel(g) * numel(w[1:]) if g and w else 0.0
+    if op in ("_native_multi_head_attention", "_transformer_encoder_layer_fwd"):
+        # Eval-mode fast paths of nn.MultiheadAttention and nn.TransformerEncoderLayer: the
+        # q/k/v and output projections, Q K^T and the weighted sum, and for the layer its MLP.
+        q = shape(0)
+        if not q or len(q) != 3:
+            return 0.0
+        b, l, e = q
+        if op == "_native_multi_head_attention":
+            k = shape(1)
+            src_len = k[1] if k and len(k) == 3 else l
+            return 2.0 * b * (l * e * e + 2 * src_len * e * e) + 4.0 * b * l * src_len * e + 2.0 * b * l * e * e
+        ffn = shape(14)  # ffn_weight_1: [F, E]
+        f = ffn[0] if ffn else 4 * e
+        return 2.0 * b * l * 3 * e * e + 4.0 * b * l * l * e + 2.0 * b * l * e * e + 4.0 * b * l * e * f
     return 0.0
 
 
-def main():
+def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="MODULE:CALLABLE returning an nn.Module")
     ap.add_argument("--input", action="append", required=True, help="input shape, e.g. 32x3x224x224")
@@ -99,7 +114,15 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--out", required=True, help="schedule JSON to write")
     ap.add_argument("--no-repeat", action="store_true")
-    a = ap.parse_args()
+    ap.add_argument("--inference", action="store_true",
+                    help="trace the forward pass only (model.eval(), no gradients, no optimizer)")
+    return ap
+
+
+def trace(a):
+    """Traces the model as `a` (build_parser's arguments) says; returns the schedule (a dict in
+    protobuf's JSON mapping), the traced module, the arguments it was traced with (flattened
+    as its placeholders take them) and, for each step, the graph node it came from."""
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tierpool_models
     sys.path.insert(0, os.getcwd())
@@ -124,15 +147,17 @@ def main():
     if not isinstance(model, torch.nn.Module):
         fail("%s() returned %s, not an nn.Module" % (a.model, type(model).__name__))
     dtype = getattr(torch, a.dtype)
-    model = model.to(dtype).train()
+    device = getattr(a, "device", "cpu")  # calibration traces where it will run
+    model = model.to(device=device, dtype=dtype)
+    model = model.eval() if a.inference else model.train()
 
     inputs = []
     for text in a.input:
         dims, in_dtype = parse_shape(text)
         if in_dtype and "int" in in_dtype:
-            inputs.append(torch.randint(0, 1000, dims, dtype=getattr(torch, in_dtype)))
+            inputs.append(torch.randint(0, 1000, dims, dtype=getattr(torch, in_dtype), device=device))
         else:
-            inputs.append(torch.randn(dims, dtype=dtype))
+            inputs.append(torch.randn(dims, dtype=dtype, device=device))
 
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -153,8 +178,13 @@ def main():
         grads = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
         return loss, grads
 
+    def infer_step(params, buffers, *xs):
+        with torch.no_grad():
+            return first_tensor(stateless.functional_call(model, {**params, **buffers}, tuple(xs)))
+
     try:
-        gm = make_fx(train_step, tracing_mode="fake")(params, buffers, *inputs)
+        gm = make_fx(infer_step if a.inference else train_step, tracing_mode="fake")(
+            params, buffers, *inputs)
     except Exception as e:  # noqa: BLE001 - any tracing failure is reported, not a traceback
         fail("tracing %s failed: %s: %s" % (a.model, type(e).__name__, e))
 
@@ -200,8 +230,11 @@ def main():
         return out
 
     output_node = next(n for n in nodes if n.op == "output")
-    flat = list(output_node.args[0])  # make_fx flattens (loss, grads) to [loss, g0, g1, ...]
-    loss_node, grad_nodes = flat[0], flat[1:]
+    if a.inference:
+        loss_node, grad_nodes = None, []
+    else:
+        flat = list(output_node.args[0])  # make_fx flattens (loss, grads) to [loss, g0, g1, ...]
+        loss_node, grad_nodes = flat[0], flat[1:]
     forward = True
     step_of_node = {}
     first_backward_step = None
@@ -209,6 +242,10 @@ def main():
         if n.op != "call_function":
             continue
         op = op_name(n.target)
+        if op == "native_batch_norm" and len(n.args) > 5 and n.args[5] is False:
+            # Eval mode: one pass that scales and shifts, not the training op's statistics pass
+            # and normalisation; newer PyTorch gives it this name.
+            op = "_native_batch_norm_legit_no_training"
         v = n.meta.get("val")
         ins = []
         for arg in list(n.args) + list(n.kwargs.values()):
@@ -271,14 +308,14 @@ def main():
 
     # The optimizer: one update step per parameter, reading its gradient and states.
     param_id = {tensors[i]["name"]: i for i in range(len(tensors)) if tensors[i]["kind"] == "WEIGHT"}
-    if a.optimizer == "none":
+    if a.optimizer == "none" and not a.inference:
         step = len(steps)
         steps.append({"name": "gradients_ready", "op_type": "sync", "flops": 0.0,
                       "bytes_touched": str(sum(int(tensors[g]["size_bytes"]) for _, g in grads))})
         for _, g in grads:
             tensors[g]["use_steps"].append(step)
     for name, g in grads:
-        if a.optimizer == "none":
+        if a.optimizer == "none" or a.inference:
             break
         p = param_id[name]
         step = len(steps)
@@ -309,6 +346,16 @@ def main():
             del t["update_steps"]
     schedule = {"format_version": 1, "name": a.model.split(":")[-1], "source": "torch:" + a.model,
                 "repeats": not a.no_repeat, "steps": steps, "tensors": tensors}
+    nodes_of_step = {s: name for name, s in step_of_node.items()}
+    return schedule, gm, [*params.values(), *buffers.values(), *inputs], nodes_of_step
+
+
+def main():
+    a = build_parser().parse_args()
+    schedule, _, _, _ = trace(a)
+    tensors, steps = schedule["tensors"], schedule["steps"]
+    params = [t for t in tensors if t["kind"] == "WEIGHT"]
+    grads = [t for t in tensors if t["kind"] == "GRADIENT"]
     with open(a.out, "w") as f:
         json.dump(schedule, f)
     n_saved = sum(1 for t in tensors if t["kind"] == "SAVED_ACTIVATION")

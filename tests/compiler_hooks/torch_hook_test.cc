@@ -4,6 +4,10 @@
 
 #include <cstdlib>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "prefetch/cost_model.h"
 #include "prefetch/planner.h"
 #include "prefetch/simulator.h"
 
@@ -48,6 +52,97 @@ TEST(TorchHook, TracesATrainingStepWithAdam) {
     EXPECT_LE(r->peak_hbm, budget);
   }
   ::unlink(out.c_str());
+}
+
+TEST(TorchHook, InferenceTracesTheForwardPassOnly) {
+  if (std::system("/usr/bin/python3 -c 'import torch, functorch' 2>/dev/null") != 0) GTEST_SKIP();
+  std::string out = ::testing::TempDir() + "/mlp-inf-" + std::to_string(::getpid()) + ".pb";
+  std::string cmd = std::string(TIERPOOL_CLI_PATH) +
+                    " schedule from-torch --model tierpool_models:mlp --input 16x256 --inference"
+                    " --dtype bfloat16 -o " +
+                    out + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto s = LoadSchedule(out);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (const auto& t : s->tensors()) {
+    EXPECT_NE(t.kind(), schedule::GRADIENT) << t.name();
+    EXPECT_NE(t.kind(), schedule::SAVED_ACTIVATION) << t.name();
+    EXPECT_NE(t.kind(), schedule::OPTIMIZER_STATE) << t.name();
+  }
+  int gemms = 0;
+  for (const auto& st : s->steps()) gemms += ClassifyOp(st.op_type()) == OpClass::kGemm;
+  EXPECT_EQ(gemms, 4);  // four Linear layers forward, nothing backward
+  ::unlink(out.c_str());
+}
+
+// `schedule calibrate` on the CPU (the GPU path is the same code with CUDA events): every step
+// of the traced graph is measured, the measured schedule replays with those times, and the
+// profile it writes loads and differs from its base where the steps were measured.
+TEST(TorchHook, CalibratesOnTheCpu) {
+  if (std::system("/usr/bin/python3 -c 'import torch, functorch' 2>/dev/null") != 0) GTEST_SKIP();
+  const std::string dir = ::testing::TempDir() + "/calibrate-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  std::string cmd = std::string(TIERPOOL_CLI_PATH) +
+                    " schedule calibrate --model tierpool_models:mlp --input 32x256"
+                    " --optimizer sgd --device a100 --device-kind cpu --warmup 1 --repeat 3"
+                    " -o " +
+                    dir + "/p.json --measured " + dir + "/m.json --json " + dir +
+                    "/t.json > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+  auto measured = LoadSchedule(dir + "/m.json");
+  ASSERT_TRUE(measured.ok()) << measured.status().ToString();
+  int timed = 0;
+  double total = 0;
+  for (const auto& st : measured->steps()) {
+    if (!st.measured()) continue;
+    ++timed;
+    EXPECT_GT(st.compute_us(), 0) << st.name();
+    total += st.compute_us();
+  }
+  // 4 Linear layers forward and backward, ReLUs, the loss, and one SGD update per parameter.
+  EXPECT_GE(timed, 20);
+  EXPECT_EQ(timed, measured->steps_size());
+
+  auto base = BuiltinProfile("a100");
+  auto p = LoadProfile(dir + "/p.json");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->name, "a100-calibrated");
+  EXPECT_NE(p->op(OpClass::kGemm).compute_efficiency, base->op(OpClass::kGemm).compute_efficiency);
+  EXPECT_EQ(p->op(OpClass::kConv).compute_efficiency, base->op(OpClass::kConv).compute_efficiency);
+  EXPECT_EQ(p->peak(MathMode::kBf16), base->peak(MathMode::kBf16));
+
+  // The cost model leaves measured times alone, whatever the profile.
+  auto again = *measured;
+  ApplyCostModel(*base, &again);
+  double after = 0;
+  for (const auto& st : again.steps()) after += st.compute_us();
+  EXPECT_DOUBLE_EQ(after, total);
+
+  std::ifstream t(dir + "/t.json");
+  auto table = nlohmann::json::parse(t);
+  ASSERT_TRUE(table.is_array());
+  double measured_ms = 0;
+  for (const auto& row : table) measured_ms += row.at("measured_ms").get<double>();
+  EXPECT_NEAR(measured_ms, total / 1000, 1e-6 + total / 1e6);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(TorchHook, CalibrateRefusesBadArguments) {
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) GTEST_SKIP();
+  std::string base = std::string(TIERPOOL_CLI_PATH) +
+                     " schedule calibrate --model tierpool_models:mlp --input 4x256"
+                     " --device-kind cpu -o /tmp/tierpool-never.json";
+  EXPECT_NE(std::system((base + " --repeat 0 > /dev/null 2>&1").c_str()), 0);
+  EXPECT_NE(std::system((base + " --device nosuch > /dev/null 2>&1").c_str()), 0);
+  if (std::system("/usr/bin/python3 -c 'import torch, sys; sys.exit(torch.cuda.is_available())'"
+                  " 2>/dev/null") == 0) {
+    // No GPU here: asking for one is a clear error, not a CPU run that claims to be a GPU's.
+    std::string cuda = std::string(TIERPOOL_CLI_PATH) +
+                       " schedule calibrate --model tierpool_models:mlp --input 4x256"
+                       " --device-kind cuda -o /tmp/tierpool-never.json > /dev/null 2>&1";
+    EXPECT_NE(std::system(cuda.c_str()), 0);
+  }
 }
 
 TEST(TorchHook, BadModelNamesFailCleanly) {

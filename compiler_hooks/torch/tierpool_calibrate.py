@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""Measures a model's steps on a device and writes a calibrated device profile.
+
+Run by `tierpool schedule calibrate`. Traces the model as `from-torch` does (same arguments, same
+steps), then runs the traced graph on real tensors, node by node, on the device (--device-kind
+cuda, or cpu where there is no GPU): each step is run --warmup times, then timed --repeat times
+(CUDA events around the op on a GPU, the host clock after a synchronize on the CPU) and its
+median kept. Optimizer steps are timed as torch.optim's update of that one parameter.
+
+It writes:
+  --out PROFILE.json   the base profile with each op class's compute and memory efficiency
+                       replaced by what the measured steps reached (a class with no measured
+                       step keeps the base's), and the host's dispatch time per kernel;
+  --measured S.json    the schedule with each measured step's compute_us and `measured` set,
+                       so replay and plan use the measured times instead of the model's;
+  --table T.json       per op class: steps, modeled and measured milliseconds.
+The modeled times come from `tierpool-schedule` (--schedule-tool) under the base profile.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tierpool_torch_schedule as hook  # noqa: E402
+
+
+def fail(msg):
+    sys.stderr.write("tierpool calibrate: " + msg + "\n")
+    sys.exit(2)
+
+
+class Timer:
+    """Median time of a callable on the device, in microseconds."""
+
+    def __init__(self, torch, kind, warmup, repeat):
+        self.torch, self.kind, self.warmup, self.repeat = torch, kind, warmup, repeat
+
+    def __call__(self, fn):
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        samples = []
+        for _ in range(self.repeat):
+            if self.kind == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) * 1000.0)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                samples.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(samples)
+
+
+def materialize(node, env):
+    def load(x):
+        if isinstance(x, (list, tuple)):
+            return type(x)(load(v) for v in x)
+        if hasattr(x, "name") and hasattr(x, "op"):
+            return env[x.name]
+        return x
+    return load(node.args), {k: load(v) for k, v in node.kwargs.items()}
+
+
+def dispatch_us(torch, kind, n=2000):
+    """Host time to issue one small kernel, queued back to back."""
+    x = torch.zeros(16, device=kind)
+    for _ in range(100):
+        x.add_(1)
+    if kind == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    if kind == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / n
+
+
+def main():
+    ap = hook.build_parser()
+    ap.description = __doc__.split("\n")[0]
+    ap.add_argument("--device-kind", choices=["cuda", "cpu"], help="default: cuda if available")
+    ap.add_argument("--base", default="h100", help="the built-in profile (or JSON file) to start from")
+    ap.add_argument("--name", help="the calibrated profile's name (default: BASE-calibrated)")
+    ap.add_argument("--measured", help="write the schedule with measured step times here")
+    ap.add_argument("--table", help="write modeled-versus-measured by op class here (JSON)")
+    ap.add_argument("--schedule-tool", required=True, help="the tierpool-schedule binary")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=10)
+    a = ap.parse_args()
+    if a.warmup < 0 or not 1 <= a.repeat <= 10000:
+        fail("--warmup must be >= 0 and --repeat in [1, 10000]")
+    import torch
+    kind = a.device_kind or ("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        fail("--device-kind cuda, but torch sees no GPU")
+    a.device = kind
+    schedule, gm, args, node_of_step = hook.trace(a)
+    timer = Timer(torch, kind, a.warmup, a.repeat)
+
+    # Run the graph once, node by node, timing each node that is a step.
+    step_of_node = {name: s for s, name in node_of_step.items()}
+    env, measured = {}, {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        fail("the traced graph takes %d inputs, %d given" % (len(placeholders), len(args)))
+    with torch.no_grad():
+        for n, v in zip(placeholders, args):
+            env[n.name] = v
+        for n in gm.graph.nodes:
+            if n.op != "call_function":
+                continue
+            fargs, fkwargs = materialize(n, env)
+            env[n.name] = n.target(*fargs, **fkwargs)
+            if n.name in step_of_node:
+                measured[step_of_node[n.name]] = timer(lambda: n.target(*fargs, **fkwargs))
+    del env
+
+    # Optimizer steps: torch.optim's update of each parameter alone.
+    params = dict(zip([t["name"] for t in schedule["tensors"] if t["kind"] == "WEIGHT"], args))
+    for i, st in enumerate(schedule["steps"]):
+        opt, _, pname = st["name"].partition("_update.")
+        if opt not in ("adam", "sgd") or pname not in params:
+            continue
+        p = params[pname].detach().clone().requires_grad_(True)
+        p.grad = torch.randn_like(p)
+        o = torch.optim.Adam([p]) if opt == "adam" else torch.optim.SGD([p], lr=0.1, momentum=0.9)
+        measured[i] = timer(o.step)
+
+    for i, us in measured.items():
+        schedule["steps"][i]["compute_us"] = us
+        schedule["steps"][i]["measured"] = True
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sched_path = os.path.join(tmp, "measured.json")
+        with open(sched_path, "w") as f:
+            json.dump(schedule, f)
+        # The base profile's view of each step, and the fit.
+        fit_path = os.path.join(tmp, "fit.json")
+        cmd = [a.schedule_tool, "schedule", "fit-profile", sched_path, "--device", a.base,
+               "--json", fit_path, "--dispatch-us", "%.3f" % dispatch_us(torch, kind),
+               "--name", a.name or (os.path.basename(a.base).replace(".json", "") + "-calibrated")]
+        subprocess.run(cmd, check=True)
+        with open(fit_path) as f:
+            fit = json.load(f)
+    with open(a.out, "w") as f:
+        json.dump(fit["profile"], f, indent=2)
+    if a.measured:
+        with open(a.measured, "w") as f:
+            json.dump(schedule, f)
+    if a.table:
+        with open(a.table, "w") as f:
+            json.dump(fit["by_class"], f, indent=2)
+    sys.stderr.write("calibrated on %s: %d of %d steps measured; by op class, ms (modeled on %s, "
+                     "measured, under the calibrated profile):\n"
+                     % (kind, len(measured), len(schedule["steps"]), a.base))
+    for c in fit["by_class"]:
+        sys.stderr.write("  %-12s %5d steps %10.3f %10.3f %10.3f\n"
+                         % (c["class"], c["steps"], c["modeled_ms"], c["measured_ms"], c["calibrated_ms"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,14 @@
-// Small POSIX helpers: an owning file descriptor and monotonic time.
+// Small POSIX helpers: an owning file descriptor, monotonic time, reading a bounded file.
 #pragma once
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <utility>
+
+#include "common/status.h"
 
 namespace tierpool {
 
@@ -44,5 +47,10 @@ inline std::uint64_t NowMicros() {
       std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch())
           .count());
 }
+
+// The whole of a file from outside (a policy, a profile, a schedule), refused before anything is
+// read when it is larger than max_bytes: NOT_FOUND if it cannot be opened, INVALID_ARGUMENT if
+// it is too large.
+Result<std::string> ReadFileUpTo(const std::string& path, std::uint64_t max_bytes);
 
 }  // namespace tierpool

@@ -120,6 +120,9 @@ bool IsFloating(const std::string& dtype) {
          dtype.find("bf16") != std::string::npos || dtype.find("fp") == 0;
 }
 
+// Whether a step carries what the model estimates from; others keep the time they were given.
+bool HasCostInputs(const schedule::Step& st) { return st.flops() > 0 || st.bytes_touched() > 0; }
+
 }  // namespace
 
 OpClass ClassifyOp(std::string_view op_type) {
@@ -160,7 +163,7 @@ StepTime EstimateStep(const DeviceProfile& d, StepKind kind, double flops, std::
   }
   t.launch_us = c.launches * d.launch_us;
   t.dispatch_us = c.launches * d.dispatch_us;
-  t.total_us = std::max(std::max(t.compute_us, t.memory_us) + t.launch_us, t.dispatch_us);
+  t.total_us = std::max(t.device_us(), t.dispatch_us);
   return t;
 }
 
@@ -191,22 +194,18 @@ void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s) {
   for (int i = 0; i < s->steps_size(); ++i) {
     auto* st = s->mutable_steps(i);
     // Measured steps, and steps that carry no cost inputs, keep the time they were given.
-    if (st->measured() || !(st->flops() > 0 || st->bytes_touched() > 0)) continue;
+    if (st->measured() || !HasCostInputs(*st)) continue;
     st->set_compute_us(EstimateStep(d, kinds[i], st->flops(), st->bytes_touched()).total_us);
   }
   s->set_device(d.name);
 }
-
-}  // namespace tierpool::prefetch
-
-namespace tierpool::prefetch {
 
 std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const schedule::Schedule& s) {
   std::array<ClassCost, kOpClasses> r{};
   const auto kinds = StepKinds(s, d);
   for (int i = 0; i < s.steps_size(); ++i) {
     const auto& st = s.steps(i);
-    if (!(st.flops() > 0 || st.bytes_touched() > 0)) continue;
+    if (!HasCostInputs(st)) continue;
     const StepTime t = EstimateStep(d, kinds[i], st.flops(), st.bytes_touched());
     auto& c = r[static_cast<std::size_t>(kinds[i].op_class)];
     c.steps++;
@@ -214,14 +213,10 @@ std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const sche
     c.bytes += st.bytes_touched();
     c.total_us += t.total_us;
     if (t.compute_us > t.memory_us) c.compute_bound++;
-    if (t.dispatch_us > std::max(t.compute_us, t.memory_us) + t.launch_us) c.dispatch_bound++;
+    if (t.dispatch_bound()) c.dispatch_bound++;
   }
   return r;
 }
-
-}  // namespace tierpool::prefetch
-
-namespace tierpool::prefetch {
 
 ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, double dispatch_us) {
   ProfileFit fit;
@@ -235,7 +230,7 @@ ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, do
   const auto kinds = StepKinds(s, base);
   for (int i = 0; i < s.steps_size(); ++i) {
     const auto& st = s.steps(i);
-    if (!st.measured() || !(st.flops() > 0 || st.bytes_touched() > 0)) continue;
+    if (!st.measured() || !HasCostInputs(st)) continue;
     const auto c = static_cast<std::size_t>(kinds[i].op_class);
     const StepTime modeled = EstimateStep(base, kinds[i], st.flops(), st.bytes_touched());
     auto& row = fit.by_class[c];
@@ -265,7 +260,7 @@ ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, do
   // The calibrated profile's estimate of the same steps, to show how close the fit comes.
   for (int i = 0; i < s.steps_size(); ++i) {
     const auto& st = s.steps(i);
-    if (!st.measured() || !(st.flops() > 0 || st.bytes_touched() > 0)) continue;
+    if (!st.measured() || !HasCostInputs(st)) continue;
     fit.by_class[static_cast<std::size_t>(kinds[i].op_class)].calibrated_us +=
         EstimateStep(fit.profile, kinds[i], st.flops(), st.bytes_touched()).total_us;
   }

@@ -6,6 +6,7 @@
 // the model against published throughput. Pure functions: no state, no locking.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string_view>
@@ -42,17 +43,15 @@ struct StepTime {
   double memory_us = 0;    // bytes at the class's share of hbm bandwidth
   double launch_us = 0;    // the kernels' fixed device cost
   double dispatch_us = 0;  // the host's time to issue them
-  double total_us = 0;     // max(compute, memory) + launch, and at least dispatch
+  double total_us = 0;     // device_us(), and at least dispatch
+  double device_us() const { return std::max(compute_us, memory_us) + launch_us; }
+  bool dispatch_bound() const { return dispatch_us > device_us(); }
 };
 StepTime EstimateStep(const DeviceProfile& d, StepKind kind, double flops, std::uint64_t bytes);
 
 // Fills compute_us of every step that carries flops or bytes_touched (others keep the time they
 // were given, such as measured times) and records the profile's name in the schedule.
 void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s);
-
-}  // namespace tierpool::prefetch
-
-namespace tierpool::prefetch {
 
 // Where a schedule's estimated time goes on a device, by op class: for `schedule show` and the
 // cost model's documentation. Sums over the steps that carry FLOPs or bytes.
@@ -65,10 +64,6 @@ struct ClassCost {
   std::uint32_t dispatch_bound = 0;  // steps the host's dispatch, not the device, limits
 };
 std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const schedule::Schedule& s);
-
-}  // namespace tierpool::prefetch
-
-namespace tierpool::prefetch {
 
 // A profile calibrated from measured step times (`tierpool schedule calibrate`): starting from
 // `base`, each op class's compute efficiency becomes what its measured compute-bound steps

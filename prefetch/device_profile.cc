@@ -1,10 +1,9 @@
 #include "prefetch/device_profile.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "common/posix.h"
 namespace tierpool::prefetch {
 
 namespace {
@@ -229,14 +228,11 @@ Result<DeviceProfile> LoadProfile(const std::string& name_or_path) {
       name_or_path.find(".json") == std::string::npos) {
     return BuiltinProfile(name_or_path);
   }
-  std::ifstream in(name_or_path);
-  if (!in) return Status::NotFound("cannot read device profile " + name_or_path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > (1u << 20)) {
-    return Status::InvalidArgument("device profile " + name_or_path + " is larger than 1 MiB");
+  auto text = ReadFileUpTo(name_or_path, 1u << 20);
+  if (!text.ok()) {
+    return Status(text.status().code(), "device profile: " + text.status().message());
   }
-  return ParseProfileJson(text.str(), name_or_path);
+  return ParseProfileJson(*text, name_or_path);
 }
 
 }  // namespace tierpool::prefetch

@@ -3,11 +3,12 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
-#include <filesystem>
+
 #include <fstream>
-#include <sstream>
 #include <string_view>
 #include <unordered_set>
+
+#include "common/posix.h"
 
 namespace tierpool::prefetch {
 
@@ -86,14 +87,9 @@ Result<Schedule> ParseScheduleJson(const std::string& json) {
 }
 
 Result<Schedule> LoadSchedule(const std::string& path, std::uint64_t max_bytes) {
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  if (ec) return Status::NotFound("cannot read " + path + ": " + ec.message());
-  if (size > max_bytes) return Status::InvalidArgument(path + " is larger than the limit");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string data = ss.str();
+  auto read = ReadFileUpTo(path, max_bytes);
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
   if (EndsWith(path, ".json")) {
     auto s = ParseScheduleJson(data);
     if (!s.ok()) return Status(s.status().code(), path + ": " + s.status().message());

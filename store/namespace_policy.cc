@@ -1,22 +1,18 @@
 #include "store/namespace_policy.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "common/posix.h"
 #include "common/units.h"
 
 namespace tierpool {
 
 Result<NamespacePolicy> NamespacePolicy::Load(const std::string& path, uid_t server_uid) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("cannot read namespace policy " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > (1u << 20)) {
-    return Status::InvalidArgument("namespace policy " + path + " is larger than 1 MiB");
+  auto text = ReadFileUpTo(path, 1u << 20);
+  if (!text.ok()) {
+    return Status(text.status().code(), "namespace policy: " + text.status().message());
   }
-  auto p = Parse(text.str(), server_uid);
+  auto p = Parse(*text, server_uid);
   if (!p.ok()) return Status::InvalidArgument(path + ": " + p.status().message());
   return p;
 }

@@ -371,13 +371,14 @@ int main(int argc, char** argv) {
   if (cmd == "schedule" && args.size() == 3 && args[1] == "show") {
     auto s = LoadSchedule(args[2]);
     if (!s.ok()) return Fail(s.status());
-    if (!vm["device"].defaulted()) ApplyCostModel(*profile, &*s);
+    const bool device_given = !vm["device"].defaulted();
+    if (device_given) ApplyCostModel(*profile, &*s);
     if (!json.empty()) {  // --json FILE, or --json - for standard output
       Status st = WriteFile(json, SummaryJson(*s));
       return st.ok() ? 0 : Fail(st);
     }
     std::cout << Summary(*s);
-    if (!vm["device"].defaulted()) std::cout << CostTable(*s, *profile);
+    if (device_given) std::cout << CostTable(*s, *profile);
     return 0;
   }
   if ((cmd == "replay" || cmd == "plan") && args.size() == 2) {

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     std::vector<Extent> extents;
     auto t0 = std::chrono::steady_clock::now();
     for (std::uint64_t i = 0; i < records; ++i) {
-      auto e = (*tier)->Allocate(*object, -1);
+      auto e = (*tier)->Allocate(*object, {});
       if (!e.ok()) return 1;
       Status s = (*tier)->WriteRecord(*e, {i, i, *object, sum}, src);
       if (!s.ok()) {

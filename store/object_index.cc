@@ -131,10 +131,16 @@ void ObjectIndex::Erase(std::uint64_t id) {
   objects_.erase(it);
 }
 
+ObjectIndex::RecencySet& ObjectIndex::SetOf(const StoredObject& obj, int t, int set) {
+  const std::uint32_t p = partitioned_[t] ? obj.pool : kSharedPool;
+  if (p >= sets_.size()) sets_.resize(p + 1);
+  return sets_[p][t][set];
+}
+
 void ObjectIndex::UnlistCopy(StoredObject& obj, int t) {
   ObjectCopy& c = obj.copies[t];
   for (int set = 0; c.listed != 0 && set < 3; ++set) {
-    if (c.listed & (1u << set)) sets_[t][set].erase({c.last_use, obj.id});
+    if (c.listed & (1u << set)) SetOf(obj, t, set).erase({c.last_use, obj.id});
   }
   c.listed = 0;
 }
@@ -163,8 +169,8 @@ void ObjectIndex::Refresh(StoredObject& obj) {
     const std::pair<std::uint64_t, std::uint64_t> key{c.last_use, obj.id};
     for (int set = 0; set < 3; ++set) {
       const bool in = c.listed & (1u << set), should = want & (1u << set);
-      if (in && !should) sets_[t][set].erase(key);
-      if (!in && should) sets_[t][set].insert(key);
+      if (in && !should) SetOf(obj, t, set).erase(key);
+      if (!in && should) SetOf(obj, t, set).insert(key);
     }
     c.listed = want;
   }
@@ -177,7 +183,7 @@ void ObjectIndex::Touch(StoredObject& obj, TierKind tier) {
   // Re-key the copy's entries under its new recency (no allocation: the nodes move).
   for (int set = 0; set < 3; ++set) {
     if (!(c.listed & (1u << set))) continue;
-    auto& s = sets_[static_cast<int>(tier)][set];
+    auto& s = SetOf(obj, static_cast<int>(tier), set);
     auto node = s.extract({old_use, obj.id});
     node.value() = {c.last_use, obj.id};
     s.insert(std::move(node));
@@ -188,10 +194,9 @@ void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent
   ObjectCopy& c = obj.copy(tier);
   UnlistCopy(obj, static_cast<int>(tier));  // its key changes; Refresh fixes the rest
   if (!c.present) ++copies_in_[static_cast<int>(tier)];
-  if (tier == TierKind::kHbm) {
-    if (c.present) ns_hbm_bytes_[obj.meta.ns] -= c.extent.length;
-    ns_hbm_bytes_[obj.meta.ns] += extent.length;
-  }
+  std::uint64_t& bytes = ns_tier_bytes_[obj.meta.ns][static_cast<int>(tier)];
+  if (c.present) bytes -= c.extent.length;
+  bytes += extent.length;
   c.present = true;
   c.extent = extent;
   c.last_use = ++use_seq_;
@@ -203,9 +208,12 @@ void ObjectIndex::ClearCopy(StoredObject& obj, TierKind tier) {
   UnlistCopy(obj, static_cast<int>(tier));
   if (c.present) {
     --copies_in_[static_cast<int>(tier)];
-    if (tier == TierKind::kHbm) {
-      auto it = ns_hbm_bytes_.find(obj.meta.ns);
-      if ((it->second -= c.extent.length) == 0) ns_hbm_bytes_.erase(it);
+    // An entry goes once all its bytes are gone (a copy of an empty object may outlive it).
+    if (auto it = ns_tier_bytes_.find(obj.meta.ns); it != ns_tier_bytes_.end()) {
+      it->second[static_cast<int>(tier)] -= c.extent.length;
+      bool empty = true;
+      for (std::uint64_t b : it->second) empty = empty && b == 0;
+      if (empty) ns_tier_bytes_.erase(it);
     }
   }
   c.present = false;
@@ -213,9 +221,9 @@ void ObjectIndex::ClearCopy(StoredObject& obj, TierKind tier) {
   Refresh(obj);
 }
 
-std::uint64_t ObjectIndex::HbmBytesOf(const std::string& ns) const {
-  auto it = ns_hbm_bytes_.find(ns);
-  return it == ns_hbm_bytes_.end() ? 0 : it->second;
+std::uint64_t ObjectIndex::TierBytesOf(const std::string& ns, TierKind tier) const {
+  auto it = ns_tier_bytes_.find(ns);
+  return it == ns_tier_bytes_.end() ? 0 : it->second[static_cast<int>(tier)];
 }
 
 std::uint64_t ObjectIndex::AddLease(const Lease& lease) {

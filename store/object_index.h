@@ -47,7 +47,8 @@ struct ObjectMove {
 
 struct StoredObject {
   std::uint64_t id = 0;
-  ObjectMeta meta;  // meta.tier: the top tier holding a copy
+  ObjectMeta meta;                   // meta.tier: the top tier holding a copy
+  std::uint32_t pool = kSharedPool;  // its namespace's pool: the arenas its copies live in
   bool committed = false;
   std::uint64_t owner = 0;      // who may commit the reservation
   std::uint64_t expiry_us = 0;  // reservation deadline
@@ -84,6 +85,7 @@ enum class CandidateSet : std::uint8_t { kMovable = 0, kCache = 1, kRedundant = 
 struct NamespaceUsage {
   std::uint64_t bytes = 0;
   std::uint64_t objects = 0;
+  std::array<std::uint64_t, kTierKindCount> tier_bytes{};  // its copies' extents, by tier
 };
 
 // What one owner (a connection) holds open: the per-client limits are checked against it.
@@ -117,17 +119,27 @@ class ObjectIndex {
   void SetCopy(StoredObject& obj, TierKind tier, const Extent& extent);
   void ClearCopy(StoredObject& obj, TierKind tier);
 
-  // Visits candidates of `tier` in least recently used order until visit returns true.
+  // Copies in `tier` are split by their object's pool (a tier clients map: tiers/tier.h): a
+  // victim search for room in one pool visits only that pool's copies. Set before any object.
+  void SetPartitioned(TierKind tier) { partitioned_[static_cast<int>(tier)] = true; }
+
+  // Visits candidates of `tier` whose room is `pool`'s in least recently used order until visit
+  // returns true.
   template <typename F>
-  void ForEachCandidate(TierKind tier, CandidateSet set, F&& visit) {
-    auto& s = sets_[static_cast<int>(tier)][static_cast<int>(set)];
+  void ForEachCandidate(TierKind tier, std::uint32_t pool, CandidateSet set, F&& visit) {
+    const int t = static_cast<int>(tier);
+    const std::uint32_t p = partitioned_[t] ? pool : kSharedPool;
+    if (p >= sets_.size()) return;
+    auto& s = sets_[p][t][static_cast<int>(set)];
     for (auto it = s.begin(); it != s.end();) {
       std::uint64_t id = (it++)->second;  // visit may refresh this object
       if (visit(*objects_.at(id))) return;
     }
   }
   std::uint64_t candidates(TierKind tier, CandidateSet set) const {
-    return sets_[static_cast<int>(tier)][static_cast<int>(set)].size();
+    std::uint64_t n = 0;
+    for (const auto& pool : sets_) n += pool[static_cast<int>(tier)][static_cast<int>(set)].size();
+    return n;
   }
 
   // Leases.
@@ -154,20 +166,25 @@ class ObjectIndex {
   std::uint64_t reservations() const { return reservation_ids_.size(); }
   std::uint64_t leases() const { return leases_.size(); }
   std::uint64_t copies_in(TierKind t) const { return copies_in_[static_cast<int>(t)]; }
-  // Bytes (extent lengths) of a namespace's copies in hbm.
-  std::uint64_t HbmBytesOf(const std::string& ns) const;
+  // Bytes (extent lengths) of a namespace's copies in a tier.
+  std::uint64_t TierBytesOf(const std::string& ns, TierKind tier) const;
+  std::uint64_t HbmBytesOf(const std::string& ns) const { return TierBytesOf(ns, TierKind::kHbm); }
   std::uint64_t NextId() { return next_id_++; }
 
  private:
   using RecencySet = std::set<std::pair<std::uint64_t, std::uint64_t>>;  // (last_use, id)
+  using TierSets = std::array<std::array<RecencySet, 3>, kTierKindCount>;
+  // The set a copy of obj in tier t is listed in.
+  RecencySet& SetOf(const StoredObject& obj, int t, int set);
   void Unlist(StoredObject& obj);
   void UnlistCopy(StoredObject& obj, int tier);
 
   std::unordered_map<std::uint64_t, std::unique_ptr<StoredObject>> objects_;
   std::map<Name, std::uint64_t> names_;
-  std::array<std::array<RecencySet, 3>, kTierKindCount> sets_;
+  std::vector<TierSets> sets_{1};  // by pool (kSharedPool for tiers not partitioned)
+  std::array<bool, kTierKindCount> partitioned_{};
   std::array<std::uint64_t, kTierKindCount> copies_in_{};
-  std::unordered_map<std::string, std::uint64_t> ns_hbm_bytes_;
+  std::unordered_map<std::string, std::array<std::uint64_t, kTierKindCount>> ns_tier_bytes_;
   std::uint64_t use_seq_ = 0;
   std::uint64_t next_id_ = 1;
 

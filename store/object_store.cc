@@ -59,6 +59,7 @@ ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> 
   for (auto& t : tiers) {
     int k = static_cast<int>(t->kind());
     mapped_[k] = !t->Arenas().empty();
+    if (t->partitioned()) index_.SetPartitioned(t->kind());
     raw[k] = t.get();
     by_level_.push_back(t->kind());
     tiers_[k] = std::move(t);
@@ -212,6 +213,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
   }
   std::unique_lock lock(mu_);
   TIERPOOL_RETURN_IF_ERROR(AdmitReserveLocked(spec, owner));
+  const std::uint32_t pool = PoolOfLocked(spec.ns);
   Extent extent;
   TierKind placed = TierKind::kDram;
   if (spec.size > 0) {
@@ -219,12 +221,12 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     bool ok = false;
     // A put into hbm makes room there by moving least recently used copies down (a plan's own
     // objects excepted: their moves are the executor's, and the put waits for those in flight),
-    // and goes to dram only when no room can be made.
-    const bool within_budget =
-        spec.tier_hint != TierKind::kHbm || WithinPlanBudgetLocked(lock, spec.ns, spec.size);
-    if (within_budget && spec.tier_hint == TierKind::kHbm && tier(TierKind::kHbm) != nullptr &&
-        tier(TierKind::kHbm)->capacity() > 0) {
-      auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, spec.numa_node, true,
+    // and goes to dram only when no room can be made (or the namespace may hold no more there).
+    Tier* hbm = tier(TierKind::kHbm);
+    if (spec.tier_hint == TierKind::kHbm && hbm != nullptr && hbm->SpaceOf(pool).capacity > 0 &&
+        WithinTierQuotaLocked(spec.ns, TierKind::kHbm, spec.size).ok() &&
+        WithinPlanBudgetLocked(lock, spec.ns, spec.size)) {
+      auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, {spec.numa_node, pool}, true,
                               MovePriority::kDemand);
       if (e.ok()) {
         extent = *e;
@@ -233,7 +235,8 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
       }
     }
     if (!ok) {
-      auto e = AllocateLocked(lock, TierKind::kDram, spec.size, spec.numa_node, true,
+      TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(spec.ns, TierKind::kDram, spec.size));
+      auto e = AllocateLocked(lock, TierKind::kDram, spec.size, {spec.numa_node, pool}, true,
                               MovePriority::kDemand);
       if (e.ok()) {
         extent = *e;
@@ -244,10 +247,12 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     }
     if (!ok) {
       ++counters_.resource_exhausted;
-      Tier* d = tier(TierKind::kDram);
+      const PoolSpace d = tier(TierKind::kDram)->SpaceOf(pool);
+      const std::string where =
+          pool == kSharedPool ? "dram " : "namespace pool " + pools_[pool - 1].name + "'s dram ";
       return Status::ResourceExhausted(
-          "no room for " + FormatBytes(spec.size) + " (" + last.message() + "; dram " +
-          FormatBytes(d->used_bytes()) + " used of " + FormatBytes(d->capacity()) +
+          "no room for " + FormatBytes(spec.size) + " (" + last.message() + "; " + where +
+          FormatBytes(d.used) + " used of " + FormatBytes(d.capacity) +
           "); retained objects are never evicted: delete some or give tierpoold more memory");
     }
   }
@@ -264,6 +269,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
                                 ? 0
                                 : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
   StoredObject& obj = index_.AddReservation(std::move(meta), owner, due);
+  obj.pool = pool;  // before its first copy: the index lists copies by pool
   index_.SetCopy(obj, placed, extent);
   if (placed == TierKind::kHbm) wake_.notify_one();
   return Reservation{obj.id, extent, placed};

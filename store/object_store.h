@@ -9,6 +9,9 @@
 // it from the upper tier later costs no transfer. A move down frees the copy above once the copy
 // below has landed and been checked.
 //
+// Namespace pools (store/namespace_policy.h): an object lives in its namespace's pool's arenas
+// in every partitioned tier (tiers/tier.h), and room for it is made from its pool's objects only.
+//
 // Locking: one mutex (mu_) guards the index and the counters. No bytes are copied under it
 // except a small inline put's own copy (PutCopy) and ReadCopy's copy out of a pinned extent.
 // Calls that may wait (Reserve and PutCopy when room must be made, Pin of an object only on
@@ -159,8 +162,9 @@ struct StoreStats {
   std::uint64_t leases_overdue = 0;         // held past lease_ttl_ms
   std::uint64_t clients_overdue = 0;        // connections marked overdue for those
   std::uint64_t client_limit_refusals = 0;  // reserves and pins past a per-connection limit
-  std::uint64_t quota_refusals = 0;         // reserves past their namespace's quota
-  std::uint64_t commits_rejected = 0;       // verify_commits: bytes did not match
+  // reserves and moves refused by a namespace quota (a put its hbm quota sent to dram counts)
+  std::uint64_t quota_refusals = 0;
+  std::uint64_t commits_rejected = 0;  // verify_commits: bytes did not match
   std::uint64_t resource_exhausted = 0;
   std::uint64_t sessions_cleaned = 0;
   std::uint64_t spills = 0;              // dram -> nvme
@@ -214,6 +218,12 @@ class ObjectStore {
   void ReleaseOwner(std::uint64_t owner);
   // Per-namespace limits (store/namespace_policy.h); a put that would pass one is refused.
   void SetQuotas(std::unordered_map<std::string, NamespaceQuota> quotas);
+  // The namespace pools (store/namespace_policy.h): each pool's objects live in its own arenas
+  // of the partitioned tiers, which the tiers were built with. Set before the first object.
+  void SetPools(std::vector<NamespacePool> pools);
+  std::uint32_t PoolOf(const std::string& ns) const;
+  // A pool's room in a tier (zeros when the tier is off).
+  PoolSpace SpaceOf(TierKind kind, std::uint32_t pool) const;
   // A namespace's bytes and named objects now, against its quota.
   NamespaceUsage UsageOf(const std::string& ns) const;
   // FAILED_PRECONDITION when the owner held something past its time limit (it must reconnect);
@@ -281,11 +291,18 @@ class ObjectStore {
   void UpdateTopLocked(StoredObject& obj);
   ObjectMeta MetaLocked(const StoredObject& obj) const;
 
-  // Allocates in `kind`, making room by the policy's decisions. With may_wait, it starts moves
-  // down at `priority` and waits for them (mu_ released) up to room_wait_ms.
+  // Allocates in `pool`'s room in `kind`, making room by the policy's decisions. With
+  // may_wait, it starts moves down at `priority` and waits for them (mu_ released) up to
+  // room_wait_ms.
   Result<Extent> AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
-                                std::uint64_t size, int numa_hint, bool may_wait,
+                                std::uint64_t size, AllocationHint hint, bool may_wait,
                                 MovePriority priority);
+  std::uint32_t PoolOfLocked(const std::string& ns) const { return tierpool::PoolOf(pools_, ns); }
+  std::uint32_t PoolCount() const { return static_cast<std::uint32_t>(pools_.size() + 1); }
+  // Bytes on their way out of `pool`'s room in `kind`.
+  std::uint64_t& LeavingLocked(TierKind kind, std::uint32_t pool);
+  // RESOURCE_EXHAUSTED when `bytes` more of ns's copies in `kind` would pass its tier quota.
+  Status WithinTierQuotaLocked(const std::string& ns, TierKind kind, std::uint64_t bytes);
   // Carries out one decision; false when it no longer applies or could not start.
   bool ApplyLocked(const PlacementDecision& d, MovePriority priority);
   // Starts copying obj's copy in `from` to `to` (dst allocated there, or allocated here with
@@ -345,8 +362,10 @@ class ObjectStore {
   std::unique_ptr<Mover> mover_;
 
   mutable std::mutex mu_;
-  ObjectIndex index_;                                    // guarded by mu_
-  std::array<std::uint64_t, kTierKindCount> leaving_{};  // guarded by mu_: bytes moving out
+  ObjectIndex index_;  // guarded by mu_
+  // guarded by mu_: bytes moving out, by pool (kSharedPool only, for tiers not partitioned)
+  std::vector<std::array<std::uint64_t, kTierKindCount>> leaving_{1};
+  std::vector<NamespacePool> pools_;  // guarded by mu_
   // guarded by mu_: moves out of each tier that failed for a reason other than corruption (a
   // failing device below); a caller waiting for room gives up after a few of these.
   std::array<std::uint64_t, kTierKindCount> failed_out_{};

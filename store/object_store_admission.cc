@@ -57,14 +57,48 @@ Status ObjectStore::AdmitPinLocked(std::uint64_t owner) {
   return Status::Ok();
 }
 
+Status ObjectStore::WithinTierQuotaLocked(const std::string& ns, TierKind kind,
+                                          std::uint64_t bytes) {
+  if (quotas_.empty()) return Status::Ok();
+  auto q = quotas_.find(ns);
+  if (q == quotas_.end()) return Status::Ok();
+  const std::uint64_t limit = q->second.max_tier_bytes[static_cast<int>(kind)];
+  if (limit == 0) return Status::Ok();
+  const std::uint64_t held = index_.TierBytesOf(ns, kind);
+  if (held + bytes <= limit) return Status::Ok();
+  ++counters_.quota_refusals;
+  return Status::ResourceExhausted("namespace '" + ns + "' has " + FormatBytes(held) + " in " +
+                                   std::string(TierName(kind)) + ", and " + FormatBytes(bytes) +
+                                   " more would pass its quota there of " + FormatBytes(limit));
+}
+
 void ObjectStore::SetQuotas(std::unordered_map<std::string, NamespaceQuota> quotas) {
   std::lock_guard lock(mu_);
   quotas_ = std::move(quotas);
 }
 
+void ObjectStore::SetPools(std::vector<NamespacePool> pools) {
+  std::lock_guard lock(mu_);
+  pools_ = std::move(pools);
+}
+
+std::uint32_t ObjectStore::PoolOf(const std::string& ns) const {
+  std::lock_guard lock(mu_);
+  return PoolOfLocked(ns);
+}
+
 NamespaceUsage ObjectStore::UsageOf(const std::string& ns) const {
   std::lock_guard lock(mu_);
-  return index_.UsageOf(ns);
+  NamespaceUsage u = index_.UsageOf(ns);
+  for (int t = 0; t < kTierKindCount; ++t) {
+    u.tier_bytes[t] = index_.TierBytesOf(ns, static_cast<TierKind>(t));
+  }
+  return u;
+}
+
+PoolSpace ObjectStore::SpaceOf(TierKind kind, std::uint32_t pool) const {
+  const Tier* t = tier(kind);
+  return t == nullptr ? PoolSpace{} : t->SpaceOf(pool);
 }
 
 Status ObjectStore::CheckOwner(std::uint64_t owner) const {
@@ -105,15 +139,19 @@ bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,
 bool ObjectStore::ReserveMayWait(const std::string& ns, std::uint64_t total_bytes,
                                  std::uint64_t largest, bool wants_hbm) {
   std::lock_guard lock(mu_);
+  const std::uint32_t pool = PoolOfLocked(ns);
   auto fits = [&](TierKind k) {
     Tier* t = tier(k);
-    if (t == nullptr || t->capacity() == 0) return false;
+    if (t == nullptr) return false;
+    const PoolSpace room = t->SpaceOf(pool);
+    if (room.capacity == 0) return false;
     // Room by the watermark, not just free bytes: above it, allocation makes room first.
     const double high = t->watermarks().high;
-    const auto limit = static_cast<std::uint64_t>(static_cast<double>(t->capacity()) * high);
-    return t->used_bytes() + total_bytes <= limit && largest <= t->capacity() - t->used_bytes();
+    const auto limit = static_cast<std::uint64_t>(static_cast<double>(room.capacity) * high);
+    return room.used + total_bytes <= limit && largest <= room.capacity - room.used;
   };
-  if (wants_hbm && tier(TierKind::kHbm) != nullptr && tier(TierKind::kHbm)->capacity() > 0) {
+  if (wants_hbm && tier(TierKind::kHbm) != nullptr &&
+      tier(TierKind::kHbm)->SpaceOf(pool).capacity > 0) {
     if (planned_ns_.count(ns) != 0 || !fits(TierKind::kHbm)) return true;
   }
   return !fits(TierKind::kDram);

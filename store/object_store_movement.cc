@@ -31,15 +31,17 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
   }
   if (!dst) {
     if (Status w = target->CheckWritable(); !w.ok()) return w;
-    auto e = target->Allocate(obj.meta.size, -1);
+    TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(obj.meta.ns, to, obj.meta.size));
+    const AllocationHint hint{-1, obj.pool};
+    auto e = target->Allocate(obj.meta.size, hint);
     if (!e.ok()) {
       // Room that costs no transfer (and no wait) only: a move never waits for another.
       for (const auto& d : policy_->MakeRoom(
-               index_, to, target->Footprint(obj.meta.size), /*instant_only=*/true, kMaxDecisions,
-               [&](const StoredObject& o) { return PlanOwnedLocked(o, to); })) {
+               index_, to, obj.pool, target->Footprint(obj.meta.size), /*instant_only=*/true,
+               kMaxDecisions, [&](const StoredObject& o) { return PlanOwnedLocked(o, to); })) {
         if (d.object_id != obj.id) ApplyLocked(d, priority);
       }
-      e = target->Allocate(obj.meta.size, -1);
+      e = target->Allocate(obj.meta.size, hint);
       if (!e.ok()) return e.status();
     }
     dst = *e;
@@ -52,7 +54,7 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
   m.priority = priority;
   if (done) m.on_done.push_back(std::move(done));
   obj.move = std::move(m);
-  if (drop_source) leaving_[static_cast<int>(from)] += obj.meta.size;
+  if (drop_source) LeavingLocked(from, obj.pool) += obj.meta.size;
   if (to == TierKind::kHbm) incoming_hbm_[obj.meta.ns] += dst->length;
   index_.Refresh(obj);
   MoveRequest r;
@@ -72,7 +74,7 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
 ObjectMove ObjectStore::EndMoveLocked(StoredObject& obj) {
   ObjectMove m = std::move(*obj.move);
   obj.move.reset();
-  if (m.drop_source) leaving_[static_cast<int>(m.from)] -= obj.meta.size;
+  if (m.drop_source) LeavingLocked(m.from, obj.pool) -= obj.meta.size;
   if (m.to == TierKind::kHbm) {
     auto in = incoming_hbm_.find(obj.meta.ns);
     if ((in->second -= m.dst.length) == 0) incoming_hbm_.erase(in);
@@ -184,30 +186,40 @@ bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority)
   return false;
 }
 
+std::uint64_t& ObjectStore::LeavingLocked(TierKind kind, std::uint32_t pool) {
+  const Tier* t = tier(kind);
+  const std::uint32_t p = t != nullptr && t->partitioned() ? pool : kSharedPool;
+  if (p >= leaving_.size()) leaving_.resize(p + 1);
+  return leaving_[p][static_cast<int>(kind)];
+}
+
 Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
-                                           std::uint64_t size, int numa_hint, bool may_wait,
+                                           std::uint64_t size, AllocationHint hint, bool may_wait,
                                            MovePriority priority) {
   Tier* t = tier(kind);
   if (t == nullptr) return Status::FailedPrecondition(std::string(TierName(kind)) + " tier is off");
   if (size == 0) return Extent{};  // an empty object takes no room anywhere
   const std::uint64_t footprint = t->Footprint(size);
-  if (footprint > t->capacity()) {
-    return Status::ResourceExhausted(FormatBytes(size) + " is larger than the whole " +
-                                     std::string(TierName(kind)) + " tier (" +
-                                     FormatBytes(t->capacity()) + ")");
+  const std::uint64_t room = t->SpaceOf(hint.pool).capacity;
+  if (footprint > room) {
+    const std::string where = t->partitioned() && hint.pool != kSharedPool
+                                  ? "namespace pool " + pools_[hint.pool - 1].name + "'s share of "
+                                  : "the whole ";
+    return Status::ResourceExhausted(FormatBytes(size) + " is larger than " + where +
+                                     std::string(TierName(kind)) + " (" + FormatBytes(room) + ")");
   }
   const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
   const std::uint64_t failures_seen = failed_out_[static_cast<int>(kind)];
   for (;;) {
-    auto extent = t->Allocate(size, numa_hint);
+    auto extent = t->Allocate(size, hint);
     if (extent.ok()) return extent;
-    const std::uint64_t leaving = leaving_[static_cast<int>(kind)];
+    const std::uint64_t leaving = LeavingLocked(kind, hint.pool);
     const std::uint64_t want = footprint > leaving ? footprint - leaving : 0;
     bool instant = false;
     int started = 0;
-    for (const auto& d :
-         policy_->MakeRoom(index_, kind, std::max<std::uint64_t>(want, 1), !may_wait, kMaxDecisions,
-                           [&](const StoredObject& o) { return PlanOwnedLocked(o, kind); })) {
+    for (const auto& d : policy_->MakeRoom(
+             index_, kind, hint.pool, std::max<std::uint64_t>(want, 1), !may_wait, kMaxDecisions,
+             [&](const StoredObject& o) { return PlanOwnedLocked(o, kind); })) {
       if (!ApplyLocked(d, priority)) continue;
       if (d.action == PlacementDecision::Action::kMoveDown) {
         ++started;
@@ -216,7 +228,7 @@ Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, T
       }
     }
     if (instant) continue;  // room freed at once: try again
-    if (!may_wait || (started == 0 && leaving_[static_cast<int>(kind)] == 0)) {
+    if (!may_wait || (started == 0 && LeavingLocked(kind, hint.pool) == 0)) {
       return extent.status();
     }
     // Moves out of this tier are under way: wait for one to land, then look again. A move that
@@ -255,7 +267,8 @@ Status ObjectStore::MoveOnDemandLocked(std::unique_lock<std::mutex>& lock, std::
                                        Steady::time_point deadline) {
   StoredObject* obj = index_.Find(id);
   if (obj == nullptr) return Status::Aborted("the object went while it was looked at");
-  auto dst = AllocateLocked(lock, to, obj->meta.size, -1, true, MovePriority::kDemand);
+  TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(obj->meta.ns, to, obj->meta.size));
+  auto dst = AllocateLocked(lock, to, obj->meta.size, {-1, obj->pool}, true, MovePriority::kDemand);
   if (!dst.ok()) return dst.status();
   obj = index_.Find(id);
   const auto from = obj != nullptr ? TopCopy(*obj, mapped_source_only) : std::nullopt;
@@ -326,12 +339,16 @@ void ObjectStore::RelieveWatermarksLocked() {
   for (TierKind k : by_level_) {
     // Only tiers with somewhere to move to: watermarks move objects, they never drop them.
     if (policy_->Below(k) == nullptr) continue;
-    std::uint64_t excess = policy_->OverWatermark(k, leaving_[static_cast<int>(k)]);
-    if (excess == 0) continue;
-    for (const auto& d :
-         policy_->MakeRoom(index_, k, excess, /*instant_only=*/false, kMaxDecisions,
-                           [&](const StoredObject& o) { return PlanOwnedLocked(o, k); })) {
-      ApplyLocked(d, MovePriority::kBackground);
+    // Each pool's room separately: one pool's pressure is relieved from its own objects.
+    const std::uint32_t pools = tier(k)->partitioned() ? PoolCount() : 1;
+    for (std::uint32_t pool = 0; pool < pools; ++pool) {
+      std::uint64_t excess = policy_->OverWatermark(k, pool, LeavingLocked(k, pool));
+      if (excess == 0) continue;
+      for (const auto& d :
+           policy_->MakeRoom(index_, k, pool, excess, /*instant_only=*/false, kMaxDecisions,
+                             [&](const StoredObject& o) { return PlanOwnedLocked(o, k); })) {
+        ApplyLocked(d, MovePriority::kBackground);
+      }
     }
   }
 }

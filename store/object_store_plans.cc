@@ -17,7 +17,7 @@ bool ObjectStore::WithinPlanBudgetLocked(std::unique_lock<std::mutex>& lock, con
   // While copies are leaving hbm, room may come: wait for it as a GPU allocator waits on its
   // copy stream.
   while (planned_ns_.count(ns) != 0 && ns_bytes() + want > planned_ns_[ns] &&
-         leaving_[static_cast<int>(TierKind::kHbm)] > 0) {
+         LeavingLocked(TierKind::kHbm, PoolOfLocked(ns)) > 0) {
     if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
   }
   auto plan = planned_ns_.find(ns);

@@ -17,7 +17,7 @@ Tier* PlacementPolicy::Below(TierKind tier) const {
 }
 
 std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
-    ObjectIndex& index, TierKind tier, std::uint64_t bytes, bool instant_only,
+    ObjectIndex& index, TierKind tier, std::uint32_t pool, std::uint64_t bytes, bool instant_only,
     std::size_t max_decisions, const std::function<bool(const StoredObject&)>& skip) const {
   std::vector<PlacementDecision> out;
   std::uint64_t freed = 0;
@@ -38,7 +38,7 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
     return false;
   };
   auto skipped = [&](const StoredObject& obj) { return skip && skip(obj); };
-  index.ForEachCandidate(tier, CandidateSet::kRedundant, [&](StoredObject& obj) {
+  index.ForEachCandidate(tier, pool, CandidateSet::kRedundant, [&](StoredObject& obj) {
     if (skipped(obj)) return false;
     taken.push_back(obj.id);
     return take({PlacementDecision::Action::kDropCopy, obj.id, tier, tier, footprint(obj)});
@@ -46,7 +46,7 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
   if (done()) return out;
   Tier* below = instant_only ? nullptr : Below(tier);
   if (below != nullptr) {
-    index.ForEachCandidate(tier, CandidateSet::kMovable, [&](StoredObject& obj) {
+    index.ForEachCandidate(tier, pool, CandidateSet::kMovable, [&](StoredObject& obj) {
       if (is_taken(obj.id) || skipped(obj)) return false;
       taken.push_back(obj.id);
       if (obj.meta.durability == Durability::kCache && drop_cache_on_spill_ &&
@@ -61,7 +61,7 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
   // Nowhere to move (or the caller cannot wait): `cache` objects go, oldest first. A tier with
   // a tier below keeps its cache objects while moves can still make room.
   if (below == nullptr) {
-    index.ForEachCandidate(tier, CandidateSet::kCache, [&](StoredObject& obj) {
+    index.ForEachCandidate(tier, pool, CandidateSet::kCache, [&](StoredObject& obj) {
       if (is_taken(obj.id) || skipped(obj)) return false;
       taken.push_back(obj.id);
       return take({PlacementDecision::Action::kEvict, obj.id, tier, tier, footprint(obj)});
@@ -70,11 +70,14 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
   return out;
 }
 
-std::uint64_t PlacementPolicy::OverWatermark(TierKind tier, std::uint64_t leaving) const {
+std::uint64_t PlacementPolicy::OverWatermark(TierKind tier, std::uint32_t pool,
+                                             std::uint64_t leaving) const {
   const Tier* t = tiers_[static_cast<int>(tier)];
-  if (t == nullptr || t->capacity() == 0) return 0;
-  const double cap = static_cast<double>(t->capacity());
-  const std::uint64_t used = t->used_bytes();
+  if (t == nullptr) return 0;
+  const PoolSpace space = t->SpaceOf(pool);
+  if (space.capacity == 0) return 0;
+  const double cap = static_cast<double>(space.capacity);
+  const std::uint64_t used = space.used;
   if (static_cast<double>(used) <= t->watermarks().high * cap) return 0;
   const auto low = static_cast<std::uint64_t>(t->watermarks().low * cap);
   const std::uint64_t excess = used > low ? used - low : 0;

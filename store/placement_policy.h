@@ -46,17 +46,18 @@ class PlacementPolicy {
   // The nearest tier below `tier` that exists and accepts writes now; nullptr if none.
   Tier* Below(TierKind tier) const;
 
-  // Decisions that free at least `bytes` in `tier`, cheapest first, at most max_decisions.
+  // Decisions that free at least `bytes` of `pool`'s room in `tier` (tiers/tier.h: a tier that
+  // is not partitioned has one pool), cheapest first, at most max_decisions.
   // instant_only: only steps 1 and 3 (no transfers), as when the caller cannot wait.
   // skip: objects whose placement is not the policy's (hbm copies a registered plan owns).
   std::vector<PlacementDecision> MakeRoom(
-      ObjectIndex& index, TierKind tier, std::uint64_t bytes, bool instant_only,
+      ObjectIndex& index, TierKind tier, std::uint32_t pool, std::uint64_t bytes, bool instant_only,
       std::size_t max_decisions,
       const std::function<bool(const StoredObject&)>& skip = nullptr) const;
 
-  // Bytes to free so that `tier` gets from above its high watermark to its low one (0 when it
-  // is not above its high watermark). `leaving`: bytes already on their way out.
-  std::uint64_t OverWatermark(TierKind tier, std::uint64_t leaving) const;
+  // Bytes to free so that `pool`'s room in `tier` gets from above its high watermark to its low
+  // one (0 when it is not above its high watermark). `leaving`: bytes already on their way out.
+  std::uint64_t OverWatermark(TierKind tier, std::uint32_t pool, std::uint64_t leaving) const;
 
  private:
   std::array<Tier*, kTierKindCount> tiers_;

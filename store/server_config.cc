@@ -203,14 +203,21 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   return c;
 }
 
-Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config) {
+Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
+                                                const std::vector<NamespacePool>& pools) {
   std::vector<std::unique_ptr<Tier>> tiers;
-  auto dram = DramTier::Create(config.dram);
+  DramTierConfig dram_config = config.dram;
+  HbmTierConfig hbm_config = config.hbm;
+  for (const NamespacePool& p : pools) {
+    dram_config.pools.push_back(p.dram_bytes);
+    hbm_config.pools.push_back(p.hbm_bytes);
+  }
+  auto dram = DramTier::Create(dram_config);
   if (!dram.ok()) return dram.status();
   (*dram)->set_watermarks(config.dram_watermarks);
   tiers.push_back(std::move(dram).value());
   if (config.hbm.capacity > 0) {
-    auto hbm = HbmTier::Create(config.hbm, std::make_unique<HostPinnedHbmBackend>());
+    auto hbm = HbmTier::Create(hbm_config, std::make_unique<HostPinnedHbmBackend>());
     if (!hbm.ok()) return hbm.status();
     (*hbm)->set_watermarks(config.hbm_watermarks);
     tiers.push_back(std::move(hbm).value());
@@ -225,7 +232,9 @@ Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config) {
     if (!nvme.ok()) return nvme.status();
     tiers.push_back(std::move(nvme).value());
   }
-  return ObjectStore::Create(config.store, std::move(tiers));
+  auto store = ObjectStore::Create(config.store, std::move(tiers));
+  if (store.ok()) (*store)->SetPools(pools);
+  return store;
 }
 
 }  // namespace tierpool

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "store/metrics_server.h"
+#include "store/namespace_policy.h"
 #include "store/object_store.h"
 #include "store/service.h"
 #include "tiers/dram_tier.h"
@@ -37,7 +38,9 @@ struct ServerConfig {
 // what was asked.
 Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now);
 
-// Builds the tiers and the store from a validated config.
-Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config);
+// Builds the tiers and the store from a validated config: the namespace pools' arenas carved
+// out of dram and hbm, the store told of them (store/namespace_policy.h).
+Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
+                                                const std::vector<NamespacePool>& pools = {});
 
 }  // namespace tierpool

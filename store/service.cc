@@ -237,15 +237,22 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       h->set_protocol_version(transport::kProtocolVersion);
       h->set_server_version(TIERPOOL_VERSION);
       h->set_session_id(session);
+      // Only the arenas of pools the peer may map: the rest of the memory stays out of its
+      // reach, whatever it sends later.
       for (const auto& a : store_->Arenas()) {
+        if (!MapsPool(peer, a.pool)) continue;
         auto* w = h->add_arenas();
         w->set_id(a.id);
         w->set_tier(static_cast<wire::Tier>(a.tier));
         w->set_size(a.size);
         w->set_numa_node(a.numa_node);
+        w->set_pool(a.pool);
         w->set_fd_index(a.fd >= 0 ? static_cast<int>(fds->size()) : -1);
         if (a.fd >= 0) fds->push_back(a.fd);
+        w->set_read_only_fd_index(a.read_only_fd >= 0 ? static_cast<int>(fds->size()) : -1);
+        if (a.read_only_fd >= 0) fds->push_back(a.read_only_fd);
       }
+      h->set_copy_only(!req.hello().ns().empty() && !MapsNamespace(peer, req.hello().ns()));
       auto* l = h->mutable_limits();
       l->set_max_frame_bytes(config_.max_frame_bytes);
       l->set_max_key_bytes(store_->config().max_key_bytes);
@@ -265,6 +272,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       for (const auto& item : items) {
         auto* out = reply->add_items();
         Status s = CheckSpec(item);
+        if (s.ok() && !MapsNamespace(peer, item.ns())) s = NotMapped(item.ns());
         if (!s.ok()) {
           ToWire(s, out->mutable_status());
           continue;
@@ -323,7 +331,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         ToWire(s, resp->mutable_status());
         return true;
       }
-      HandleGet(session, req.get(), resp->mutable_get());
+      HandleGet(session, peer, req.get(), resp->mutable_get());
       return true;
     }
     case wire::Request::kRelease: {
@@ -416,8 +424,24 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
   return true;
 }
 
-void StoreService::HandleGet(std::uint64_t session, const wire::GetRequest& req,
-                             wire::GetReply* reply) {
+bool StoreService::MapsPool(const transport::PeerCredentials& peer, std::uint32_t pool) const {
+  return policy_ == nullptr || policy_->MapsPool(peer, pool);
+}
+
+bool StoreService::MapsNamespace(const transport::PeerCredentials& peer,
+                                 const std::string& ns) const {
+  return policy_ == nullptr || policy_->MapsNamespace(peer, ns);
+}
+
+Status StoreService::NotMapped(const std::string& ns) {
+  return Status::PermissionDenied(
+      "this connection does not map the memory of namespace '" + ns +
+      "' (the namespace policy gives its user no pool holding it): put and get its bytes "
+      "through frames (inline) instead");
+}
+
+void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredentials& peer,
+                             const wire::GetRequest& req, wire::GetReply* reply) {
   std::uint64_t inline_budget = config_.max_frame_bytes - 64 * 1024;  // room for metadata
   // AUTO puts at most the inline threshold's worth of bytes in one reply: a batch of many small
   // objects comes back pinned, read from the mapping, which is 2x faster than carrying 64 x 4 KiB
@@ -442,15 +466,22 @@ void StoreService::HandleGet(std::uint64_t session, const wire::GetRequest& req,
       }
       options.want = static_cast<TierKind>(req.want_tier());
     }
+    // A connection that does not map the object's memory gets its bytes in the frame or not
+    // at all: never an extent it could only guess at.
+    const bool mapped = req.mode() == wire::INLINE || MapsNamespace(peer, k.ns());
+    if (!mapped && req.mode() == wire::PINNED) {
+      ToWire(NotMapped(k.ns()), out->mutable_status());
+      continue;
+    }
     auto pinned = store_->Pin(k.ns(), k.key(), session, options);
     if (!pinned.ok()) {
       ToWire(pinned.status(), out->mutable_status());
       continue;
     }
     std::uint64_t size = pinned->meta.size;
-    bool inline_it =
-        req.mode() == wire::INLINE || (req.mode() == wire::AUTO && size <= auto_inline_left);
-    if (inline_it && req.mode() == wire::AUTO) auto_inline_left -= size;
+    bool inline_it = req.mode() == wire::INLINE || !mapped ||
+                     (req.mode() == wire::AUTO && size <= auto_inline_left);
+    if (inline_it && mapped && req.mode() == wire::AUTO) auto_inline_left -= size;
     if (inline_it && size > inline_budget) {
       Status s = store_->Release(pinned->lease_id, session);
       (void)s;
@@ -569,6 +600,20 @@ void StoreService::Stat(wire::StatReply* reply) {
       add("ns_" + ns + "_objects", u.objects);
       add("ns_" + ns + "_quota_bytes", quota.max_bytes);
       add("ns_" + ns + "_quota_objects", quota.max_objects);
+      for (TierKind k : {TierKind::kHbm, TierKind::kDram, TierKind::kNvme}) {
+        const std::string tier(TierName(k));
+        add("ns_" + ns + "_" + tier + "_bytes", u.tier_bytes[static_cast<int>(k)]);
+        add("ns_" + ns + "_quota_" + tier + "_bytes", quota.max_tier_bytes[static_cast<int>(k)]);
+      }
+    }
+    for (std::size_t i = 0; i < policy_->pools().size(); ++i) {
+      const std::string& name = policy_->pools()[i].name;
+      for (TierKind k : {TierKind::kHbm, TierKind::kDram}) {
+        const PoolSpace room = store_->SpaceOf(k, static_cast<std::uint32_t>(i + 1));
+        const std::string tier(TierName(k));
+        add("pool_" + name + "_" + tier + "_capacity", room.capacity);
+        add("pool_" + name + "_" + tier + "_used_bytes", room.used);
+      }
     }
   }
   if (plans_ != nullptr) {

@@ -49,7 +49,12 @@ class StoreService final : public transport::RequestHandler {
                      const wire::Request& request, wire::Response* response, std::vector<int>* fds);
   void RecordLatency(const wire::Request& request, const wire::Response& response,
                      std::uint64_t took_us);
-  void HandleGet(std::uint64_t session, const wire::GetRequest& req, wire::GetReply* reply);
+  void HandleGet(std::uint64_t session, const transport::PeerCredentials& peer,
+                 const wire::GetRequest& req, wire::GetReply* reply);
+  // Whether the peer is sent (and so may use) the arenas of a pool, of a namespace's pool.
+  bool MapsPool(const transport::PeerCredentials& peer, std::uint32_t pool) const;
+  bool MapsNamespace(const transport::PeerCredentials& peer, const std::string& ns) const;
+  static Status NotMapped(const std::string& ns);
   // PERMISSION_DENIED when the request names a namespace the connection's user may not use.
   Status CheckNamespaces(const transport::PeerCredentials& peer, const wire::Request& request);
 

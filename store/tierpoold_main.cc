@@ -34,7 +34,16 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto store = BuildStore(*config);
+  // Who may use which namespace: always decided here, from the peer's credentials. Its pools
+  // are arenas of their own, so it comes before the tiers.
+  auto policy = config->namespace_policy.empty()
+                    ? Result<NamespacePolicy>(NamespacePolicy(::geteuid()))
+                    : NamespacePolicy::Load(config->namespace_policy, ::geteuid());
+  if (!policy.ok()) {
+    spdlog::critical("{}", policy.status().ToString());
+    return 1;
+  }
+  auto store = BuildStore(*config, policy->pools());
   if (!store.ok()) {
     spdlog::critical("cannot set up the tiers: {}", store.status().ToString());
     return 1;
@@ -60,14 +69,6 @@ int main(int argc, char** argv) {
   PlanRegistry plans(store->get(), hbm_capacity);
   StoreService service(config->service, store->get());
   service.set_plans(&plans);
-  // Who may use which namespace: always decided here, from the peer's credentials.
-  auto policy = config->namespace_policy.empty()
-                    ? Result<NamespacePolicy>(NamespacePolicy(::geteuid()))
-                    : NamespacePolicy::Load(config->namespace_policy, ::geteuid());
-  if (!policy.ok()) {
-    spdlog::critical("{}", policy.status().ToString());
-    return 1;
-  }
   (*store)->SetQuotas(policy->quotas());
   service.set_policy(&*policy);
   transport::UnixServer server(config->transport, &service);

@@ -8,9 +8,10 @@
 namespace tierpool {
 
 void ArenaTier::AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd,
-                          int numa_node, std::uint64_t alignment) {
+                          int read_only_fd, int numa_node, std::uint32_t pool,
+                          std::uint64_t alignment) {
   std::lock_guard lock(mu_);
-  regions_.push_back(Region{arena_id, base, size, fd, numa_node,
+  regions_.push_back(Region{arena_id, base, size, fd, read_only_fd, numa_node, pool,
                             ExtentAllocator({.capacity = size, .alignment = alignment})});
   capacity_ += size;
 }
@@ -22,13 +23,15 @@ ArenaTier::Region* ArenaTier::FindRegion(std::uint32_t arena_id) {
   return nullptr;
 }
 
-Result<Extent> ArenaTier::Allocate(std::uint64_t size, int numa_hint) {
+Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
   std::lock_guard lock(mu_);
-  // The hinted node first, then the others with the most free space first.
+  // Only the pool's regions; the hinted node first, then the others with the most free space.
   std::vector<Region*> order;
-  for (auto& r : regions_) order.push_back(&r);
+  for (auto& r : regions_) {
+    if (r.pool == hint.pool) order.push_back(&r);
+  }
   std::stable_sort(order.begin(), order.end(), [&](Region* a, Region* b) {
-    bool ha = a->numa_node == numa_hint, hb = b->numa_node == numa_hint;
+    bool ha = a->numa_node == hint.numa_node, hb = b->numa_node == hint.numa_node;
     if (ha != hb) return ha;
     return a->allocator.stats().free_bytes > b->allocator.stats().free_bytes;
   });
@@ -62,8 +65,21 @@ std::byte* ArenaTier::HostAddress(const Extent& extent) {
 std::vector<ArenaInfo> ArenaTier::Arenas() const {
   std::lock_guard lock(mu_);
   std::vector<ArenaInfo> out;
-  for (const auto& r : regions_) out.push_back({r.arena_id, kind_, r.fd, r.size, r.numa_node});
+  for (const auto& r : regions_) {
+    out.push_back({r.arena_id, kind_, r.fd, r.size, r.numa_node, r.pool, r.read_only_fd});
+  }
   return out;
+}
+
+PoolSpace ArenaTier::SpaceOf(std::uint32_t pool) const {
+  std::lock_guard lock(mu_);
+  PoolSpace s;
+  for (const auto& r : regions_) {
+    if (r.pool != pool) continue;
+    s.capacity += r.size;
+    s.used += r.allocator.stats().used_bytes;
+  }
+  return s;
 }
 
 std::uint64_t ArenaTier::used_bytes() const {

@@ -16,7 +16,7 @@ class ArenaTier : public Tier {
  public:
   TierKind kind() const override { return kind_; }
   std::uint32_t level() const override { return level_; }
-  Result<Extent> Allocate(std::uint64_t size, int numa_hint) override;
+  Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) override;
   Status Free(const Extent& extent) override;
   std::byte* HostAddress(const Extent& extent) override;
   std::vector<ArenaInfo> Arenas() const override;
@@ -24,6 +24,8 @@ class ArenaTier : public Tier {
   std::uint64_t capacity() const override { return capacity_; }
   std::uint64_t used_bytes() const override;
   void ResetPeak() override;
+  bool partitioned() const override { return true; }
+  PoolSpace SpaceOf(std::uint32_t pool) const override;
 
  protected:
   ArenaTier(TierKind kind, std::uint32_t level, std::string backend)
@@ -34,8 +36,9 @@ class ArenaTier : public Tier {
                 IoCompletion done) override;
   void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
                  IoCompletion done) override;
-  void AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd, int numa_node,
-                 std::uint64_t alignment);
+  // A region of `pool`; fd and read_only_fd are what clients of the pool map (-1: none).
+  void AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd,
+                 int read_only_fd, int numa_node, std::uint32_t pool, std::uint64_t alignment);
   void set_pages_locked(bool locked) { pages_locked_ = locked; }
 
  private:
@@ -44,7 +47,9 @@ class ArenaTier : public Tier {
     std::byte* base;
     std::uint64_t size;
     int fd;
+    int read_only_fd;
     int numa_node;
+    std::uint32_t pool;
     ExtentAllocator allocator;
   };
   Region* FindRegion(std::uint32_t arena_id);

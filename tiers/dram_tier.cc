@@ -11,17 +11,44 @@ Status DramTierConfig::validate() const {
     return Status::InvalidArgument("dram alignment must be a power of two");
   }
   if (capacity < alignment) return Status::InvalidArgument("dram capacity below one extent");
+  std::uint64_t pooled = 0;
+  for (std::uint64_t p : pools) {
+    if (p != 0 && p < alignment) return Status::InvalidArgument("a dram pool below one extent");
+    pooled += p / alignment * alignment;
+  }
+  if (pooled + alignment > capacity) {
+    return Status::InvalidArgument("the namespace pools (" + FormatBytes(pooled) +
+                                   ") leave the shared dram pool no room in " +
+                                   FormatBytes(capacity));
+  }
   return Status::Ok();
 }
 
 Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<DramTier> tier(new DramTier());
+  std::uint32_t id = config.first_arena_id;
+  std::uint64_t shared = config.capacity / config.alignment * config.alignment;
+  for (std::size_t p = 0; p < config.pools.size(); ++p) {
+    const std::uint64_t size = config.pools[p] / config.alignment * config.alignment;
+    if (size == 0) continue;
+    shared -= size;
+    const auto pool = static_cast<std::uint32_t>(p + 1);
+    auto arena = MemfdArena::Create({.name = "tierpool-dram-pool" + std::to_string(pool),
+                                     .size = size,
+                                     .numa_node = -1,
+                                     .lock_pages = false,
+                                     .populate = config.populate});
+    if (!arena.ok()) return arena.status();
+    tier->AddRegion(id++, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(), -1,
+                    pool, config.alignment);
+    spdlog::info("dram arena of namespace pool {}: {}", pool, FormatBytes(size));
+    tier->arenas_.push_back(std::move(arena).value());
+  }
   std::vector<int> nodes = NumaNodes();
   // Even split, rounded down to the alignment; the last node takes the remainder.
-  std::uint64_t per_node = config.capacity / nodes.size() / config.alignment * config.alignment;
-  std::uint64_t left = config.capacity / config.alignment * config.alignment;
-  std::uint32_t id = config.first_arena_id;
+  std::uint64_t per_node = shared / nodes.size() / config.alignment * config.alignment;
+  std::uint64_t left = shared;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     std::uint64_t size = i + 1 == nodes.size() ? left : per_node;
     if (size == 0) continue;
@@ -32,7 +59,8 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
                                      .lock_pages = false,
                                      .populate = config.populate});
     if (!arena.ok()) return arena.status();
-    tier->AddRegion(id++, (*arena)->base(), size, (*arena)->fd(), nodes[i], config.alignment);
+    tier->AddRegion(id++, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(),
+                    nodes[i], kSharedPool, config.alignment);
     spdlog::info("dram arena on NUMA node {}: {}", nodes[i], FormatBytes(size));
     tier->arenas_.push_back(std::move(arena).value());
   }

@@ -1,4 +1,5 @@
-// The dram tier: node DRAM as memfd arenas, one per NUMA node, that local clients map.
+// The dram tier: node DRAM as memfd arenas that local clients map: the shared pool's, one per
+// NUMA node, and one per namespace pool (tiers/tier.h, kSharedPool).
 #pragma once
 
 #include <memory>
@@ -10,7 +11,11 @@
 namespace tierpool {
 
 struct DramTierConfig {
-  std::uint64_t capacity = 1024ull * 1024 * 1024;  // split evenly across NUMA nodes
+  // The whole tier: the namespace pools' arenas first, the rest split evenly across NUMA nodes
+  // as the shared pool.
+  std::uint64_t capacity = 1024ull * 1024 * 1024;
+  // Bytes of each namespace pool (pool i + 1), each one arena of its own; 0: the pool has none.
+  std::vector<std::uint64_t> pools;
   std::uint64_t alignment = 4096;
   std::uint32_t first_arena_id = 1;  // arena ids are unique across all tiers
   bool populate = true;

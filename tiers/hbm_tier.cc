@@ -1,5 +1,7 @@
 #include "tiers/hbm_tier.h"
 
+#include "common/units.h"
+
 namespace tierpool {
 
 Status HostPinnedHbmBackend::Init(std::uint64_t capacity) {
@@ -17,6 +19,12 @@ Status HbmTierConfig::validate() const {
   if (capacity != 0 && capacity < alignment) {
     return Status::InvalidArgument("hbm capacity below one extent");
   }
+  std::uint64_t pooled = 0;
+  for (std::uint64_t p : pools) pooled += p / alignment * alignment;
+  if (pooled > capacity / alignment * alignment) {
+    return Status::InvalidArgument("the namespace pools' hbm (" + FormatBytes(pooled) +
+                                   ") is more than the tier's " + FormatBytes(capacity));
+  }
   return Status::Ok();
 }
 
@@ -25,14 +33,32 @@ Result<std::unique_ptr<HbmTier>> HbmTier::Create(const HbmTierConfig& config,
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   if (!backend) return Status::InvalidArgument("hbm tier needs a backend");
   std::unique_ptr<HbmTier> tier(new HbmTier(std::move(backend)));
-  std::uint64_t size = config.capacity / config.alignment * config.alignment;
-  if (size > 0) {
-    TIERPOOL_RETURN_IF_ERROR(tier->backend_->Init(size));
-    tier->AddRegion(config.arena_id, tier->backend_->host_base(), size, tier->backend_->export_fd(),
-                    -1, config.alignment);
-    tier->set_pages_locked(tier->backend_->pages_locked());
+  std::uint64_t shared = config.capacity / config.alignment * config.alignment;
+  for (std::size_t p = 0; p < config.pools.size(); ++p) {
+    const std::uint64_t size = config.pools[p] / config.alignment * config.alignment;
+    if (size == 0) continue;
+    shared -= size;
+    tier->backends_.push_back(tier->backends_.front()->Another());
+    TIERPOOL_RETURN_IF_ERROR(tier->AddBackendRegion(
+        *tier->backends_.back(), config.first_pool_arena_id + static_cast<std::uint32_t>(p), size,
+        static_cast<std::uint32_t>(p + 1), config.alignment));
+  }
+  if (shared > 0) {
+    TIERPOOL_RETURN_IF_ERROR(tier->AddBackendRegion(*tier->backends_.front(), config.arena_id,
+                                                    shared, kSharedPool, config.alignment));
   }
   return tier;
+}
+
+Status HbmTier::AddBackendRegion(HbmBackend& backend, std::uint32_t arena_id, std::uint64_t size,
+                                 std::uint32_t pool, std::uint64_t alignment) {
+  TIERPOOL_RETURN_IF_ERROR(backend.Init(size));
+  AddRegion(arena_id, backend.host_base(), size, backend.export_fd(), backend.export_read_only_fd(),
+            -1, pool, alignment);
+  // Locked only if every region is.
+  all_locked_ = all_locked_ && backend.pages_locked();
+  set_pages_locked(all_locked_);
+  return Status::Ok();
 }
 
 }  // namespace tierpool

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tiers/arena_tier.h"
 #include "tiers/memfd_arena.h"
@@ -21,6 +22,10 @@ class HbmBackend {
   virtual std::byte* host_base() const = 0;
   // A descriptor clients can map: a memfd for host memory (CUDA IPC handles come later).
   virtual int export_fd() const = 0;
+  // The same memory for mapping read-only (views); -1 where the backend cannot make one.
+  virtual int export_read_only_fd() const = 0;
+  // A new, uninitialized backend of the same kind: the region of a namespace pool.
+  virtual std::unique_ptr<HbmBackend> Another() const = 0;
   virtual bool pages_locked() const = 0;
 };
 
@@ -31,6 +36,10 @@ class HostPinnedHbmBackend final : public HbmBackend {
   Status Init(std::uint64_t capacity) override;
   std::byte* host_base() const override { return arena_ ? arena_->base() : nullptr; }
   int export_fd() const override { return arena_ ? arena_->fd() : -1; }
+  int export_read_only_fd() const override { return arena_ ? arena_->read_only_fd() : -1; }
+  std::unique_ptr<HbmBackend> Another() const override {
+    return std::make_unique<HostPinnedHbmBackend>();
+  }
   bool pages_locked() const override { return arena_ && arena_->locked(); }
 
  private:
@@ -38,9 +47,14 @@ class HostPinnedHbmBackend final : public HbmBackend {
 };
 
 struct HbmTierConfig {
+  // The whole tier: the namespace pools' regions and the rest as the shared pool's.
   std::uint64_t capacity = 256ull * 1024 * 1024;
   std::uint64_t alignment = 4096;
-  std::uint32_t arena_id = 0;
+  std::uint32_t arena_id = 0;  // the shared pool's region
+  // Bytes of each namespace pool (pool i + 1), each its own region with arena id
+  // first_pool_arena_id + i; 0: the pool has none.
+  std::vector<std::uint64_t> pools;
+  std::uint32_t first_pool_arena_id = 1u << 20;
   Status validate() const;
 };
 
@@ -51,8 +65,13 @@ class HbmTier final : public ArenaTier {
 
  private:
   explicit HbmTier(std::unique_ptr<HbmBackend> backend)
-      : ArenaTier(TierKind::kHbm, /*level=*/0, backend->name()), backend_(std::move(backend)) {}
-  std::unique_ptr<HbmBackend> backend_;
+      : ArenaTier(TierKind::kHbm, /*level=*/0, backend->name()) {
+    backends_.push_back(std::move(backend));
+  }
+  Status AddBackendRegion(HbmBackend& backend, std::uint32_t arena_id, std::uint64_t size,
+                          std::uint32_t pool, std::uint64_t alignment);
+  std::vector<std::unique_ptr<HbmBackend>> backends_;  // the shared pool's first
+  bool all_locked_ = true;
 };
 
 }  // namespace tierpool

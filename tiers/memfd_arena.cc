@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/logging.h"
@@ -38,6 +39,12 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
   if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return ErrnoStatus("seal arena", errno);
   }
+  // A second open file description of the same memory, read-only: what views are mapped from.
+  // mmap(PROT_WRITE, MAP_SHARED) of it fails with EACCES, whatever the client tries.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  int ro = ::open(self.c_str(), O_RDONLY | O_CLOEXEC);
+  if (ro < 0) return ErrnoStatus("open " + self + " read-only", errno);
+  arena->read_only_fd_.reset(ro);
   void* p = ::mmap(nullptr, options.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ErrnoStatus("mmap arena of " + FormatBytes(options.size), errno);
   arena->base_ = static_cast<std::byte*>(p);

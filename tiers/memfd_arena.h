@@ -1,5 +1,6 @@
 // A shared-memory arena: a sealed memfd mapped in the server, optionally bound to a NUMA node and
-// page-locked. Clients map the same fd (passed over the Unix socket) and read/write in place.
+// page-locked. Clients map the same fd (passed over the Unix socket) and write in place, and map
+// a read-only descriptor of the same memory for views.
 #pragma once
 
 #include <cstddef>
@@ -31,12 +32,15 @@ class MemfdArena {
   std::byte* base() const { return base_; }
   std::uint64_t size() const { return size_; }
   int fd() const { return fd_.get(); }
+  // The same memory opened read-only (O_RDONLY): clients map views from it.
+  int read_only_fd() const { return read_only_fd_.get(); }
   int numa_node() const { return numa_node_; }
   bool locked() const { return locked_; }
 
  private:
   MemfdArena() = default;
   UniqueFd fd_;
+  UniqueFd read_only_fd_;
   std::byte* base_ = nullptr;
   std::uint64_t size_ = 0;
   int numa_node_ = -1;

@@ -165,7 +165,7 @@ std::uint64_t NvmeTier::RecordBytes(std::uint64_t size) const {
   return config_.block_size + PayloadSpan(size);
 }
 
-Result<Extent> NvmeTier::Allocate(std::uint64_t size, int) {
+Result<Extent> NvmeTier::Allocate(std::uint64_t size, const AllocationHint&) {
   std::lock_guard lock(mu_);
   if (full_) return Status::ResourceExhausted("nvme tier is full (the device said ENOSPC)");
   std::uint64_t need = RecordBytes(size);

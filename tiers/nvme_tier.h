@@ -48,7 +48,7 @@ class NvmeTier final : public Tier {
   TierKind kind() const override { return TierKind::kNvme; }
   std::uint32_t level() const override { return 3; }
   std::uint64_t Footprint(std::uint64_t size) const override { return RecordBytes(size); }
-  Result<Extent> Allocate(std::uint64_t size, int numa_hint) override;
+  Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) override;
   Status Free(const Extent& extent) override;
   std::byte* HostAddress(const Extent&) override { return nullptr; }
   std::vector<ArenaInfo> Arenas() const override { return {}; }

@@ -27,13 +27,32 @@ struct Extent {
   std::uint64_t length = 0;  // allocated length (>= the object's size)
 };
 
-// A region clients map: the server passes fd to local clients over the Unix socket.
+// A region clients map: the server passes fd (read-write, for reservations) and read_only_fd
+// (for views) to the local clients that may use the region's pool, over the Unix socket.
 struct ArenaInfo {
   std::uint32_t id = 0;
   TierKind tier = TierKind::kDram;
   int fd = -1;
   std::uint64_t size = 0;
   int numa_node = -1;
+  std::uint32_t pool = 0;  // kSharedPool, or the namespace pool that alone uses it
+  int read_only_fd = -1;   // the same memory, opened read-only: cannot be mapped writable
+};
+
+// A tier whose memory clients map is split into pools, each its own arenas: the shared pool
+// and one per namespace pool of the namespace policy, so that a client maps only the memory of
+// namespaces it may use. Tiers that clients never map (nvme) have one pool for everything.
+inline constexpr std::uint32_t kSharedPool = 0;
+
+struct AllocationHint {
+  int numa_node = -1;                // < 0: any node
+  std::uint32_t pool = kSharedPool;  // ignored by tiers that are not partitioned
+};
+
+// One pool's room in a tier (the whole tier for a tier that is not partitioned).
+struct PoolSpace {
+  std::uint64_t capacity = 0;
+  std::uint64_t used = 0;
 };
 
 struct Watermarks {
@@ -98,8 +117,8 @@ class Tier {
   virtual std::uint32_t level() const = 0;
   // Bytes an object of `size` takes here (a record adds its header and rounding).
   virtual std::uint64_t Footprint(std::uint64_t size) const { return size; }
-  // numa_hint < 0: any node.
-  virtual Result<Extent> Allocate(std::uint64_t size, int numa_hint) = 0;
+  // An extent in hint.pool's arenas (a partitioned tier), on hint.numa_node's first.
+  virtual Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) = 0;
   virtual Status Free(const Extent& extent) = 0;
   // Host address of the extent's first byte; nullptr when the tier is not host-mapped.
   virtual std::byte* HostAddress(const Extent& extent) = 0;
@@ -107,6 +126,9 @@ class Tier {
   virtual TierStats Stats() const = 0;
   virtual std::uint64_t capacity() const = 0;
   virtual std::uint64_t used_bytes() const = 0;
+  // Whether the tier is split into pools (see kSharedPool), and one pool's room.
+  virtual bool partitioned() const { return false; }
+  virtual PoolSpace SpaceOf(std::uint32_t /*pool*/) const { return {capacity(), used_bytes()}; }
   // OK when the tier takes writes now; RESOURCE_EXHAUSTED when full, UNAVAILABLE while degraded.
   virtual Status CheckWritable() { return Status::Ok(); }
   // Starts TierStats::peak_used_bytes again from the use now.

@@ -28,8 +28,8 @@ class GatedTier final : public Tier {
   explicit GatedTier(Tier* inner) : inner_(inner) {}
   TierKind kind() const override { return TierKind::kHbm; }
   std::uint32_t level() const override { return 0; }
-  Result<Extent> Allocate(std::uint64_t size, int numa) override {
-    return inner_->Allocate(size, numa);
+  Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) override {
+    return inner_->Allocate(size, hint);
   }
   Status Free(const Extent& e) override { return inner_->Free(e); }
   std::byte* HostAddress(const Extent& e) override { return inner_->HostAddress(e); }
@@ -105,8 +105,8 @@ class MoverTest : public ::testing::Test {
 
   // Fills a fresh dram extent with a pattern and returns a request to copy it into `to`.
   MoveRequest Request(Tier* to, std::uint64_t size, std::uint64_t tag) {
-    auto src = dram_->Allocate(size, -1);
-    auto dst = to->Allocate(size, -1);
+    auto src = dram_->Allocate(size, {});
+    auto dst = to->Allocate(size, {});
     EXPECT_TRUE(src.ok() && dst.ok());
     std::byte* p = dram_->HostAddress(*src);
     for (std::uint64_t i = 0; i < size; ++i) p[i] = static_cast<std::byte>((i * 7 + tag) & 0xff);
@@ -309,7 +309,7 @@ TEST_F(MoverTest, FaultInjectingBackendUnderMoves) {
     if (!c.done[0].second.status.ok()) {
       ++errors;
     } else {
-      auto back = dram_->Allocate(size, -1);
+      auto back = dram_->Allocate(size, {});
       ASSERT_TRUE(back.ok());
       MoveRequest in;
       in.from = &nvme;

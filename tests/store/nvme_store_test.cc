@@ -22,10 +22,13 @@ struct Rig {
   FaultInjectingIoBackend* faults = nullptr;
 };
 
-Rig MakeRig(std::uint64_t dram, std::uint64_t nvme, std::uint64_t seed, StoreConfig config = {}) {
+Rig MakeRig(std::uint64_t dram, std::uint64_t nvme, std::uint64_t seed, StoreConfig config = {},
+            std::vector<NamespacePool> pools = {}) {
   Rig rig;
   std::vector<std::unique_ptr<Tier>> tiers;
-  auto d = DramTier::Create({.capacity = dram, .populate = false});
+  std::vector<std::uint64_t> pool_bytes;
+  for (const auto& p : pools) pool_bytes.push_back(p.dram_bytes);
+  auto d = DramTier::Create({.capacity = dram, .pools = pool_bytes, .populate = false});
   EXPECT_TRUE(d.ok());
   (*d)->set_watermarks({.high = 0.8, .low = 0.6});
   tiers.push_back(std::move(d).value());
@@ -48,6 +51,7 @@ Rig MakeRig(std::uint64_t dram, std::uint64_t nvme, std::uint64_t seed, StoreCon
   auto s = ObjectStore::Create(config, std::move(tiers));
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   rig.store = std::move(s).value();
+  rig.store->SetPools(std::move(pools));
   return rig;
 }
 
@@ -88,6 +92,59 @@ TEST(NvmeStore, HoldsFourTimesDramByteForByte) {
     EXPECT_TRUE(out == data[static_cast<std::size_t>(i)]) << i;
   }
   EXPECT_GT(store.Stats().nvme_reads, 20u);
+}
+
+// A namespace pool fills and spills on its own: its puts move its own least recently used
+// objects to nvme, never another pool's, and the shared arenas' objects stay where they are.
+TEST(NvmeStore, NamespacePoolsFillAndSpillOnTheirOwn) {
+  Rig rig = MakeRig(8 << 20, 64 << 20, 7, {},
+                    {{.name = "bob", .patterns = {"bob", "bob-*"}, .dram_bytes = 2 << 20}});
+  ObjectStore& store = *rig.store;
+  EXPECT_EQ(store.PoolOf("bob-1"), 1u);
+  EXPECT_EQ(store.PoolOf("alice"), kSharedPool);
+  std::vector<std::string> alice, bob;
+  for (int i = 0; i < 4; ++i) {  // 4 MiB of the 6 MiB shared: under the 80% watermark
+    alice.push_back(Bytes(100 + static_cast<std::uint64_t>(i), 1 << 20));
+    ASSERT_TRUE(store
+                    .PutCopy({.ns = "alice", .key = std::to_string(i), .size = 1 << 20},
+                             alice.back().data(), kOwner)
+                    .ok());
+  }
+  for (int i = 0; i < 8; ++i) {  // 8 MiB into bob's 2 MiB
+    bob.push_back(Bytes(200 + static_cast<std::uint64_t>(i), 1 << 20));
+    ASSERT_TRUE(store
+                    .PutCopy({.ns = "bob-1", .key = std::to_string(i), .size = 1 << 20},
+                             bob.back().data(), kOwner)
+                    .ok())
+        << i;
+  }
+  store.RunMaintenance();
+  store.Quiesce();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(store.Head("alice", std::to_string(i))->tier, TierKind::kDram) << i;
+  }
+  int bob_spilled = 0;
+  for (int i = 0; i < 8; ++i) {
+    bob_spilled += store.Head("bob-1", std::to_string(i))->tier == TierKind::kNvme;
+  }
+  EXPECT_GE(bob_spilled, 6);
+  const TierUsage dram = Usage(store, TierKind::kDram);
+  EXPECT_LE(dram.tier.used_bytes, (4u << 20) + (2u << 20));
+  for (int i = 0; i < 8; ++i) {
+    std::string out;
+    ASSERT_TRUE(store.ReadCopy("bob-1", std::to_string(i), &out).ok()) << i;
+    EXPECT_TRUE(out == bob[static_cast<std::size_t>(i)]) << i;
+  }
+  for (int i = 0; i < 4; ++i) {
+    std::string out;
+    ASSERT_TRUE(store.ReadCopy("alice", std::to_string(i), &out).ok()) << i;
+    EXPECT_TRUE(out == alice[static_cast<std::size_t>(i)]) << i;
+  }
+  // An object larger than the pool's share of dram is refused with the pool named.
+  std::string big(3 << 20, 'b');
+  Status s = store.PutCopy({.ns = "bob", .key = "big", .size = big.size()}, big.data(), kOwner);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("bob"), std::string::npos) << s.ToString();
 }
 
 TEST(NvmeStore, GetsWhileSpillsAreInFlight) {

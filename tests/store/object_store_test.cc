@@ -289,6 +289,32 @@ TEST_F(ObjectStoreTest, NamespaceQuotasOnBytesAndObjects) {
                   .ok());
 }
 
+TEST_F(ObjectStoreTest, NamespaceQuotasPerTier) {
+  Make(1 << 20, 1 << 20);
+  NamespaceQuota q;
+  q.max_tier_bytes[static_cast<int>(TierKind::kHbm)] = 64 << 10;
+  q.max_tier_bytes[static_cast<int>(TierKind::kDram)] = 128 << 10;
+  store_->SetQuotas({{"ns", q}});
+  ASSERT_TRUE(Put("h1", 48 << 10, Durability::kRetained, TierKind::kHbm).ok());
+  EXPECT_EQ(store_->Head("ns", "h1")->tier, TierKind::kHbm);
+  // Over the hbm quota: the put goes to dram instead.
+  ASSERT_TRUE(Put("h2", 48 << 10, Durability::kRetained, TierKind::kHbm).ok());
+  EXPECT_EQ(store_->Head("ns", "h2")->tier, TierKind::kDram);
+  // A promotion over it does not start.
+  EXPECT_EQ(store_->Promote("ns", "h2", TierKind::kHbm).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(store_->Head("ns", "h2")->tier, TierKind::kDram);
+  ASSERT_TRUE(Put("d1", 64 << 10).ok());
+  // 48 + 64 KiB in dram: 32 KiB more passes the 128 KiB quota there.
+  EXPECT_EQ(Put("d2", 32 << 10).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Put("d2", 16 << 10).ok());
+  EXPECT_EQ(Counter(&StoreStats::quota_refusals), 3u);
+  // Another namespace has none.
+  EXPECT_TRUE(store_
+                  ->PutCopy({.ns = "other", .key = "k", .size = 512 << 10},
+                            std::string(512 << 10, 'o').data(), kPutter)
+                  .ok());
+}
+
 TEST_F(ObjectStoreTest, PerClientLimitsOnReservationsPinsAndBytes) {
   StoreConfig config;
   config.max_reservations_per_client = 3;

@@ -24,7 +24,7 @@ TEST(DramTier, ArenasAreSharedAndMappable) {
   EXPECT_EQ(arenas[0].id, 5u);
   EXPECT_GE(arenas[0].numa_node, 0);  // placed through libnuma even on one node
 
-  auto e = t.Allocate(10000, -1);
+  auto e = t.Allocate(10000, {});
   ASSERT_TRUE(e.ok());
   std::byte* p = t.HostAddress(*e);
   ASSERT_NE(p, nullptr);
@@ -44,10 +44,44 @@ TEST(DramTier, ArenasAreSharedAndMappable) {
   EXPECT_EQ(t.Stats().frees, 1u);
 }
 
+// Namespace pools: arenas of their own, carved out of the tier; an allocation never leaves its
+// pool; each arena comes with a read-only descriptor that cannot be mapped writable.
+TEST(DramTier, PoolsAreArenasOfTheirOwnWithReadOnlyDescriptors) {
+  EXPECT_FALSE(DramTier::Create({.capacity = 4 << 20, .pools = {4 << 20}}).ok())
+      << "pools must leave the shared pool room";
+  auto tier = DramTier::Create({.capacity = 8 << 20, .pools = {1 << 20, 0, 2 << 20}});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Tier& t = **tier;
+  EXPECT_TRUE(t.partitioned());
+  EXPECT_EQ(t.capacity(), 8u << 20);
+  EXPECT_EQ(t.SpaceOf(1).capacity, 1u << 20);
+  EXPECT_EQ(t.SpaceOf(2).capacity, 0u);
+  EXPECT_EQ(t.SpaceOf(3).capacity, 2u << 20);
+  EXPECT_EQ(t.SpaceOf(kSharedPool).capacity, 5u << 20);
+  auto e = t.Allocate(1 << 20, {.pool = 1});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(t.SpaceOf(1).used, 1u << 20);
+  EXPECT_EQ(t.Allocate(4096, {.pool = 1}).status().code(), StatusCode::kResourceExhausted)
+      << "a full pool does not borrow the shared arenas";
+  EXPECT_EQ(t.Allocate(4096, {.pool = 2}).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(t.Allocate(4096, {}).ok());
+  for (const ArenaInfo& a : t.Arenas()) {
+    if (a.id == e->arena_id) {
+      EXPECT_EQ(a.pool, 1u);
+    }
+    ASSERT_GE(a.read_only_fd, 0);
+    void* w = ::mmap(nullptr, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, a.read_only_fd, 0);
+    EXPECT_EQ(w, MAP_FAILED);
+    void* r = ::mmap(nullptr, a.size, PROT_READ, MAP_SHARED, a.read_only_fd, 0);
+    ASSERT_NE(r, MAP_FAILED);
+    ::munmap(r, a.size);
+  }
+}
+
 TEST(DramTier, FullTierSaysResourceExhausted) {
   auto tier = DramTier::Create({.capacity = 1 << 20});
   ASSERT_TRUE(tier.ok());
-  auto e = (*tier)->Allocate(2 << 20, -1);
+  auto e = (*tier)->Allocate(2 << 20, {});
   EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ((*tier)->Stats().failed_allocations, 1u);
 }

@@ -67,7 +67,7 @@ TEST(NvmeTier, RecordsRoundTripAndSpreadOverFiles) {
   std::vector<Extent> es;
   for (int i = 0; i < 6; ++i) {
     ps.push_back(MakePayload(100000 + 4096 * static_cast<std::uint64_t>(i), i));
-    auto e = t->Allocate(ps.back().info.size, -1);
+    auto e = t->Allocate(ps.back().info.size, {});
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(e->length, t->RecordBytes(ps.back().info.size));
     ASSERT_TRUE(t->WriteRecord(*e, ps.back().info, ps.back().bytes.get()).ok());
@@ -88,7 +88,7 @@ TEST(NvmeTier, IndexMixUpsAndCorruptionAreDataLoss) {
   FaultInjectingIoBackend* faults = nullptr;
   auto t = Make(&faults);
   auto p = MakePayload(48 * 1024, 1);  // no padding: any flipped payload bit matters
-  auto e = t->Allocate(p.info.size, -1);
+  auto e = t->Allocate(p.info.size, {});
   ASSERT_TRUE(t->WriteRecord(*e, p.info, p.bytes.get()).ok());
   auto dst = AllocateAligned(t->PayloadSpan(p.info.size), 4096);
   RecordInfo other = p.info;
@@ -108,7 +108,7 @@ TEST(NvmeTier, GarbledWriteIsCaughtByVerification) {
   auto t = Make(&faults);
   faults->AddRule({.kind = FaultKind::kFlipBitWrite, .nth = 2});  // a payload op
   auto p = MakePayload(200000, 2);
-  auto e = t->Allocate(p.info.size, -1);
+  auto e = t->Allocate(p.info.size, {});
   Status s = t->WriteRecord(*e, p.info, p.bytes.get());
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
   EXPECT_NE(s.message().find("verifying"), std::string::npos);
@@ -119,7 +119,7 @@ TEST(NvmeTier, RepeatedErrorsDegradeThenRecover) {
   auto t = Make(&faults);
   faults->AddRule({.kind = FaultKind::kEio, .one_in = 1});
   auto p = MakePayload(4096, 3);
-  auto e = t->Allocate(4096, -1);
+  auto e = t->Allocate(4096, {});
   EXPECT_FALSE(t->WriteRecord(*e, p.info, p.bytes.get()).ok());
   EXPECT_TRUE(t->CheckWritable().ok());
   EXPECT_FALSE(t->WriteRecord(*e, p.info, p.bytes.get()).ok());
@@ -138,11 +138,11 @@ TEST(NvmeTier, EnospcMarksTheTierFullUntilSomethingIsFreed) {
   auto t = Make(&faults);
   faults->AddRule({.kind = FaultKind::kEnospc, .nth = 1});
   auto p = MakePayload(4096, 4);
-  auto e = t->Allocate(4096, -1);
+  auto e = t->Allocate(4096, {});
   EXPECT_EQ(t->WriteRecord(*e, p.info, p.bytes.get()).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(t->Stats().state, "full");
   EXPECT_EQ(t->CheckWritable().code(), StatusCode::kResourceExhausted);
-  EXPECT_FALSE(t->Allocate(4096, -1).ok());
+  EXPECT_FALSE(t->Allocate(4096, {}).ok());
   ASSERT_TRUE(t->Free(*e).ok());
   EXPECT_EQ(t->Stats().state, "ok");
 }

@@ -154,7 +154,13 @@ const std::string& Client::ns() const { return core_->options.ns; }
 Status Client::Put(std::string_view key, const void* data, std::size_t size,
                    const PutOptions& options) {
   if (data == nullptr && size > 0) return Status::InvalidArgument("null data");
-  if (size <= core_->limits.inline_threshold_bytes()) {
+  if (core_->copy_only && size + 64 * 1024 > core_->limits.max_frame_bytes()) {
+    return Status::PermissionDenied(
+        "this client maps none of namespace '" + core_->options.ns +
+        "''s memory (the server's namespace policy), so its bytes go through frames, and " +
+        std::to_string(size) + " bytes do not fit one; a namespace pool for it lifts this");
+  }
+  if (size <= core_->limits.inline_threshold_bytes() || core_->copy_only) {
     Borrowed conn(core_.get());
     TIERPOOL_RETURN_IF_ERROR(conn.status());
     wire::Request req;
@@ -216,6 +222,16 @@ Result<std::size_t> Client::Get(std::string_view key, void* buffer, std::size_t 
 }
 
 Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
+  if (core_->copy_only) {
+    // No mapping to view: the bytes come in the reply (checked by GetBatch as they are copied).
+    auto meta = Stat(key);
+    if (!meta.ok()) return meta.status();
+    std::vector<std::byte> out(meta->size);
+    auto got = Get(key, out.data(), out.size());
+    if (!got.ok()) return got.status();
+    out.resize(*got);
+    return out;
+  }
   auto view = GetView(key);
   if (!view.ok()) return view.status();
   std::vector<std::byte> out(view->size());
@@ -271,7 +287,7 @@ std::vector<Result<ObjectView>> Client::GetViews(const std::vector<std::string>&
     v.lease_id_ = item.lease_id();
     v.meta_ = MetaFromWire(item.meta());
     if (v.meta_.size > 0) {
-      v.data_ = core_->mappings->Address(item.extent());
+      v.data_ = core_->mappings->ReadAddress(item.extent());
       if (v.data_ == nullptr || item.extent().length() < v.meta_.size) {
         out.emplace_back(Status::Internal("server returned an extent this client cannot address"));
         continue;
@@ -398,6 +414,13 @@ Result<ServerStats> Client::ServerStat(const StatOptions& options) {
 std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   std::vector<Status> out(items.size());
   if (items.empty()) return out;
+  if (core_->copy_only) {
+    // No reservations without a mapping: each one's bytes in its own frame.
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      out[i] = Put(items[i].key, items[i].data, items[i].size, items[i].options);
+    }
+    return out;
+  }
   Borrowed conn(core_.get());
   if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
   // Phase one: room for all of them in one round trip.
@@ -468,7 +491,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     k->set_ns(core_->options.ns);
     k->set_key(it.key);
   }
-  req.mutable_get()->set_mode(wire::AUTO);
+  req.mutable_get()->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
   if (options.tier) req.mutable_get()->set_want_tier(static_cast<wire::Tier>(*options.tier));
   wire::Response resp;
   Status s = conn.status().ok() ? conn->Call(req, &resp) : conn.status();
@@ -498,7 +521,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     if (r.has_data()) {
       src = r.data().data();
     } else if (size > 0) {
-      src = core_->mappings->Address(r.extent());
+      src = core_->mappings->ReadAddress(r.extent());
       if (src == nullptr) {
         out.emplace_back(Status::Internal("server returned an extent this client cannot address"));
         continue;

@@ -35,41 +35,70 @@ using transport::FromWire;
 std::uint64_t ForkGeneration();
 Status ForkedStatus(int parent_pid);
 
-// The server's arenas, mapped once per client and kept while any connection or view uses them.
+// The server's arenas, mapped once per client and kept while any connection or view uses them:
+// read-write for reservations, and read-only for views and reads (a view cannot write the
+// memory it shows, even by mistake).
 class ArenaMappings {
  public:
   ~ArenaMappings() {
-    for (auto& [id, m] : maps_) ::munmap(m.base, m.size);
+    for (auto& [id, m] : maps_) {
+      ::munmap(m.base, m.size);
+      if (m.read_only != nullptr) ::munmap(m.read_only, m.size);
+    }
   }
   Status Map(const wire::HelloReply& hello, std::vector<UniqueFd>& fds) {
-    for (const auto& a : hello.arenas()) {
-      if (a.fd_index() < 0) continue;
-      if (static_cast<std::size_t>(a.fd_index()) >= fds.size()) {
+    auto fd_at = [&](int index) -> Result<int> {
+      if (static_cast<std::size_t>(index) >= fds.size()) {
         return Status::Internal("server described an arena it did not pass");
       }
-      void* p = ::mmap(nullptr, a.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                       fds[static_cast<std::size_t>(a.fd_index())].get(), 0);
+      return fds[static_cast<std::size_t>(index)].get();
+    };
+    for (const auto& a : hello.arenas()) {
+      if (a.fd_index() < 0) continue;
+      auto fd = fd_at(a.fd_index());
+      if (!fd.ok()) return fd.status();
+      void* p =
+          ::mmap(nullptr, a.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, *fd, 0);
       if (p == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
-      maps_[a.id()] = {static_cast<std::byte*>(p), a.size()};
+      Mapping& m = maps_[a.id()];
+      m = {static_cast<std::byte*>(p), nullptr, a.size()};
+      if (a.has_read_only_fd_index() && a.read_only_fd_index() >= 0) {
+        auto ro = fd_at(a.read_only_fd_index());
+        if (!ro.ok()) return ro.status();
+        void* r = ::mmap(nullptr, a.size(), PROT_READ, MAP_SHARED, *ro, 0);
+        if (r == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
+        m.read_only = static_cast<std::byte*>(r);
+      }
     }
     return Status::Ok();
   }
-  // nullptr when the extent is not inside a mapped arena.
+  // Where to write an extent; nullptr when it is not inside a mapped arena.
   std::byte* Address(const wire::Extent& e) const {
+    const Mapping* m = Find(e);
+    return m == nullptr ? nullptr : m->base + e.offset();
+  }
+  // Where to read it: the read-only mapping when the server passed one.
+  const std::byte* ReadAddress(const wire::Extent& e) const {
+    const Mapping* m = Find(e);
+    if (m == nullptr) return nullptr;
+    return (m->read_only != nullptr ? m->read_only : m->base) + e.offset();
+  }
+
+ private:
+  struct Mapping {
+    std::byte* base;
+    std::byte* read_only;  // nullptr: views read through base
+    std::uint64_t size;
+  };
+  const Mapping* Find(const wire::Extent& e) const {
     auto it = maps_.find(e.arena_id());
     if (it == maps_.end() || e.offset() > it->second.size ||
         e.length() > it->second.size - e.offset()) {
       return nullptr;
     }
-    return it->second.base + e.offset();
+    return &it->second;
   }
-
- private:
-  struct Map_ {
-    std::byte* base;
-    std::uint64_t size;
-  };
-  std::unordered_map<std::uint32_t, Map_> maps_;
+  std::unordered_map<std::uint32_t, Mapping> maps_;
 };
 
 struct PooledConnection {
@@ -145,6 +174,9 @@ class ClientCore {
   ClientOptions options;
   wire::Limits limits;
   std::shared_ptr<ArenaMappings> mappings = std::make_shared<ArenaMappings>();
+  // The server passed no arenas of this client's namespace (its policy): every byte goes
+  // through frames, views are refused.
+  bool copy_only = false;
 
   std::uint64_t fork_generation = ForkGeneration();
   int owner_pid = ::getpid();
@@ -172,6 +204,7 @@ class ClientCore {
     wire::Request req;
     req.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
     req.mutable_hello()->set_client_name(options.client_name);
+    req.mutable_hello()->set_ns(options.ns);
     req.set_id(pc->next_id++);
     wire::Response resp;
     std::vector<UniqueFd> fds;
@@ -179,6 +212,7 @@ class ClientCore {
     if (!resp.has_hello()) return Status::Internal("server did not answer the handshake");
     if (first) {
       limits = resp.hello().limits();
+      copy_only = resp.hello().copy_only();
       TIERPOOL_RETURN_IF_ERROR(mappings->Map(resp.hello(), fds));
     }
     pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));

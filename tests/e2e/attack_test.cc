@@ -3,13 +3,16 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -570,6 +573,151 @@ TEST(Attack, GroupGrantsCoverSupplementaryGroups) {
     o.ns = "other";
     auto d = Client::Connect(o);
     if (!d.ok() || (*d)->Put("k", "no", 2).code() != StatusCode::kPermissionDenied) bits |= 2;
+    return bits;
+  });
+  ::unlink(policy.c_str());
+  EXPECT_EQ(failures, 0) << "failure bits: " << failures;
+}
+
+// The permissions of the mapping that holds p in this process ("r--p", "rw-s", ...).
+std::string MappingPermissions(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo <= at && at < hi) {
+      return perms;
+    }
+  }
+  return "";
+}
+
+// A raw handshake as `ns`: the reply and the descriptors that came with it.
+Status RawHello(const std::string& socket, const std::string& ns, wire::Response* resp,
+                std::vector<UniqueFd>* fds) {
+  auto conn = transport::BlockingConnection::Connect(socket);
+  if (!conn.ok()) return conn.status();
+  wire::Request hello;
+  hello.set_id(1);
+  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+  hello.mutable_hello()->set_ns(ns);
+  return (*conn)->Call(hello, resp, fds);
+}
+
+// 7, in the data plane. Another user with a namespace pool is sent only its pool's arenas:
+// mapping and scanning everything it was given finds none of another namespace's bytes, and it
+// cannot write through the descriptors views come from. Needs root; skipped otherwise.
+TEST(Attack, AClientMapsOnlyItsOwnNamespacesMemoryAndViewsAreReadOnly) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
+  const std::string policy = "/tmp/tierpool-pools-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(policy) << R"({"grants": [{"uid": 65534, "namespaces": ["bob", "bob-*"]}],
+      "pools": {"bob": {"namespaces": ["bob", "bob-*"], "dram": "4M"}}})";
+  ServerProcess server(
+      {"--dram", "16M", "--hbm", "0", "--socket-mode", "0666", "--namespace-policy", policy});
+  ASSERT_TRUE(server.started());
+  ClientOptions alice_opts = server.options();
+  alice_opts.ns = "alice";
+  auto alice = Client::Connect(alice_opts);
+  ASSERT_TRUE(alice.ok());
+  const std::string secret = Pattern(11, 1 << 20);  // zero-copy: in a shared arena
+  ASSERT_TRUE((*alice)->Put("secret", secret.data(), secret.size()).ok());
+  const int failures = RunAsNobody({}, [&] {
+    int bits = 0;
+    wire::Response resp;
+    std::vector<UniqueFd> fds;
+    if (!RawHello(server.socket(), "bob-1", &resp, &fds).ok()) _exit(101);
+    const auto& arenas = resp.hello().arenas();
+    if (arenas.empty() || fds.size() != 2u * static_cast<std::size_t>(arenas.size())) bits |= 1;
+    for (const auto& a : arenas) {
+      if (a.pool() != 1) bits |= 1;
+    }
+    if (resp.hello().copy_only()) bits |= 2;
+    // The attack: map every descriptor it was given and look for alice's bytes.
+    for (const auto& fd : fds) {
+      struct stat st {};
+      if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0) continue;
+      const auto size = static_cast<std::size_t>(st.st_size);
+      void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+      if (p == MAP_FAILED) continue;
+      if (::memmem(p, size, secret.data(), 4096) != nullptr) bits |= 4;
+      ::munmap(p, size);
+    }
+    for (const auto& a : arenas) {
+      if (!a.has_read_only_fd_index() || a.read_only_fd_index() < 0) {
+        bits |= 8;
+        continue;
+      }
+      const int ro = fds[static_cast<std::size_t>(a.read_only_fd_index())].get();
+      void* w = ::mmap(nullptr, a.size(), PROT_READ | PROT_WRITE, MAP_SHARED, ro, 0);
+      if (w != MAP_FAILED || errno != EACCES) bits |= 8;
+      if (w != MAP_FAILED) ::munmap(w, a.size());
+    }
+    // Its own namespace works zero-copy, and a view is a read-only mapping.
+    ClientOptions o = alice_opts;
+    o.ns = "bob-1";
+    auto bob = Client::Connect(o);
+    if (!bob.ok()) _exit(102);
+    const std::string mine = Pattern(12, 1 << 20);
+    if (!(*bob)->Put("w", mine.data(), mine.size()).ok()) bits |= 16;
+    auto view = (*bob)->GetView("w");
+    if (!view.ok() || std::memcmp(view->data(), mine.data(), mine.size()) != 0) {
+      bits |= 32;
+    } else if (MappingPermissions(view->data()).rfind("r--", 0) != 0) {
+      bits |= 64;
+    }
+    return bits;
+  });
+  ::unlink(policy.c_str());
+  EXPECT_EQ(failures, 0) << "failure bits: " << failures;
+  auto back = (*alice)->GetBytes("secret");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(std::memcmp(back->data(), secret.data(), secret.size()) == 0);
+  auto stats = (*alice)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counter("pool_bob_dram_capacity"), 4u << 20);
+  EXPECT_GE(stats->counter("pool_bob_dram_used_bytes"), 1u << 20);  // bob's object went there
+  // The server's own user maps every pool, and its views are read-only too.
+  auto view = (*alice)->GetView("secret");
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(MappingPermissions(view->data()).rfind("r--", 0), 0u)
+      << MappingPermissions(view->data());
+}
+
+// A user that may use a namespace but maps no memory of it (no pool covers its grant) still
+// works: every byte through frames, checked; views and reservations are refused, not faked.
+TEST(Attack, AClientWithoutAPoolGetsItsBytesThroughTheServer) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another user";
+  const std::string policy = "/tmp/tierpool-copyonly-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(policy) << R"({"grants": [{"uid": 65534, "namespaces": ["carol"]}]})";
+  ServerProcess server(
+      {"--dram", "16M", "--hbm", "0", "--socket-mode", "0666", "--namespace-policy", policy});
+  ASSERT_TRUE(server.started());
+  const int failures = RunAsNobody({}, [&] {
+    int bits = 0;
+    wire::Response resp;
+    std::vector<UniqueFd> fds;
+    if (!RawHello(server.socket(), "carol", &resp, &fds).ok()) _exit(101);
+    if (!resp.hello().copy_only() || resp.hello().arenas_size() != 0 || !fds.empty()) bits |= 1;
+    ClientOptions o = server.options();
+    o.ns = "carol";
+    auto c = Client::Connect(o);
+    if (!c.ok()) _exit(102);
+    const std::string data = Pattern(13, 1 << 20);
+    if (!(*c)->Put("k", data.data(), data.size()).ok()) bits |= 2;
+    std::string out(data.size(), '\0');
+    auto got = (*c)->Get("k", out.data(), out.size());
+    if (!got.ok() || *got != data.size() || out != data) bits |= 4;
+    if ((*c)->GetView("k").status().code() != StatusCode::kPermissionDenied) bits |= 8;
+    if ((*c)->Reserve("r", 1 << 20).status().code() != StatusCode::kPermissionDenied) bits |= 16;
+    auto bytes = (*c)->GetBytes("k");
+    if (!bytes.ok() || std::memcmp(bytes->data(), data.data(), data.size()) != 0) bits |= 32;
+    std::vector<PutItem> items;
+    for (int i = 0; i < 3; ++i) items.push_back({"b" + std::to_string(i), data.data(), 100000, {}});
+    for (const Status& s : (*c)->PutBatch(items)) {
+      if (!s.ok()) bits |= 64;
+    }
     return bits;
   });
   ::unlink(policy.c_str());

@@ -1,5 +1,6 @@
-// Writes a seed corpus for each fuzz target: OUT/frames, OUT/plan, OUT/schedule, OUT/onnx and
-// OUT/config, each with a few valid inputs that reach deep into their decoder.
+// Writes a seed corpus for each fuzz target: OUT/frames, OUT/plan, OUT/schedule, OUT/onnx,
+// OUT/config, OUT/namespace_policy and OUT/snapshot, each with a few valid inputs that reach deep
+// into their decoder.
 //   fuzz_seeds OUT
 #include <onnx/onnx_pb.h>
 
@@ -219,6 +220,15 @@ void Configs(const fs::path& dir) {
         "lease-ttl-ms = 500\nmax-pins-per-client = 8\ndram-high-watermark = 0.8\n");
 }
 
+void NamespacePolicies(const fs::path& dir) {
+  Write(dir, "grants", R"({"grants": [{"uid": 1001, "namespaces": ["bob", "bob-*"]},
+      {"gid": 100, "namespaces": ["*"]}]})");
+  Write(dir, "pools", R"({"grants": [{"uid": 65534, "namespaces": ["bob-*"]}],
+      "pools": {"bob": {"namespaces": ["bob", "bob-*"], "dram": "4M", "hbm": 65536},
+                "x": {"namespaces": ["x"], "dram": 4096}},
+      "quotas": {"bob": {"bytes": "8M", "objects": 10, "hbm": "1M", "dram": 4096, "nvme": 1}}})");
+}
+
 void Snapshots(const fs::path& dir) {
   auto& h = fuzz::StoreHarness::Get();
   for (auto [key, size] : std::vector<std::pair<const char*, std::size_t>>{
@@ -254,6 +264,7 @@ int main(int argc, char** argv) {
   Schedules(out / "schedule");
   Onnx(out / "onnx");
   Configs(out / "config");
+  NamespacePolicies(out / "namespace_policy");
   Snapshots(out / "snapshot");
   return 0;
 }

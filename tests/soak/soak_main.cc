@@ -302,7 +302,7 @@ std::uint64_t RssOutsideArenas(pid_t pid) {
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string server, dram = "64M", nvme = "256M";
+  std::string server, dram = "64M", nvme = "256M", policy;
   int seconds = 600, clients = 16, kill_every_ms = 3000;
   double fill = 0.95;
   std::uint64_t seed = 1;
@@ -313,7 +313,9 @@ int main(int argc, char** argv) {
       "kill-every-ms", po::value(&kill_every_ms), "kill a random client this often")(
       "dram", po::value(&dram), "dram tier")("nvme-bytes", po::value(&nvme), "nvme tier")(
       "fill", po::value(&fill), "the clients' keys hold about this fraction of dram + nvme")(
-      "seed", po::value(&seed), "random seed");
+      "seed", po::value(&seed), "random seed")("namespace-policy", po::value(&policy),
+                                               "tierpoold's --namespace-policy (a pool for "
+                                               "\"soak\" puts the clients in arenas of their own)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -343,6 +345,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> args = {
       server,        "--socket", s.socket,       "--dram", dram,          "--hbm", "16M",
       "--nvme-path", dir,        "--nvme-bytes", nvme,     "--log-level", "error", "--no-populate"};
+  if (!policy.empty()) {
+    args.push_back("--namespace-policy");
+    args.push_back(policy);
+  }
   pid_t srv = ::fork();
   if (srv == 0) {
     std::vector<char*> a;

@@ -223,13 +223,24 @@ Result<std::size_t> Client::Get(std::string_view key, void* buffer, std::size_t 
 
 Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
   if (core_->copy_only) {
-    // No mapping to view: the bytes come in the reply (checked by GetBatch as they are copied).
-    auto meta = Stat(key);
-    if (!meta.ok()) return meta.status();
-    std::vector<std::byte> out(meta->size);
-    auto got = Get(key, out.data(), out.size());
-    if (!got.ok()) return got.status();
-    out.resize(*got);
+    // No mapping to view: the bytes come in the reply, in one round trip, checked as copied.
+    Borrowed conn(core_.get());
+    TIERPOOL_RETURN_IF_ERROR(conn.status());
+    wire::Request req;
+    auto* k = req.mutable_get()->add_keys();
+    k->set_ns(core_->options.ns);
+    k->set_key(std::string(key));
+    req.mutable_get()->set_mode(wire::INLINE);
+    wire::Response resp;
+    TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+    if (resp.get().items_size() != 1) return Status::Internal("bad get reply");
+    const auto& item = resp.get().items(0);
+    TIERPOOL_RETURN_IF_ERROR(FromWire(item.status()));
+    std::vector<std::byte> out(item.data().size());
+    if (out.empty()) return out;
+    if (CopyAndChecksum(out.data(), item.data().data(), out.size()) != item.meta().checksum()) {
+      return Status::DataLoss("checksum mismatch for '" + std::string(key) + "'");
+    }
     return out;
   }
   auto view = GetView(key);

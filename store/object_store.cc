@@ -248,11 +248,10 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     if (!ok) {
       ++counters_.resource_exhausted;
       const PoolSpace d = tier(TierKind::kDram)->SpaceOf(pool);
-      const std::string where =
-          pool == kSharedPool ? "dram " : "namespace pool " + pools_[pool - 1].name + "'s dram ";
       return Status::ResourceExhausted(
-          "no room for " + FormatBytes(spec.size) + " (" + last.message() + "; " + where +
-          FormatBytes(d.used) + " used of " + FormatBytes(d.capacity) +
+          "no room for " + FormatBytes(spec.size) + " (" + last.message() + "; " +
+          RoomNameLocked(TierKind::kDram, pool) + " " + FormatBytes(d.used) + " used of " +
+          FormatBytes(d.capacity) +
           "); retained objects are never evicted: delete some or give tierpoold more memory");
     }
   }

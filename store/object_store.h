@@ -299,6 +299,8 @@ class ObjectStore {
                                 MovePriority priority);
   std::uint32_t PoolOfLocked(const std::string& ns) const { return tierpool::PoolOf(pools_, ns); }
   std::uint32_t PoolCount() const { return static_cast<std::uint32_t>(pools_.size() + 1); }
+  // "dram" or "namespace pool bob's dram", for messages.
+  std::string RoomNameLocked(TierKind kind, std::uint32_t pool) const;
   // Bytes on their way out of `pool`'s room in `kind`.
   std::uint64_t& LeavingLocked(TierKind kind, std::uint32_t pool);
   // RESOURCE_EXHAUSTED when `bytes` more of ns's copies in `kind` would pass its tier quota.

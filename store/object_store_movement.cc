@@ -186,6 +186,12 @@ bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority)
   return false;
 }
 
+std::string ObjectStore::RoomNameLocked(TierKind kind, std::uint32_t pool) const {
+  const std::string name(TierName(kind));
+  if (pool == kSharedPool || !tier(kind)->partitioned()) return name;
+  return "namespace pool " + pools_[pool - 1].name + "'s " + name;
+}
+
 std::uint64_t& ObjectStore::LeavingLocked(TierKind kind, std::uint32_t pool) {
   const Tier* t = tier(kind);
   const std::uint32_t p = t != nullptr && t->partitioned() ? pool : kSharedPool;
@@ -202,11 +208,9 @@ Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, T
   const std::uint64_t footprint = t->Footprint(size);
   const std::uint64_t room = t->SpaceOf(hint.pool).capacity;
   if (footprint > room) {
-    const std::string where = t->partitioned() && hint.pool != kSharedPool
-                                  ? "namespace pool " + pools_[hint.pool - 1].name + "'s share of "
-                                  : "the whole ";
-    return Status::ResourceExhausted(FormatBytes(size) + " is larger than " + where +
-                                     std::string(TierName(kind)) + " (" + FormatBytes(room) + ")");
+    return Status::ResourceExhausted(
+        FormatBytes(size) + " is larger than " + (hint.pool == kSharedPool ? "the whole " : "") +
+        RoomNameLocked(kind, hint.pool) + " tier (" + FormatBytes(room) + ")");
   }
   const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
   const std::uint64_t failures_seen = failed_out_[static_cast<int>(kind)];

@@ -24,6 +24,21 @@ Status DramTierConfig::validate() const {
   return Status::Ok();
 }
 
+Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64_t size,
+                          int numa_node, std::uint32_t pool, const DramTierConfig& config) {
+  auto arena = MemfdArena::Create({.name = name,
+                                   .size = size,
+                                   .numa_node = numa_node,
+                                   .lock_pages = false,
+                                   .populate = config.populate});
+  if (!arena.ok()) return arena.status();
+  AddRegion(id, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(), numa_node, pool,
+            config.alignment);
+  spdlog::info("dram arena {}: {}", name, FormatBytes(size));
+  arenas_.push_back(std::move(arena).value());
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<DramTier> tier(new DramTier());
@@ -34,16 +49,8 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
     if (size == 0) continue;
     shared -= size;
     const auto pool = static_cast<std::uint32_t>(p + 1);
-    auto arena = MemfdArena::Create({.name = "tierpool-dram-pool" + std::to_string(pool),
-                                     .size = size,
-                                     .numa_node = -1,
-                                     .lock_pages = false,
-                                     .populate = config.populate});
-    if (!arena.ok()) return arena.status();
-    tier->AddRegion(id++, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(), -1,
-                    pool, config.alignment);
-    spdlog::info("dram arena of namespace pool {}: {}", pool, FormatBytes(size));
-    tier->arenas_.push_back(std::move(arena).value());
+    TIERPOOL_RETURN_IF_ERROR(
+        tier->AddArena("tierpool-dram-pool" + std::to_string(pool), id++, size, -1, pool, config));
   }
   std::vector<int> nodes = NumaNodes();
   // Even split, rounded down to the alignment; the last node takes the remainder.
@@ -53,16 +60,8 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
     std::uint64_t size = i + 1 == nodes.size() ? left : per_node;
     if (size == 0) continue;
     left -= size;
-    auto arena = MemfdArena::Create({.name = "tierpool-dram-node" + std::to_string(nodes[i]),
-                                     .size = size,
-                                     .numa_node = nodes[i],
-                                     .lock_pages = false,
-                                     .populate = config.populate});
-    if (!arena.ok()) return arena.status();
-    tier->AddRegion(id++, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(),
-                    nodes[i], kSharedPool, config.alignment);
-    spdlog::info("dram arena on NUMA node {}: {}", nodes[i], FormatBytes(size));
-    tier->arenas_.push_back(std::move(arena).value());
+    TIERPOOL_RETURN_IF_ERROR(tier->AddArena("tierpool-dram-node" + std::to_string(nodes[i]), id++,
+                                            size, nodes[i], kSharedPool, config));
   }
   return tier;
 }

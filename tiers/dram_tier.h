@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tiers/arena_tier.h"
@@ -28,6 +29,9 @@ class DramTier final : public ArenaTier {
 
  private:
   DramTier() : ArenaTier(TierKind::kDram, /*level=*/1, "memfd/libnuma") {}
+  // One memfd arena as a region of `pool`.
+  Status AddArena(const std::string& name, std::uint32_t id, std::uint64_t size, int numa_node,
+                  std::uint32_t pool, const DramTierConfig& config);
   std::vector<std::unique_ptr<MemfdArena>> arenas_;
 };
 

@@ -407,6 +407,11 @@ Result<ServerStats> Client::ServerStat(const StatOptions& options) {
     s.moves.push_back({static_cast<TierKind>(m.from()), static_cast<TierKind>(m.to()), m.bytes(),
                        m.started_us(), m.finished_us(), m.ok()});
   }
+  for (const auto& m : resp.stat().members()) {
+    s.members.push_back({m.node_id(), m.incarnation(), m.peer_address(), m.lend_bytes(),
+                         m.lend_free(), m.granted_to_us(), m.used_by_us(), m.responsive(),
+                         m.failures(), m.self()});
+  }
   for (const auto& j : resp.stat().jobs()) {
     JobInfo info{j.id(),
                  j.ns(),

@@ -8,7 +8,7 @@ PACKAGES=(
   liburing-dev libnuma-dev libboost-dev libboost-program-options-dev
   libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libonnx-dev fio redis-server libhiredis-dev
+  libonnx-dev fio redis-server libhiredis-dev libssl-dev etcd-server iperf3
   python3 python3-dev python3-torch python3-torchvision python3-numpy
   python3-pybind11 pybind11-dev python3-pytest python3-prometheus-client
   "$@"
@@ -36,4 +36,10 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 if [[ " ${missing[*]} " == *" redis-server "* ]] && [ -d /run/systemd/system ]; then
   $SUDO systemctl disable --now redis-server >/dev/null 2>&1 &&
     echo "==> redis-server installed for benchmarks only; its system service is disabled"
+fi
+# etcd-server likewise: the cluster tests start their own on free loopback ports; a node that
+# joins a real cluster is pointed at its etcd with --etcd.
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now etcd >/dev/null 2>&1 &&
+    echo "==> etcd-server installed for tests; its system service is disabled"
 fi

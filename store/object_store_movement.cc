@@ -172,6 +172,15 @@ bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority)
       return true;
     case PlacementDecision::Action::kMoveDown: {
       Status s = StartMoveLocked(*obj, d.from, d.to, priority, 0, /*drop_source=*/true);
+      // No room in the tier below right now (a remote tier whose lenders have not granted
+      // enough yet): the next one down takes the object instead.
+      for (TierKind to = d.to; !s.ok() && (s.code() == StatusCode::kResourceExhausted ||
+                                           s.code() == StatusCode::kUnavailable);) {
+        Tier* next = policy_->Below(to);
+        if (next == nullptr) break;
+        to = next->kind();
+        s = StartMoveLocked(*obj, d.from, to, priority, 0, /*drop_source=*/true);
+      }
       if (s.ok()) return true;
       if (s.code() == StatusCode::kResourceExhausted &&
           obj->meta.durability == Durability::kCache) {

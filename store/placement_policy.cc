@@ -7,12 +7,15 @@ namespace tierpool {
 Tier* PlacementPolicy::Below(TierKind tier) const {
   const Tier* self = tiers_[static_cast<int>(tier)];
   if (self == nullptr) return nullptr;
+  // A tier below that cannot take writes now (a degraded nvme, a remote tier short of peers)
+  // is passed over for the one under it.
   Tier* best = nullptr;
   for (Tier* t : tiers_) {
     if (t == nullptr || t->level() <= self->level() || t->capacity() == 0) continue;
-    if (best == nullptr || t->level() < best->level()) best = t;
+    if (best != nullptr && t->level() >= best->level()) continue;
+    if (!t->CheckWritable().ok()) continue;
+    best = t;
   }
-  if (best != nullptr && !best->CheckWritable().ok()) return nullptr;
   return best;
 }
 

@@ -43,7 +43,8 @@ class PlacementPolicy {
   PlacementPolicy(const std::array<Tier*, kTierKindCount>& tiers, bool drop_cache_on_spill)
       : tiers_(tiers), drop_cache_on_spill_(drop_cache_on_spill) {}
 
-  // The nearest tier below `tier` that exists and accepts writes now; nullptr if none.
+  // The nearest tier below `tier` that exists and accepts writes now (skipping those that do
+  // not); nullptr if none.
   Tier* Below(TierKind tier) const;
 
   // Decisions that free at least `bytes` of `pool`'s room in `tier` (tiers/tier.h: a tier that

@@ -26,7 +26,7 @@ Status ServerConfig::validate() const {
   TIERPOOL_RETURN_IF_ERROR(service.validate());
   TIERPOOL_RETURN_IF_ERROR(metrics.validate());
   if (nvme.capacity > 0) TIERPOOL_RETURN_IF_ERROR(nvme.validate());
-  return Status::Ok();
+  return cluster.validate();
 }
 
 Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now) {
@@ -34,7 +34,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   ServerConfig c;
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
-              cache_policy = "spill", link_rate = "0";
+              cache_policy = "spill", link_rate = "0", lend = "0";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -112,6 +112,23 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "cache objects under dram pressure: spill (to nvme) or drop")
     ("metrics-listen", po::value(&c.metrics.listen)->default_value("127.0.0.1:9464"),
      "HTTP address for /metrics (Prometheus) and /health: host:port, [v6]:port, or off")
+    ("etcd", po::value(&c.cluster.etcd),
+     "join a cluster whose membership is in this etcd (http://host:port): lend and borrow memory")
+    ("cluster", po::value(&c.cluster.cluster)->default_value("default"), "the cluster's name in etcd")
+    ("node-id", po::value(&c.cluster.node_id), "this node's name in the cluster (default: host name)")
+    ("peer-listen", po::value(&c.cluster.peer_listen), "host:port for peer sidecars (port 0: any free)")
+    ("peer-advertise", po::value(&c.cluster.peer_advertise),
+     "host:port peers connect to (default: --peer-listen)")
+    ("peer-auth", po::value(&c.cluster.peer_auth),
+     "file with the cluster's shared secret (mode 0600); peers without it get nothing")
+    ("lend", po::value(&lend)->default_value("0"),
+     "memory lent to peers, beside --dram (K/M/G; 0: lend nothing)")
+    ("remote-replicas", po::value(&c.cluster.remote.replicas)->default_value(2),
+     "copies of each object placed in the remote tier, on different peers (0: borrow nothing)")
+    ("member-ttl", po::value(&c.cluster.member_ttl_s)->default_value(5),
+     "seconds of the cluster lease: a silent node counts as dead after this long")
+    ("lend-grace-ms", po::value(&c.cluster.lender.borrower_grace_ms)->default_value(30000),
+     "memory lent to a node that left the cluster is freed after this long")
     ("log-level", po::value(&c.log_level)->default_value("info"),
      "trace, debug, info, warn, error, critical, off");
   // clang-format on
@@ -177,6 +194,10 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   auto lr = parse("link-rate", link_rate);
   if (!lr.ok()) return lr.status();
   c.store.mover.max_link_bytes_per_sec = *lr;
+  auto lb = parse("lend", lend);
+  if (!lb.ok()) return lb.status();
+  c.cluster.lend_bytes = *lb;
+  c.cluster.lender.populate = vm.count("no-populate") == 0;
   c.nvme.capacity = *nb;
   c.nvme.io_size = *nbs;
   if (c.nvme.capacity > 0 && c.nvme.path.empty() && c.nvme.backend != "memory") {
@@ -204,7 +225,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
 }
 
 Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
-                                                const std::vector<NamespacePool>& pools) {
+                                                const std::vector<NamespacePool>& pools,
+                                                std::unique_ptr<Tier> remote) {
   std::vector<std::unique_ptr<Tier>> tiers;
   DramTierConfig dram_config = config.dram;
   HbmTierConfig hbm_config = config.hbm;
@@ -232,6 +254,7 @@ Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
     if (!nvme.ok()) return nvme.status();
     tiers.push_back(std::move(nvme).value());
   }
+  if (remote) tiers.push_back(std::move(remote));
   auto store = ObjectStore::Create(config.store, std::move(tiers));
   if (store.ok()) (*store)->SetPools(pools);
   return store;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "store/cluster.h"
 #include "store/metrics_server.h"
 #include "store/namespace_policy.h"
 #include "store/object_store.h"
@@ -25,6 +26,7 @@ struct ServerConfig {
   Watermarks dram_watermarks;
   Watermarks hbm_watermarks;
   MetricsServerConfig metrics;
+  ClusterConfig cluster;  // on with --etcd
   // --metrics-listen given: failing to bind it stops the start (the default only warns, so that
   // a second server on the node still starts).
   bool metrics_required = false;
@@ -40,7 +42,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
 
 // Builds the tiers and the store from a validated config: the namespace pools' arenas carved
 // out of dram and hbm, the store told of them (store/namespace_policy.h).
+// remote: the cluster's remote tier, when this node borrows.
 Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
-                                                const std::vector<NamespacePool>& pools = {});
+                                                const std::vector<NamespacePool>& pools = {},
+                                                std::unique_ptr<Tier> remote = nullptr);
 
 }  // namespace tierpool

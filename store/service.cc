@@ -1,5 +1,7 @@
 #include "store/service.h"
 
+#include "store/cluster.h"
+
 #include "common/logging.h"
 #include "transport/wire_meta.h"
 
@@ -575,6 +577,10 @@ void StoreService::Stat(wire::StatReply* reply) {
     add("requests_on_workers", t.requests_on_workers);
     add("frame_bytes_buffered", t.frame_bytes_buffered);
     add("frame_buffer_waits", t.frame_buffer_waits);
+  }
+  if (const Cluster* cluster = cluster_.load()) {
+    cluster->VisitCounters(add);
+    cluster->FillMembers(reply);
   }
   for (const auto& l : s.links) {
     const std::string link =

@@ -14,6 +14,8 @@
 
 namespace tierpool {
 
+class Cluster;
+
 struct ServiceConfig {
   std::uint32_t max_frame_bytes = transport::kDefaultMaxFrameBytes;
   // Puts and AUTO gets up to this size carry their bytes in the frame; larger ones go through
@@ -40,6 +42,8 @@ class StoreService final : public transport::RequestHandler {
   void set_transport(const transport::UnixServer* server) { transport_ = server; }
   // Plans (RegisterPlan, Progress, UnregisterPlan); without it those get UNIMPLEMENTED.
   void set_plans(PlanRegistry* plans) { plans_ = plans; }
+  // Lets stat report the cluster: members, what is lent and borrowed.
+  void set_cluster(const Cluster* cluster) { cluster_ = cluster; }
   // What `tierpool stat` shows; /metrics renders the same reply. Safe from any thread.
   void Stat(wire::StatReply* reply);
 
@@ -62,6 +66,7 @@ class StoreService final : public transport::RequestHandler {
   ObjectStore* store_;
   const transport::UnixServer* transport_ = nullptr;
   PlanRegistry* plans_ = nullptr;
+  std::atomic<const Cluster*> cluster_{nullptr};
   const NamespacePolicy* policy_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   // Request handling time by operation and size class (common/latency_histogram.h).

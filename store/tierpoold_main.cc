@@ -43,7 +43,19 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", policy.status().ToString());
     return 1;
   }
-  auto store = BuildStore(*config, policy->pools());
+  // A cluster member lends behind its peer listener and borrows through the remote tier.
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Tier> remote;
+  if (config->cluster.enabled()) {
+    auto c = Cluster::Create(config->cluster);
+    if (!c.ok()) {
+      spdlog::critical("cannot set up the cluster: {}", c.status().ToString());
+      return 1;
+    }
+    cluster = std::move(c).value();
+    remote = cluster->TakeRemoteTier();
+  }
+  auto store = BuildStore(*config, policy->pools(), std::move(remote));
   if (!store.ok()) {
     spdlog::critical("cannot set up the tiers: {}", store.status().ToString());
     return 1;
@@ -79,6 +91,16 @@ int main(int argc, char** argv) {
   }
   (*store)->Start();
   plans.Start();
+  if (cluster) {
+    if (Status s = cluster->Start(); !s.ok()) {
+      spdlog::critical("{}", s.ToString());
+      server.Stop();
+      plans.Stop();
+      (*store)->Stop();
+      return 1;
+    }
+    service.set_cluster(cluster.get());
+  }
   MetricsServer metrics(config->metrics, [&service](wire::StatReply* r) { service.Stat(r); });
   if (Status s = metrics.Start(); !s.ok()) {
     if (config->metrics_required) {
@@ -110,6 +132,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info("signal {}: shutting down", sig);
   metrics.set_shutting_down();
+  if (cluster) cluster->Stop();
   server.Stop();
   plans.Stop();
   if (!config->persist_dir.empty()) {

@@ -35,6 +35,8 @@ commands:
   ls [PREFIX]      list objects [--json]
   stat [KEY]       each tier's capacity, use and object count, or one object's metadata [--json]
   promote KEY      move KEY to hbm (--to dram moves it down)
+  peers            the server's cluster: each member's incarnation, address, what it lends
+                   and has free, and what it lent this server [--json]
   bench            put/get throughput and latency against memcpy [--json]
                    [--compare redis] (a redis-server started for the run) [--threads N]
   bench nvme       nvme spill write / promote read against fio [--path DIR --size 1G
@@ -309,6 +311,44 @@ int main(int argc, char** argv) {
                   std::string(ObjectKindName(m.kind)).c_str());
     }
     std::printf("%zu object(s) in namespace %s\n", list->size(), ns.c_str());
+    return 0;
+  }
+  if (command == "peers") {
+    need(0, "peers");
+    auto stats = client.ServerStat();
+    if (!stats.ok()) return Fail(stats.status());
+    if (as_json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& m : stats->members) {
+        out.push_back({{"node_id", m.node_id},
+                       {"incarnation", m.incarnation},
+                       {"peer_address", m.peer_address},
+                       {"lend_bytes", m.lend_bytes},
+                       {"lend_free", m.lend_free},
+                       {"granted_to_us", m.granted_to_us},
+                       {"used_by_us", m.used_by_us},
+                       {"responsive", m.responsive},
+                       {"failures", m.failures},
+                       {"self", m.self}});
+      }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    if (stats->members.empty()) {
+      std::printf("the server is in no cluster (tierpoold --etcd joins one)\n");
+      return 0;
+    }
+    std::printf("%-20s %-16s %-22s %10s %10s %10s %10s %s\n", "NODE", "INCARNATION", "ADDRESS",
+                "LENDS", "FREE", "LENT US", "USED", "STATE");
+    for (const auto& m : stats->members) {
+      char inc[17];
+      std::snprintf(inc, sizeof inc, "%016llx", static_cast<unsigned long long>(m.incarnation));
+      std::printf("%-20s %-16s %-22s %10s %10s %10s %10s %s\n", m.node_id.c_str(), inc,
+                  m.peer_address.c_str(), FormatBytes(m.lend_bytes).c_str(),
+                  FormatBytes(m.lend_free).c_str(), FormatBytes(m.granted_to_us).c_str(),
+                  FormatBytes(m.used_by_us).c_str(),
+                  m.self ? "self" : (m.responsive ? "up" : "unresponsive"));
+    }
     return 0;
   }
   if (command == "stat") {

@@ -124,8 +124,23 @@ struct StatOptions {
   std::optional<std::uint64_t> moves_since_us;
 };
 
+// A member of the server's cluster (`tierpool peers`).
+struct ClusterMemberInfo {
+  std::string node_id;
+  std::uint64_t incarnation = 0;
+  std::string peer_address;
+  std::uint64_t lend_bytes = 0;     // what it lends in all
+  std::uint64_t lend_free = 0;      // not granted yet, as it last said
+  std::uint64_t granted_to_us = 0;  // regions it granted the server asked
+  std::uint64_t used_by_us = 0;     // of those, holding replicas
+  bool responsive = true;
+  std::uint64_t failures = 0;
+  bool self = false;  // the server asked
+};
+
 struct ServerStats {
   std::vector<MoveEvent> moves;
+  std::vector<ClusterMemberInfo> members;  // empty when the server is in no cluster
   std::string server_version;
   std::uint64_t uptime_ms = 0;
   std::vector<TierInfo> tiers;

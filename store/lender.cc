@@ -1,0 +1,194 @@
+#include "store/lender.h"
+
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "common/units.h"
+
+namespace tierpool {
+
+Status LenderConfig::validate() const {
+  if (lend_bytes == 0) return Status::InvalidArgument("--lend must be positive to lend");
+  if (max_grant_bytes == 0) return Status::InvalidArgument("the largest grant must be positive");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Lender>> Lender::Create(const LenderConfig& config, const Clock* clock) {
+  TIERPOOL_RETURN_IF_ERROR(config.validate());
+  MemfdArenaOptions options;
+  options.name = "tierpool-lent";
+  options.size = config.lend_bytes;
+  options.populate = config.populate;
+  auto arena = MemfdArena::Create(options);
+  if (!arena.ok()) return arena.status();
+  return std::unique_ptr<Lender>(new Lender(config, std::move(arena).value(), clock));
+}
+
+Lender::Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock)
+    : config_(config),
+      arena_(std::move(arena)),
+      clock_(clock),
+      allocator_(ExtentAllocatorConfig{arena_->size(), 4096}) {
+  counters_.capacity = arena_->size();
+}
+
+void Lender::FillRoom(wire::peer::Response* response) {
+  std::lock_guard lock(mu_);
+  response->set_lend_capacity(allocator_.stats().capacity);
+  response->set_lend_free(allocator_.stats().free_bytes);
+}
+
+void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Request& request,
+                    wire::peer::Response* response) {
+  auto refuse = [response](const Status& s) {
+    response->set_code(static_cast<std::uint32_t>(s.code()));
+    response->set_message(s.message());
+  };
+  std::lock_guard lock(mu_);
+  switch (request.op_case()) {
+    case wire::peer::Request::kGrant: {
+      const std::uint64_t bytes = request.grant().bytes();
+      if (bytes == 0 || bytes > config_.max_grant_bytes) {
+        refuse(Status::InvalidArgument("a grant must be of 1 byte to " +
+                                       FormatBytes(config_.max_grant_bytes)));
+        return;
+      }
+      auto range = allocator_.Allocate(bytes);
+      if (!range) {
+        refuse(Status::ResourceExhausted("no " + FormatBytes(bytes) + " left to lend (" +
+                                         FormatBytes(allocator_.stats().free_bytes) + " free)"));
+        return;
+      }
+      const std::uint64_t id = next_region_++;
+      regions_[id] = Region{peer.node_id, peer.incarnation, *range, 0, false};
+      response->set_region(id);
+      response->set_region_bytes(range->length);
+      spdlog::debug("lent region {} ({}) to {}", id, FormatBytes(range->length), peer.node_id);
+      return;
+    }
+    case wire::peer::Request::kRelease: {
+      auto it = regions_.find(request.release().region());
+      if (it == regions_.end() || it->second.released || it->second.node_id != peer.node_id ||
+          it->second.incarnation != peer.incarnation) {
+        ++counters_.stale_refusals;
+        refuse(Status::NotFound("no region " + std::to_string(request.release().region()) +
+                                " of yours here"));
+        return;
+      }
+      ReleaseLocked(it);
+      return;
+    }
+    case wire::peer::Request::kInfo:
+      return;
+    default:
+      refuse(Status::InvalidArgument("unknown peer request"));
+  }
+}
+
+Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdentity& peer,
+                                                      const wire::peer::RegionRange& range,
+                                                      bool /*write*/) {
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(range.region());
+  if (it == regions_.end() || it->second.released || it->second.node_id != peer.node_id ||
+      it->second.incarnation != peer.incarnation) {
+    ++counters_.stale_refusals;
+    return Status::NotFound("no region " + std::to_string(range.region()) +
+                            " of yours here (freed, or granted to another)");
+  }
+  Region& r = it->second;
+  if (range.length() == 0 || range.offset() > r.range.length ||
+      range.length() > r.range.length - range.offset()) {
+    return Status::InvalidArgument("range outside region " + std::to_string(range.region()));
+  }
+  ++r.transfers;
+  transport::PeerTransfer t;
+  t.data = arena_->base() + r.range.offset + range.offset();
+  const std::uint64_t id = range.region();
+  t.hold = std::shared_ptr<void>(nullptr, [this, id](void*) { EndTransfer(id); });
+  return t;
+}
+
+void Lender::EndTransfer(std::uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(id);
+  if (it == regions_.end()) return;
+  if (--it->second.transfers == 0 && it->second.released) ReleaseLocked(it);
+}
+
+void Lender::ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it) {
+  it->second.released = true;
+  if (it->second.transfers > 0) return;  // freed when the last transfer ends
+  (void)allocator_.Free(it->second.range);
+  regions_.erase(it);
+}
+
+void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) {
+  std::lock_guard lock(mu_);
+  const std::uint64_t now = clock_->NowMicros();
+  std::set<std::pair<std::string, std::uint64_t>> holders;
+  for (const auto& [id, r] : regions_) {
+    if (!r.released) holders.insert({r.node_id, r.incarnation});
+  }
+  for (auto it = missing_since_.begin(); it != missing_since_.end();) {
+    it = holders.count(it->first) != 0 ? std::next(it) : missing_since_.erase(it);
+  }
+  for (const auto& h : holders) {
+    auto found = live.find(h.first);
+    if (found != live.end() && found->second == h.second) {
+      missing_since_.erase(h);
+      continue;
+    }
+    auto [m, fresh] = missing_since_.emplace(h, now);
+    if (fresh || now - m->second < std::uint64_t{config_.borrower_grace_ms} * 1000) continue;
+    std::uint64_t freed = 0;
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      auto next = std::next(it);
+      if (!it->second.released && it->second.node_id == h.first &&
+          it->second.incarnation == h.second) {
+        ++freed;
+        ReleaseLocked(it);
+      }
+      it = next;
+    }
+    counters_.regions_reclaimed += freed;
+    missing_since_.erase(m);
+    spdlog::info("freed {} regions lent to {} (incarnation {:x}), gone from the cluster", freed,
+                 h.first, h.second);
+  }
+}
+
+void Lender::DropAll() {
+  std::lock_guard lock(mu_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    auto next = std::next(it);
+    if (!it->second.released) ReleaseLocked(it);
+    it = next;
+  }
+  missing_since_.clear();
+}
+
+LenderStats Lender::stats() const {
+  std::lock_guard lock(mu_);
+  LenderStats s = counters_;
+  s.capacity = allocator_.stats().capacity;
+  s.granted_bytes = allocator_.stats().used_bytes;
+  std::set<std::pair<std::string, std::uint64_t>> borrowers;
+  for (const auto& [id, r] : regions_) {
+    if (!r.released) {
+      ++s.regions;
+      borrowers.insert({r.node_id, r.incarnation});
+    }
+  }
+  s.borrowers = borrowers.size();
+  return s;
+}
+
+std::byte* Lender::RegionBytesForTest(std::uint64_t region) {
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(region);
+  return it == regions_.end() ? nullptr : arena_->base() + it->second.range.offset;
+}
+
+}  // namespace tierpool

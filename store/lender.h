@@ -1,0 +1,93 @@
+// The lender: the memory this sidecar lends to its peers (--lend), served over the peer
+// listener (transport/peer_server.h). A borrower is granted regions of it and writes and reads
+// bytes in them; it never maps them. Lent memory is an arena of its own, beside the dram tier's
+// (the node gives dram + lend to tierpool).
+//
+// Regions are owned by the borrower incarnation that was granted them and carry an id that is
+// never reused while the lender runs (and requests name the lender's incarnation), so a request
+// for a region freed since, or granted in an earlier life, is refused instead of served with
+// someone else's bytes. A region being read or written is freed only once that transfer ends.
+// What a borrower that left the cluster held is freed after a grace period.
+//
+// Locking: mu_ guards the regions and the allocator; bytes are copied (by the peer server's
+// connection threads) with it released, under a transfer hold.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "tiers/extent_allocator.h"
+#include "tiers/memfd_arena.h"
+#include "transport/peer_server.h"
+
+namespace tierpool {
+
+struct LenderConfig {
+  std::uint64_t lend_bytes = 0;
+  std::uint64_t max_grant_bytes = 1ull << 30;  // one region at most
+  // How long a borrower's incarnation may be missing from the membership before its regions
+  // are freed (a borrower whose lease lapsed briefly keeps its bytes while it comes back).
+  std::uint32_t borrower_grace_ms = 30'000;
+  bool populate = false;  // fault the lent pages in at start
+  Status validate() const;
+};
+
+struct LenderStats {
+  std::uint64_t capacity = 0;
+  std::uint64_t granted_bytes = 0;
+  std::uint64_t regions = 0;
+  std::uint64_t borrowers = 0;          // incarnations holding regions
+  std::uint64_t stale_refusals = 0;     // requests naming a region that is gone or not theirs
+  std::uint64_t regions_reclaimed = 0;  // freed because their borrower left
+};
+
+class Lender final : public transport::PeerHandler {
+ public:
+  static Result<std::unique_ptr<Lender>> Create(const LenderConfig& config,
+                                                const Clock* clock = SystemClock::Default());
+
+  void Handle(const transport::PeerIdentity& peer, const wire::peer::Request& request,
+              wire::peer::Response* response) override;
+  Result<transport::PeerTransfer> BeginTransfer(const transport::PeerIdentity& peer,
+                                                const wire::peer::RegionRange& range,
+                                                bool write) override;
+  void FillRoom(wire::peer::Response* response) override;
+
+  // The borrowers the membership knows now (node id -> incarnation). Regions of incarnations
+  // missing for longer than borrower_grace_ms are freed.
+  void SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live);
+  // This node lost its lease: everything lent is dropped (borrowers treat it as dead).
+  void DropAll();
+  LenderStats stats() const;
+  // For tests: the bytes of a region (to corrupt them on purpose).
+  std::byte* RegionBytesForTest(std::uint64_t region);
+
+ private:
+  struct Region {
+    std::string node_id;
+    std::uint64_t incarnation = 0;
+    AllocatedRange range;
+    std::uint32_t transfers = 0;  // in flight now
+    bool released = false;        // freed once transfers reaches 0
+  };
+  Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock);
+  void EndTransfer(std::uint64_t id);
+  void ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it);
+
+  const LenderConfig config_;
+  std::unique_ptr<MemfdArena> arena_;
+  const Clock* clock_;
+  mutable std::mutex mu_;
+  ExtentAllocator allocator_;                                                     // guarded by mu_
+  std::unordered_map<std::uint64_t, Region> regions_;                             // guarded by mu_
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> missing_since_;  // guarded by mu_
+  std::uint64_t next_region_ = 1;                                                 // guarded by mu_
+  LenderStats counters_;                                                          // guarded by mu_
+};
+
+}  // namespace tierpool

@@ -1,0 +1,228 @@
+#include "store/membership.h"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "common/units.h"
+#include "transport/peer_auth.h"
+
+namespace tierpool {
+
+using json = nlohmann::json;
+
+Status MembershipConfig::validate() const {
+  if (etcd.empty()) return Status::InvalidArgument("--etcd is needed to join a cluster");
+  if (cluster.empty() || cluster.size() > 128 || cluster.find('/') != std::string::npos) {
+    return Status::InvalidArgument("--cluster must be 1 to 128 characters without '/'");
+  }
+  if (node_id.empty() || node_id.size() > 255 || node_id.find('/') != std::string::npos) {
+    return Status::InvalidArgument("--node-id must be 1 to 255 characters without '/'");
+  }
+  if (ttl_s < 2 || ttl_s > 3600)
+    return Status::InvalidArgument("the member TTL must be 2 to 3600 s");
+  return Status::Ok();
+}
+
+namespace {
+EtcdClient MustClient(const MembershipConfig& c) {
+  auto client =
+      EtcdClient::Create(c.etcd.empty() ? "http://127.0.0.1:2379" : c.etcd, c.etcd_timeout_ms);
+  return client.ok() ? *client : *EtcdClient::Create("http://127.0.0.1:2379", c.etcd_timeout_ms);
+}
+}  // namespace
+
+Membership::Membership(MembershipConfig config, MembershipCallbacks callbacks)
+    : config_(std::move(config)),
+      callbacks_(std::move(callbacks)),
+      etcd_(MustClient(config_)),
+      watch_etcd_(MustClient(config_)) {}
+
+Membership::~Membership() { Stop(); }
+
+std::string Membership::Encode(const RemoteMember& m) {
+  return json{{"node_id", m.node_id},
+              {"incarnation", std::to_string(m.incarnation)},
+              {"peer_address", m.address},
+              {"lend_bytes", m.lend_bytes}}
+      .dump();
+}
+
+Result<RemoteMember> Membership::Decode(const std::string& value) {
+  json j = json::parse(value, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::InvalidArgument("member record is not JSON");
+  RemoteMember m;
+  try {
+    m.node_id = j.at("node_id").get<std::string>();
+    m.incarnation = std::stoull(j.at("incarnation").get<std::string>());
+    m.address = j.at("peer_address").get<std::string>();
+    m.lend_bytes = j.at("lend_bytes").get<std::uint64_t>();
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("member record: ") + e.what());
+  }
+  if (m.node_id.empty() || m.incarnation == 0) {
+    return Status::InvalidArgument("member record without node id or incarnation");
+  }
+  return m;
+}
+
+Status Membership::Register(std::uint64_t incarnation) {
+  auto lease = etcd_.GrantLease(config_.ttl_s);
+  if (!lease.ok()) return lease.status();
+  RemoteMember self{config_.node_id,
+                    incarnation != 0 ? incarnation : transport::RandomIncarnation(),
+                    config_.peer_address, config_.lend_bytes};
+  if (Status s = etcd_.Put(prefix() + config_.node_id, Encode(self), *lease); !s.ok()) {
+    (void)etcd_.Revoke(*lease);
+    return s;
+  }
+  std::lock_guard lock(mu_);
+  lease_ = *lease;
+  incarnation_ = self.incarnation;
+  return Status::Ok();
+}
+
+Status Membership::Start() {
+  TIERPOOL_RETURN_IF_ERROR(config_.validate());
+  if (Status s = Register(config_.incarnation); !s.ok()) {
+    return Status(s.code(), "cannot join cluster " + config_.cluster + " at " + config_.etcd +
+                                ": " + s.message());
+  }
+  {
+    std::lock_guard cb(callback_mu_);
+    if (callbacks_.registered) callbacks_.registered(incarnation());
+  }
+  spdlog::info("joined cluster {} as {} (incarnation {:x}), lending {}", config_.cluster,
+               config_.node_id, incarnation(), FormatBytes(config_.lend_bytes));
+  keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  watch_ = std::thread([this] { WatchLoop(); });
+  return Status::Ok();
+}
+
+void Membership::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  watch_etcd_.CancelWatch();
+  if (keepalive_.joinable()) keepalive_.join();
+  if (watch_.joinable()) watch_.join();
+  std::int64_t lease = 0;
+  {
+    std::lock_guard lock(mu_);
+    lease = std::exchange(lease_, 0);
+  }
+  if (lease != 0) (void)etcd_.Revoke(lease);
+}
+
+std::vector<RemoteMember> Membership::Members() const {
+  std::lock_guard lock(mu_);
+  std::vector<RemoteMember> out;
+  for (const auto& [id, m] : members_) out.push_back(m);
+  return out;
+}
+
+std::uint64_t Membership::incarnation() const {
+  std::lock_guard lock(mu_);
+  return incarnation_;
+}
+
+void Membership::KeepAliveLoop() {
+  using Clock = std::chrono::steady_clock;
+  const auto period = std::chrono::milliseconds(config_.ttl_s * 1000 / 3);
+  auto last_ok = Clock::now();
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, period, [this] { return stopping_; });
+    if (stopping_) return;
+    const std::int64_t lease = lease_;
+    lock.unlock();
+    bool lost = false;
+    if (lease != 0) {
+      auto ttl = etcd_.KeepAlive(lease);
+      if (ttl.ok() && *ttl > 0) {
+        last_ok = Clock::now();
+      } else if (ttl.ok() || Clock::now() - last_ok > std::chrono::seconds(config_.ttl_s)) {
+        lost = true;  // gone, or unrenewed for longer than it lives
+      } else {
+        spdlog::warn("cannot renew the cluster lease: {}", ttl.status().ToString());
+      }
+    }
+    if (lost) {
+      spdlog::error("the cluster lease of {} lapsed: no lending or borrowing until it is back",
+                    config_.node_id);
+      std::lock_guard cb(callback_mu_);
+      if (callbacks_.lost) callbacks_.lost();
+    }
+    if (lost || lease == 0) {
+      {
+        std::lock_guard relock(mu_);
+        lease_ = 0;
+      }
+      if (Status s = Register(0); s.ok()) {
+        last_ok = Clock::now();
+        spdlog::info("rejoined cluster {} as incarnation {:x}", config_.cluster, incarnation());
+        std::lock_guard cb(callback_mu_);
+        if (callbacks_.registered) callbacks_.registered(incarnation());
+      }
+    }
+    lock.lock();
+  }
+}
+
+void Membership::Publish() {
+  if (callbacks_.members) callbacks_.members(Members());
+}
+
+void Membership::WatchLoop() {
+  const std::string pfx = prefix();
+  auto stopped = [this] {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  };
+  while (!stopped()) {
+    std::int64_t revision = 0;
+    auto kvs = watch_etcd_.RangePrefix(pfx, &revision);
+    if (kvs.ok()) {
+      {
+        std::lock_guard lock(mu_);
+        members_.clear();
+        for (const auto& kv : *kvs) {
+          if (auto m = Decode(kv.value); m.ok()) members_[m->node_id] = *m;
+        }
+      }
+      {
+        std::lock_guard cb(callback_mu_);
+        Publish();
+      }
+      Status s = watch_etcd_.Watch(pfx, revision + 1, [&](const EtcdEvent& e) {
+        const std::string node = e.kv.key.substr(std::min(e.kv.key.size(), pfx.size()));
+        {
+          std::lock_guard lock(mu_);
+          if (e.deleted) {
+            members_.erase(node);
+          } else if (auto m = Decode(e.kv.value); m.ok() && m->node_id == node) {
+            members_[node] = *m;
+          } else {
+            spdlog::warn("ignoring a malformed member record under {}", e.kv.key);
+          }
+        }
+        std::lock_guard cb(callback_mu_);
+        Publish();
+        return true;
+      });
+      if (stopped()) return;
+      spdlog::warn("cluster watch ended: {}; reading the members again", s.ToString());
+    } else {
+      spdlog::warn("cannot read the cluster members: {}", kvs.status().ToString());
+    }
+    std::unique_lock lock(mu_);
+    wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_; });
+  }
+}
+
+}  // namespace tierpool

@@ -1,0 +1,87 @@
+// Cluster membership in etcd: this sidecar registers under /tierpool/<cluster>/members/<node id>
+// with a lease that a thread of its own keeps alive (doing nothing else, so that a slow store
+// never costs the node its membership), and a second thread watches the prefix for the others.
+// The record holds the node's incarnation (fresh per registration), its peer address and what
+// it lends; no per-object metadata goes into etcd.
+//
+// A lease that lapses (etcd unreachable for longer than the TTL, or this process frozen) means
+// the cluster counts this node as dead: on_lost runs (stop lending and borrowing), and the node
+// registers again as a new incarnation (on_registered) as soon as etcd answers.
+//
+// Thread safety: callbacks run on the membership's threads, never two at once; the other
+// methods may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/etcd_client.h"
+#include "tiers/remote_tier.h"
+
+namespace tierpool {
+
+struct MembershipConfig {
+  std::string etcd;  // http://host:port
+  std::string cluster = "default";
+  std::string node_id;
+  std::string peer_address;  // what peers connect to
+  std::uint64_t lend_bytes = 0;
+  std::uint32_t ttl_s = 5;  // the lease; a dead node is noticed within about this long
+  std::uint32_t etcd_timeout_ms = 2000;
+  // The first registration's incarnation (0: a random one); later ones are always fresh.
+  std::uint64_t incarnation = 0;
+  Status validate() const;
+};
+
+struct MembershipCallbacks {
+  // The members now, this node included.
+  std::function<void(const std::vector<RemoteMember>&)> members;
+  std::function<void()> lost;
+  std::function<void(std::uint64_t incarnation)> registered;
+};
+
+class Membership {
+ public:
+  Membership(MembershipConfig config, MembershipCallbacks callbacks);
+  ~Membership();
+  // Registers (an error when etcd does not answer: a node told to join a cluster says so at
+  // start), then starts the keep-alive and watch threads.
+  Status Start();
+  // Stops the threads and revokes the lease, so the others see this node leave at once.
+  void Stop();
+  std::vector<RemoteMember> Members() const;
+  std::uint64_t incarnation() const;
+  std::string prefix() const { return "/tierpool/" + config_.cluster + "/members/"; }
+
+  // The record's JSON, and back (INVALID_ARGUMENT when malformed).
+  static std::string Encode(const RemoteMember& m);
+  static Result<RemoteMember> Decode(const std::string& value);
+
+ private:
+  Status Register(std::uint64_t incarnation);
+  void KeepAliveLoop();
+  void WatchLoop();
+  void Publish();  // calls callbacks_.members with the current map; requires callback_mu_
+
+  const MembershipConfig config_;
+  const MembershipCallbacks callbacks_;
+  EtcdClient etcd_;        // for the keep-alive thread and registration
+  EtcdClient watch_etcd_;  // the watch's own (CancelWatch ends it)
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;                        // guarded by mu_
+  std::int64_t lease_ = 0;                       // guarded by mu_
+  std::uint64_t incarnation_ = 0;                // guarded by mu_
+  std::map<std::string, RemoteMember> members_;  // guarded by mu_
+  std::mutex callback_mu_;                       // callbacks one at a time
+  std::thread keepalive_;
+  std::thread watch_;
+};
+
+}  // namespace tierpool

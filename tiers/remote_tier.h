@@ -1,0 +1,206 @@
+// The remote tier: DRAM that peer sidecars lend (store/lender.h), reached over authenticated TCP
+// (transport/peer_connection.h). Level 2: dram spills here before nvme.
+//
+// Memory is granted by each lender in regions (region_bytes at a time, ahead of need, by this
+// tier's own thread), and objects' extents are carved out of those regions here, so Allocate
+// and Free never touch the network (the store calls them under its lock). Every extent has
+// `replicas` copies on different peers, written in parallel; a read takes the first replica
+// whose bytes match the checksum, so one peer's death or a corrupted copy loses nothing. When
+// the membership drops a peer (SetMembers), its replicas are dropped and re-created from the
+// survivors in the background; the tier says "degraded" until they are.
+//
+// An Extent of this tier names a replica set: offset is the set's id (arena_id is 0).
+//
+// Threads: io_threads workers run reads and writes (blocking on sockets, bounded by
+// io_timeout_ms per piece); one maintenance thread asks lenders for regions, probes peers and
+// repairs replica sets. Locking: mu_ guards peers, regions and replica sets; no socket I/O
+// happens under it. Each peer's connection pool has a lock of its own, taken after mu_ never.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "tiers/extent_allocator.h"
+#include "tiers/tier.h"
+#include "transport/peer_auth.h"
+
+namespace tierpool {
+
+namespace transport {
+class PeerConnection;
+}
+namespace wire::peer {
+class Request;
+class Response;
+}  // namespace wire::peer
+
+// A peer as the membership knows it.
+struct RemoteMember {
+  std::string node_id;
+  std::uint64_t incarnation = 0;
+  std::string address;           // host:port of its peer listener
+  std::uint64_t lend_bytes = 0;  // what it lends in all
+};
+
+struct RemoteTierConfig {
+  std::uint32_t replicas = 2;                // copies of every extent, on different peers
+  std::uint64_t region_bytes = 64ull << 20;  // asked of a lender at a time
+  std::uint32_t headroom_regions = 1;        // granted-but-free room kept per peer
+  std::uint32_t io_threads = 4;
+  std::uint32_t connections_per_peer = 4;   // kept open; more are opened when busy
+  std::uint32_t io_timeout_ms = 2000;       // connect, and each piece of a transfer
+  std::uint64_t piece_bytes = 16ull << 20;  // one request's payload
+  std::uint32_t maintenance_interval_ms = 200;
+  std::uint32_t probe_interval_ms = 1000;  // Info to each peer: room, and liveness
+  std::uint64_t max_repair_bytes_per_pass = 256ull << 20;
+  Status validate() const;
+};
+
+// One peer, for `tierpool peers` and stat.
+struct RemotePeerInfo {
+  RemoteMember member;
+  bool responsive = true;           // its last request or probe succeeded
+  std::uint64_t lend_free = 0;      // as it last said
+  std::uint64_t granted_bytes = 0;  // regions it granted this node
+  std::uint64_t used_bytes = 0;     // of those, holding replicas
+  std::uint64_t regions = 0;
+  std::uint64_t failures = 0;  // requests that failed
+};
+
+struct RemoteTierCounters {
+  std::uint64_t peers_lost = 0;         // dropped by the membership
+  std::uint64_t replicas_lost = 0;      // with them
+  std::uint64_t replicas_repaired = 0;  // re-created on another peer
+  std::uint64_t extents_lost = 0;       // every replica gone: reads fail with DATA_LOSS
+  std::uint64_t read_failovers = 0;     // a replica failed and another served the read
+  std::uint64_t grants = 0;
+  std::uint64_t grant_failures = 0;
+};
+
+class RemoteTier final : public Tier {
+ public:
+  RemoteTier(RemoteTierConfig config, transport::PeerAuth auth, transport::PeerIdentity self,
+             const Clock* clock = SystemClock::Default());
+  ~RemoteTier() override;
+  RemoteTier(const RemoteTier&) = delete;
+  RemoteTier& operator=(const RemoteTier&) = delete;
+
+  TierKind kind() const override { return TierKind::kRemote; }
+  std::uint32_t level() const override { return 2; }
+  Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) override;
+  Status Free(const Extent& extent) override;
+  std::byte* HostAddress(const Extent&) override { return nullptr; }
+  std::vector<ArenaInfo> Arenas() const override { return {}; }
+  TierStats Stats() const override;
+  // Object bytes the tier could hold: what the live peers granted and still lend, over the
+  // number of replicas.
+  std::uint64_t capacity() const override;
+  std::uint64_t used_bytes() const override;
+  // UNAVAILABLE with fewer responsive peers than replicas (or after StopBorrowing).
+  Status CheckWritable() override;
+
+  // The cluster's members other than this node. A peer that left, or came back as another
+  // incarnation, is dead: its replicas are dropped and repaired from the survivors.
+  void SetMembers(const std::vector<RemoteMember>& members);
+  // This node lost its lease: no more borrowing until SetMembers is called again.
+  void StopBorrowing();
+  // This node registered again as a new incarnation: what it borrowed as the old one is its
+  // lenders' to free, so every replica is dropped (counted in extents_lost when it was the
+  // last), and peers are met again through SetMembers.
+  void Reincarnate(std::uint64_t incarnation);
+  std::vector<RemotePeerInfo> Peers() const;
+  RemoteTierCounters counters() const;
+  // Runs one maintenance pass now (grants, probes, repairs): tests call it instead of waiting.
+  void RunMaintenance();
+  // For tests: where each replica of a set lives (node id, region, offset in the region).
+  struct ReplicaLocation {
+    std::string node_id;
+    std::uint64_t region = 0;
+    std::uint64_t offset = 0;
+  };
+  std::vector<ReplicaLocation> LocateForTest(const Extent& extent) const;
+
+ protected:
+  void ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                IoCompletion done) override;
+  void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                 IoCompletion done) override;
+
+ private:
+  struct Peer;
+  struct Region {
+    std::uint64_t bytes = 0;
+    ExtentAllocator allocator;
+  };
+  struct Replica {
+    std::shared_ptr<Peer> peer;
+    std::uint64_t region = 0;
+    AllocatedRange range;
+  };
+  struct ReplicaSet {
+    std::uint64_t size = 0;  // bytes asked for
+    std::vector<Replica> replicas;
+    RecordInfo info;  // set once written: what repairs check against
+    bool written = false;
+    bool repairing = false;
+  };
+
+  // One piece-by-piece transfer of a replica's bytes; no lock held.
+  Status Transfer(Peer& peer, std::uint64_t region, std::uint64_t offset, std::uint64_t length,
+                  bool write, std::byte* data);
+  // One request to the peer on a pooled connection (opened when none is idle); the reply's
+  // room figures are kept. A broken connection is closed, and the peer marked unresponsive.
+  Status Exchange(Peer& peer, wire::peer::Request* request, const void* payload,
+                  std::uint64_t payload_length, wire::peer::Response* response,
+                  void* read_dst = nullptr, std::uint64_t read_capacity = 0);
+  void Post(std::function<void()> job);
+  void WorkerLoop();
+  void MaintenanceLoop();
+  void GrantRegions();
+  void ProbePeers();
+  void RepairSets();
+  // Carves `size` bytes out of peer's regions; false when none has room.
+  bool CarveLocked(Peer& peer, std::uint64_t size, Replica* out);
+  void ReleaseReplicaLocked(const Replica& r);
+  void DropPeerLocked(const std::shared_ptr<Peer>& peer);
+  std::uint64_t FreeGrantedLocked(const Peer& peer) const;
+
+  const RemoteTierConfig config_;
+  const transport::PeerAuth auth_;
+  const Clock* clock_;
+
+  mutable std::mutex mu_;
+  transport::PeerIdentity self_;                        // guarded by mu_
+  std::map<std::string, std::shared_ptr<Peer>> peers_;  // guarded by mu_
+  std::unordered_map<std::uint64_t, ReplicaSet> sets_;  // guarded by mu_
+  std::uint64_t next_set_ = 1;                          // guarded by mu_
+  std::uint64_t used_ = 0;                              // guarded by mu_: sum of set sizes
+  std::uint64_t peak_used_ = 0;                         // guarded by mu_
+  std::uint64_t wanted_region_ = 0;  // guarded by mu_: a failed Allocate's size, for the next grant
+  bool borrowing_ = true;            // guarded by mu_
+  RemoteTierCounters counters_;      // guarded by mu_
+  std::uint64_t allocations_ = 0, frees_ = 0, failed_allocations_ = 0;        // guarded by mu_
+  std::uint64_t checksum_failures_ = 0, read_errors_ = 0, write_errors_ = 0;  // guarded by mu_
+
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;
+  std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_
+  bool stopping_ = false;                   // guarded by jobs_mu_ (and read by maintenance)
+  std::condition_variable maintenance_cv_;  // with jobs_mu_
+  bool maintenance_wanted_ = false;         // guarded by jobs_mu_
+  std::vector<std::thread> workers_;
+  std::thread maintenance_;
+  std::mutex maintenance_pass_mu_;  // one pass at a time (the thread, or RunMaintenance)
+};
+
+}  // namespace tierpool

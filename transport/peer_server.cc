@@ -1,0 +1,240 @@
+#include "transport/peer_server.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <utility>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "transport/peer_connection.h"
+#include "transport/peer_wire.h"
+
+namespace tierpool::transport {
+
+namespace asio = boost::asio;
+
+Status PeerServerConfig::validate() const {
+  if (max_connections == 0 || max_connections_per_peer == 0) {
+    return Status::InvalidArgument("peer connection limits must be positive");
+  }
+  if (handshake_timeout_ms == 0 || io_timeout_ms == 0) {
+    return Status::InvalidArgument("peer timeouts must be positive");
+  }
+  if (max_payload_bytes == 0) return Status::InvalidArgument("peer payload limit must be positive");
+  return Status::Ok();
+}
+
+PeerServer::PeerServer(PeerServerConfig config, PeerAuth auth, PeerIdentity self,
+                       PeerHandler* handler)
+    : config_(std::move(config)),
+      auth_(std::move(auth)),
+      self_node_(std::move(self.node_id)),
+      incarnation_(self.incarnation),
+      handler_(handler) {}
+
+PeerServer::~PeerServer() { Stop(); }
+
+Status PeerServer::Start() {
+  TIERPOOL_RETURN_IF_ERROR(config_.validate());
+  std::string host, port;
+  TIERPOOL_RETURN_IF_ERROR(SplitHostPort(config_.listen, &host, &port));
+  // Asio parses the address and binds; the accept loop then polls the descriptor so that Stop
+  // can end it without touching the acceptor from another thread.
+  asio::io_context io;
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) return Status::InvalidArgument("--peer-listen " + config_.listen + ": " + ec.message());
+  int port_number = 0;
+  try {
+    port_number = std::stoi(port);
+  } catch (...) {
+    port_number = -1;
+  }
+  if (port_number < 0 || port_number > 65535) {
+    return Status::InvalidArgument("--peer-listen " + config_.listen + ": bad port");
+  }
+  asio::ip::tcp::acceptor acceptor(io);
+  const asio::ip::tcp::endpoint endpoint(address, static_cast<std::uint16_t>(port_number));
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return Status::Unavailable("cannot listen for peers on " + config_.listen + ": " +
+                               ec.message());
+  port_ = acceptor.local_endpoint().port();
+  listener_ = UniqueFd(acceptor.release(ec));
+  if (ec) return Status::Internal("peer listener: " + ec.message());
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::Ok();
+}
+
+void PeerServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (acceptor_.joinable()) acceptor_.join();
+  listener_.reset();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& s : sessions_) ::shutdown(s->fd.get(), SHUT_RDWR);
+  }
+  Reap(/*all=*/true);
+}
+
+void PeerServer::Reap(bool all) {
+  std::list<std::unique_ptr<Session>> finished;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (all || (*it)->done.load()) {
+        finished.push_back(std::move(*it));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& s : finished) s->thread.join();
+}
+
+void PeerServer::AcceptLoop() {
+  while (!stopping_.load()) {
+    pollfd p{listener_.get(), POLLIN, 0};
+    const int rc = ::poll(&p, 1, 200);
+    Reap(/*all=*/false);
+    if (rc <= 0) continue;
+    UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) continue;
+    std::lock_guard lock(mu_);
+    if (sessions_.size() >= config_.max_connections) {
+      ++refused_;
+      continue;  // closed: over the limit
+    }
+    auto session = std::make_unique<Session>();
+    session->fd = std::move(fd);
+    Session* raw = session.get();
+    sessions_.push_back(std::move(session));
+    raw->thread = std::thread([this, raw] { Serve(raw); });
+  }
+}
+
+void PeerServer::Serve(Session* session) {
+  const int fd = session->fd.get();
+  TunePeerSocket(fd);
+  (void)SetSocketTimeouts(fd, config_.handshake_timeout_ms);
+  auto who = AcceptHandshake(fd, auth_, self());
+  if (!who.ok()) {
+    ++auth_failures_;
+    spdlog::warn("peer connection refused: {}", who.status().ToString());
+    handler_->Disconnected({});
+    session->done = true;
+    return;
+  }
+  bool admitted = false;
+  {
+    std::lock_guard lock(mu_);
+    auto& n = per_peer_[who->node_id];
+    if (n < config_.max_connections_per_peer) {
+      ++n;
+      admitted = true;
+    }
+  }
+  if (!admitted) {
+    ++refused_;
+    session->done = true;
+    return;
+  }
+  session->peer = *who;
+  ++connections_;
+  // Idle connections wait without limit (keepalive finds dead peers); each request, once its
+  // frame starts, must finish within io_timeout_ms.
+  while (!stopping_.load()) {
+    (void)SetSocketTimeouts(fd, 0);
+    std::uint8_t first = 0;
+    const ssize_t n = ::recv(fd, &first, 1, MSG_PEEK);
+    if (n <= 0) break;
+    (void)SetSocketTimeouts(fd, config_.io_timeout_ms);
+    wire::peer::Request request;
+    if (Status s = ReceivePeerMessage(fd, &request); !s.ok()) {
+      if (s.code() != StatusCode::kUnavailable) {
+        spdlog::warn("peer {}: {}; closing", who->node_id, s.ToString());
+      }
+      break;
+    }
+    ++requests_;
+    if (!ServeOne(session, request)) break;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (--per_peer_[who->node_id] == 0) per_peer_.erase(who->node_id);
+  }
+  handler_->Disconnected(*who);
+  session->done = true;
+}
+
+bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request) {
+  const int fd = session->fd.get();
+  wire::peer::Response response;
+  response.set_id(request.id());
+  auto refuse = [&](const Status& s) {
+    response.set_code(static_cast<std::uint32_t>(s.code()));
+    response.set_message(s.message());
+  };
+  const bool write = request.op_case() == wire::peer::Request::kWrite;
+  const bool read = request.op_case() == wire::peer::Request::kRead;
+  const std::uint64_t length = write  ? request.write().length()
+                               : read ? request.read().length()
+                                      : 0;
+  if (length > config_.max_payload_bytes) {
+    // Too large to drain safely: the stream cannot be trusted past it.
+    spdlog::warn("peer {}: a {}-byte transfer is over the limit; closing", session->peer.node_id,
+                 length);
+    return false;
+  }
+  PeerTransfer transfer;
+  if (const std::uint64_t now = incarnation_.load(); request.lender_incarnation() != now) {
+    refuse(Status::FailedPrecondition("this lender restarted since (incarnation " +
+                                      std::to_string(now) + ")"));
+  } else if (write || read) {
+    auto t =
+        handler_->BeginTransfer(session->peer, write ? request.write() : request.read(), write);
+    if (t.ok()) {
+      transfer = std::move(t).value();
+    } else {
+      refuse(t.status());
+    }
+  } else {
+    handler_->Handle(session->peer, request, &response);
+  }
+  if (write) {
+    // The payload follows the frame whatever the answer: into the region, or dropped.
+    Status in = transfer.data != nullptr ? ReceiveExactly(fd, transfer.data, length)
+                                         : DiscardBytes(fd, length);
+    if (!in.ok()) return false;
+    if (transfer.data != nullptr) bytes_in_ += length;
+  }
+  handler_->FillRoom(&response);
+  const bool sends = read && transfer.data != nullptr && response.code() == 0;
+  if (sends) response.set_payload_length(length);
+  if (!SendPeerMessage(fd, response, sends ? transfer.data : nullptr, sends ? length : 0).ok()) {
+    return false;
+  }
+  if (sends) bytes_out_ += length;
+  return true;
+}
+
+PeerServerCounters PeerServer::counters() const {
+  PeerServerCounters c;
+  c.connections = connections_.load();
+  c.auth_failures = auth_failures_.load();
+  c.refused = refused_.load();
+  c.requests = requests_.load();
+  c.bytes_in = bytes_in_.load();
+  c.bytes_out = bytes_out_.load();
+  return c;
+}
+
+}  // namespace tierpool::transport

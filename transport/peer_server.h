@@ -1,0 +1,115 @@
+// The peer listener: accepts TCP connections from other sidecars, authenticates each
+// (transport/peer_auth.h) before reading anything else, and serves its requests through a
+// PeerHandler (the lender, store/lender.h). A region's bytes go straight between the socket and
+// lent memory: a write's payload is received into the region, a read's is sent from it.
+//
+// Threads: one accepts; each connection has a thread of its own, which blocks only on its own
+// socket (bounded by timeouts), so a slow or frozen peer holds up nobody else. Connections are
+// limited in number, in all and per peer node.
+//
+// Locking: mu_ guards the session list; the handler is called with no lock held.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/posix.h"
+#include "common/status.h"
+#include "proto/peer.pb.h"
+#include "transport/peer_auth.h"
+
+namespace tierpool::transport {
+
+struct PeerServerConfig {
+  std::string listen;  // host:port; port 0 picks a free one (see PeerServer::port)
+  std::uint32_t max_connections = 256;
+  std::uint32_t max_connections_per_peer = 16;
+  std::uint32_t handshake_timeout_ms = 5000;
+  // A request's frame and payload must arrive within this; an idle connection waits forever
+  // (TCP keepalive finds a dead peer).
+  std::uint32_t io_timeout_ms = 10'000;
+  std::uint64_t max_payload_bytes = 64ull << 20;  // one write or read; borrowers send pieces
+  Status validate() const;
+};
+
+// Bytes of a region the handler lets a request touch: data stays valid until `hold` is reset.
+struct PeerTransfer {
+  std::byte* data = nullptr;
+  std::shared_ptr<void> hold;
+};
+
+class PeerHandler {
+ public:
+  virtual ~PeerHandler() = default;
+  // Grant, release and info requests; fills the response's code and fields.
+  virtual void Handle(const PeerIdentity& peer, const wire::peer::Request& request,
+                      wire::peer::Response* response) = 0;
+  // A write's or read's range, checked against the peer's region; an error refuses it.
+  virtual Result<PeerTransfer> BeginTransfer(const PeerIdentity& peer,
+                                             const wire::peer::RegionRange& range, bool write) = 0;
+  // What every reply says of the lender's room.
+  virtual void FillRoom(wire::peer::Response* response) = 0;
+  // A peer's connection went away (or failed its handshake, with an empty identity).
+  virtual void Disconnected(const PeerIdentity&) {}
+};
+
+struct PeerServerCounters {
+  std::uint64_t connections = 0;    // accepted and authenticated
+  std::uint64_t auth_failures = 0;  // closed in the handshake
+  std::uint64_t refused = 0;        // over a connection limit
+  std::uint64_t requests = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+};
+
+class PeerServer {
+ public:
+  PeerServer(PeerServerConfig config, PeerAuth auth, PeerIdentity self, PeerHandler* handler);
+  ~PeerServer();
+  Status Start();
+  // Closes the listener and every connection, joins their threads.
+  void Stop();
+  std::uint16_t port() const { return port_; }
+  PeerServerCounters counters() const;
+  // After a new registration: connections prove the new incarnation, and requests naming the
+  // old one are refused.
+  void set_incarnation(std::uint64_t incarnation) { incarnation_ = incarnation; }
+  PeerIdentity self() const { return {self_node_, incarnation_.load()}; }
+
+ private:
+  struct Session {
+    UniqueFd fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+    PeerIdentity peer;
+  };
+  void AcceptLoop();
+  void Serve(Session* session);
+  // One request; false when the connection must close.
+  bool ServeOne(Session* session, const wire::peer::Request& request);
+  void Reap(bool all);
+
+  const PeerServerConfig config_;
+  const PeerAuth auth_;
+  const std::string self_node_;
+  std::atomic<std::uint64_t> incarnation_;
+  PeerHandler* const handler_;
+  UniqueFd listener_;
+  std::uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  std::list<std::unique_ptr<Session>> sessions_;   // guarded by mu_
+  std::map<std::string, std::uint32_t> per_peer_;  // guarded by mu_
+  std::atomic<std::uint64_t> connections_{0}, auth_failures_{0}, refused_{0}, requests_{0},
+      bytes_in_{0}, bytes_out_{0};
+};
+
+}  // namespace tierpool::transport

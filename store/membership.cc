@@ -146,6 +146,10 @@ void Membership::KeepAliveLoop() {
       auto ttl = etcd_.KeepAlive(lease);
       if (ttl.ok() && *ttl > 0) {
         last_ok = Clock::now();
+        // The same view again, so that time-based decisions (a lender's grace period for a
+        // borrower that left) are taken even when nobody joins or leaves.
+        std::lock_guard cb(callback_mu_);
+        Publish();
       } else if (ttl.ok() || Clock::now() - last_ok > std::chrono::seconds(config_.ttl_s)) {
         lost = true;  // gone, or unrenewed for longer than it lives
       } else {

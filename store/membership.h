@@ -8,6 +8,8 @@
 // the cluster counts this node as dead: on_lost runs (stop lending and borrowing), and the node
 // registers again as a new incarnation (on_registered) as soon as etcd answers.
 //
+// The member list is handed on at every change and again after every lease renewal.
+//
 // Thread safety: callbacks run on the membership's threads, never two at once; the other
 // methods may be called from any thread.
 #pragma once

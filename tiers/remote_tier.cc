@@ -37,9 +37,10 @@ struct RemoteTier::Peer {
   bool dead = false;
   std::uint64_t failures = 0;
   std::uint64_t next_probe_us = 0;
-  // guarded by pool_mu
+  // guarded by pool_mu (taken after RemoteTier::mu_ when both are held)
   std::mutex pool_mu;
   std::vector<std::unique_ptr<transport::PeerConnection>> idle;
+  std::string address;  // where to connect: member.address, which may move
   // Room and failures reported by the I/O threads, folded in under mu_ by the next pass.
   std::atomic<std::uint64_t> heard_free{~0ull};
   std::atomic<bool> heard_failure{false};
@@ -113,12 +114,14 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
                             std::uint64_t payload_length, wire::peer::Response* response,
                             void* read_dst, std::uint64_t read_capacity) {
   std::unique_ptr<transport::PeerConnection> conn;
+  std::string address;
   {
     std::lock_guard lock(peer.pool_mu);
     if (!peer.idle.empty()) {
       conn = std::move(peer.idle.back());
       peer.idle.pop_back();
     }
+    address = peer.address;
   }
   if (!conn) {
     transport::PeerIdentity self;
@@ -126,8 +129,7 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
       std::lock_guard lock(mu_);
       self = self_;
     }
-    auto c =
-        transport::PeerConnection::Connect(peer.member.address, auth_, self, config_.io_timeout_ms);
+    auto c = transport::PeerConnection::Connect(address, auth_, self, config_.io_timeout_ms);
     if (!c.ok()) {
       peer.heard_failure = true;
       return c.status();
@@ -136,8 +138,8 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
         (*c)->server().incarnation != peer.member.incarnation) {
       // Someone else answers at that address now (the peer restarted): not the lender we know.
       peer.heard_failure = true;
-      return Status::Unavailable("peer " + peer.member.node_id + " at " + peer.member.address +
-                                 " is now " + (*c)->server().node_id + " incarnation " +
+      return Status::Unavailable("peer " + peer.member.node_id + " at " + address + " is now " +
+                                 (*c)->server().node_id + " incarnation " +
                                  std::to_string((*c)->server().incarnation));
     }
     conn = std::move(c).value();
@@ -368,7 +370,10 @@ void RemoteTier::SetMembers(const std::vector<RemoteMember>& members) {
       DropPeerLocked(it->second);
       it = peers_.erase(it);
     } else {
+      // Same incarnation at another address: new connections go there.
+      std::lock_guard pool(it->second->pool_mu);
       it->second->member.address = found->second->address;
+      it->second->address = found->second->address;
       ++it;
     }
   }
@@ -376,6 +381,7 @@ void RemoteTier::SetMembers(const std::vector<RemoteMember>& members) {
     if (peers_.count(id) != 0) continue;
     auto p = std::make_shared<Peer>();
     p->member = *m;
+    p->address = m->address;
     p->lend_free = m->lend_bytes;
     peers_[id] = std::move(p);
     spdlog::info("remote: peer {} at {} lends {}", id, m->address, FormatBytes(m->lend_bytes));

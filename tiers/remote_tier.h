@@ -14,7 +14,8 @@
 // Threads: io_threads workers run reads and writes (blocking on sockets, bounded by
 // io_timeout_ms per piece); one maintenance thread asks lenders for regions, probes peers and
 // repairs replica sets. Locking: mu_ guards peers, regions and replica sets; no socket I/O
-// happens under it. Each peer's connection pool has a lock of its own, taken after mu_ never.
+// happens under it. Each peer's connection pool and address have a lock of their own, taken
+// after mu_ when both are held; a member's node id and incarnation never change.
 #pragma once
 
 #include <condition_variable>

@@ -168,6 +168,9 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
   stats = (*client)->ServerStat();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->counter("remote_extents_lost"), 0u);
+  // c frees what the dead b had borrowed from it, once the grace period (2 s) has passed.
+  EXPECT_TRUE(c.WaitFor(
+      [](const ServerStats& s) { return s.counter("lend_regions_reclaimed") > 0; }, 10'000));
   for (const auto& t : stats->tiers) {
     if (t.tier == TierKind::kRemote) {
       EXPECT_EQ(t.state, "degraded");  // one replica short, and no third peer to repair onto

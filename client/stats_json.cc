@@ -58,11 +58,25 @@ nlohmann::json StatsJson(const ServerStats& s) {
                     {"pending_prefetches", j.pending_prefetches},
                     {"counters", c}});
   }
+  json members = json::array();
+  for (const auto& m : s.members) {
+    members.push_back({{"node_id", m.node_id},
+                       {"incarnation", m.incarnation},
+                       {"peer_address", m.peer_address},
+                       {"lend_bytes", m.lend_bytes},
+                       {"lend_free", m.lend_free},
+                       {"granted_to_us", m.granted_to_us},
+                       {"used_by_us", m.used_by_us},
+                       {"responsive", m.responsive},
+                       {"failures", m.failures},
+                       {"self", m.self}});
+  }
   return {{"server_version", s.server_version},
           {"uptime_ms", s.uptime_ms},
           {"tiers", tiers},
           {"counters", counters},
-          {"jobs", jobs}};
+          {"jobs", jobs},
+          {"members", members}};
 }
 
 }  // namespace tierpool

@@ -76,13 +76,21 @@ Result<std::unique_ptr<Cluster>> Cluster::Create(ClusterConfig config) {
     c->remote_owned_ = std::make_unique<RemoteTier>(c->config_.remote, *auth, self);
     c->remote_ = c->remote_owned_.get();
   }
-  MembershipConfig m;  // checked now; built for real in Start, once the port is known
-  m.etcd = c->config_.etcd;
-  m.cluster = c->config_.cluster;
-  m.node_id = c->config_.node_id;
-  m.ttl_s = c->config_.member_ttl_s;
-  TIERPOOL_RETURN_IF_ERROR(m.validate());
+  // Checked now; built for real in Start, once the peer port is known.
+  TIERPOOL_RETURN_IF_ERROR(c->MembershipConfigFor(c->config_.peer_advertise).validate());
   return c;
+}
+
+MembershipConfig Cluster::MembershipConfigFor(const std::string& advertise) const {
+  MembershipConfig m;
+  m.etcd = config_.etcd;
+  m.cluster = config_.cluster;
+  m.node_id = config_.node_id;
+  m.peer_address = advertise;
+  m.lend_bytes = config_.lend_bytes;
+  m.ttl_s = config_.member_ttl_s;
+  m.incarnation = server_ ? server_->self().incarnation : 0;
+  return m;
 }
 
 MembershipCallbacks Cluster::Callbacks() {
@@ -115,15 +123,12 @@ Status Cluster::Start() {
   if (advertise.size() >= 2 && advertise.compare(advertise.size() - 2, 2, ":0") == 0) {
     advertise = advertise.substr(0, advertise.size() - 1) + std::to_string(server_->port());
   }
-  MembershipConfig m;  // rebuilt with the address now known
-  m.etcd = config_.etcd;
-  m.cluster = config_.cluster;
-  m.node_id = config_.node_id;
-  m.peer_address = advertise;
-  m.lend_bytes = config_.lend_bytes;
-  m.ttl_s = config_.member_ttl_s;
-  m.incarnation = server_->self().incarnation;
-  membership_ = std::make_unique<Membership>(std::move(m), Callbacks());
+  auto membership = Membership::Create(MembershipConfigFor(advertise), Callbacks());
+  if (!membership.ok()) {
+    server_->Stop();
+    return membership.status();
+  }
+  membership_ = std::move(membership).value();
   if (Status s = membership_->Start(); !s.ok()) {
     server_->Stop();
     return s;

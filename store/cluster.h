@@ -62,6 +62,7 @@ class Cluster {
 
  private:
   explicit Cluster(ClusterConfig config) : config_(std::move(config)) {}
+  MembershipConfig MembershipConfigFor(const std::string& advertise) const;
   MembershipCallbacks Callbacks();
   ClusterConfig config_;
   std::unique_ptr<Lender> lender_;

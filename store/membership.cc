@@ -14,6 +14,7 @@ using json = nlohmann::json;
 
 Status MembershipConfig::validate() const {
   if (etcd.empty()) return Status::InvalidArgument("--etcd is needed to join a cluster");
+  TIERPOOL_RETURN_IF_ERROR(EtcdClient::Create(etcd).status());
   if (cluster.empty() || cluster.size() > 128 || cluster.find('/') != std::string::npos) {
     return Status::InvalidArgument("--cluster must be 1 to 128 characters without '/'");
   }
@@ -25,19 +26,20 @@ Status MembershipConfig::validate() const {
   return Status::Ok();
 }
 
-namespace {
-EtcdClient MustClient(const MembershipConfig& c) {
-  auto client =
-      EtcdClient::Create(c.etcd.empty() ? "http://127.0.0.1:2379" : c.etcd, c.etcd_timeout_ms);
-  return client.ok() ? *client : *EtcdClient::Create("http://127.0.0.1:2379", c.etcd_timeout_ms);
+Result<std::unique_ptr<Membership>> Membership::Create(MembershipConfig config,
+                                                       MembershipCallbacks callbacks) {
+  TIERPOOL_RETURN_IF_ERROR(config.validate());
+  auto etcd = EtcdClient::Create(config.etcd, config.etcd_timeout_ms);
+  if (!etcd.ok()) return etcd.status();
+  return std::unique_ptr<Membership>(
+      new Membership(std::move(config), std::move(callbacks), std::move(etcd).value()));
 }
-}  // namespace
 
-Membership::Membership(MembershipConfig config, MembershipCallbacks callbacks)
+Membership::Membership(MembershipConfig config, MembershipCallbacks callbacks, EtcdClient etcd)
     : config_(std::move(config)),
       callbacks_(std::move(callbacks)),
-      etcd_(MustClient(config_)),
-      watch_etcd_(MustClient(config_)) {}
+      etcd_(etcd),
+      watch_etcd_(etcd) {}
 
 Membership::~Membership() { Stop(); }
 
@@ -85,7 +87,6 @@ Status Membership::Register(std::uint64_t incarnation) {
 }
 
 Status Membership::Start() {
-  TIERPOOL_RETURN_IF_ERROR(config_.validate());
   if (Status s = Register(config_.incarnation); !s.ok()) {
     return Status(s.code(), "cannot join cluster " + config_.cluster + " at " + config_.etcd +
                                 ": " + s.message());

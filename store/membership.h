@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -50,7 +51,9 @@ struct MembershipCallbacks {
 
 class Membership {
  public:
-  Membership(MembershipConfig config, MembershipCallbacks callbacks);
+  // INVALID_ARGUMENT for a config that does not validate (an --etcd that is not a URL).
+  static Result<std::unique_ptr<Membership>> Create(MembershipConfig config,
+                                                    MembershipCallbacks callbacks);
   ~Membership();
   // Registers (an error when etcd does not answer: a node told to join a cluster says so at
   // start), then starts the keep-alive and watch threads.
@@ -66,6 +69,7 @@ class Membership {
   static Result<RemoteMember> Decode(const std::string& value);
 
  private:
+  Membership(MembershipConfig config, MembershipCallbacks callbacks, EtcdClient etcd);
   Status Register(std::uint64_t incarnation);
   void KeepAliveLoop();
   void WatchLoop();

@@ -330,7 +330,8 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
     for (std::size_t i = 0; i < replicas.size(); ++i) {
       const Replica& r = replicas[i];
       Status s = Transfer(*r.peer, r.region, r.range.offset, info.size, false, dst);
-      if (s.ok() && info.size > 0 && Xxh3(dst, info.size) != info.checksum) {
+      const bool wrong = s.ok() && info.size > 0 && Xxh3(dst, info.size) != info.checksum;
+      if (wrong) {
         mismatch = true;
         s = Status::DataLoss("remote copy on " + r.peer->member.node_id +
                              " does not match its checksum");
@@ -345,7 +346,7 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
       }
       spdlog::warn("remote read: {}", s.ToString());
       std::lock_guard lock(mu_);
-      ++(mismatch ? checksum_failures_ : read_errors_);
+      ++(wrong ? checksum_failures_ : read_errors_);
       last = s;
     }
     // Never unchecked bytes: whatever the last replica left in dst is not returned as OK.
@@ -493,14 +494,13 @@ void RemoteTier::GrantRegions() {
     wire::peer::Response response;
     Status s = Exchange(*a.peer, &request, nullptr, 0, &response);
     std::lock_guard lock(mu_);
+    a.peer->lend_free = response.lend_free();
     if (!s.ok()) {
       ++counters_.grant_failures;
-      a.peer->lend_free = response.lend_free();
       spdlog::debug("remote: {} granted nothing: {}", a.peer->member.node_id, s.ToString());
       continue;
     }
     ++counters_.grants;
-    a.peer->lend_free = response.lend_free();
     if (a.peer->dead) continue;  // dropped meanwhile; its lender frees the region in time
     a.peer->regions.emplace(
         response.region(),
@@ -577,6 +577,10 @@ void RemoteTier::RepairSets() {
 
 std::uint64_t RemoteTier::capacity() const {
   std::lock_guard lock(mu_);
+  return CapacityLocked();
+}
+
+std::uint64_t RemoteTier::CapacityLocked() const {
   std::uint64_t raw = 0;
   for (const auto& [id, p] : peers_) {
     if (p->dead) continue;
@@ -606,8 +610,8 @@ Status RemoteTier::CheckWritable() {
 TierStats RemoteTier::Stats() const {
   TierStats s;
   s.kind = TierKind::kRemote;
-  s.capacity = capacity();
   std::lock_guard lock(mu_);
+  s.capacity = CapacityLocked();
   s.used_bytes = used_;
   s.peak_used_bytes = peak_used_;
   s.allocations = allocations_;
@@ -621,9 +625,7 @@ TierStats RemoteTier::Stats() const {
   for (const auto& [id, set] : sets_) short_of_replicas |= set.replicas.size() < config_.replicas;
   std::size_t responsive = 0;
   for (const auto& [id, p] : peers_) responsive += p->responsive ? 1 : 0;
-  if (!borrowing_) {
-    s.state = "degraded";
-  } else if (short_of_replicas || responsive < peers_.size()) {
+  if (!borrowing_ || short_of_replicas || responsive < peers_.size()) {
     s.state = "degraded";
   } else if (responsive < config_.replicas) {
     s.state = "no peers";

@@ -175,6 +175,7 @@ class RemoteTier final : public Tier {
   void ReleaseReplicaLocked(const Replica& r);
   void DropPeerLocked(const std::shared_ptr<Peer>& peer);
   std::uint64_t FreeGrantedLocked(const Peer& peer) const;
+  std::uint64_t CapacityLocked() const;
 
   const RemoteTierConfig config_;
   const transport::PeerAuth auth_;

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -149,14 +150,13 @@ void PeerServer::Serve(Session* session) {
   }
   session->peer = *who;
   ++connections_;
-  // Idle connections wait without limit (keepalive finds dead peers); each request, once its
-  // frame starts, must finish within io_timeout_ms.
+  // Idle connections wait in poll without limit (keepalive finds dead peers, Stop's shutdown
+  // wakes them); each request, once its frame starts, must finish within io_timeout_ms.
+  (void)SetSocketTimeouts(fd, config_.io_timeout_ms);
   while (!stopping_.load()) {
-    (void)SetSocketTimeouts(fd, 0);
-    std::uint8_t first = 0;
-    const ssize_t n = ::recv(fd, &first, 1, MSG_PEEK);
-    if (n <= 0) break;
-    (void)SetSocketTimeouts(fd, config_.io_timeout_ms);
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, -1) < 0 && errno != EINTR) break;
+    if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR)) != 0) break;
     wire::peer::Request request;
     if (Status s = ReceivePeerMessage(fd, &request); !s.ok()) {
       if (s.code() != StatusCode::kUnavailable) {

@@ -318,20 +318,7 @@ int main(int argc, char** argv) {
     auto stats = client.ServerStat();
     if (!stats.ok()) return Fail(stats.status());
     if (as_json) {
-      nlohmann::json out = nlohmann::json::array();
-      for (const auto& m : stats->members) {
-        out.push_back({{"node_id", m.node_id},
-                       {"incarnation", m.incarnation},
-                       {"peer_address", m.peer_address},
-                       {"lend_bytes", m.lend_bytes},
-                       {"lend_free", m.lend_free},
-                       {"granted_to_us", m.granted_to_us},
-                       {"used_by_us", m.used_by_us},
-                       {"responsive", m.responsive},
-                       {"failures", m.failures},
-                       {"self", m.self}});
-      }
-      std::cout << out.dump(2) << "\n";
+      std::cout << StatsJson(*stats)["members"].dump(2) << "\n";
       return 0;
     }
     if (stats->members.empty()) {

@@ -167,6 +167,7 @@ void Cluster::VisitCounters(
     visit("lent_borrowers", l.borrowers);
     visit("lend_stale_refusals", l.stale_refusals);
     visit("lend_regions_reclaimed", l.regions_reclaimed);
+    visit("lend_regions_adopted", l.regions_adopted);
   }
   if (remote_ != nullptr) {
     const RemoteTierCounters r = remote_->counters();
@@ -182,6 +183,8 @@ void Cluster::VisitCounters(
     visit("remote_read_failovers", r.read_failovers);
     visit("remote_grants", r.grants);
     visit("remote_grant_failures", r.grant_failures);
+    visit("remote_regions_adopted", r.regions_adopted);
+    visit("remote_regions_not_adopted", r.regions_not_adopted);
   }
 }
 

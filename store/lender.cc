@@ -81,6 +81,25 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
     }
     case wire::peer::Request::kInfo:
       return;
+    case wire::peer::Request::kAdopt: {
+      // Only the same node's earlier life: the regions move to the incarnation that asks.
+      const std::uint64_t previous = request.adopt().previous_incarnation();
+      if (previous == 0 || previous == peer.incarnation) {
+        refuse(Status::InvalidArgument("adopt names no earlier incarnation"));
+        return;
+      }
+      for (auto& [id, r] : regions_) {
+        if (r.released || r.node_id != peer.node_id || r.incarnation != previous) continue;
+        r.incarnation = peer.incarnation;
+        response->add_adopted_regions(id);
+      }
+      counters_.regions_adopted += static_cast<std::uint64_t>(response->adopted_regions_size());
+      if (response->adopted_regions_size() > 0) {
+        spdlog::info("{} came back as incarnation {:x} and kept {} regions", peer.node_id,
+                     peer.incarnation, response->adopted_regions_size());
+      }
+      return;
+    }
     default:
       refuse(Status::InvalidArgument("unknown peer request"));
   }

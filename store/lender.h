@@ -7,7 +7,9 @@
 // never reused while the lender runs (and requests name the lender's incarnation), so a request
 // for a region freed since, or granted in an earlier life, is refused instead of served with
 // someone else's bytes. A region being read or written is freed only once that transfer ends.
-// What a borrower that left the cluster held is freed after a grace period.
+// What a borrower that left the cluster held is freed after a grace period; a borrower that
+// comes back as a new incarnation within it (its lease lapsed while it was frozen) adopts its
+// regions and keeps its bytes.
 //
 // Locking: mu_ guards the regions and the allocator; bytes are copied (by the peer server's
 // connection threads) with it released, under a transfer hold.
@@ -44,6 +46,7 @@ struct LenderStats {
   std::uint64_t borrowers = 0;          // incarnations holding regions
   std::uint64_t stale_refusals = 0;     // requests naming a region that is gone or not theirs
   std::uint64_t regions_reclaimed = 0;  // freed because their borrower left
+  std::uint64_t regions_adopted = 0;    // taken over by their borrower's next incarnation
 };
 
 class Lender final : public transport::PeerHandler {

@@ -133,9 +133,7 @@ std::uint64_t Membership::incarnation() const {
 }
 
 void Membership::KeepAliveLoop() {
-  using Clock = std::chrono::steady_clock;
   const auto period = std::chrono::milliseconds(config_.ttl_s * 1000 / 3);
-  auto last_ok = Clock::now();
   std::unique_lock lock(mu_);
   while (!stopping_) {
     wake_.wait_for(lock, period, [this] { return stopping_; });
@@ -146,14 +144,15 @@ void Membership::KeepAliveLoop() {
     if (lease != 0) {
       auto ttl = etcd_.KeepAlive(lease);
       if (ttl.ok() && *ttl > 0) {
-        last_ok = Clock::now();
         // The same view again, so that time-based decisions (a lender's grace period for a
         // borrower that left) are taken even when nobody joins or leaves.
         std::lock_guard cb(callback_mu_);
         Publish();
-      } else if (ttl.ok() || Clock::now() - last_ok > std::chrono::seconds(config_.ttl_s)) {
-        lost = true;  // gone, or unrenewed for longer than it lives
+      } else if (ttl.ok()) {
+        lost = true;  // etcd says the lease is gone: the others have seen this node leave
       } else {
+        // etcd does not answer. Nobody sees anyone leave while that lasts, and a restarted
+        // etcd keeps its leases (and extends them), so nothing is dropped: keep asking.
         spdlog::warn("cannot renew the cluster lease: {}", ttl.status().ToString());
       }
     }
@@ -169,7 +168,6 @@ void Membership::KeepAliveLoop() {
         lease_ = 0;
       }
       if (Status s = Register(0); s.ok()) {
-        last_ok = Clock::now();
         spdlog::info("rejoined cluster {} as incarnation {:x}", config_.cluster, incarnation());
         std::lock_guard cb(callback_mu_);
         if (callbacks_.registered) callbacks_.registered(incarnation());

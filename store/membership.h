@@ -4,9 +4,11 @@
 // The record holds the node's incarnation (fresh per registration), its peer address and what
 // it lends; no per-object metadata goes into etcd.
 //
-// A lease that lapses (etcd unreachable for longer than the TTL, or this process frozen) means
-// the cluster counts this node as dead: on_lost runs (stop lending and borrowing), and the node
-// registers again as a new incarnation (on_registered) as soon as etcd answers.
+// A lease that etcd says has lapsed (this process was frozen, or cut off from etcd while the
+// others were not, for longer than the TTL) means the cluster counted this node as dead: `lost`
+// runs (stop lending and borrowing) and the node registers again as a new incarnation
+// (`registered`). While etcd itself does not answer, nothing is dropped: nobody can see anyone
+// leave meanwhile, and a restarted etcd keeps its leases.
 //
 // The member list is handed on at every change and again after every lease renewal.
 //

@@ -35,6 +35,9 @@ struct RemoteTier::Peer {
   std::uint64_t lend_free = 0;
   bool responsive = true;
   bool dead = false;
+  // Our earlier incarnation, under which this peer still holds our regions until they are
+  // adopted by the current one (0: nothing to adopt). Nothing is carved there meanwhile.
+  std::uint64_t adopt_from = 0;
   std::uint64_t failures = 0;
   std::uint64_t next_probe_us = 0;
   // guarded by pool_mu (taken after RemoteTier::mu_ when both are held)
@@ -49,7 +52,11 @@ struct RemoteTier::Peer {
 
 RemoteTier::RemoteTier(RemoteTierConfig config, transport::PeerAuth auth,
                        transport::PeerIdentity self, const Clock* clock)
-    : config_(config), auth_(std::move(auth)), clock_(clock), self_(std::move(self)) {
+    : config_(config),
+      auth_(std::move(auth)),
+      clock_(clock),
+      self_incarnation_(self.incarnation),
+      self_(std::move(self)) {
   for (std::uint32_t i = 0; i < config_.io_threads; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -105,6 +112,7 @@ void RemoteTier::MaintenanceLoop() {
 
 void RemoteTier::RunMaintenance() {
   std::lock_guard pass(maintenance_pass_mu_);
+  AdoptRegions();
   ProbePeers();
   GrantRegions();
   RepairSets();
@@ -117,9 +125,11 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   std::string address;
   {
     std::lock_guard lock(peer.pool_mu);
-    if (!peer.idle.empty()) {
+    while (!peer.idle.empty() && !conn) {
       conn = std::move(peer.idle.back());
       peer.idle.pop_back();
+      // Made as an earlier incarnation of ours: the lender would take it for that one.
+      if (conn->client().incarnation != self_incarnation_) conn.reset();
     }
     address = peer.address;
   }
@@ -153,7 +163,10 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   peer.heard_free = response->lend_free();
   peer.heard_success = true;
   std::lock_guard lock(peer.pool_mu);
-  if (peer.idle.size() < config_.connections_per_peer) peer.idle.push_back(std::move(conn));
+  if (peer.idle.size() < config_.connections_per_peer &&
+      conn->client().incarnation == self_incarnation_) {
+    peer.idle.push_back(std::move(conn));
+  }
   return s;
 }
 
@@ -207,7 +220,7 @@ Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& /*
   // Peers with the most granted room first, so replicas spread.
   std::vector<Peer*> order;
   for (auto& [id, p] : peers_) {
-    if (!p->dead && p->responsive) order.push_back(p.get());
+    if (!p->dead && p->responsive && p->adopt_from == 0) order.push_back(p.get());
   }
   std::sort(order.begin(), order.end(), [this](const Peer* a, const Peer* b) {
     return FreeGrantedLocked(*a) > FreeGrantedLocked(*b);
@@ -225,11 +238,7 @@ Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& /*
     for (const Replica& r : set.replicas) ReleaseReplicaLocked(r);
     ++failed_allocations_;
     wanted_region_ = std::max(wanted_region_, size);
-    {
-      std::lock_guard jobs(jobs_mu_);
-      maintenance_wanted_ = true;
-    }
-    maintenance_cv_.notify_one();
+    WakeMaintenance();
     return Status::ResourceExhausted("remote: no room for " + FormatBytes(size) + " on " +
                                      std::to_string(config_.replicas) + " peers (" +
                                      std::to_string(order.size()) + " responsive)");
@@ -349,10 +358,15 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
       ++(wrong ? checksum_failures_ : read_errors_);
       last = s;
     }
-    // Never unchecked bytes: whatever the last replica left in dst is not returned as OK.
-    done(mismatch
-             ? Status::DataLoss("remote: no replica has the right bytes (" + last.message() + ")")
-             : last);
+    // Never unchecked bytes: whatever the last replica left in dst is not returned as OK. A
+    // replica that could not be read may be readable later (a frozen peer): UNAVAILABLE.
+    if (mismatch) {
+      done(Status::DataLoss("remote: no replica has the right bytes (" + last.message() + ")"));
+    } else if (replicas.empty()) {
+      done(last);
+    } else {
+      done(Status::Unavailable("remote: no replica could be read (" + last.message() + ")"));
+    }
   });
 }
 
@@ -387,25 +401,24 @@ void RemoteTier::SetMembers(const std::vector<RemoteMember>& members) {
     peers_[id] = std::move(p);
     spdlog::info("remote: peer {} at {} lends {}", id, m->address, FormatBytes(m->lend_bytes));
   }
-  {
-    std::lock_guard jobs(jobs_mu_);
-    maintenance_wanted_ = true;
-  }
-  maintenance_cv_.notify_one();
+  WakeMaintenance();
 }
 
 void RemoteTier::DropPeerLocked(const std::shared_ptr<Peer>& peer) {
   peer->dead = true;
   ++counters_.peers_lost;
+  DropReplicasLocked([&](const Replica& r) { return r.peer == peer; });
+  peer->regions.clear();
+}
+
+void RemoteTier::DropReplicasLocked(const std::function<bool(const Replica&)>& gone) {
   for (auto& [id, set] : sets_) {
     auto& rs = set.replicas;
     const std::size_t before = rs.size();
-    rs.erase(std::remove_if(rs.begin(), rs.end(), [&](const Replica& r) { return r.peer == peer; }),
-             rs.end());
+    rs.erase(std::remove_if(rs.begin(), rs.end(), gone), rs.end());
     counters_.replicas_lost += before - rs.size();
     if (before > 0 && rs.empty()) ++counters_.extents_lost;
   }
-  peer->regions.clear();
 }
 
 void RemoteTier::StopBorrowing() {
@@ -414,11 +427,70 @@ void RemoteTier::StopBorrowing() {
 }
 
 void RemoteTier::Reincarnate(std::uint64_t incarnation) {
-  std::lock_guard lock(mu_);
-  if (incarnation == self_.incarnation) return;
-  self_.incarnation = incarnation;
-  for (auto& [id, p] : peers_) DropPeerLocked(p);
-  peers_.clear();
+  {
+    std::lock_guard lock(mu_);
+    if (incarnation == self_.incarnation) return;
+    const std::uint64_t previous = self_.incarnation;
+    self_.incarnation = incarnation;
+    self_incarnation_ = incarnation;
+    for (auto& [id, p] : peers_) {
+      // Regions held under an even earlier incarnation, not yet adopted, stay under that one.
+      if (!p->dead && !p->regions.empty() && p->adopt_from == 0) p->adopt_from = previous;
+      std::lock_guard pool(p->pool_mu);
+      p->idle.clear();
+    }
+  }
+  WakeMaintenance();
+}
+
+void RemoteTier::WakeMaintenance() {
+  {
+    std::lock_guard jobs(jobs_mu_);
+    maintenance_wanted_ = true;
+  }
+  maintenance_cv_.notify_one();
+}
+
+void RemoteTier::AdoptRegions() {
+  std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>> due;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, p] : peers_) {
+      if (!p->dead && p->adopt_from != 0) due.emplace_back(p, p->adopt_from);
+    }
+  }
+  for (auto& [p, previous] : due) {
+    wire::peer::Request request;
+    request.mutable_adopt()->set_previous_incarnation(previous);
+    wire::peer::Response response;
+    Status s = Exchange(*p, &request, nullptr, 0, &response);
+    // Not reached: the next pass asks again (a peer that died leaves through the membership).
+    // Refused: the lender keeps nothing of ours.
+    const bool answered = s.ok() || s.code() == StatusCode::kInvalidArgument ||
+                          s.code() == StatusCode::kNotFound ||
+                          s.code() == StatusCode::kResourceExhausted;
+    if (!answered) continue;
+    const std::set<std::uint64_t> kept(response.adopted_regions().begin(),
+                                       response.adopted_regions().end());
+    std::lock_guard lock(mu_);
+    if (p->dead || p->adopt_from != previous) continue;
+    p->adopt_from = 0;
+    std::uint64_t lost = 0;
+    for (auto it = p->regions.begin(); it != p->regions.end();) {
+      if (kept.count(it->first) != 0) {
+        ++counters_.regions_adopted;
+        ++it;
+        continue;
+      }
+      const std::uint64_t region = it->first;
+      DropReplicasLocked([&](const Replica& r) { return r.peer == p && r.region == region; });
+      it = p->regions.erase(it);
+      ++lost;
+    }
+    counters_.regions_not_adopted += lost;
+    spdlog::info("remote: {} kept {} of our regions after we rejoined ({} were freed)",
+                 p->member.node_id, kept.size(), lost);
+  }
 }
 
 void RemoteTier::ProbePeers() {
@@ -476,7 +548,7 @@ void RemoteTier::GrantRegions() {
     const std::uint64_t extent = std::max(config_.region_bytes / 4, wanted_region_);
     wanted_region_ = 0;
     for (auto& [id, p] : peers_) {
-      if (p->dead || !p->responsive) continue;
+      if (p->dead || !p->responsive || p->adopt_from != 0) continue;
       const std::uint64_t headroom = std::uint64_t{config_.headroom_regions} * config_.region_bytes;
       std::uint64_t largest = 0;
       for (const auto& [rid, r] : p->regions) {
@@ -536,7 +608,7 @@ void RemoteTier::RepairSets() {
       for (const Replica& r : set.replicas) used.insert(r.peer.get());
       Replica target;
       for (auto& [node, p] : peers_) {
-        if (p->dead || !p->responsive || used.count(p.get()) != 0) continue;
+        if (p->dead || !p->responsive || p->adopt_from != 0 || used.count(p.get()) != 0) continue;
         if (CarveLocked(*p, set.size, &target)) {
           target.peer = p;
           break;
@@ -624,8 +696,12 @@ TierStats RemoteTier::Stats() const {
   bool short_of_replicas = false;
   for (const auto& [id, set] : sets_) short_of_replicas |= set.replicas.size() < config_.replicas;
   std::size_t responsive = 0;
-  for (const auto& [id, p] : peers_) responsive += p->responsive ? 1 : 0;
-  if (!borrowing_ || short_of_replicas || responsive < peers_.size()) {
+  bool adopting = false;
+  for (const auto& [id, p] : peers_) {
+    responsive += p->responsive ? 1 : 0;
+    adopting |= p->adopt_from != 0;
+  }
+  if (!borrowing_ || short_of_replicas || adopting || responsive < peers_.size()) {
     s.state = "degraded";
   } else if (responsive < config_.replicas) {
     s.state = "no peers";

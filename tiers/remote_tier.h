@@ -18,6 +18,7 @@
 // after mu_ when both are held; a member's node id and incarnation never change.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -86,6 +87,8 @@ struct RemoteTierCounters {
   std::uint64_t read_failovers = 0;     // a replica failed and another served the read
   std::uint64_t grants = 0;
   std::uint64_t grant_failures = 0;
+  std::uint64_t regions_adopted = 0;      // kept across a new incarnation of ours
+  std::uint64_t regions_not_adopted = 0;  // freed by their lender before we came back
 };
 
 class RemoteTier final : public Tier {
@@ -115,9 +118,10 @@ class RemoteTier final : public Tier {
   void SetMembers(const std::vector<RemoteMember>& members);
   // This node lost its lease: no more borrowing until SetMembers is called again.
   void StopBorrowing();
-  // This node registered again as a new incarnation: what it borrowed as the old one is its
-  // lenders' to free, so every replica is dropped (counted in extents_lost when it was the
-  // last), and peers are met again through SetMembers.
+  // This node registered again as a new incarnation (its lease lapsed: frozen, or cut off from
+  // etcd). Each lender is asked to hand what the old incarnation borrowed over to the new one
+  // (by the maintenance thread, at once); replicas in regions a lender freed meanwhile (its
+  // grace period ran out) are dropped, and counted in extents_lost when they were the last.
   void Reincarnate(std::uint64_t incarnation);
   std::vector<RemotePeerInfo> Peers() const;
   RemoteTierCounters counters() const;
@@ -167,6 +171,8 @@ class RemoteTier final : public Tier {
   void Post(std::function<void()> job);
   void WorkerLoop();
   void MaintenanceLoop();
+  void WakeMaintenance();
+  void AdoptRegions();
   void GrantRegions();
   void ProbePeers();
   void RepairSets();
@@ -174,6 +180,8 @@ class RemoteTier final : public Tier {
   bool CarveLocked(Peer& peer, std::uint64_t size, Replica* out);
   void ReleaseReplicaLocked(const Replica& r);
   void DropPeerLocked(const std::shared_ptr<Peer>& peer);
+  // Removes every replica for which gone() holds, counting what is lost with it.
+  void DropReplicasLocked(const std::function<bool(const Replica&)>& gone);
   std::uint64_t FreeGrantedLocked(const Peer& peer) const;
   std::uint64_t CapacityLocked() const;
 
@@ -181,6 +189,8 @@ class RemoteTier final : public Tier {
   const transport::PeerAuth auth_;
   const Clock* clock_;
 
+  // Read without mu_ by the I/O threads, to tell a pooled connection of an earlier life.
+  std::atomic<std::uint64_t> self_incarnation_;
   mutable std::mutex mu_;
   transport::PeerIdentity self_;                        // guarded by mu_
   std::map<std::string, std::shared_ptr<Peer>> peers_;  // guarded by mu_

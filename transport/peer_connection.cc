@@ -85,7 +85,7 @@ Result<std::unique_ptr<PeerConnection>> PeerConnection::Connect(const std::strin
   auto server = ConnectHandshake(fd->get(), auth, self);
   if (!server.ok()) return server.status();
   return std::unique_ptr<PeerConnection>(
-      new PeerConnection(std::move(fd).value(), std::move(server).value()));
+      new PeerConnection(std::move(fd).value(), std::move(server).value(), self));
 }
 
 Status PeerConnection::Call(wire::peer::Request* request, const void* payload,

@@ -36,13 +36,16 @@ class PeerConnection {
 
   // The listener, as it proved itself in the handshake.
   const PeerIdentity& server() const { return server_; }
+  // Who this side proved to be: a connection made as an earlier incarnation is not reused.
+  const PeerIdentity& client() const { return client_; }
   bool broken() const { return broken_; }
 
  private:
-  PeerConnection(UniqueFd fd, PeerIdentity server)
-      : fd_(std::move(fd)), server_(std::move(server)) {}
+  PeerConnection(UniqueFd fd, PeerIdentity server, PeerIdentity client)
+      : fd_(std::move(fd)), server_(std::move(server)), client_(std::move(client)) {}
   UniqueFd fd_;
   PeerIdentity server_;
+  PeerIdentity client_;
   std::uint64_t next_id_ = 1;
   bool broken_ = false;
 };

@@ -232,6 +232,88 @@ TEST(RemoteTier, AFrozenPeerCostsOneTimeoutThenTheOtherReplicaServes) {
   EXPECT_EQ(tier->Stats().state, "degraded");
 }
 
+TEST(RemoteTier, ABorrowerBackAsANewIncarnationKeepsWhatItsLendersStillHold) {
+  LendingNode a = StartLender("a"), b = StartLender("b"), c = StartLender("c");
+  auto tier = Borrower({&a, &b, &c});
+  std::vector<std::pair<Extent, std::string>> objects;
+  for (std::uint32_t i = 0; i < 9; ++i) {
+    const std::string data = Bytes(700u << 10, 300 + i);
+    auto e = tier->Allocate(data.size(), {});
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
+    objects.emplace_back(*e, data);
+  }
+  // The borrower was frozen past its lease: every lender saw it leave, and c's grace period
+  // (0 here) ran out, so c freed its regions; a and b still hold theirs.
+  c.lender->SetLiveBorrowers({});
+  c.lender->SetLiveBorrowers({});
+  ASSERT_EQ(c.lender->stats().regions, 0u);
+  tier->Reincarnate(43);
+  tier->SetMembers({a.member, b.member, c.member});
+  tier->RunMaintenance();  // adopts, then repairs what was on c from the survivors
+  tier->RunMaintenance();
+  const auto counters = tier->counters();
+  EXPECT_GT(counters.regions_adopted, 0u);
+  EXPECT_GT(counters.regions_not_adopted, 0u);
+  EXPECT_EQ(counters.extents_lost, 0u);
+  EXPECT_EQ(counters.replicas_repaired, counters.replicas_lost);
+  EXPECT_GT(a.lender->stats().regions_adopted + b.lender->stats().regions_adopted, 0u);
+  EXPECT_EQ(tier->Stats().state, "ok");
+  for (auto& [e, data] : objects) {
+    std::string out;
+    Status s = ReadSync(*tier, e, data, &out);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(out == data);
+  }
+  // Once a and b have freed it too (a second, longer absence), nothing is left to adopt: the
+  // objects are lost, and say so; no bytes come back.
+  a.lender->SetLiveBorrowers({});
+  a.lender->SetLiveBorrowers({});
+  b.lender->SetLiveBorrowers({});
+  b.lender->SetLiveBorrowers({});
+  c.lender->SetLiveBorrowers({});
+  c.lender->SetLiveBorrowers({});
+  tier->Reincarnate(44);
+  tier->RunMaintenance();
+  EXPECT_EQ(tier->counters().extents_lost, objects.size());
+  std::string out;
+  EXPECT_EQ(ReadSync(*tier, objects[0].first, objects[0].second, &out).code(),
+            StatusCode::kDataLoss);
+}
+
+TEST(Lender, AdoptsOnlyTheSameNodesEarlierIncarnation) {
+  LenderConfig lc;
+  lc.lend_bytes = 16 << 20;
+  auto lender = std::move(Lender::Create(lc)).value();
+  wire::peer::Request grant;
+  grant.mutable_grant()->set_bytes(4 << 20);
+  wire::peer::Response resp;
+  lender->Handle({"alice", 1}, grant, &resp);
+  const std::uint64_t region = resp.region();
+  wire::peer::Request adopt;
+  adopt.mutable_adopt()->set_previous_incarnation(1);
+  wire::peer::Response by_mallory;
+  lender->Handle({"mallory", 9}, adopt, &by_mallory);  // another node: nothing moves
+  EXPECT_EQ(by_mallory.adopted_regions_size(), 0);
+  wire::peer::Response same;
+  lender->Handle({"alice", 1}, adopt, &same);  // not an earlier life
+  EXPECT_EQ(same.code(), static_cast<std::uint32_t>(StatusCode::kInvalidArgument));
+  wire::peer::Response back;
+  lender->Handle({"alice", 2}, adopt, &back);
+  ASSERT_EQ(back.adopted_regions_size(), 1);
+  EXPECT_EQ(back.adopted_regions(0), region);
+  wire::peer::RegionRange range;
+  range.set_region(region);
+  range.set_length(4096);
+  EXPECT_TRUE(lender->BeginTransfer({"alice", 2}, range, false).ok());
+  EXPECT_EQ(lender->BeginTransfer({"alice", 1}, range, false).status().code(),
+            StatusCode::kNotFound);
+  // alice's new incarnation is live: the region stays.
+  lender->SetLiveBorrowers({{"alice", 2}});
+  lender->SetLiveBorrowers({{"alice", 2}});
+  EXPECT_EQ(lender->stats().regions, 1u);
+}
+
 TEST(RemoteTier, NoRoomOnEnoughPeersIsResourceExhausted) {
   LendingNode a = StartLender("a", 8ull << 20);
   auto tier = Borrower({&a});  // one peer, two replicas wanted

@@ -58,6 +58,7 @@ ServerProcess::ServerProcess(std::vector<std::string> extra) {
 
 ServerProcess::~ServerProcess() {
   if (pid_ <= 0) return;
+  ::kill(pid_, SIGCONT);  // a test that froze it and failed
   ::kill(pid_, SIGTERM);
   for (int i = 0; i < 500; ++i) {
     if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;

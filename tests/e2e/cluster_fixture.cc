@@ -1,0 +1,167 @@
+#include "tests/e2e/cluster_fixture.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace tierpool::testing {
+
+namespace fs = std::filesystem;
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+EtcdProcess::EtcdProcess() {
+  if (::access("/usr/bin/etcd", X_OK) != 0) return;
+  char tmpl[] = "/tmp/tierpool-etcd-XXXXXX";
+  dir_ = ::mkdtemp(tmpl);
+  url_ = "http://127.0.0.1:" + std::to_string(FreePort());
+  peer_url_ = "http://127.0.0.1:" + std::to_string(FreePort());
+  Start();
+}
+
+bool EtcdProcess::Start() {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const std::string log = dir_ + "/etcd.log";
+    std::freopen(log.c_str(), "a", stdout);
+    std::freopen(log.c_str(), "a", stderr);
+    ::execl("/usr/bin/etcd", "etcd", "--name", "t", "--data-dir", (dir_ + "/data").c_str(),
+            "--listen-client-urls", url_.c_str(), "--advertise-client-urls", url_.c_str(),
+            "--listen-peer-urls", peer_url_.c_str(), "--initial-advertise-peer-urls",
+            peer_url_.c_str(), "--initial-cluster", ("t=" + peer_url_).c_str(), nullptr);
+    ::_exit(127);
+  }
+  ready_ = false;
+  for (int i = 0; i < 100 && !ready_; ++i) {
+    int rc = 0;
+    RunShell("curl -sf -m 1 -X POST " + url_ + "/v3/kv/range -d '{\"key\":\"AA==\"}'", &rc);
+    ready_ = rc == 0;
+    if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return ready_;
+}
+
+void EtcdProcess::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  ready_ = false;
+}
+
+EtcdProcess::~EtcdProcess() {
+  Kill();
+  if (!dir_.empty()) fs::remove_all(dir_);
+}
+
+std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& secret,
+                                   const std::string& node, const std::string& cluster,
+                                   const NodeOptions& o) {
+  return {"--dram",
+          o.dram,
+          "--hbm",
+          "0",
+          "--nvme-backend",
+          "memory",
+          "--nvme-bytes",
+          "256M",
+          "--metrics-listen",
+          "off",
+          "--etcd",
+          etcd.url(),
+          "--cluster",
+          cluster,
+          "--node-id",
+          node,
+          "--peer-listen",
+          "127.0.0.1:0",
+          "--peer-auth",
+          secret,
+          "--lend",
+          o.lend,
+          "--member-ttl",
+          "2",
+          "--lend-grace-ms",
+          std::to_string(o.lend_grace_ms)};
+}
+
+std::string WriteSecret(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  return path;
+}
+
+std::uint64_t Counter(const ServerProcess& s, const char* name) {
+  auto c = s.Connect();
+  if (!c.ok()) return 0;
+  auto st = (*c)->ServerStat();
+  return st.ok() ? st->counter(name) : 0;
+}
+
+std::string RemoteState(const ServerStats& s) {
+  for (const auto& t : s.tiers) {
+    if (t.tier == TierKind::kRemote) return t.state;
+  }
+  return "";
+}
+
+std::uint64_t RemoteObjects(const ServerStats& s) {
+  for (const auto& t : s.tiers) {
+    if (t.tier == TierKind::kRemote) return t.object_count;
+  }
+  return 0;
+}
+
+Status PutRetained(Client& client, const std::string& key, std::uint64_t seed, std::size_t size) {
+  const std::string data = Pattern(seed, size);
+  PutOptions o;
+  o.durability = Durability::kRetained;
+  Status s = client.Put(key, data.data(), data.size(), o);
+  for (int tries = 0; !s.ok() && s.code() == StatusCode::kResourceExhausted && tries < 50;
+       ++tries) {
+    // Room below is being granted; a put may find dram full for a moment.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s = client.Put(key, data.data(), data.size(), o);
+  }
+  return s;
+}
+
+Status CheckObject(Client& client, const std::string& key, std::uint64_t seed, std::size_t size) {
+  std::string out(size, '\0');
+  auto got = client.Get(key, out.data(), out.size());
+  if (!got.ok()) return got.status();
+  if (*got != size || out != Pattern(seed, size)) {
+    return Status::DataLoss(key + " came back with the wrong bytes");
+  }
+  return Status::Ok();
+}
+
+Frozen::Frozen(pid_t pid) : pid_(pid) { ::kill(pid_, SIGSTOP); }
+
+void Frozen::Resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+  pid_ = -1;
+}
+
+}  // namespace tierpool::testing

@@ -1,0 +1,77 @@
+// What the cluster end-to-end tests share: a real etcd on free loopback ports (its data in a
+// throwaway directory, restartable on the same ports), the flags of a tierpoold that joins it,
+// and helpers to fill a node with retained tensors and check every one of them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/server_process.h"
+#include "tierpool/client.h"
+
+namespace tierpool::testing {
+
+// A free TCP port on 127.0.0.1 (bound and released: good enough for a test).
+int FreePort();
+
+// A single-member etcd (Debian's /usr/bin/etcd) on free loopback ports.
+class EtcdProcess {
+ public:
+  EtcdProcess();
+  ~EtcdProcess();
+  EtcdProcess(const EtcdProcess&) = delete;
+  EtcdProcess& operator=(const EtcdProcess&) = delete;
+  bool ready() const { return ready_; }
+  const std::string& url() const { return url_; }
+  const std::string& dir() const { return dir_; }
+  // SIGKILL, then (Start) the same member on the same ports and data: what an operator's
+  // restart, or a crash and a supervisor, does.
+  void Kill();
+  bool Start();
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_, url_, peer_url_;
+  bool ready_ = false;
+};
+
+struct NodeOptions {
+  std::string dram = "32M";
+  std::string lend = "96M";
+  int lend_grace_ms = 2000;
+};
+
+// The flags of a tierpoold that joins `cluster` in etcd as `node`, with (memory-backed) nvme
+// below: once a peer dies and the remote tier cannot place two replicas, dram spills there.
+std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& secret,
+                                   const std::string& node, const std::string& cluster,
+                                   const NodeOptions& options = {});
+
+// A secret file of mode 0600 in dir.
+std::string WriteSecret(const std::string& dir, const std::string& name, const std::string& text);
+
+std::uint64_t Counter(const ServerProcess& s, const char* name);
+// The remote tier's state and object count in the stats ("" when there is none).
+std::string RemoteState(const ServerStats& s);
+std::uint64_t RemoteObjects(const ServerStats& s);
+
+// Puts Pattern(seed, size) as retained under key, retrying while room below is being granted.
+Status PutRetained(Client& client, const std::string& key, std::uint64_t seed, std::size_t size);
+// Gets key and compares it with Pattern(seed, size); the status says what was wrong.
+Status CheckObject(Client& client, const std::string& key, std::uint64_t seed, std::size_t size);
+
+// SIGSTOP for as long as it lives: a frozen process, resumed (SIGCONT) however the test ends.
+class Frozen {
+ public:
+  explicit Frozen(pid_t pid);
+  ~Frozen() { Resume(); }
+  void Resume();
+
+ private:
+  pid_t pid_;
+};
+
+}  // namespace tierpool::testing

@@ -41,6 +41,8 @@ commands:
                    [--compare redis] (a redis-server started for the run) [--threads N]
   bench nvme       nvme spill write / promote read against fio [--path DIR --size 1G
                    --block-size 1M --queue-depth 16 --json]
+  bench remote     remote tier put / get to lenders on loopback against iperf3 [--sizes
+                   1M,4M,64M --volume 1G --replicas 1 --in-flight 1 --json]
   schedule ...     build a lifetime schedule from an ONNX file or a PyTorch model
   plan ...         the offload/prefetch plan for a schedule under an hbm budget
   replay ...       simulate a schedule under a policy, or sweep budgets; with --live, play it
@@ -139,6 +141,9 @@ int main(int argc, char** argv) {
   const std::string second = words.size() < 2 ? "" : argv[words[1]];
   if (first == "bench" && second == "nvme") {
     return ExecSibling("tierpool-nvme-bench", ArgsFor(argc, argv, {words[0], words[1]}, false));
+  }
+  if (first == "bench" && second == "remote") {
+    return ExecSibling("tierpool-remote-bench", ArgsFor(argc, argv, {words[0], words[1]}, false));
   }
   if (first == "replay") {
     for (int i = 1; i < argc; ++i) {

@@ -99,7 +99,7 @@ TEST(ClusterFailure, AFrozenBorrowerResumesWithEveryTensor) {
   options.lend_grace_ms = 30'000;  // the default: longer than this freeze
   ThreeNodes cluster("f1", options);
   if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
-  ASSERT_TRUE(cluster.Joined());
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);
   Fill(*cluster.a);
   const std::uint64_t before = Incarnations(*cluster.b)["a"];
   {
@@ -116,7 +116,8 @@ TEST(ClusterFailure, AFrozenBorrowerResumesWithEveryTensor) {
         return s.members.size() == 3 && RemoteState(s) == "ok" &&
                s.counter("remote_regions_adopted") > 0;
       },
-      15'000));
+      15'000))
+      << RemoteSummary(*cluster.a);
   std::printf("frozen borrower whole again %.1f s after SIGCONT\n",
               Seconds(SteadyClock::now() - resumed).count());
   EXPECT_NE(Incarnations(*cluster.b)["a"], before);
@@ -131,7 +132,7 @@ TEST(ClusterFailure, AFrozenBorrowerResumesWithEveryTensor) {
 TEST(ClusterFailure, AFrozenLenderCostsABoundedWaitAndIsRepairedOntoWhenItComesBack) {
   ThreeNodes cluster("f2");
   if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
-  ASSERT_TRUE(cluster.Joined());
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);
   Fill(*cluster.a);
   {
     Frozen frozen(cluster.b->pid());
@@ -141,7 +142,8 @@ TEST(ClusterFailure, AFrozenLenderCostsABoundedWaitAndIsRepairedOntoWhenItComesB
     std::printf("slowest get while a lender is frozen: %.2f s\n", slowest);
     EXPECT_LT(slowest, 5.0);
     ASSERT_TRUE(cluster.a->WaitFor(
-        [](const ServerStats& s) { return s.counter("remote_peers_lost") >= 1; }, 10'000));
+        [](const ServerStats& s) { return s.counter("remote_peers_lost") >= 1; }, 10'000))
+        << RemoteSummary(*cluster.a);
     EXPECT_EQ(RemoteState(*(*cluster.a->Connect())->ServerStat()), "degraded");
     CheckAll(*cluster.a);
   }
@@ -153,7 +155,8 @@ TEST(ClusterFailure, AFrozenLenderCostsABoundedWaitAndIsRepairedOntoWhenItComesB
         return RemoteState(s) == "ok" && s.counter("remote_peers_responsive") == 2 &&
                s.counter("remote_replicas_repaired") > 0;
       },
-      20'000));
+      20'000))
+      << RemoteSummary(*cluster.a);
   std::printf("replication restored %.1f s after the frozen lender resumed\n",
               Seconds(SteadyClock::now() - resumed).count());
   EXPECT_EQ(Counter(*cluster.a, "remote_extents_lost"), 0u);
@@ -163,7 +166,7 @@ TEST(ClusterFailure, AFrozenLenderCostsABoundedWaitAndIsRepairedOntoWhenItComesB
 TEST(ClusterFailure, EtcdRestartedUnderARunningClusterLosesNothing) {
   ThreeNodes cluster("f3");
   if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
-  ASSERT_TRUE(cluster.Joined());
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);
   Fill(*cluster.a);
   const auto before = Incarnations(*cluster.a);
   cluster.etcd().Kill();
@@ -213,7 +216,7 @@ class Stutter {
 TEST(ClusterFailure, RandomizedPutsGetsAndDeletesMatchAModelWhileAPeerIsSlowKilledAndBack) {
   ThreeNodes cluster("f4");
   if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
-  ASSERT_TRUE(cluster.Joined());
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);
   auto client = cluster.a->Connect();
   ASSERT_TRUE(client.ok());
   struct Object {
@@ -285,7 +288,8 @@ TEST(ClusterFailure, RandomizedPutsGetsAndDeletesMatchAModelWhileAPeerIsSlowKill
       [](const ServerStats& s) {
         return RemoteState(s) == "ok" && s.counter("remote_peers_responsive") == 2;
       },
-      20'000));
+      20'000))
+      << RemoteSummary(*cluster.a);
   for (const auto& [key, o] : model) {
     Status s = CheckObject(**client, key, o.seed, o.size);
     EXPECT_TRUE(s.ok()) << key << ": " << s.ToString();

@@ -133,6 +133,24 @@ std::uint64_t RemoteObjects(const ServerStats& s) {
   return 0;
 }
 
+std::string RemoteSummary(const ServerProcess& node) {
+  auto c = node.Connect();
+  if (!c.ok()) return "(no connection: " + c.status().ToString() + ")";
+  auto st = (*c)->ServerStat();
+  if (!st.ok()) return "(no stats: " + st.status().ToString() + ")";
+  std::string out = "remote " + RemoteState(*st) + ", members";
+  for (const auto& m : st->members) {
+    out += " " + m.node_id + (m.responsive ? "" : "(silent)");
+  }
+  for (const char* name :
+       {"remote_peers", "remote_peers_responsive", "remote_peers_lost", "remote_replicas_lost",
+        "remote_replicas_repaired", "remote_extents_lost", "remote_regions_adopted",
+        "remote_regions_not_adopted", "remote_grants"}) {
+    out += std::string(", ") + name + " " + std::to_string(st->counter(name));
+  }
+  return out;
+}
+
 Status PutRetained(Client& client, const std::string& key, std::uint64_t seed, std::size_t size) {
   const std::string data = Pattern(seed, size);
   PutOptions o;

@@ -57,6 +57,8 @@ std::uint64_t Counter(const ServerProcess& s, const char* name);
 // The remote tier's state and object count in the stats ("" when there is none).
 std::string RemoteState(const ServerStats& s);
 std::uint64_t RemoteObjects(const ServerStats& s);
+// The remote tier's state, members and counters in one line, for a failed wait's message.
+std::string RemoteSummary(const ServerProcess& node);
 
 // Puts Pattern(seed, size) as retained under key, retrying while room below is being granted.
 Status PutRetained(Client& client, const std::string& key, std::uint64_t seed, std::size_t size);

@@ -32,7 +32,7 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
   if (!dst) {
     if (Status w = target->CheckWritable(); !w.ok()) return w;
     TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(obj.meta.ns, to, obj.meta.size));
-    const AllocationHint hint{-1, obj.pool};
+    const AllocationHint hint{-1, obj.pool, obj.meta.durability == Durability::kCache};
     auto e = target->Allocate(obj.meta.size, hint);
     if (!e.ok()) {
       // Room that costs no transfer (and no wait) only: a move never waits for another.

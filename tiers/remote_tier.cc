@@ -213,7 +213,7 @@ void RemoteTier::ReleaseReplicaLocked(const Replica& r) {
   if (it != r.peer->regions.end()) (void)it->second.allocator.Free(r.range);
 }
 
-Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& /*hint*/) {
+Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
   if (size == 0) return Status::InvalidArgument("empty remote extent");
   std::lock_guard lock(mu_);
   if (!borrowing_) return Status::Unavailable("remote: this node lost its cluster lease");
@@ -227,20 +227,21 @@ Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& /*
   });
   ReplicaSet set;
   set.size = size;
+  set.wanted = hint.cache ? 1 : config_.replicas;
   for (Peer* p : order) {
-    if (set.replicas.size() == config_.replicas) break;
+    if (set.replicas.size() == set.wanted) break;
     Replica r;
     if (!CarveLocked(*p, size, &r)) continue;
     r.peer = peers_.at(p->member.node_id);
     set.replicas.push_back(r);
   }
-  if (set.replicas.size() < config_.replicas) {
+  if (set.replicas.size() < set.wanted) {
     for (const Replica& r : set.replicas) ReleaseReplicaLocked(r);
     ++failed_allocations_;
     wanted_region_ = std::max(wanted_region_, size);
     WakeMaintenance();
     return Status::ResourceExhausted("remote: no room for " + FormatBytes(size) + " on " +
-                                     std::to_string(config_.replicas) + " peers (" +
+                                     std::to_string(set.wanted) + " peers (" +
                                      std::to_string(order.size()) + " responsive)");
   }
   const std::uint64_t id = next_set_++;
@@ -596,7 +597,7 @@ void RemoteTier::RepairSets() {
     std::vector<std::uint64_t> ids;
     for (auto& [id, set] : sets_) {
       if (set.written && !set.repairing && !set.replicas.empty() &&
-          set.replicas.size() < config_.replicas) {
+          set.replicas.size() < set.wanted) {
         ids.push_back(id);
       }
     }
@@ -694,7 +695,7 @@ TierStats RemoteTier::Stats() const {
   s.write_errors = write_errors_;
   s.checksum_failures = checksum_failures_;
   bool short_of_replicas = false;
-  for (const auto& [id, set] : sets_) short_of_replicas |= set.replicas.size() < config_.replicas;
+  for (const auto& [id, set] : sets_) short_of_replicas |= set.replicas.size() < set.wanted;
   std::size_t responsive = 0;
   bool adopting = false;
   for (const auto& [id, p] : peers_) {

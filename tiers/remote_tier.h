@@ -9,6 +9,8 @@
 // the membership drops a peer (SetMembers), its replicas are dropped and re-created from the
 // survivors in the background; the tier says "degraded" until they are.
 //
+// A cache object (AllocationHint::cache) has one copy: losing it costs a refetch, not data.
+//
 // An Extent of this tier names a replica set: offset is the set's id (arena_id is 0).
 //
 // Threads: io_threads workers run reads and writes (blocking on sockets, bounded by
@@ -153,7 +155,8 @@ class RemoteTier final : public Tier {
     AllocatedRange range;
   };
   struct ReplicaSet {
-    std::uint64_t size = 0;  // bytes asked for
+    std::uint64_t size = 0;    // bytes asked for
+    std::uint32_t wanted = 0;  // copies: config_.replicas, or 1 for a cache object
     std::vector<Replica> replicas;
     RecordInfo info;  // set once written: what repairs check against
     bool written = false;

@@ -47,6 +47,9 @@ inline constexpr std::uint32_t kSharedPool = 0;
 struct AllocationHint {
   int numa_node = -1;                // < 0: any node
   std::uint32_t pool = kSharedPool;  // ignored by tiers that are not partitioned
+  // A cache object may be dropped and fetched again: a tier that keeps several copies for
+  // safety (remote) keeps one.
+  bool cache = false;
 };
 
 // One pool's room in a tier (the whole tier for a tier that is not partitioned).

@@ -314,6 +314,25 @@ TEST(Lender, AdoptsOnlyTheSameNodesEarlierIncarnation) {
   EXPECT_EQ(lender->stats().regions, 1u);
 }
 
+TEST(RemoteTier, ACacheObjectHasOneCopyAndARetainedOneHasEveryReplica) {
+  LendingNode a = StartLender("a"), b = StartLender("b"), c = StartLender("c");
+  auto tier = Borrower({&a, &b, &c});
+  const std::string data = Bytes(1u << 20, 77);
+  AllocationHint cache;
+  cache.cache = true;
+  auto one = tier->Allocate(data.size(), cache);
+  auto two = tier->Allocate(data.size(), {});
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(tier->LocateForTest(*one).size(), 1u);
+  EXPECT_EQ(tier->LocateForTest(*two).size(), 2u);
+  ASSERT_TRUE(WriteSync(*tier, *one, data).ok());
+  ASSERT_TRUE(WriteSync(*tier, *two, data).ok());
+  EXPECT_EQ(tier->Stats().state, "ok");  // one copy is all a cache object wants
+  std::string out;
+  ASSERT_TRUE(ReadSync(*tier, *one, data, &out).ok());
+  EXPECT_TRUE(out == data);
+}
+
 TEST(RemoteTier, NoRoomOnEnoughPeersIsResourceExhausted) {
   LendingNode a = StartLender("a", 8ull << 20);
   auto tier = Borrower({&a});  // one peer, two replicas wanted

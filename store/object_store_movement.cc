@@ -115,8 +115,11 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
         Xxh3(tier(m.from)->HostAddress(src.extent), obj->meta.size) != obj->meta.checksum) {
       ++counters_.corrupt_in_memory;
       QuarantineLocked(*obj, s);
-    } else {
-      if (m.drop_source) ++failed_out_[static_cast<int>(m.from)];
+    } else if (m.drop_source && s.code() != StatusCode::kUnavailable &&
+               s.code() != StatusCode::kDeadlineExceeded) {
+      // A tier below that fails (a device's errors) ends the waits for room; a peer that does
+      // not answer does not: it is marked silent, and the next move goes elsewhere.
+      ++failed_out_[static_cast<int>(m.from)];
     }
     if (obj->corrupt) {
       // quarantined above: not retried, so not a sign that the tier below is failing

@@ -672,7 +672,11 @@ Status RemoteTier::CheckWritable() {
   std::lock_guard lock(mu_);
   if (!borrowing_) return Status::Unavailable("remote: this node lost its cluster lease");
   std::size_t responsive = 0;
-  for (const auto& [id, p] : peers_) responsive += !p->dead && p->responsive ? 1 : 0;
+  for (const auto& [id, p] : peers_) {
+    // A failure the I/O threads just heard counts now, not at the next pass: no more moves are
+    // sent to a peer that stopped answering.
+    responsive += !p->dead && p->responsive && !p->heard_failure ? 1 : 0;
+  }
   if (responsive < config_.replicas) {
     return Status::Unavailable("remote: " + std::to_string(responsive) + " responsive peers, " +
                                std::to_string(config_.replicas) + " replicas wanted");

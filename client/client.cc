@@ -58,6 +58,22 @@ Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) 
                                  std::to_string(size) + " bytes)");
 }
 
+// A get of one key in `mode`: the reply's item, once its status is OK.
+Result<wire::GetResult> GetOne(detail::Borrowed& conn, const std::string& ns, std::string_view key,
+                               wire::GetMode mode) {
+  TIERPOOL_RETURN_IF_ERROR(conn.status());
+  wire::Request req;
+  auto* k = req.mutable_get()->add_keys();
+  k->set_ns(ns);
+  k->set_key(std::string(key));
+  req.mutable_get()->set_mode(mode);
+  wire::Response resp;
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  if (resp.get().items_size() != 1) return Status::Internal("bad get reply");
+  TIERPOOL_RETURN_IF_ERROR(FromWire(resp.get().items(0).status()));
+  return std::move(*resp.mutable_get()->mutable_items(0));
+}
+
 }  // namespace
 
 // ---- ObjectView ----
@@ -225,20 +241,11 @@ Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
   if (core_->copy_only) {
     // No mapping to view: the bytes come in the reply, in one round trip, checked as copied.
     Borrowed conn(core_.get());
-    TIERPOOL_RETURN_IF_ERROR(conn.status());
-    wire::Request req;
-    auto* k = req.mutable_get()->add_keys();
-    k->set_ns(core_->options.ns);
-    k->set_key(std::string(key));
-    req.mutable_get()->set_mode(wire::INLINE);
-    wire::Response resp;
-    TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
-    if (resp.get().items_size() != 1) return Status::Internal("bad get reply");
-    const auto& item = resp.get().items(0);
-    TIERPOOL_RETURN_IF_ERROR(FromWire(item.status()));
-    std::vector<std::byte> out(item.data().size());
+    auto item = GetOne(conn, core_->options.ns, key, wire::INLINE);
+    if (!item.ok()) return item.status();
+    std::vector<std::byte> out(item->data().size());
     if (out.empty()) return out;
-    if (CopyAndChecksum(out.data(), item.data().data(), out.size()) != item.meta().checksum()) {
+    if (CopyAndChecksum(out.data(), item->data().data(), out.size()) != item->meta().checksum()) {
       return Status::DataLoss("checksum mismatch for '" + std::string(key) + "'");
     }
     return out;
@@ -311,17 +318,9 @@ std::vector<Result<ObjectView>> Client::GetViews(const std::vector<std::string>&
 
 Result<ObjectMeta> Client::Stat(std::string_view key) {
   Borrowed conn(core_.get());
-  TIERPOOL_RETURN_IF_ERROR(conn.status());
-  wire::Request req;
-  auto* k = req.mutable_get()->add_keys();
-  k->set_ns(core_->options.ns);
-  k->set_key(std::string(key));
-  req.mutable_get()->set_mode(wire::META);
-  wire::Response resp;
-  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
-  if (resp.get().items_size() != 1) return Status::Internal("bad get reply");
-  TIERPOOL_RETURN_IF_ERROR(FromWire(resp.get().items(0).status()));
-  return MetaFromWire(resp.get().items(0).meta());
+  auto item = GetOne(conn, core_->options.ns, key, wire::META);
+  if (!item.ok()) return item.status();
+  return MetaFromWire(item->meta());
 }
 
 Status Client::Delete(std::string_view key) {

@@ -69,21 +69,6 @@ void Fill(ServerProcess& node, int count = 16) {
   ASSERT_GT(RemoteObjects(*stats), 0u);
 }
 
-// Every tensor Fill put, byte for byte; returns the slowest get.
-double CheckAll(ServerProcess& node, int count = 16) {
-  auto client = node.Connect();
-  EXPECT_TRUE(client.ok());
-  if (!client.ok()) return 0;
-  double slowest = 0;
-  for (int i = 0; i < count; ++i) {
-    const auto start = SteadyClock::now();
-    Status s = CheckObject(**client, "t" + std::to_string(i), i, kSize);
-    slowest = std::max(slowest, Seconds(SteadyClock::now() - start).count());
-    EXPECT_TRUE(s.ok()) << s.ToString();
-  }
-  return slowest;
-}
-
 std::map<std::string, std::uint64_t> Incarnations(const ServerProcess& node) {
   std::map<std::string, std::uint64_t> out;
   auto client = node.Connect();
@@ -126,7 +111,7 @@ TEST(ClusterFailure, AFrozenBorrowerResumesWithEveryTensor) {
   EXPECT_GT(
       Counter(*cluster.b, "lend_regions_adopted") + Counter(*cluster.c, "lend_regions_adopted"),
       0u);
-  CheckAll(*cluster.a);
+  CheckAll(*cluster.a, 16, kSize);
 }
 
 TEST(ClusterFailure, AFrozenLenderCostsABoundedWaitAndIsRepairedOntoWhenItComesBack) {
@@ -138,14 +123,14 @@ TEST(ClusterFailure, AFrozenLenderCostsABoundedWaitAndIsRepairedOntoWhenItComesB
     Frozen frozen(cluster.b->pid());
     // Reads while b is frozen and still a member: each fails over to c, the first after at
     // most one I/O timeout (2 s), the rest at once once b is marked unresponsive.
-    const double slowest = CheckAll(*cluster.a);
+    const double slowest = CheckAll(*cluster.a, 16, kSize);
     std::printf("slowest get while a lender is frozen: %.2f s\n", slowest);
     EXPECT_LT(slowest, 5.0);
     ASSERT_TRUE(cluster.a->WaitFor(
         [](const ServerStats& s) { return s.counter("remote_peers_lost") >= 1; }, 10'000))
         << RemoteSummary(*cluster.a);
     EXPECT_EQ(RemoteState(*(*cluster.a->Connect())->ServerStat()), "degraded");
-    CheckAll(*cluster.a);
+    CheckAll(*cluster.a, 16, kSize);
   }
   // b resumes, finds its lease gone, drops what it lent (a already counts it lost) and joins
   // again as a new incarnation; a re-creates the missing replicas on it.
@@ -160,7 +145,7 @@ TEST(ClusterFailure, AFrozenLenderCostsABoundedWaitAndIsRepairedOntoWhenItComesB
   std::printf("replication restored %.1f s after the frozen lender resumed\n",
               Seconds(SteadyClock::now() - resumed).count());
   EXPECT_EQ(Counter(*cluster.a, "remote_extents_lost"), 0u);
-  CheckAll(*cluster.a);
+  CheckAll(*cluster.a, 16, kSize);
 }
 
 TEST(ClusterFailure, EtcdRestartedUnderARunningClusterLosesNothing) {
@@ -172,7 +157,7 @@ TEST(ClusterFailure, EtcdRestartedUnderARunningClusterLosesNothing) {
   cluster.etcd().Kill();
   // Down for twice the member TTL: nobody can renew, and nobody may drop anything for it.
   std::this_thread::sleep_for(std::chrono::seconds(4));
-  CheckAll(*cluster.a);  // the data path does not need etcd
+  CheckAll(*cluster.a, 16, kSize);  // the data path does not need etcd
   ASSERT_TRUE(cluster.etcd().Start());
   // Long enough after the restart for every keep-alive to have been answered.
   std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -181,14 +166,14 @@ TEST(ClusterFailure, EtcdRestartedUnderARunningClusterLosesNothing) {
   EXPECT_EQ(Counter(*cluster.a, "remote_peers_lost"), 0u);
   EXPECT_EQ(Counter(*cluster.a, "remote_extents_lost"), 0u);
   EXPECT_EQ(Counter(*cluster.b, "lend_regions_reclaimed"), 0u);
-  CheckAll(*cluster.a);
+  CheckAll(*cluster.a, 16, kSize);
   // And the cluster still works: more tensors go remote.
   auto client = cluster.a->Connect();
   ASSERT_TRUE(client.ok());
   for (int i = 16; i < 20; ++i) {
     ASSERT_TRUE(PutRetained(**client, "t" + std::to_string(i), i, kSize).ok());
   }
-  CheckAll(*cluster.a, 20);
+  CheckAll(*cluster.a, 20, kSize);
 }
 
 // A slow peer: stopped 40 ms of every 100 ms, for as long as it lives.

@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -173,6 +176,21 @@ Status CheckObject(Client& client, const std::string& key, std::uint64_t seed, s
     return Status::DataLoss(key + " came back with the wrong bytes");
   }
   return Status::Ok();
+}
+
+double CheckAll(const ServerProcess& node, int count, std::size_t size) {
+  auto client = node.Connect();
+  EXPECT_TRUE(client.ok());
+  if (!client.ok()) return 0;
+  double slowest = 0;
+  for (int i = 0; i < count; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    Status s = CheckObject(**client, "t" + std::to_string(i), i, size);
+    slowest = std::max(
+        slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  return slowest;
 }
 
 Frozen::Frozen(pid_t pid) : pid_(pid) { ::kill(pid_, SIGSTOP); }

@@ -65,6 +65,10 @@ Status PutRetained(Client& client, const std::string& key, std::uint64_t seed, s
 // Gets key and compares it with Pattern(seed, size); the status says what was wrong.
 Status CheckObject(Client& client, const std::string& key, std::uint64_t seed, std::size_t size);
 
+// Every object "t0".."t<count-1>" of Pattern(i, size), byte for byte (a failure each for those
+// that are not); returns the slowest get in seconds.
+double CheckAll(const ServerProcess& node, int count, std::size_t size);
+
 // SIGSTOP for as long as it lives: a frozen process, resumed (SIGCONT) however the test ends.
 class Frozen {
  public:

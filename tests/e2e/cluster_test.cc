@@ -53,10 +53,7 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
       a.WaitFor([](const ServerStats& s) { return s.counter("remote_peers_lost") >= 1; }, 10'000));
   std::printf("dead peer dropped %.1f s after SIGKILL (member TTL 2 s)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count());
-  for (int i = 0; i < kObjects; ++i) {
-    Status s = CheckObject(**client, "t" + std::to_string(i), i, kSize);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-  }
+  CheckAll(a, kObjects, kSize);
   stats = (*client)->ServerStat();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->counter("remote_extents_lost"), 0u);
@@ -79,10 +76,7 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
       20'000));
   std::printf("replication restored %.1f s after the node rejoined\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - rejoined).count());
-  for (int i = 0; i < kObjects; ++i) {
-    Status s = CheckObject(**client, "t" + std::to_string(i), i, kSize);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-  }
+  CheckAll(a, kObjects, kSize);
 }
 
 TEST(Cluster, ANodeWithoutTheSecretGetsNothing) {

@@ -1,0 +1,41 @@
+// RemoteTier's record of one peer, shared by remote_tier.cc (data path) and
+// remote_tier_maintenance.cc (membership, grants, probes, adoption, repair). Internal to tiers/.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tiers/remote_tier.h"
+#include "transport/peer_connection.h"
+
+namespace tierpool {
+
+// Everything known of one peer. Shared with I/O jobs, which may outlive its membership.
+struct RemoteTier::Peer {
+  RemoteMember member;
+  // guarded by RemoteTier::mu_
+  std::map<std::uint64_t, Region> regions;
+  std::uint64_t lend_free = 0;
+  bool responsive = true;
+  bool dead = false;
+  // Our earlier incarnation, under which this peer still holds our regions until they are
+  // adopted by the current one (0: nothing to adopt). Nothing is carved there meanwhile.
+  std::uint64_t adopt_from = 0;
+  std::uint64_t failures = 0;
+  std::uint64_t next_probe_us = 0;
+  // guarded by pool_mu (taken after RemoteTier::mu_ when both are held)
+  std::mutex pool_mu;
+  std::vector<std::unique_ptr<transport::PeerConnection>> idle;
+  std::string address;  // where to connect: member.address, which may move
+  // Room and failures reported by the I/O threads, folded in under mu_ by the next pass.
+  std::atomic<std::uint64_t> heard_free{~0ull};
+  std::atomic<bool> heard_failure{false};
+  std::atomic<bool> heard_success{false};
+};
+
+}  // namespace tierpool

@@ -122,7 +122,8 @@ double Flops(const onnx::NodeProto& node, const std::vector<const Value*>& in,
 // ONNX's shape inference cannot always follow such arithmetic; folding it to constants lets it.
 struct IntConst {
   std::vector<std::int64_t> v;
-  std::vector<std::int64_t> dims;  // empty: a scalar
+  std::vector<std::int64_t> dims;       // empty: a scalar
+  int type = onnx::TensorProto::INT64;  // or BOOL (Equal), INT32 (read from the graph)
 };
 
 std::optional<IntConst> ReadIntTensor(const onnx::TensorProto& t) {
@@ -130,6 +131,7 @@ std::optional<IntConst> ReadIntTensor(const onnx::TensorProto& t) {
     return std::nullopt;
   }
   IntConst c;
+  c.type = onnx::TensorProto::INT64;  // folded results are written as INT64
   c.dims.assign(t.dims().begin(), t.dims().end());
   std::uint64_t n = Elements(c.dims);
   if (n > 64) return std::nullopt;
@@ -184,6 +186,42 @@ int FoldShapeArithmetic(onnx::GraphProto* g, const std::unordered_map<std::strin
       for (const auto& a : n.attribute()) {
         if (a.name() == "value" && a.has_t()) out = ReadIntTensor(a.t());
       }
+    } else if (op == "ConstantOfShape" && in(0) && in(0)->dims.size() == 1) {
+      // torch's export of expand(-1, ...) builds its target shape with these four.
+      std::optional<IntConst> fill = IntConst{{0}, {}};
+      for (const auto& a : n.attribute()) {
+        if (a.name() == "value" && a.has_t()) fill = ReadIntTensor(a.t());
+      }
+      if (fill && fill->v.size() == 1 && Elements(in(0)->v) <= 64 &&
+          std::all_of(in(0)->v.begin(), in(0)->v.end(), [](std::int64_t d) { return d >= 0; })) {
+        out = IntConst{std::vector<std::int64_t>(Elements(in(0)->v), fill->v[0]), in(0)->v};
+      }
+    } else if (op == "Reshape" && in(0) && in(1)) {
+      std::vector<std::int64_t> dims = in(1)->v;
+      std::int64_t known = 1;
+      int infer = -1;
+      for (std::size_t i = 0; i < dims.size(); ++i) {
+        if (dims[i] == 0 && i < in(0)->dims.size()) dims[i] = in(0)->dims[i];
+        if (dims[i] == -1 && infer < 0) {
+          infer = static_cast<int>(i);
+        } else if (dims[i] > 0) {
+          known *= dims[i];
+        }
+      }
+      auto n_in = static_cast<std::int64_t>(in(0)->v.size());
+      if (infer >= 0 && known > 0) dims[static_cast<std::size_t>(infer)] = n_in / known;
+      if (static_cast<std::int64_t>(Elements(dims)) == n_in) out = IntConst{in(0)->v, dims};
+    } else if (op == "Equal" && in(0) && in(1) && in(0)->v.size() == in(1)->v.size()) {
+      IntConst c{{}, in(0)->dims, onnx::TensorProto::BOOL};
+      for (std::size_t i = 0; i < in(0)->v.size(); ++i)
+        c.v.push_back(in(0)->v[i] == in(1)->v[i] ? 1 : 0);
+      out = c;
+    } else if (op == "Where" && in(0) && in(1) && in(2) && in(0)->type == onnx::TensorProto::BOOL &&
+               in(1)->v.size() == in(0)->v.size() && in(2)->v.size() == in(0)->v.size()) {
+      IntConst c{{}, in(0)->dims};
+      for (std::size_t i = 0; i < in(0)->v.size(); ++i)
+        c.v.push_back(in(0)->v[i] ? in(1)->v[i] : in(2)->v[i]);
+      out = c;
     } else if (op == "Shape" && n.input_size() == 1) {
       auto it = shapes.find(n.input(0));
       if (it != shapes.end() && it->second.known) {
@@ -253,9 +291,15 @@ int FoldShapeArithmetic(onnx::GraphProto* g, const std::unordered_map<std::strin
     if (op == "Constant" || have.count(n.output(0))) continue;
     auto* init = g->add_initializer();
     init->set_name(n.output(0));
-    init->set_data_type(onnx::TensorProto::INT64);
+    init->set_data_type(out->type);
     for (auto d : out->dims) init->add_dims(d);
-    for (auto x : out->v) init->add_int64_data(x);
+    for (auto x : out->v) {
+      if (out->type == onnx::TensorProto::BOOL) {
+        init->add_int32_data(static_cast<std::int32_t>(x));
+      } else {
+        init->add_int64_data(x);
+      }
+    }
     have.insert(n.output(0));
     ++added;
   }

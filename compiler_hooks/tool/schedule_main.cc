@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/option_errors.h"
 #include "common/units.h"
+#include "compiler_hooks/onnx_generate.h"
 #include "compiler_hooks/onnx_importer.h"
 #include "prefetch/cost_model.h"
 #include "prefetch/planner.h"
@@ -33,10 +34,15 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   tierpool schedule from-onnx MODEL.onnx -o OUT.pb [--json OUT.json] [--device NAME] [--batch N]
                               [--dim NAME=N ...] [--data-input NAME ...] [--no-repeat]
+                              [--generate PROMPT:NEW_TOKENS [--prefill-chunk N] [--decode-only]]
+                              (a decoder export with past* cache inputs and present* outputs)
   tierpool schedule from-torch --model MODULE:CALLABLE --input SHAPE [--input SHAPE ...]
                               [--optimizer adam|sgd|none] [--dtype float32|bfloat16|float16]
                               [--inference] -o OUT.pb [--json OUT.json]
                               [--device NAME] [--python /usr/bin/python3]
+  tierpool schedule from-torch --model MODULE:CALLABLE --generate PROMPT:NEW_TOKENS [--batch N]
+                              [--prefill-chunk N] [--decode-only] [--dtype ...] -o OUT.pb
+                              (a decoder called as `logits, present = model(tokens, past)`)
   tierpool schedule calibrate --model MODULE:CALLABLE --input SHAPE [...] -o PROFILE.json
                               [--device BASE] [--measured SCHEDULE.json] [--json TABLE.json]
                               [--device-kind cuda|cpu] [--warmup 3] [--repeat 10] [--name N]
@@ -180,18 +186,35 @@ std::string CalibratePath(const std::string& hook) {
   return (std::filesystem::path(hook).parent_path() / "tierpool_calibrate.py").string();
 }
 
+// What from-torch traces: a step of the model (training or inference), or a generation loop.
+struct TorchTraceArgs {
+  std::string model;
+  std::vector<std::string> inputs;
+  std::string optimizer = "adam";
+  std::string dtype = "float32";
+  bool no_repeat = false;
+  bool inference = false;
+  std::string generate;  // PROMPT:NEW_TOKENS
+  std::int64_t batch = 1;
+  std::int64_t prefill_chunk = 0;
+  bool decode_only = false;
+};
+
 // The arguments from-torch and calibrate pass to the hook's parser.
-std::vector<std::string> TorchArgs(const std::string& model, const std::vector<std::string>& inputs,
-                                   const std::string& optimizer, const std::string& dtype,
-                                   bool no_repeat, bool inference, const std::string& out) {
-  std::vector<std::string> a = {"--model", model, "--optimizer", optimizer,
-                                "--dtype", dtype, "--out",       out};
-  for (const auto& in : inputs) {
+std::vector<std::string> TorchArgs(const TorchTraceArgs& t, const std::string& out) {
+  std::vector<std::string> a = {"--model", t.model, "--optimizer", t.optimizer,
+                                "--dtype", t.dtype, "--out",       out};
+  if (!t.generate.empty()) {
+    a.insert(a.end(), {"--generate", t.generate, "--batch", std::to_string(t.batch),
+                       "--prefill-chunk", std::to_string(t.prefill_chunk)});
+    if (t.decode_only) a.push_back("--decode-only");
+  }
+  for (const auto& in : t.inputs) {
     a.push_back("--input");
     a.push_back(in);
   }
-  if (no_repeat) a.push_back("--no-repeat");
-  if (inference) a.push_back("--inference");
+  if (t.no_repeat) a.push_back("--no-repeat");
+  if (t.inference) a.push_back("--inference");
   return a;
 }
 
@@ -219,13 +242,14 @@ Status RunPython(const std::string& python, const std::string& script,
 int main(int argc, char** argv) {
   LogToStderr();
   std::vector<std::string> args;
-  std::string out, json, device = "h100", hbm, policy = "planned", trace, svg, model,
-                         optimizer = "adam", python = "/usr/bin/python3", hook, dtype = "float32";
-  std::vector<std::string> dims, data_inputs, inputs;
+  std::string out, json, device = "h100", hbm, policy = "planned", trace, svg,
+                         python = "/usr/bin/python3", hook;
+  std::vector<std::string> dims, data_inputs;
+  TorchTraceArgs torch;
   std::int64_t batch = 1;
   double max_overhead = 0.01, sweep_step = 0.05, sweep_lowest = 0.2,
          margin = PlannerConfig{}.prefetch_margin;
-  bool no_repeat = false, sweep = false, inference = false;
+  bool sweep = false;
   std::string measured, device_kind, name;
   int warmup = 3, repeat = 10;
   double dispatch = 0;
@@ -236,15 +260,20 @@ int main(int argc, char** argv) {
     ("output,o", po::value(&out), "output file (.pb)")
     ("json", po::value(&json), "JSON output file")
     ("device", po::value(&device)->default_value("h100"), "device profile")
-    ("batch", po::value(&batch)->default_value(1), "from-onnx: symbolic batch size")
+    ("batch", po::value(&batch)->default_value(1), "from-onnx: symbolic batch size; --generate: sequences")
     ("dim", po::value(&dims), "from-onnx: NAME=N for another symbolic dimension")
     ("data-input", po::value(&data_inputs), "from-onnx: a graph input that is data, not a weight")
-    ("no-repeat", po::bool_switch(&no_repeat), "the schedule runs once (no loop)")
-    ("model", po::value(&model), "from-torch: MODULE:CALLABLE returning the model")
-    ("input", po::value(&inputs), "from-torch: an input shape, e.g. 32x3x224x224")
-    ("optimizer", po::value(&optimizer)->default_value("adam"), "from-torch: adam, sgd or none")
-    ("dtype", po::value(&dtype)->default_value("float32"), "from-torch: parameter dtype")
-    ("inference", po::bool_switch(&inference), "from-torch: the forward pass only (eval mode)")
+    ("no-repeat", po::bool_switch(&torch.no_repeat), "the schedule runs once (no loop)")
+    ("model", po::value(&torch.model), "from-torch: MODULE:CALLABLE returning the model")
+    ("input", po::value(&torch.inputs), "from-torch: an input shape, e.g. 32x3x224x224")
+    ("optimizer", po::value(&torch.optimizer)->default_value("adam"), "from-torch: adam, sgd or none")
+    ("dtype", po::value(&torch.dtype)->default_value("float32"), "from-torch: parameter dtype")
+    ("inference", po::bool_switch(&torch.inference), "from-torch: the forward pass only (eval mode)")
+    ("generate", po::value(&torch.generate), "PROMPT:NEW_TOKENS: trace a prefill and decodes")
+    ("prefill-chunk", po::value(&torch.prefill_chunk)->default_value(0),
+     "--generate: prompt tokens per prefill call (0: all at once)")
+    ("decode-only", po::bool_switch(&torch.decode_only),
+     "--generate: the prompt's KV cache exists at the start; only the decodes run")
     ("python", po::value(&python)->default_value("/usr/bin/python3"), "from-torch: interpreter")
     ("hook", po::value(&hook), "from-torch: the hook script (default: the one shipped)")
     ("measured", po::value(&measured), "calibrate: write the schedule with measured step times")
@@ -287,7 +316,7 @@ int main(int argc, char** argv) {
     if (args.size() != 3) return Fail(Status::InvalidArgument("from-onnx takes one MODEL.onnx"));
     hooks::OnnxImportOptions o;
     o.batch = batch;
-    o.repeats = !no_repeat;
+    o.repeats = !torch.no_repeat;
     o.data_inputs = data_inputs;
     for (const auto& d : dims) {
       auto eq = d.find('=');
@@ -298,21 +327,37 @@ int main(int argc, char** argv) {
         return Fail(Status::InvalidArgument("--dim takes NAME=N, got '" + d + "'"));
       }
     }
-    auto s = hooks::ImportOnnx(args[2], o);
+    Result<Schedule> s = Status::Internal("not imported");
+    if (torch.generate.empty()) {
+      s = hooks::ImportOnnx(args[2], o);
+    } else {
+      hooks::OnnxGenerateOptions g{
+          .import = o, .prefill_chunk = torch.prefill_chunk, .decode_only = torch.decode_only};
+      auto colon = torch.generate.find(':');
+      try {
+        if (colon == std::string::npos) throw std::invalid_argument(torch.generate);
+        g.prompt = std::stoll(torch.generate.substr(0, colon));
+        g.new_tokens = std::stoll(torch.generate.substr(colon + 1));
+      } catch (const std::exception&) {
+        return Fail(Status::InvalidArgument("--generate takes PROMPT:NEW_TOKENS, got '" +
+                                            torch.generate + "'"));
+      }
+      s = hooks::GenerateFromOnnx(args[2], g);
+    }
     if (!s.ok()) return Fail(s.status());
     ApplyCostModel(*profile, &*s);
     Status st = Emit(*s, out, json);
     return st.ok() ? 0 : Fail(st);
   }
+  torch.batch = batch;
   if (cmd == "schedule" && args.size() >= 2 && args[1] == "from-torch") {
-    if (model.empty() || inputs.empty()) {
-      return Fail(
-          Status::InvalidArgument("from-torch needs --model MODULE:CALLABLE and --input SHAPE"));
+    if (torch.model.empty() || (torch.inputs.empty() && torch.generate.empty())) {
+      return Fail(Status::InvalidArgument(
+          "from-torch needs --model MODULE:CALLABLE and --input SHAPE or --generate P:N"));
     }
     std::string tmp = std::filesystem::temp_directory_path() /
                       ("tierpool-torch-" + std::to_string(::getpid()) + ".json");
-    Status ran = RunPython(python, hook.empty() ? HookPath() : hook,
-                           TorchArgs(model, inputs, optimizer, dtype, no_repeat, inference, tmp));
+    Status ran = RunPython(python, hook.empty() ? HookPath() : hook, TorchArgs(torch, tmp));
     if (!ran.ok()) return Fail(ran);
     auto s = LoadSchedule(tmp);
     std::filesystem::remove(tmp);
@@ -322,11 +367,14 @@ int main(int argc, char** argv) {
     return st.ok() ? 0 : Fail(st);
   }
   if (cmd == "schedule" && args.size() == 2 && args[1] == "calibrate") {
-    if (model.empty() || inputs.empty() || out.empty()) {
+    if (torch.model.empty() || torch.inputs.empty() || out.empty()) {
       return Fail(Status::InvalidArgument(
           "calibrate needs --model MODULE:CALLABLE, --input SHAPE and -o PROFILE.json"));
     }
-    auto a = TorchArgs(model, inputs, optimizer, dtype, no_repeat, inference, out);
+    if (!torch.generate.empty()) {
+      return Fail(Status::InvalidArgument("calibrate traces one step; --generate is not for it"));
+    }
+    auto a = TorchArgs(torch, out);
     a.insert(a.end(), {"--base", device, "--schedule-tool", SelfPath(argv[0]), "--warmup",
                        std::to_string(warmup), "--repeat", std::to_string(repeat)});
     if (!device_kind.empty()) a.insert(a.end(), {"--device-kind", device_kind});

@@ -1,4 +1,6 @@
-"""Small model factories for `tierpool schedule from-torch --model tierpool_models:NAME`."""
+"""Model factories for `tierpool schedule from-torch --model tierpool_models:NAME`: small ones for
+tests, and LLaMA-style decoders for `--generate` (the shapes of Llama 3 1B and 8B, built only
+from PyTorch layers)."""
 import torch
 
 
@@ -15,3 +17,136 @@ def mlp(width=256, depth=4):
     for _ in range(depth):
         mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
     return torch.nn.Sequential(*mods)
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+class Attention(torch.nn.Module):
+    """Grouped-query attention with rotary position embeddings and a concatenated KV cache."""
+
+    def __init__(self, d_model, heads, kv_heads):
+        super().__init__()
+        if d_model % heads or heads % kv_heads:
+            raise ValueError("d_model must divide into heads, and heads into kv_heads")
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, d_model // heads
+        self.wq = torch.nn.Linear(d_model, heads * self.head_dim, bias=False)
+        self.wk = torch.nn.Linear(d_model, kv_heads * self.head_dim, bias=False)
+        self.wv = torch.nn.Linear(d_model, kv_heads * self.head_dim, bias=False)
+        self.wo = torch.nn.Linear(heads * self.head_dim, d_model, bias=False)
+
+    def forward(self, x, cos, sin, past):
+        b, t, _ = x.shape
+        q = self.wq(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        present = (k, v)
+        s = k.shape[2]
+        group = self.heads // self.kv_heads
+        # Each key/value head serves `group` query heads.
+        k = k[:, :, None].expand(b, self.kv_heads, group, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
+        v = v[:, :, None].expand(b, self.kv_heads, group, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
+        scores = torch.matmul(q, k.transpose(2, 3)) * (self.head_dim ** -0.5)
+        if t > 1:  # causal: query i (at position s - t + i) sees keys up to its own position
+            mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), v)
+        return self.wo(out.transpose(1, 2).reshape(b, t, -1)), present
+
+
+class SwiGLU(torch.nn.Module):
+    def __init__(self, d_model, ffn):
+        super().__init__()
+        self.w1 = torch.nn.Linear(d_model, ffn, bias=False)
+        self.w3 = torch.nn.Linear(d_model, ffn, bias=False)
+        self.w2 = torch.nn.Linear(ffn, d_model, bias=False)
+
+    def forward(self, x):
+        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+class DecoderLayer(torch.nn.Module):
+    def __init__(self, d_model, heads, kv_heads, ffn):
+        super().__init__()
+        self.attention_norm = RMSNorm(d_model)
+        self.attention = Attention(d_model, heads, kv_heads)
+        self.ffn_norm = RMSNorm(d_model)
+        self.feed_forward = SwiGLU(d_model, ffn)
+
+    def forward(self, x, cos, sin, past):
+        h, present = self.attention(self.attention_norm(x), cos, sin, past)
+        x = x + h
+        return x + self.feed_forward(self.ffn_norm(x)), present
+
+
+class LlamaDecoder(torch.nn.Module):
+    """A LLaMA-style decoder-only model (RMSNorm, rotary embeddings, grouped-query attention,
+    SwiGLU) of the form `tierpool schedule from-torch --generate` takes:
+
+        logits, present = model(tokens, past)
+
+    tokens: B x T int64; past: None (prefill) or, for each layer, a (key, value) pair of
+    B x kv_heads x S x head_dim tensors; present: the same with S + T positions. logits are the
+    last position's (B x 1 x vocab), what generation samples from; all_logits=True gives every
+    position's."""
+
+    def __init__(self, layers, d_model, heads, kv_heads, ffn, vocab, rope_theta=500000.0,
+                 all_logits=False):
+        super().__init__()
+        self.all_logits = all_logits
+        self.embed = torch.nn.Embedding(vocab, d_model)
+        self.layers = torch.nn.ModuleList(
+            [DecoderLayer(d_model, heads, kv_heads, ffn) for _ in range(layers)])
+        self.norm = RMSNorm(d_model)
+        self.output = torch.nn.Linear(d_model, vocab, bias=False)
+        head_dim = d_model // heads
+        inv_freq = 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, tokens, past=None):
+        t = tokens.shape[1]
+        start = 0 if past is None else past[0][0].shape[2]
+        positions = torch.arange(start, start + t, device=tokens.device).float()
+        freqs = positions[:, None] * self.inv_freq[None, :]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        x = self.embed(tokens)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        presents = []
+        for i, layer in enumerate(self.layers):
+            x, present = layer(x, cos, sin, None if past is None else past[i])
+            presents.append(present)
+        if not self.all_logits:
+            x = x[:, -1:]
+        return self.output(self.norm(x)), tuple(presents)
+
+
+def llama_decoder(layers=2, d_model=256, heads=8, kv_heads=2, ffn=768, vocab=1024, all_logits=False):
+    """A small LLaMA-style decoder for tests; see LlamaDecoder."""
+    return LlamaDecoder(layers, d_model, heads, kv_heads, ffn, vocab, all_logits=all_logits)
+
+
+def llama3_1b():
+    """Llama 3.2 1B's shape: 16 layers, d_model 2048, 32 query and 8 key/value heads."""
+    return LlamaDecoder(16, 2048, 32, 8, 8192, 128256)
+
+
+def llama3_8b():
+    """Llama 3.1 8B's shape: 32 layers, d_model 4096, 32 query and 8 key/value heads."""
+    return LlamaDecoder(32, 4096, 32, 8, 14336, 128256)

@@ -1,0 +1,39 @@
+"""The LLaMA-style decoder the generation figures use computes what a decoder computes: decoding
+with its KV cache gives the logits of running the whole sequence at once, and the cache matters."""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "compiler_hooks", "torch"))
+import tierpool_models  # noqa: E402
+
+
+def test_decoding_with_the_cache_matches_the_whole_sequence():
+    torch.manual_seed(1)
+    model = tierpool_models.llama_decoder(all_logits=True).eval()
+    tokens = torch.randint(0, 1024, (2, 12))
+    with torch.no_grad():
+        full, _ = model(tokens)
+        logits, past = model(tokens[:, :8])
+        steps = [logits]
+        for i in range(8, 12):
+            logits, past = model(tokens[:, i:i + 1], past)
+            steps.append(logits)
+        without_cache, _ = model(tokens[:, 11:])
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-4, atol=1e-4)
+    # The last token alone, without the cache, is a different prediction.
+    assert (without_cache[:, 0] - full[:, 11]).abs().max() > 1e-2
+    layer0_key = past[0][0]
+    assert layer0_key.shape == (2, 2, 12, 32)  # B x kv_heads x context x head_dim
+
+
+def test_grouped_query_attention_shapes():
+    model = tierpool_models.LlamaDecoder(layers=1, d_model=64, heads=8, kv_heads=2, ffn=96, vocab=50)
+    logits, present = model(torch.randint(0, 50, (3, 5)))
+    assert logits.shape == (3, 1, 50)  # the last position's, what sampling needs
+    assert present[0][0].shape == (3, 2, 5, 8) and present[0][1].shape == (3, 2, 5, 8)
+    with pytest.raises(ValueError):
+        tierpool_models.LlamaDecoder(layers=1, d_model=64, heads=8, kv_heads=3, ffn=96, vocab=50)

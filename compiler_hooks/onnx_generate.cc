@@ -119,7 +119,7 @@ Status Splice(const Schedule& call, const std::string& label, const CacheLayout&
               std::vector<std::uint32_t>* past_ids, Schedule* out) {
   const auto base = static_cast<std::uint32_t>(out->steps_size());
   std::vector<std::uint32_t> global(static_cast<std::size_t>(call.tensors_size()));
-  std::vector<std::uint32_t> present_ids(cache.present.size());
+  std::vector<std::uint32_t> present_ids(cache.present.size()), this_past(cache.past.size());
   for (int i = 0; i < call.tensors_size(); ++i) {
     const auto& t = call.tensors(i);
     auto past = std::find(cache.past.begin(), cache.past.end(), t.name());
@@ -155,6 +155,8 @@ Status Splice(const Schedule& call, const std::string& label, const CacheLayout&
       }
     }
     global[static_cast<std::size_t>(i)] = id;
+    if (past != cache.past.end())
+      this_past[static_cast<std::size_t>(past - cache.past.begin())] = id;
     if (present != cache.present.end()) {
       present_ids[static_cast<std::size_t>(present - cache.present.begin())] = id;
     }
@@ -166,6 +168,21 @@ Status Splice(const Schedule& call, const std::string& label, const CacheLayout&
     auto* n = out->add_steps();
     *n = st;
     n->set_name(label + "/" + st.name());
+  }
+  // A serving engine appends each new token to its (paged) cache in place: the Concat that
+  // makes a present from its past is timed as that append, not as a copy of the whole cache.
+  for (std::size_t i = 0; i < present_ids.size(); ++i) {
+    const auto& present = out->tensors(static_cast<int>(present_ids[i]));
+    const auto& past = out->tensors(static_cast<int>(this_past[i]));
+    if (present.def_step() < 0) continue;
+    auto* step = out->mutable_steps(present.def_step());
+    const auto& uses = past.use_steps();
+    if (step->op_type() == "Concat" &&
+        std::find(uses.begin(), uses.end(), static_cast<std::uint32_t>(present.def_step())) !=
+            uses.end() &&
+        present.size_bytes() >= past.size_bytes()) {
+      step->set_bytes_touched(2 * (present.size_bytes() - past.size_bytes()));
+    }
   }
   *past_ids = std::move(present_ids);
   return Status::Ok();

@@ -22,7 +22,8 @@ struct OnnxGenerateOptions {
 // "present", paired in order (past_key_values.0.key with present.0.key). The past inputs'
 // symbolic sequence dimension is the context so far; the token input's (the first integer
 // input that is not past) the tokens of this call; any other symbolic dimension of a data
-// input beyond the first (an attention mask's) is their sum unless --dim gives it.
+// input beyond the first (an attention mask's) is their sum unless --dim gives it. The Concat
+// that grows the cache is timed as an in-place append of the new tokens, as serving engines do.
 Result<prefetch::Schedule> GenerateFromOnnx(const std::string& path,
                                             const OnnxGenerateOptions& options);
 

@@ -13,7 +13,8 @@ Each call (a prefill of PROMPT tokens, in chunks of --prefill-chunk if given, th
 decodes of one token each) is traced with make_fx on the meta device, so a model of any size
 and a context of any length trace without memory. The calls become one schedule: the weights
 are shared, each call's `present` tensors are KV_CACHE and are the next call's `past`, and each
-grows by the bytes of the tokens added. With --decode-only the prompt's cache exists before the
+grows by the bytes of the tokens added (the cat that grows it is timed as an in-place append, as
+a serving engine's paged cache does it). With --decode-only the prompt's cache exists before the
 first step (filled by a prefill elsewhere, as disaggregated serving does) and only the decodes
 are traced.
 """
@@ -49,6 +50,16 @@ def meta_mode(torch):
             return func(*args, **kwargs)
 
     return MetaMode()
+
+
+def time_as_append(builder, past, present):
+    """A serving engine appends each new token to its (paged) cache in place: the cat that
+    makes `present` from `past` is timed as that append, the new tokens' bytes read and
+    written, not as a copy of the whole cache."""
+    step = builder.tensors[present]["def_step"]
+    if builder.steps[step]["op_type"] == "cat" and step in builder.tensors[past]["use_steps"]:
+        added = builder.size(present) - builder.size(past)
+        builder.steps[step]["bytes_touched"] = str(2 * max(0, added))
 
 
 def trace_generate(a):
@@ -144,6 +155,8 @@ def trace_generate(a):
         for i, t in enumerate(out_ids[1:]):
             builder.tensors[t]["kind"] = "KV_CACHE"
             builder.tensors[t]["name"] = "%s/present.%d" % (label, i)
+            if i < len(past_ids):
+                time_as_append(builder, past_ids[i], t)
         past, past_ids, spec = list(outs)[1:], out_ids[1:], holder["out_spec"]
 
     name = "%s-generate-%d-%d" % (a.model.split(":")[-1], prompt, new_tokens)

@@ -60,14 +60,16 @@ class Attention(torch.nn.Module):
         present = (k, v)
         s = k.shape[2]
         group = self.heads // self.kv_heads
-        # Each key/value head serves `group` query heads.
-        k = k[:, :, None].expand(b, self.kv_heads, group, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
-        v = v[:, :, None].expand(b, self.kv_heads, group, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
+        # The `group` query heads of each key/value head attend as one block of group x t rows
+        # (as grouped-query decoding kernels do), so the cache is read, never copied per head.
+        q = q.reshape(b, self.kv_heads, group * t, self.head_dim)
         scores = torch.matmul(q, k.transpose(2, 3)) * (self.head_dim ** -0.5)
         if t > 1:  # causal: query i (at position s - t + i) sees keys up to its own position
             mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)
-            scores = scores.masked_fill(~mask, float("-inf"))
+            scores = scores.view(b, self.kv_heads, group, t, s).masked_fill(~mask, float("-inf"))
+            scores = scores.view(b, self.kv_heads, group * t, s)
         out = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), v)
+        out = out.view(b, self.heads, t, self.head_dim)
         return self.wo(out.transpose(1, 2).reshape(b, t, -1)), present
 
 

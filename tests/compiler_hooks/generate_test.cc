@@ -64,19 +64,23 @@ std::map<std::string, std::vector<const schedule::Tensor*>> CacheByCall(const Sc
 
 // Every call's cache holds its context's tokens, exactly; each decode's cache is read by the
 // next call (and by nothing before it was made).
-void ExpectGrowingCache(const Schedule& s, std::uint64_t prompt, int new_tokens, bool decode_only) {
+void ExpectGrowingCache(const Schedule& s, std::uint64_t prompt, int new_tokens, bool decode_only,
+                        std::uint64_t batch = 1) {
+  const std::uint64_t token_bytes = batch * kTokenBytes;
   auto by = CacheByCall(s);
   ASSERT_EQ(by.size(), static_cast<std::size_t>(new_tokens) + 1) << s.name();
   const auto& first = by[decode_only ? "" : "prefill"];
   ASSERT_EQ(first.size(), static_cast<std::size_t>(kCachedPerCall));
-  for (const auto* t : first) EXPECT_EQ(t->size_bytes(), prompt * kTokenBytes) << t->name();
+  for (const auto* t : first) EXPECT_EQ(t->size_bytes(), prompt * token_bytes) << t->name();
   for (int d = 0; d < new_tokens; ++d) {
     const auto& cache = by["decode" + std::to_string(d)];
     ASSERT_EQ(cache.size(), static_cast<std::size_t>(kCachedPerCall)) << d;
     for (const auto* t : cache) {
-      EXPECT_EQ(t->size_bytes(), (prompt + static_cast<std::uint64_t>(d) + 1) * kTokenBytes)
+      EXPECT_EQ(t->size_bytes(), (prompt + static_cast<std::uint64_t>(d) + 1) * token_bytes)
           << t->name();
       ASSERT_GE(t->def_step(), 0);
+      // Grown by an append of one token (read and written), not a copy of the whole cache.
+      EXPECT_EQ(s.steps(t->def_step()).bytes_touched(), 2 * token_bytes) << t->name();
       for (auto u : t->use_steps()) {
         EXPECT_GT(u, static_cast<std::uint32_t>(t->def_step()));
       }
@@ -133,11 +137,7 @@ TEST(Generate, FromTorchDecodeOnlyStartsWithThePromptsCache) {
   if (!HaveTorch()) GTEST_SKIP() << "python3-torch is not installed";
   auto s = FromTorch("--generate 64:3 --decode-only --batch 2");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  // Two sequences: twice the bytes per token.
-  auto by = CacheByCall(*s);
-  ASSERT_EQ(by[""].size(), static_cast<std::size_t>(kCachedPerCall));
-  for (const auto* t : by[""]) EXPECT_EQ(t->size_bytes(), 2 * 64 * kTokenBytes);
-  for (const auto* t : by["decode2"]) EXPECT_EQ(t->size_bytes(), 2 * 67 * kTokenBytes);
+  ExpectGrowingCache(*s, 64, 3, true, /*batch=*/2);  // two sequences: twice the bytes per token
   for (const auto& st : s->steps()) EXPECT_EQ(st.name().rfind("decode", 0), 0u) << st.name();
 }
 

@@ -37,3 +37,21 @@ def test_grouped_query_attention_shapes():
     assert present[0][0].shape == (3, 2, 5, 8) and present[0][1].shape == (3, 2, 5, 8)
     with pytest.raises(ValueError):
         tierpool_models.LlamaDecoder(layers=1, d_model=64, heads=8, kv_heads=3, ffn=96, vocab=50)
+
+
+def test_grouped_attention_matches_repeated_heads():
+    """Query head h attends with key/value head h // (heads / kv_heads), as in LLaMA."""
+    torch.manual_seed(2)
+    attn = tierpool_models.Attention(d_model=64, heads=8, kv_heads=2).eval()
+    x = torch.randn(2, 5, 64)
+    angles = torch.randn(5, 8)
+    cos, sin = angles.cos(), angles.sin()
+    with torch.no_grad():
+        out, (k, v) = attn(x, cos, sin, None)
+        q = attn.wq(x).view(2, 5, 8, 8).transpose(1, 2)
+        q = q * cos + tierpool_models.rotate_half(q) * sin
+        k_rep, v_rep = k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1)
+        scores = q @ k_rep.transpose(2, 3) / 8 ** 0.5
+        scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
+        ref = attn.wo((torch.softmax(scores, -1) @ v_rep).transpose(1, 2).reshape(2, 5, 64))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)

@@ -150,8 +150,12 @@ Status Splice(const Schedule& call, const std::string& label, const CacheLayout&
         n->set_name(label + "/" + t.name());
       }
       if (present != cache.present.end()) n->set_kind(schedule::KV_CACHE);
-      if (past != cache.past.end()) {
-        n->set_kind(decode_only ? schedule::KV_CACHE : schedule::INPUT);
+      if (past != cache.past.end() && decode_only) {  // arrives in step 0 (see below)
+        n->set_kind(schedule::KV_CACHE);
+        n->set_def_step(0);
+        n->set_name("prompt/" + t.name());
+      } else if (past != cache.past.end()) {
+        n->set_kind(schedule::INPUT);
       }
     }
     global[static_cast<std::size_t>(i)] = id;
@@ -242,6 +246,13 @@ Result<Schedule> GenerateFromOnnx(const std::string& path, const OnnxGenerateOpt
                    std::to_string(o.new_tokens));
       out.set_source(s->source());
       out.set_repeats(s->repeats());
+      if (o.decode_only) {
+        // The prompt's cache arrives (from a prefill node, in disaggregated serving) in a
+        // first step, and lives as long as it is used, like every other cache tensor.
+        auto* arrive = out.add_steps();
+        arrive->set_name("prompt/cache_arrives");
+        arrive->set_op_type("sync");
+      }
     }
     TIERPOOL_RETURN_IF_ERROR(
         Splice(*s, c.label, *cache, i == 0, o.decode_only, &weights, &past_ids, &out));

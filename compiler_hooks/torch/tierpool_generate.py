@@ -14,9 +14,9 @@ decodes of one token each) is traced with make_fx on the meta device, so a model
 and a context of any length trace without memory. The calls become one schedule: the weights
 are shared, each call's `present` tensors are KV_CACHE and are the next call's `past`, and each
 grows by the bytes of the tokens added (the cat that grows it is timed as an in-place append, as
-a serving engine's paged cache does it). With --decode-only the prompt's cache exists before the
-first step (filled by a prefill elsewhere, as disaggregated serving does) and only the decodes
-are traced.
+a serving engine's paged cache does it). With --decode-only the prompt's cache arrives in a first
+step (filled by a prefill elsewhere, as disaggregated serving does) and only the decodes are
+traced.
 """
 import importlib
 
@@ -115,10 +115,15 @@ def trace_generate(a):
         fail("nothing to trace: --decode-only with 0 new tokens")
 
     past, past_ids, spec = None, [], None
-    if a.decode_only:  # the prompt's cache, as its prefill leaves it (shapes only, on meta)
+    if a.decode_only:
+        # The prompt's cache, as its prefill leaves it (shapes only, on meta), arrives in the
+        # first step (from a prefill node, in disaggregated serving) and lives as long as it is
+        # used, like every other cache tensor.
         _, present = call(tokens(prompt), None)
         flat, spec = pytree.tree_flatten(present)
-        past_ids = [builder.new_tensor("past.%d" % i, v, "KV_CACHE", -1) for i, v in enumerate(flat)]
+        past_ids = [builder.new_tensor("prompt/past.%d" % i, v, "KV_CACHE", 0) for i, v in enumerate(flat)]
+        builder.steps.append({"name": "prompt/cache_arrives", "op_type": "sync", "flops": 0.0,
+                              "bytes_touched": "0"})
         past = flat
 
     holder = {}

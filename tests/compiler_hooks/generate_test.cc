@@ -49,15 +49,14 @@ std::string ExportDecoder() {
   return std::system(cmd.c_str()) == 0 ? file : "";
 }
 
-// The cached tensors of each call ("prefill", "decode0", ...; "" for the cache that exists
-// before the first step), in the order the calls ran.
+// The cached tensors of each call ("prefill", "decode0", ...; "prompt" for the cache that
+// arrives in the first step of a decode-only schedule). Every one is made by a step.
 std::map<std::string, std::vector<const schedule::Tensor*>> CacheByCall(const Schedule& s) {
   std::map<std::string, std::vector<const schedule::Tensor*>> by;
   for (const auto& t : s.tensors()) {
     if (t.kind() != schedule::KV_CACHE) continue;
-    auto slash = t.name().find('/');
-    by[t.def_step() < 0 || slash == std::string::npos ? "" : t.name().substr(0, slash)].push_back(
-        &t);
+    EXPECT_GE(t.def_step(), 0) << t.name();
+    by[t.name().substr(0, t.name().find('/'))].push_back(&t);
   }
   return by;
 }
@@ -69,7 +68,7 @@ void ExpectGrowingCache(const Schedule& s, std::uint64_t prompt, int new_tokens,
   const std::uint64_t token_bytes = batch * kTokenBytes;
   auto by = CacheByCall(s);
   ASSERT_EQ(by.size(), static_cast<std::size_t>(new_tokens) + 1) << s.name();
-  const auto& first = by[decode_only ? "" : "prefill"];
+  const auto& first = by[decode_only ? "prompt" : "prefill"];
   ASSERT_EQ(first.size(), static_cast<std::size_t>(kCachedPerCall));
   for (const auto* t : first) EXPECT_EQ(t->size_bytes(), prompt * token_bytes) << t->name();
   for (int d = 0; d < new_tokens; ++d) {
@@ -138,7 +137,13 @@ TEST(Generate, FromTorchDecodeOnlyStartsWithThePromptsCache) {
   auto s = FromTorch("--generate 64:3 --decode-only --batch 2");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ExpectGrowingCache(*s, 64, 3, true, /*batch=*/2);  // two sequences: twice the bytes per token
-  for (const auto& st : s->steps()) EXPECT_EQ(st.name().rfind("decode", 0), 0u) << st.name();
+  EXPECT_TRUE(s->repeats());  // request after request: weights stay, each cache arrives anew
+  // The cache's arrival, then decodes only.
+  ASSERT_GT(s->steps_size(), 1);
+  EXPECT_EQ(s->steps(0).name(), "prompt/cache_arrives");
+  for (int i = 1; i < s->steps_size(); ++i) {
+    EXPECT_EQ(s->steps(i).name().rfind("decode", 0), 0u) << s->steps(i).name();
+  }
 }
 
 TEST(Generate, FromTorchRefusesBadSpecs) {

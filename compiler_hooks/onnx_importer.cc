@@ -1,5 +1,7 @@
 #include "compiler_hooks/onnx_importer.h"
 
+#include "compiler_hooks/onnx_fold.h"
+
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
@@ -73,12 +75,6 @@ Value FromType(const onnx::TypeProto& t) {
   return v;
 }
 
-std::uint64_t Elements(const std::vector<std::int64_t>& shape) {
-  std::uint64_t n = 1;
-  for (auto d : shape) n *= static_cast<std::uint64_t>(d);
-  return n;
-}
-
 double Flops(const onnx::NodeProto& node, const std::vector<const Value*>& in,
              const std::vector<const Value*>& out) {
   const std::string& op = node.op_type();
@@ -116,194 +112,6 @@ double Flops(const onnx::NodeProto& node, const std::vector<const Value*>& in,
            static_cast<double>(q[2]);
   }
   return 0;  // memory-bound: timed by its bytes
-}
-
-// Small int64 tensors computed from shapes (Shape -> Gather -> Div -> Concat -> Slice ...).
-// ONNX's shape inference cannot always follow such arithmetic; folding it to constants lets it.
-struct IntConst {
-  std::vector<std::int64_t> v;
-  std::vector<std::int64_t> dims;       // empty: a scalar
-  int type = onnx::TensorProto::INT64;  // or BOOL (Equal), INT32 (read from the graph)
-};
-
-std::optional<IntConst> ReadIntTensor(const onnx::TensorProto& t) {
-  if (t.data_type() != onnx::TensorProto::INT64 && t.data_type() != onnx::TensorProto::INT32) {
-    return std::nullopt;
-  }
-  IntConst c;
-  c.type = onnx::TensorProto::INT64;  // folded results are written as INT64
-  c.dims.assign(t.dims().begin(), t.dims().end());
-  std::uint64_t n = Elements(c.dims);
-  if (n > 64) return std::nullopt;
-  if (t.has_raw_data()) {
-    std::size_t width = t.data_type() == onnx::TensorProto::INT64 ? 8 : 4;
-    if (t.raw_data().size() != n * width) return std::nullopt;
-    for (std::uint64_t i = 0; i < n; ++i) {
-      if (width == 8) {
-        std::int64_t x;
-        std::memcpy(&x, t.raw_data().data() + i * 8, 8);
-        c.v.push_back(x);
-      } else {
-        std::int32_t x;
-        std::memcpy(&x, t.raw_data().data() + i * 4, 4);
-        c.v.push_back(x);
-      }
-    }
-  } else if (t.data_type() == onnx::TensorProto::INT64) {
-    c.v.assign(t.int64_data().begin(), t.int64_data().end());
-  } else {
-    c.v.assign(t.int32_data().begin(), t.int32_data().end());
-  }
-  if (c.v.size() != n) return std::nullopt;
-  return c;
-}
-
-// One round: evaluates what it can and adds the results as initializers. Returns how many.
-int FoldShapeArithmetic(onnx::GraphProto* g, const std::unordered_map<std::string, Value>& shapes) {
-  std::unordered_map<std::string, IntConst> k;
-  std::set<std::string> have;
-  for (const auto& init : g->initializer()) {
-    have.insert(init.name());
-    if (auto c = ReadIntTensor(init)) k[init.name()] = *c;
-  }
-  auto attr_i = [](const onnx::NodeProto& n, const char* name, std::int64_t def) {
-    for (const auto& a : n.attribute()) {
-      if (a.name() == name) return a.i();
-    }
-    return def;
-  };
-  int added = 0;
-  for (const auto& n : g->node()) {
-    if (n.output_size() == 0 || n.output(0).empty() || k.count(n.output(0))) continue;
-    const std::string& op = n.op_type();
-    auto in = [&](int i) -> const IntConst* {
-      if (i >= n.input_size() || n.input(i).empty()) return nullptr;
-      auto it = k.find(n.input(i));
-      return it == k.end() ? nullptr : &it->second;
-    };
-    std::optional<IntConst> out;
-    if (op == "Constant") {
-      for (const auto& a : n.attribute()) {
-        if (a.name() == "value" && a.has_t()) out = ReadIntTensor(a.t());
-      }
-    } else if (op == "ConstantOfShape" && in(0) && in(0)->dims.size() == 1) {
-      // torch's export of expand(-1, ...) builds its target shape with these four.
-      std::optional<IntConst> fill = IntConst{{0}, {}};
-      for (const auto& a : n.attribute()) {
-        if (a.name() == "value" && a.has_t()) fill = ReadIntTensor(a.t());
-      }
-      if (fill && fill->v.size() == 1 && Elements(in(0)->v) <= 64 &&
-          std::all_of(in(0)->v.begin(), in(0)->v.end(), [](std::int64_t d) { return d >= 0; })) {
-        out = IntConst{std::vector<std::int64_t>(Elements(in(0)->v), fill->v[0]), in(0)->v};
-      }
-    } else if (op == "Reshape" && in(0) && in(1)) {
-      std::vector<std::int64_t> dims = in(1)->v;
-      std::int64_t known = 1;
-      int infer = -1;
-      for (std::size_t i = 0; i < dims.size(); ++i) {
-        if (dims[i] == 0 && i < in(0)->dims.size()) dims[i] = in(0)->dims[i];
-        if (dims[i] == -1 && infer < 0) {
-          infer = static_cast<int>(i);
-        } else if (dims[i] > 0) {
-          known *= dims[i];
-        }
-      }
-      auto n_in = static_cast<std::int64_t>(in(0)->v.size());
-      if (infer >= 0 && known > 0) dims[static_cast<std::size_t>(infer)] = n_in / known;
-      if (static_cast<std::int64_t>(Elements(dims)) == n_in) out = IntConst{in(0)->v, dims};
-    } else if (op == "Equal" && in(0) && in(1) && in(0)->v.size() == in(1)->v.size()) {
-      IntConst c{{}, in(0)->dims, onnx::TensorProto::BOOL};
-      for (std::size_t i = 0; i < in(0)->v.size(); ++i)
-        c.v.push_back(in(0)->v[i] == in(1)->v[i] ? 1 : 0);
-      out = c;
-    } else if (op == "Where" && in(0) && in(1) && in(2) && in(0)->type == onnx::TensorProto::BOOL &&
-               in(1)->v.size() == in(0)->v.size() && in(2)->v.size() == in(0)->v.size()) {
-      IntConst c{{}, in(0)->dims};
-      for (std::size_t i = 0; i < in(0)->v.size(); ++i)
-        c.v.push_back(in(0)->v[i] ? in(1)->v[i] : in(2)->v[i]);
-      out = c;
-    } else if (op == "Shape" && n.input_size() == 1) {
-      auto it = shapes.find(n.input(0));
-      if (it != shapes.end() && it->second.known) {
-        IntConst c{it->second.shape, {static_cast<std::int64_t>(it->second.shape.size())}};
-        std::int64_t r = static_cast<std::int64_t>(c.v.size());
-        std::int64_t s = attr_i(n, "start", 0), e = attr_i(n, "end", r);
-        if (s < 0) s += r;
-        if (e < 0) e += r;
-        s = std::clamp<std::int64_t>(s, 0, r);
-        e = std::clamp<std::int64_t>(e, s, r);
-        c.v = std::vector<std::int64_t>(c.v.begin() + s, c.v.begin() + e);
-        c.dims = {e - s};
-        out = c;
-      }
-    } else if (op == "Gather" && in(0) && in(1) && in(0)->dims.size() == 1 &&
-               attr_i(n, "axis", 0) == 0) {
-      IntConst c{{}, in(1)->dims};
-      for (auto idx : in(1)->v) {
-        if (idx < 0) idx += static_cast<std::int64_t>(in(0)->v.size());
-        if (idx < 0 || idx >= static_cast<std::int64_t>(in(0)->v.size())) return added;
-        c.v.push_back(in(0)->v[static_cast<std::size_t>(idx)]);
-      }
-      out = c;
-    } else if ((op == "Unsqueeze" || op == "Squeeze" || op == "Cast" || op == "Identity") &&
-               in(0)) {
-      IntConst c = *in(0);
-      c.dims = op == "Squeeze" ? std::vector<std::int64_t>{}
-                               : std::vector<std::int64_t>{static_cast<std::int64_t>(c.v.size())};
-      if (op == "Cast" || op == "Identity" || (op == "Squeeze" && c.v.size() != 1))
-        c.dims = in(0)->dims;
-      out = c;
-    } else if (op == "Concat" && n.input_size() > 0) {
-      IntConst c;
-      bool ok = true;
-      for (int i = 0; i < n.input_size() && ok; ++i) {
-        ok = in(i) != nullptr;
-        if (ok) c.v.insert(c.v.end(), in(i)->v.begin(), in(i)->v.end());
-      }
-      c.dims = {static_cast<std::int64_t>(c.v.size())};
-      if (ok) out = c;
-    } else if (op == "Slice" && in(0) && in(1) && in(2) && in(0)->dims.size() == 1 &&
-               in(1)->v.size() == 1 && in(2)->v.size() == 1 &&
-               (!in(4) || in(4)->v == std::vector<std::int64_t>{1})) {
-      auto r = static_cast<std::int64_t>(in(0)->v.size());
-      std::int64_t s = in(1)->v[0], e = in(2)->v[0];
-      if (s < 0) s += r;
-      if (e < 0) e += r;
-      s = std::clamp<std::int64_t>(s, 0, r);
-      e = std::clamp<std::int64_t>(e, s, r);
-      out =
-          IntConst{std::vector<std::int64_t>(in(0)->v.begin() + s, in(0)->v.begin() + e), {e - s}};
-    } else if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && in(0) && in(1)) {
-      const IntConst &a = *in(0), &b = *in(1);
-      std::size_t len = std::max(a.v.size(), b.v.size());
-      if ((a.v.size() == len || a.v.size() == 1) && (b.v.size() == len || b.v.size() == 1)) {
-        IntConst c{{}, a.v.size() >= b.v.size() ? a.dims : b.dims};
-        for (std::size_t i = 0; i < len; ++i) {
-          std::int64_t x = a.v[a.v.size() == 1 ? 0 : i], y = b.v[b.v.size() == 1 ? 0 : i];
-          if (op == "Div" && y == 0) return added;
-          c.v.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
-        }
-        out = c;
-      }
-    }
-    if (!out) continue;
-    k[n.output(0)] = *out;
-    if (op == "Constant" || have.count(n.output(0))) continue;
-    auto* init = g->add_initializer();
-    init->set_name(n.output(0));
-    init->set_data_type(out->type);
-    for (auto d : out->dims) init->add_dims(d);
-    for (auto x : out->v) {
-      if (out->type == onnx::TensorProto::BOOL) {
-        init->add_int32_data(static_cast<std::int32_t>(x));
-      } else {
-        init->add_int64_data(x);
-      }
-    }
-    have.insert(n.output(0));
-    ++added;
-  }
-  return added;
 }
 
 std::unordered_map<std::string, Value> CollectShapes(const onnx::GraphProto& g) {
@@ -386,7 +194,7 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
   // Shape inference, then folding of shape arithmetic it could not follow, until nothing new.
   std::set<std::string> folded;
   std::unordered_map<std::string, Value> values;
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < 64; ++round) {
     try {
       onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/1,
                                        /*enable_data_propagation=*/true};
@@ -398,7 +206,11 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
     }
     values = CollectShapes(*graph);
     int before = graph->initializer_size();
-    if (FoldShapeArithmetic(graph, values) == 0) break;
+    std::unordered_map<std::string, std::vector<std::int64_t>> known;
+    for (const auto& [name, v] : values) {
+      if (v.known) known.emplace(name, v.shape);
+    }
+    if (FoldShapeArithmetic(graph, known) == 0) break;
     for (int i = before; i < graph->initializer_size(); ++i)
       folded.insert(graph->initializer(i).name());
   }

@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-dev fio redis-server libhiredis-dev libssl-dev etcd-server iperf3
   python3 python3-dev python3-torch python3-torchvision python3-numpy
-  python3-pybind11 pybind11-dev python3-pytest python3-prometheus-client
+  python3-pybind11 pybind11-dev python3-pytest python3-prometheus-client python3-onnx
   "$@"
 )
 

@@ -176,6 +176,7 @@ void ObjectStore::FreeReservationLocked(std::uint64_t id) {
 void ObjectStore::QuarantineLocked(StoredObject& obj, const Status& why) {
   if (obj.corrupt) return;
   obj.corrupt = true;
+  obj.why_corrupt = why.message();
   index_.Refresh(obj);  // out of every candidate set: it never blocks anyone's room again
   ++counters_.quarantined;
   spdlog::error("object {}/{} quarantined: {}", obj.meta.ns, obj.meta.key, why.ToString());
@@ -346,9 +347,8 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
   for (int attempt = 0; attempt < 1000; ++attempt) {
     StoredObject* obj = index_.Lookup(ns, key);
     if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
-    if (obj->corrupt) {
-      return Status::DataLoss(ns + "/" + key + " is quarantined: its bytes failed their checksum");
-    }
+    if (obj->corrupt)
+      return Status::DataLoss(ns + "/" + key + " is quarantined: " + obj->why_corrupt);
     if (auto t = TopCopy(*obj, /*mapped_only=*/true)) return std::make_pair(obj, *t);
     const std::uint64_t id = obj->id;
     if (obj->move) {

@@ -173,6 +173,9 @@ struct StoreStats {
   std::uint64_t nvme_read_failures = 0;  // I/O error or checksum mismatch: an error to the caller
   std::uint64_t corrupt_in_memory = 0;   // bytes in memory no longer matched their checksum
   std::uint64_t quarantined = 0;         // objects set aside for that: gets fail with DATA_LOSS
+  // Objects whose only copy was on peers that left: cache ones evicted, retained ones lost
+  // (quarantined). Replication makes the second rare: it takes every replica's peer at once.
+  std::uint64_t copies_lost_with_peers = 0;
 };
 
 class ObjectStore {

@@ -107,6 +107,26 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
     obj->last_move_error = s;
     if (m.to == TierKind::kNvme) ++counters_.spill_failures;
     if (m.from == TierKind::kNvme) ++counters_.nvme_read_failures;
+    if (s.code() == StatusCode::kNotFound && obj->present_copies() == 1 &&
+        obj->copy(m.from).present) {
+      // The source's bytes are gone: its only copy was on peers that left the cluster. A cache
+      // object is a miss from now on, as if evicted; a retained one is lost, and says so.
+      ++counters_.copies_lost_with_peers;
+      const std::string name = obj->meta.ns + "/" + obj->meta.key;
+      spdlog::warn("{}: its only copy was in {}, on peers that left ({})", name, TierName(m.from),
+                   s.message());
+      if (obj->meta.durability == Durability::kCache) {
+        obj->last_move_error = Status::NotFound(name + " was evicted with the peer that held it");
+        ++counters_.evictions;
+        DoomLocked(*obj);
+      } else {
+        obj->last_move_error =
+            Status::DataLoss(name + ": every copy was on peers that left the cluster");
+        QuarantineLocked(*obj, obj->last_move_error);
+        MaybeFreeLocked(*obj);
+      }
+      return;
+    }
     // DATA_LOSS may be the device garbling the copy (a write-verify read) or the source in
     // memory no longer matching its checksum; only the second quarantines. Checking costs a
     // pass over the source, on this failure path only.

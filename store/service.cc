@@ -597,6 +597,7 @@ void StoreService::Stat(wire::StatReply* reply) {
   }
   add("clean_drops", s.clean_drops);
   add("quarantined", s.quarantined);
+  add("copies_lost_with_peers", s.copies_lost_with_peers);
   add("quota_refusals", s.quota_refusals);
   add("commits_rejected", s.commits_rejected);
   if (policy_ != nullptr) {

@@ -292,7 +292,9 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
                           [](const Replica& r) { return r.peer->responsive; });
   }
   Post([this, replicas, info, dst, done = std::move(done)] {
-    Status last = Status::DataLoss("remote: every replica of this object is lost");
+    // No replica left (their peers left the cluster): the bytes are gone, NOT_FOUND, which the
+    // store reads as a cache object evicted or a retained one lost.
+    Status last = Status::NotFound("remote: every replica of this object is lost");
     bool mismatch = false;
     for (std::size_t i = 0; i < replicas.size(); ++i) {
       const Replica& r = replicas[i];

@@ -331,6 +331,21 @@ TEST(RemoteTier, ACacheObjectHasOneCopyAndARetainedOneHasEveryReplica) {
   std::string out;
   ASSERT_TRUE(ReadSync(*tier, *one, data, &out).ok());
   EXPECT_TRUE(out == data);
+  // Its peer leaves: the bytes are gone, NOT_FOUND (the store's miss), never DATA_LOSS.
+  const std::string holder = tier->LocateForTest(*one)[0].node_id;
+  std::vector<RemoteMember> rest;
+  for (auto* n : {&a, &b, &c}) {
+    if (n->member.node_id != holder) {
+      rest.push_back(n->member);
+    } else {
+      n->server->Stop();
+    }
+  }
+  tier->SetMembers(rest);
+  tier->RunMaintenance();
+  EXPECT_EQ(ReadSync(*tier, *one, data, &out).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(ReadSync(*tier, *two, data, &out).ok());  // a retained one has another replica
+  EXPECT_TRUE(out == data);
 }
 
 TEST(RemoteTier, NoRoomOnEnoughPeersIsResourceExhausted) {

@@ -99,5 +99,108 @@ TEST(Cluster, ANodeWithoutTheSecretGetsNothing) {
   EXPECT_LE(lent_to_others, 1u);  // b only
 }
 
+// A cache object has one remote copy. When the peer that holds it dies, the object is a miss
+// (NOT_FOUND, as if evicted): never DATA_LOSS, never wrong bytes; every other one comes back.
+TEST(Cluster, CacheObjectsWhoseOnlyCopyDiedAreMisses) {
+  EtcdProcess etcd;
+  if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  const std::string secret =
+      WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
+  ServerProcess a(NodeFlags(etcd, secret, "a", "t3"));
+  ServerProcess b(NodeFlags(etcd, secret, "b", "t3"));
+  ServerProcess c(NodeFlags(etcd, secret, "c", "t3"));
+  ASSERT_TRUE(a.started() && b.started() && c.started());
+  ASSERT_TRUE(a.WaitFor([](const ServerStats& s) {
+    return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
+           s.counter("remote_grants") >= 2;
+  }));
+  auto client = a.Connect();
+  ASSERT_TRUE(client.ok());
+  constexpr int kObjects = 24;
+  constexpr std::size_t kSize = 4u << 20;
+  PutOptions cache;
+  cache.durability = Durability::kCache;
+  for (int i = 0; i < kObjects; ++i) {
+    const std::string data = Pattern(i, kSize);
+    ASSERT_TRUE((*client)->Put("t" + std::to_string(i), data.data(), data.size(), cache).ok()) << i;
+  }
+  ASSERT_GT(Counter(b, "lent_bytes"), 0u) << RemoteSummary(a);
+  ::kill(b.pid(), SIGKILL);
+  ASSERT_TRUE(b.WaitGone());
+  ASSERT_TRUE(
+      a.WaitFor([](const ServerStats& s) { return s.counter("remote_peers_lost") >= 1; }, 10'000));
+  int hits = 0, misses = 0;
+  for (int round = 0; round < 2; ++round) {  // a miss stays a miss
+    hits = misses = 0;
+    for (int i = 0; i < kObjects; ++i) {
+      Status s = CheckObject(**client, "t" + std::to_string(i), i, kSize);
+      if (s.ok()) {
+        ++hits;
+      } else {
+        EXPECT_EQ(s.code(), StatusCode::kNotFound) << "t" << i << ": " << s.ToString();
+        ++misses;
+      }
+    }
+  }
+  std::printf("after the lender died: %d hits, %d misses\n", hits, misses);
+  EXPECT_GT(hits, 0);
+  EXPECT_GT(Counter(a, "copies_lost_with_peers"), 0u) << RemoteSummary(a);
+  EXPECT_GE(static_cast<std::uint64_t>(misses), Counter(a, "copies_lost_with_peers"));
+}
+
+// Both peers that held a retained object's two replicas die: the object is lost, and its gets say
+// so (DATA_LOSS naming the cause), never wrong bytes; what dram held still comes back, and the
+// node keeps serving.
+TEST(Cluster, RetainedObjectsWhoseEveryReplicaDiedAreReportedLost) {
+  EtcdProcess etcd;
+  if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  const std::string secret =
+      WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
+  ServerProcess a(NodeFlags(etcd, secret, "a", "t4"));
+  ServerProcess b(NodeFlags(etcd, secret, "b", "t4"));
+  ServerProcess c(NodeFlags(etcd, secret, "c", "t4"));
+  ASSERT_TRUE(a.started() && b.started() && c.started());
+  ASSERT_TRUE(a.WaitFor([](const ServerStats& s) {
+    return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
+           s.counter("remote_grants") >= 2;
+  }));
+  auto client = a.Connect();
+  ASSERT_TRUE(client.ok());
+  constexpr int kObjects = 16;
+  constexpr std::size_t kSize = 4u << 20;
+  for (int i = 0; i < kObjects; ++i) {
+    Status s = PutRetained(**client, "t" + std::to_string(i), i, kSize);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  auto stats = (*client)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  ASSERT_GT(RemoteObjects(*stats), 0u);
+  ::kill(b.pid(), SIGKILL);
+  ::kill(c.pid(), SIGKILL);
+  ASSERT_TRUE(b.WaitGone() && c.WaitGone());
+  ASSERT_TRUE(
+      a.WaitFor([](const ServerStats& s) { return s.counter("remote_peers_lost") >= 2; }, 10'000));
+  int lost = 0;
+  std::vector<std::string> lost_keys;
+  for (int i = 0; i < kObjects; ++i) {
+    Status s = CheckObject(**client, "t" + std::to_string(i), i, kSize);
+    if (s.ok()) continue;
+    ++lost;
+    lost_keys.push_back("t" + std::to_string(i));
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << "t" << i << ": " << s.ToString();
+    EXPECT_NE(s.message().find("peers that left"), std::string::npos) << s.ToString();
+  }
+  EXPECT_GT(lost, 0);
+  EXPECT_LT(lost, kObjects);  // dram's own still come back
+  EXPECT_EQ(Counter(a, "copies_lost_with_peers"), static_cast<std::uint64_t>(lost));
+  // The node serves on: a lost object can be deleted (then it is simply absent), new ones put.
+  for (const auto& key : lost_keys) {
+    EXPECT_TRUE((*client)->Delete(key).ok()) << key;
+    EXPECT_EQ(CheckObject(**client, key, 0, kSize).code(), StatusCode::kNotFound) << key;
+  }
+  EXPECT_TRUE(PutRetained(**client, "fresh", 99, 1u << 20).ok());
+  EXPECT_TRUE(CheckObject(**client, "fresh", 99, 1u << 20).ok());
+}
+
 }  // namespace
 }  // namespace tierpool::testing

@@ -1,6 +1,7 @@
 #include "compiler_hooks/onnx_importer.h"
 
 #include "compiler_hooks/onnx_fold.h"
+#include "compiler_hooks/onnx_shape_rules.h"
 
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -192,7 +194,9 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
     }
   }
   // Shape inference, then folding of shape arithmetic it could not follow, until nothing new.
+  // Then our own rules for what it leaves unsized (ONNX 1.12's Einsum infers a rank only).
   std::set<std::string> folded;
+  std::map<std::string, std::string> ruled;  // value -> the op whose rule of ours sized it
   std::unordered_map<std::string, Value> values;
   for (int round = 0; round < 64; ++round) {
     try {
@@ -210,9 +214,10 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
     for (const auto& [name, v] : values) {
       if (v.known) known.emplace(name, v.shape);
     }
-    if (FoldShapeArithmetic(graph, known) == 0) break;
+    const int folded_now = FoldShapeArithmetic(graph, known);
     for (int i = before; i < graph->initializer_size(); ++i)
       folded.insert(graph->initializer(i).name());
+    if (folded_now == 0 && ApplyShapeRules(graph, known, &ruled) == 0) break;
   }
   // The folded values are ours, not the model's: they are not weights.
   for (const auto& name : folded) values.erase(name);
@@ -250,6 +255,7 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
     for (auto d : it->second.shape) t->add_shape(d);
     t->set_kind(kind);
     t->set_def_step(def);
+    if (auto r = ruled.find(name); r != ruled.end()) t->set_shape_rule(r->second);
     tensor_of[name] = id;
     return id;
   };

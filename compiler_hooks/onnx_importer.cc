@@ -198,7 +198,9 @@ Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& op
   std::set<std::string> folded;
   std::map<std::string, std::string> ruled;  // value -> the op whose rule of ours sized it
   std::unordered_map<std::string, Value> values;
-  for (int round = 0; round < 64; ++round) {
+  // Each round sizes at least one more value or stops, so it ends within one round per node; a
+  // deep dynamic graph needs about two per layer (ViT-H/14: 32 layers).
+  for (int round = 0; round <= graph->node_size(); ++round) {
     try {
       onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/1,
                                        /*enable_data_propagation=*/true};

@@ -15,20 +15,29 @@
 namespace tierpool::testing {
 namespace {
 
+// Nodes a, b and c of one cluster, up, with a seeing both others and borrowing from both.
+struct ThreeNodes {
+  ThreeNodes(const EtcdProcess& etcd, const std::string& secret, const std::string& cluster)
+      : a(NodeFlags(etcd, secret, "a", cluster)),
+        b(NodeFlags(etcd, secret, "b", cluster)),
+        c(NodeFlags(etcd, secret, "c", cluster)) {}
+  bool Ready() {
+    return a.started() && b.started() && c.started() && a.WaitFor([](const ServerStats& s) {
+      return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
+             s.counter("remote_grants") >= 2;
+    });
+  }
+  ServerProcess a, b, c;
+};
+
 TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
   EtcdProcess etcd;
   if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
   const std::string secret =
       WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
-  ServerProcess a(NodeFlags(etcd, secret, "a", "t1"));
-  ServerProcess b(NodeFlags(etcd, secret, "b", "t1"));
-  ServerProcess c(NodeFlags(etcd, secret, "c", "t1"));
-  ASSERT_TRUE(a.started() && b.started() && c.started());
-  // Everyone sees everyone, and a borrows from both others.
-  ASSERT_TRUE(a.WaitFor([](const ServerStats& s) {
-    return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
-           s.counter("remote_grants") >= 2;
-  }));
+  ThreeNodes nodes(etcd, secret, "t1");
+  ASSERT_TRUE(nodes.Ready());  // everyone sees everyone, and a borrows from both others
+  ServerProcess &a = nodes.a, &b = nodes.b, &c = nodes.c;
   auto client = a.Connect();
   ASSERT_TRUE(client.ok());
   // 96 MiB of retained tensors into a node with 32 MiB of dram: the remote tier (above nvme)
@@ -106,14 +115,9 @@ TEST(Cluster, CacheObjectsWhoseOnlyCopyDiedAreMisses) {
   if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
   const std::string secret =
       WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
-  ServerProcess a(NodeFlags(etcd, secret, "a", "t3"));
-  ServerProcess b(NodeFlags(etcd, secret, "b", "t3"));
-  ServerProcess c(NodeFlags(etcd, secret, "c", "t3"));
-  ASSERT_TRUE(a.started() && b.started() && c.started());
-  ASSERT_TRUE(a.WaitFor([](const ServerStats& s) {
-    return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
-           s.counter("remote_grants") >= 2;
-  }));
+  ThreeNodes nodes(etcd, secret, "t3");
+  ASSERT_TRUE(nodes.Ready());  // everyone sees everyone, and a borrows from both others
+  ServerProcess &a = nodes.a, &b = nodes.b;
   auto client = a.Connect();
   ASSERT_TRUE(client.ok());
   constexpr int kObjects = 24;
@@ -156,14 +160,9 @@ TEST(Cluster, RetainedObjectsWhoseEveryReplicaDiedAreReportedLost) {
   if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
   const std::string secret =
       WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
-  ServerProcess a(NodeFlags(etcd, secret, "a", "t4"));
-  ServerProcess b(NodeFlags(etcd, secret, "b", "t4"));
-  ServerProcess c(NodeFlags(etcd, secret, "c", "t4"));
-  ASSERT_TRUE(a.started() && b.started() && c.started());
-  ASSERT_TRUE(a.WaitFor([](const ServerStats& s) {
-    return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
-           s.counter("remote_grants") >= 2;
-  }));
+  ThreeNodes nodes(etcd, secret, "t4");
+  ASSERT_TRUE(nodes.Ready());  // everyone sees everyone, and a borrows from both others
+  ServerProcess &a = nodes.a, &b = nodes.b, &c = nodes.c;
   auto client = a.Connect();
   ASSERT_TRUE(client.ok());
   constexpr int kObjects = 16;

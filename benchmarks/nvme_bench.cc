@@ -68,17 +68,7 @@ int main(int argc, char** argv) {
       "object-size", po::value(&object_s)->default_value("64M"), "tierpool record size")(
       "json", po::bool_switch(&as_json), "print JSON");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::cerr << "tierpool bench nvme: " << OptionErrorMessage(e) << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = ParseToolOptions(argc, argv, opts, "tierpool bench nvme", &vm)) return *done;
   auto size = ParseByteSize(size_s), block = ParseByteSize(block_s),
        object = ParseByteSize(object_s);
   if (!size.ok() || !block.ok() || !object.ok() || *object == 0 || *size < *object) {

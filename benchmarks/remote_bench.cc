@@ -183,17 +183,7 @@ int main(int argc, char** argv) {
       "iperf-seconds", po::value(&seconds)->default_value(3), "how long iperf3 runs")(
       "json", po::bool_switch(&as_json), "print JSON");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::cerr << "tierpool bench remote: " << OptionErrorMessage(e) << "\n" << opts;
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (auto done = ParseToolOptions(argc, argv, opts, "tierpool bench remote", &vm)) return *done;
   const auto sizes = ParseSizes(sizes_s);
   const auto volume = ParseByteSize(volume_s);
   if (sizes.empty() || !volume.ok() || replicas == 0 || replicas > 8 || depth == 0 || depth > 64 ||

@@ -4,7 +4,9 @@
 // config file: `io-threads = %value%` hung the daemon at start.
 #pragma once
 
-#include <boost/program_options/errors.hpp>
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <optional>
 #include <string>
 
 namespace tierpool {
@@ -30,6 +32,28 @@ inline std::string OptionErrorMessage(const boost::program_options::error& e) {
   if (dynamic_cast<const po::invalid_syntax*>(&e)) return "bad syntax at option " + quoted;
   if (dynamic_cast<const po::required_option*>(&e)) return "option " + quoted + " is required";
   return "bad option " + quoted;
+}
+
+// Parses a small tool's command line into `vm`. A bad option prints "<tool>: why" and the
+// options to standard error, --help the options to standard output; either way the status for
+// main to return comes back (2, 0). nullopt: go on.
+inline std::optional<int> ParseToolOptions(int argc, char** argv,
+                                           const boost::program_options::options_description& opts,
+                                           const std::string& tool,
+                                           boost::program_options::variables_map* vm) {
+  namespace po = boost::program_options;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), *vm);
+    po::notify(*vm);
+  } catch (const po::error& e) {
+    std::cerr << tool << ": " << OptionErrorMessage(e) << "\n" << opts;
+    return 2;
+  }
+  if (vm->count("help")) {
+    std::cout << opts;
+    return 0;
+  }
+  return std::nullopt;
 }
 
 }  // namespace tierpool

@@ -1,11 +1,9 @@
 #include "compiler_hooks/onnx_generate.h"
 
-#include <onnx/onnx_pb.h>
+#include "compiler_hooks/onnx_model.h"
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
-#include <fstream>
 #include <unordered_map>
 #include <vector>
 
@@ -34,17 +32,8 @@ struct CacheLayout {
   std::vector<std::string> total_dims;  // past + tokens
 };
 
-Result<CacheLayout> FindCache(const std::string& path, const OnnxGenerateOptions& o) {
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  if (ec) return Status::NotFound("cannot read " + path + ": " + ec.message());
-  if (size > o.import.max_file_bytes) return Status::InvalidArgument(path + " is too large");
-  onnx::ModelProto model;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!model.ParseFromIstream(&in))
-      return Status::InvalidArgument(path + " is not an ONNX model");
-  }
+Result<CacheLayout> FindCache(const onnx::ModelProto& model, const std::string& path,
+                              const OnnxGenerateOptions& o) {
   const auto& g = model.graph();
   std::unordered_map<std::string, bool> initializer;
   for (const auto& init : g.initializer()) initializer[init.name()] = true;
@@ -198,7 +187,10 @@ Result<Schedule> GenerateFromOnnx(const std::string& path, const OnnxGenerateOpt
   if (o.prompt < 1 || o.new_tokens < 0 || o.prefill_chunk < 0) {
     return Status::InvalidArgument("--generate needs PROMPT >= 1 and NEW_TOKENS >= 0");
   }
-  auto cache = FindCache(path, o);
+  // Read once; each call imports its own copy (import fixes dimensions in the model).
+  auto model = LoadOnnxModel(path, o.import.max_file_bytes);
+  if (!model.ok()) return model.status();
+  auto cache = FindCache(*model, path, o);
   if (!cache.ok()) return cache.status();
   struct Call {
     std::string label;
@@ -234,7 +226,7 @@ Result<Schedule> GenerateFromOnnx(const std::string& path, const OnnxGenerateOpt
     io.dims[cache->past_dim] = c.past;
     io.dims[cache->tokens_dim] = c.tokens;
     for (const auto& d : cache->total_dims) io.dims[d] = c.past + c.tokens;
-    auto s = ImportOnnx(path, io);
+    auto s = ImportOnnxModel(*model, path, io);
     if (!s.ok()) {
       return Status(s.status().code(), c.label + " (" + cache->past_dim + "=" +
                                            std::to_string(c.past) + ", " + cache->tokens_dim + "=" +

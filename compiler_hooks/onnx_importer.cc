@@ -1,5 +1,7 @@
 #include "compiler_hooks/onnx_importer.h"
 
+#include "compiler_hooks/onnx_model.h"
+
 #include "compiler_hooks/onnx_fold.h"
 #include "compiler_hooks/onnx_shape_rules.h"
 
@@ -133,18 +135,26 @@ std::unordered_map<std::string, Value> CollectShapes(const onnx::GraphProto& g) 
 
 }  // namespace
 
-Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& options) {
-  if (options.batch < 1) return Status::InvalidArgument("--batch must be >= 1");
+Result<onnx::ModelProto> LoadOnnxModel(const std::string& path, std::uint64_t max_bytes) {
   std::error_code ec;
   auto file_size = std::filesystem::file_size(path, ec);
   if (ec) return Status::NotFound("cannot read " + path + ": " + ec.message());
-  if (file_size > options.max_file_bytes) return Status::InvalidArgument(path + " is too large");
+  if (file_size > max_bytes) return Status::InvalidArgument(path + " is too large");
   onnx::ModelProto model;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!model.ParseFromIstream(&in))
-      return Status::InvalidArgument(path + " is not an ONNX model");
-  }
+  std::ifstream in(path, std::ios::binary);
+  if (!model.ParseFromIstream(&in)) return Status::InvalidArgument(path + " is not an ONNX model");
+  return model;
+}
+
+Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& options) {
+  auto model = LoadOnnxModel(path, options.max_file_bytes);
+  if (!model.ok()) return model.status();
+  return ImportOnnxModel(std::move(*model), path, options);
+}
+
+Result<Schedule> ImportOnnxModel(onnx::ModelProto model, const std::string& path,
+                                 const OnnxImportOptions& options) {
+  if (options.batch < 1) return Status::InvalidArgument("--batch must be >= 1");
   if (!model.has_graph() || model.graph().node_size() == 0) {
     return Status::InvalidArgument(path + ": the ONNX graph has no nodes");
   }

@@ -99,7 +99,6 @@ std::uint64_t KvBytes(const Schedule& s) {
 }
 
 void ExpectPlansReplay(const Schedule& s) {
-  prefetch::Lifetimes lt(s);
   auto d = prefetch::BuiltinProfile("gh200");
   Schedule timed = s;
   prefetch::ApplyCostModel(*d, &timed);

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <memory>
 #include <random>
 #include <thread>
 
@@ -23,51 +22,6 @@ using Seconds = std::chrono::duration<double>;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr std::size_t kSize = 4u << 20;
-
-// An etcd, a shared secret and three nodes a, b, c; a borrows from b and c.
-class ThreeNodes {
- public:
-  explicit ThreeNodes(const std::string& cluster, NodeOptions options = {})
-      : cluster_(cluster), options_(options) {
-    if (!etcd_.ready()) return;
-    secret_ = WriteSecret(etcd_.dir(), "secret", "a secret the three nodes share, 45 bytes");
-    a = Start("a");
-    b = Start("b");
-    c = Start("c");
-  }
-  bool ready() const { return etcd_.ready(); }
-  EtcdProcess& etcd() { return etcd_; }
-  std::unique_ptr<ServerProcess> Start(const std::string& node) {
-    return std::make_unique<ServerProcess>(NodeFlags(etcd_, secret_, node, cluster_, options_));
-  }
-  bool Joined() const {
-    return a->started() && b->started() && c->started() && a->WaitFor([](const ServerStats& s) {
-      return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
-             s.counter("remote_grants") >= 2;
-    });
-  }
-
- private:
-  EtcdProcess etcd_;
-  std::string cluster_, secret_;
-  NodeOptions options_;
-
- public:
-  std::unique_ptr<ServerProcess> a, b, c;
-};
-
-// 16 retained 4 MiB tensors into a (32 MiB of dram): half of them or more live on b and c.
-void Fill(ServerProcess& node, int count = 16) {
-  auto client = node.Connect();
-  ASSERT_TRUE(client.ok());
-  for (int i = 0; i < count; ++i) {
-    Status s = PutRetained(**client, "t" + std::to_string(i), i, kSize);
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-  }
-  auto stats = (*client)->ServerStat();
-  ASSERT_TRUE(stats.ok());
-  ASSERT_GT(RemoteObjects(*stats), 0u);
-}
 
 std::map<std::string, std::uint64_t> Incarnations(const ServerProcess& node) {
   std::map<std::string, std::uint64_t> out;

@@ -193,6 +193,38 @@ double CheckAll(const ServerProcess& node, int count, std::size_t size) {
   return slowest;
 }
 
+ThreeNodes::ThreeNodes(const std::string& cluster, NodeOptions options)
+    : cluster_(cluster), options_(options) {
+  if (!etcd_.ready()) return;
+  secret_ = WriteSecret(etcd_.dir(), "secret", "a secret the three nodes share, 45 bytes");
+  a = Start("a");
+  b = Start("b");
+  c = Start("c");
+}
+
+std::unique_ptr<ServerProcess> ThreeNodes::Start(const std::string& node) {
+  return std::make_unique<ServerProcess>(NodeFlags(etcd_, secret_, node, cluster_, options_));
+}
+
+bool ThreeNodes::Joined() const {
+  return a->started() && b->started() && c->started() && a->WaitFor([](const ServerStats& s) {
+    return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
+           s.counter("remote_grants") >= 2;
+  });
+}
+
+void Fill(ServerProcess& node, int count, std::size_t size) {
+  auto client = node.Connect();
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < count; ++i) {
+    Status s = PutRetained(**client, "t" + std::to_string(i), i, size);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  auto stats = (*client)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  ASSERT_GT(RemoteObjects(*stats), 0u);
+}
+
 Frozen::Frozen(pid_t pid) : pid_(pid) { ::kill(pid_, SIGSTOP); }
 
 void Frozen::Resume() {

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,31 @@ Status CheckObject(Client& client, const std::string& key, std::uint64_t seed, s
 // Every object "t0".."t<count-1>" of Pattern(i, size), byte for byte (a failure each for those
 // that are not); returns the slowest get in seconds.
 double CheckAll(const ServerProcess& node, int count, std::size_t size);
+
+// An etcd, a shared secret and three nodes a, b, c of `cluster`; once Joined, a borrows from b
+// and c. Without etcd (Debian's etcd-server) nothing starts and ready() is false.
+class ThreeNodes {
+ public:
+  explicit ThreeNodes(const std::string& cluster, NodeOptions options = {});
+  bool ready() const { return etcd_.ready(); }
+  EtcdProcess& etcd() { return etcd_; }
+  // Another node of the cluster (one of a, b, c back as a new incarnation, say).
+  std::unique_ptr<ServerProcess> Start(const std::string& node);
+  // All three up, a seeing the others and granted room on both.
+  bool Joined() const;
+
+ private:
+  EtcdProcess etcd_;
+  std::string cluster_, secret_;
+  NodeOptions options_;
+
+ public:
+  std::unique_ptr<ServerProcess> a, b, c;
+};
+
+// Puts "t0".."t<count-1>" (Pattern(i, size), retained) into node; asserts that they went in and
+// that some live on the remote tier.
+void Fill(ServerProcess& node, int count = 16, std::size_t size = 4u << 20);
 
 // SIGSTOP for as long as it lives: a frozen process, resumed (SIGCONT) however the test ends.
 class Frozen {

@@ -15,42 +15,18 @@
 namespace tierpool::testing {
 namespace {
 
-// Nodes a, b and c of one cluster, up, with a seeing both others and borrowing from both.
-struct ThreeNodes {
-  ThreeNodes(const EtcdProcess& etcd, const std::string& secret, const std::string& cluster)
-      : a(NodeFlags(etcd, secret, "a", cluster)),
-        b(NodeFlags(etcd, secret, "b", cluster)),
-        c(NodeFlags(etcd, secret, "c", cluster)) {}
-  bool Ready() {
-    return a.started() && b.started() && c.started() && a.WaitFor([](const ServerStats& s) {
-      return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
-             s.counter("remote_grants") >= 2;
-    });
-  }
-  ServerProcess a, b, c;
-};
-
 TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
-  EtcdProcess etcd;
-  if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
-  const std::string secret =
-      WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
-  ThreeNodes nodes(etcd, secret, "t1");
-  ASSERT_TRUE(nodes.Ready());  // everyone sees everyone, and a borrows from both others
-  ServerProcess &a = nodes.a, &b = nodes.b, &c = nodes.c;
-  auto client = a.Connect();
-  ASSERT_TRUE(client.ok());
+  ThreeNodes cluster("t1");
+  if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);  // a borrows from b and c
+  ServerProcess &a = *cluster.a, &b = *cluster.b, &c = *cluster.c;
   // 96 MiB of retained tensors into a node with 32 MiB of dram: the remote tier (above nvme)
   // takes what dram cannot hold.
   constexpr int kObjects = 24;
   constexpr std::size_t kSize = 4u << 20;
-  for (int i = 0; i < kObjects; ++i) {
-    Status s = PutRetained(**client, "t" + std::to_string(i), i, kSize);
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-  }
-  auto stats = (*client)->ServerStat();
-  ASSERT_TRUE(stats.ok());
-  EXPECT_GT(RemoteObjects(*stats), 0u);
+  Fill(a, kObjects, kSize);
+  auto client = a.Connect();
+  ASSERT_TRUE(client.ok());
   EXPECT_GT(Counter(b, "lent_bytes"), 0u);
   EXPECT_GT(Counter(c, "lent_bytes"), 0u);
 
@@ -63,7 +39,7 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
   std::printf("dead peer dropped %.1f s after SIGKILL (member TTL 2 s)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count());
   CheckAll(a, kObjects, kSize);
-  stats = (*client)->ServerStat();
+  auto stats = (*client)->ServerStat();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->counter("remote_extents_lost"), 0u);
   // c frees what the dead b had borrowed from it, once the grace period (2 s) has passed.
@@ -73,8 +49,8 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
             "degraded");  // one replica short, and no third peer to repair onto
 
   // b comes back under the same name, as a new incarnation; c frees what the old b borrowed.
-  ServerProcess b2(NodeFlags(etcd, secret, "b", "t1"));
-  ASSERT_TRUE(b2.started());
+  auto b2 = cluster.Start("b");
+  ASSERT_TRUE(b2->started());
   // Every replica set short of a copy is repaired onto it, and the tier is whole again.
   const auto rejoined = std::chrono::steady_clock::now();
   EXPECT_TRUE(a.WaitFor(
@@ -111,13 +87,10 @@ TEST(Cluster, ANodeWithoutTheSecretGetsNothing) {
 // A cache object has one remote copy. When the peer that holds it dies, the object is a miss
 // (NOT_FOUND, as if evicted): never DATA_LOSS, never wrong bytes; every other one comes back.
 TEST(Cluster, CacheObjectsWhoseOnlyCopyDiedAreMisses) {
-  EtcdProcess etcd;
-  if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
-  const std::string secret =
-      WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
-  ThreeNodes nodes(etcd, secret, "t3");
-  ASSERT_TRUE(nodes.Ready());  // everyone sees everyone, and a borrows from both others
-  ServerProcess &a = nodes.a, &b = nodes.b;
+  ThreeNodes cluster("t3");
+  if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);  // a borrows from b and c
+  ServerProcess &a = *cluster.a, &b = *cluster.b;
   auto client = a.Connect();
   ASSERT_TRUE(client.ok());
   constexpr int kObjects = 24;
@@ -156,24 +129,15 @@ TEST(Cluster, CacheObjectsWhoseOnlyCopyDiedAreMisses) {
 // so (DATA_LOSS naming the cause), never wrong bytes; what dram held still comes back, and the
 // node keeps serving.
 TEST(Cluster, RetainedObjectsWhoseEveryReplicaDiedAreReportedLost) {
-  EtcdProcess etcd;
-  if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
-  const std::string secret =
-      WriteSecret(etcd.dir(), "secret", "s3cret shared by the cluster, 44 bytes long");
-  ThreeNodes nodes(etcd, secret, "t4");
-  ASSERT_TRUE(nodes.Ready());  // everyone sees everyone, and a borrows from both others
-  ServerProcess &a = nodes.a, &b = nodes.b, &c = nodes.c;
-  auto client = a.Connect();
-  ASSERT_TRUE(client.ok());
+  ThreeNodes cluster("t4");
+  if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);  // a borrows from b and c
+  ServerProcess &a = *cluster.a, &b = *cluster.b, &c = *cluster.c;
   constexpr int kObjects = 16;
   constexpr std::size_t kSize = 4u << 20;
-  for (int i = 0; i < kObjects; ++i) {
-    Status s = PutRetained(**client, "t" + std::to_string(i), i, kSize);
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-  }
-  auto stats = (*client)->ServerStat();
-  ASSERT_TRUE(stats.ok());
-  ASSERT_GT(RemoteObjects(*stats), 0u);
+  Fill(a, kObjects, kSize);
+  auto client = a.Connect();
+  ASSERT_TRUE(client.ok());
   ::kill(b.pid(), SIGKILL);
   ::kill(c.pid(), SIGKILL);
   ASSERT_TRUE(b.WaitGone() && c.WaitGone());

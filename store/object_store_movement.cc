@@ -107,10 +107,12 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
     obj->last_move_error = s;
     if (m.to == TierKind::kNvme) ++counters_.spill_failures;
     if (m.from == TierKind::kNvme) ++counters_.nvme_read_failures;
-    if (s.code() == StatusCode::kNotFound && obj->present_copies() == 1 &&
+    if (s.code() == StatusCode::kNotFound && !mapped(m.from) && obj->present_copies() == 1 &&
         obj->copy(m.from).present) {
       // The source's bytes are gone: its only copy was on peers that left the cluster. A cache
-      // object is a miss from now on, as if evicted; a retained one is lost, and says so.
+      // object is a miss from now on, as if evicted; a retained one is lost, and says so. Only
+      // a source that is not memory can lose bytes: a spill from dram whose write a peer refused
+      // (NOT_FOUND: a region freed while this node was away) leaves the dram copy as it was.
       ++counters_.copies_lost_with_peers;
       const std::string name = obj->meta.ns + "/" + obj->meta.key;
       spdlog::warn("{}: its only copy was in {}, on peers that left ({})", name, TierName(m.from),

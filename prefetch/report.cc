@@ -162,28 +162,41 @@ std::string MemorySvg(const ReplayReport& r, const std::string& title) {
   return out.str();
 }
 
-Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                          double max_overhead, double step, double lowest, double prefetch_margin) {
+Status SweepOptions::validate() const {
   if (!(step > 0 && step < 1) || !(lowest > 0 && lowest <= 1)) {
     return Status::InvalidArgument("sweep step and lowest fraction must be in (0, 1)");
   }
+  if (!(max_overhead >= 0)) return Status::InvalidArgument("sweep overhead must be >= 0");
+  return lp_bound ? lp.validate() : Status::Ok();
+}
+
+Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                          const SweepOptions& options) {
+  if (Status st = options.validate(); !st.ok()) return st;
+  const double max_overhead = options.max_overhead;
   SweepResult out;
   out.max_overhead = max_overhead;
   auto none = Replay(s, lt, d, {.policy = Policy::kNone});
   if (!none.ok()) return none.status();
   out.none = std::move(none).value();
   const double base_time = out.none.time_us;
-  for (double f = 1.0; f >= lowest - 1e-9; f -= step) {
+  for (double f = 1.0; f >= options.lowest - 1e-9; f -= options.step) {
     SweepRow row;
     row.fraction = f;
     row.budget = static_cast<std::uint64_t>(static_cast<double>(out.none.peak_hbm) * f);
     auto t0 = std::chrono::steady_clock::now();
-    auto plan = BuildPlan(s, lt, d, {.hbm_budget = row.budget, .prefetch_margin = prefetch_margin});
+    auto plan =
+        BuildPlan(s, lt, d, {.hbm_budget = row.budget, .prefetch_margin = options.prefetch_margin});
     out.planning_ms_max = std::max(
         out.planning_ms_max,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     auto reactive = Replay(s, lt, d, {.policy = Policy::kReactiveLru, .hbm_budget = row.budget});
     if (reactive.ok()) row.reactive = std::move(reactive).value();
+    if (options.lp_bound) {
+      auto lp = TransferLpStallBound(s, lt, d, row.budget, options.lp);
+      if (!lp.ok()) return lp.status();
+      row.lp = *lp;
+    }
     if (plan.ok()) {
       auto planned = Replay(
           s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &plan.value()});
@@ -208,9 +221,9 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
                 s.name().c_str(), d.name.c_str(), FormatBytes(r.none.peak_hbm).c_str(),
                 base / 1000);
   o << buf;
-  std::snprintf(buf, sizeof(buf), "%7s %12s | %12s %9s %10s | %12s %9s %10s | %9s\n", "budget",
+  std::snprintf(buf, sizeof(buf), "%7s %12s | %12s %9s %10s | %12s %9s %10s | %9s %9s\n", "budget",
                 "bytes", "planned peak", "overhead", "stall ms", "reactive pk", "overhead",
-                "stall ms", "bound ms");
+                "stall ms", "bound ms", "LP ms");
   o << buf;
   for (const auto& row : r.rows) {
     std::string p_peak = "infeasible", p_over = "-", p_stall = "-";
@@ -224,10 +237,17 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
     char r_over[32], r_stall[32];
     std::snprintf(r_over, sizeof(r_over), "%+.2f%%", 100 * (row.reactive.time_us / base - 1));
     std::snprintf(r_stall, sizeof(r_stall), "%.3f", row.reactive.stall_us / 1000);
-    std::snprintf(buf, sizeof(buf), "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s | %9.3f\n",
+    std::string lp = "-";
+    if (row.lp && !row.lp->feasible) {
+      lp = "infeasible";
+    } else if (row.lp) {
+      std::snprintf(buf, sizeof(buf), "%.3f%s", row.lp->stall_us / 1000, row.lp->proven ? "" : "?");
+      lp = buf;
+    }
+    std::snprintf(buf, sizeof(buf), "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s | %9.3f %9s\n",
                   100 * row.fraction, FormatBytes(row.budget).c_str(), p_peak.c_str(),
                   p_over.c_str(), p_stall.c_str(), FormatBytes(row.reactive.peak_hbm).c_str(),
-                  r_over, r_stall, row.reactive.stall_lower_bound_us / 1000);
+                  r_over, r_stall, row.reactive.stall_lower_bound_us / 1000, lp.c_str());
     o << buf;
   }
   if (r.smallest_within) {
@@ -243,13 +263,20 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
     o << "no budget in the sweep stays within the overhead\n";
   }
   std::uint64_t breaches = 0, worse_half = 0, unreachable = 0;
-  for (const auto& row : r.rows) {
+  double worst_gap = 0;  // planned stall over the best bound, where the bound is above 0
+  std::size_t worst_gap_row = 0;
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const auto& row = r.rows[i];
     if (!row.planned_ok) continue;
     breaches +=
         row.planned.missing_at_use + row.planned.budget_violations + row.planned.bad_actions;
     if (row.planned.stall_us > 0.5 * row.reactive.stall_us + 1e-9) {
       ++worse_half;
-      if (0.5 * row.reactive.stall_us < row.reactive.stall_lower_bound_us) ++unreachable;
+      if (0.5 * row.reactive.stall_us < row.stall_bound_us()) ++unreachable;
+    }
+    if (row.stall_bound_us() > 0 && row.planned.stall_us / row.stall_bound_us() > worst_gap) {
+      worst_gap = row.planned.stall_us / row.stall_bound_us();
+      worst_gap_row = i;
     }
   }
   std::snprintf(buf, sizeof(buf),
@@ -260,6 +287,12 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
                 static_cast<unsigned long long>(worse_half), r.rows.size(),
                 static_cast<unsigned long long>(unreachable));
   o << buf;
+  if (worst_gap > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "planned stall over the best lower bound: at most %.2fx (at %.0f%%)\n", worst_gap,
+                  100 * r.rows[worst_gap_row].fraction);
+    o << buf;
+  }
   return o.str();
 }
 
@@ -269,6 +302,16 @@ std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfi
     json j = {{"fraction", row.fraction},
               {"budget_bytes", row.budget},
               {"reactive", ReportObject(row.reactive)}};
+    if (row.lp) {
+      j["lp_bound"] = {{"stall_us", row.lp->feasible ? row.lp->stall_us : -1.0},
+                       {"feasible", row.lp->feasible},
+                       {"proven", row.lp->proven},
+                       {"windows", row.lp->windows},
+                       {"tensor_groups", row.lp->tensor_groups},
+                       {"columns", row.lp->columns},
+                       {"rows", row.lp->rows},
+                       {"solve_ms", row.lp->solve_ms}};
+    }
     if (row.planned_ok) {
       j["planned"] = ReportObject(row.planned);
     } else {

@@ -8,6 +8,7 @@
 
 #include "prefetch/planner.h"
 #include "prefetch/simulator.h"
+#include "prefetch/transfer_lp.h"
 
 namespace tierpool::prefetch {
 
@@ -24,6 +25,11 @@ struct SweepRow {
   std::string planned_error;  // when the planner finds the budget infeasible
   ReplayReport planned;
   ReplayReport reactive;
+  std::optional<TransferLpBound> lp;  // when the sweep computes it
+  // The best lower bound known at this budget: the step bound or the LP's.
+  double stall_bound_us() const {
+    return std::max(reactive.stall_lower_bound_us, lp ? lp->stall_us : 0.0);
+  }
 };
 
 struct SweepResult {
@@ -34,10 +40,19 @@ struct SweepResult {
   double planning_ms_max = 0;                  // slowest plan of the sweep
 };
 
-// Tries budgets from 100% of the no-offload peak down in `step` fractions to `lowest`.
+struct SweepOptions {
+  double max_overhead = 0.01;  // of the no-offload time, for the smallest budget reported
+  double step = 0.05;          // budgets from 100% of the no-offload peak down in these steps
+  double lowest = 0.2;         // ...to this fraction
+  double prefetch_margin = PlannerConfig{}.prefetch_margin;
+  bool lp_bound = true;  // solve the transfer LP at each budget (transfer_lp.h)
+  TransferLpOptions lp;
+
+  Status validate() const;
+};
+
 Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                          double max_overhead, double step = 0.05, double lowest = 0.2,
-                          double prefetch_margin = PlannerConfig{}.prefetch_margin);
+                          const SweepOptions& options = {});
 std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProfile& d);
 std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfile& d);
 

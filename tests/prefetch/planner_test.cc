@@ -7,56 +7,15 @@
 
 #include "prefetch/report.h"
 #include "prefetch/simulator.h"
+#include "tests/prefetch/random_schedule.h"
 
 namespace tierpool::prefetch {
 namespace {
 
-// A random training-like schedule: weights used in a forward and a backward half, activations
-// defined in the forward half and used again in the backward half, some short-lived temporaries.
-Schedule RandomSchedule(std::mt19937_64& rng, std::uint32_t steps, bool repeats) {
-  Schedule s;
-  s.set_format_version(1);
-  s.set_name("random");
-  s.set_repeats(repeats);
-  for (std::uint32_t i = 0; i < steps; ++i) {
-    auto* st = s.add_steps();
-    st->set_name("op" + std::to_string(i));
-    st->set_compute_us(5 + static_cast<double>(rng() % 200));
-  }
-  auto add = [&](std::uint64_t size, int def, std::vector<std::uint32_t> uses,
-                 schedule::TensorKind kind) {
-    std::sort(uses.begin(), uses.end());
-    uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
-    t->set_name("t" + std::to_string(t->id()));
-    t->set_size_bytes(size);
-    t->set_def_step(def);
-    t->set_kind(kind);
-    for (auto u : uses) t->add_use_steps(u);
-    return t;
-  };
-  std::uint32_t half = steps / 2;
-  for (std::uint32_t i = 0; i < half; ++i) {
-    // A weight used at i and at its mirror step in the backward half.
-    auto* w = add(1 + rng() % (4 << 20), -1, {i, steps - 1 - i}, schedule::WEIGHT);
-    if (rng() % 3 == 0) w->add_update_steps(steps - 1 - i);
-    // An activation saved for backward.
-    if (i + 1 < half)
-      add(1 + rng() % (8 << 20), static_cast<int>(i), {i + 1, steps - 2 - i},
-          schedule::SAVED_ACTIVATION);
-    // A temporary.
-    if (i + 1 < steps)
-      add(1 + rng() % (1 << 20), static_cast<int>(i), {i + 1}, schedule::ACTIVATION);
-  }
-  return s;
-}
-
 // Whatever the schedule and budget, a plan the planner accepts keeps hbm within the budget,
 // has every tensor in hbm when a step uses it, and never acts on a dead tensor.
 TEST(Planner, InvariantsHoldOnRandomSchedules) {
-  const std::uint64_t seed = std::random_device{}();
-  std::printf("Planner invariants seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::uint64_t seed = PrintedSeed("Planner invariants");
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   auto device = BuiltinProfile("h100");
@@ -196,10 +155,19 @@ TEST(Report, TraceAndSvgAreWellFormed) {
   std::string svg = MemorySvg(*r, "random");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  auto sweep = Sweep(s, lt, *device, 0.01);
+  auto sweep = Sweep(s, lt, *device, {.max_overhead = 0.01});
   ASSERT_TRUE(sweep.ok());
   EXPECT_FALSE(sweep->rows.empty());
-  EXPECT_NE(SweepTable(*sweep, s, *device).find("budget"), std::string::npos);
+  EXPECT_NE(SweepTable(*sweep, s, *device).find("LP ms"), std::string::npos);
+  EXPECT_NE(SweepJson(*sweep, s, *device).find("\"lp_bound\""), std::string::npos);
+  for (const auto& row : sweep->rows) {
+    ASSERT_TRUE(row.lp.has_value());
+    if (row.planned_ok) {
+      EXPECT_GE(row.planned.stall_us + 1e-3, row.lp->stall_us);
+    }
+    EXPECT_GE(row.reactive.stall_us + 1e-3, row.lp->stall_us);
+  }
+  EXPECT_FALSE(Sweep(s, lt, *device, {.lp = {.max_windows = 1}}).ok());
 }
 
 }  // namespace

@@ -1,0 +1,63 @@
+// Random schedules for the planner's and the bounds' property tests.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "prefetch/schedule.h"
+
+namespace tierpool::prefetch {
+
+// A fresh seed, printed so that a failure can be replayed.
+inline std::uint64_t PrintedSeed(const char* test) {
+  const std::uint64_t seed = std::random_device{}();
+  std::printf("%s seed %llu\n", test, static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+// A random training-like schedule: weights used in a forward and a backward half, activations
+// defined in the forward half and used again in the backward half, some short-lived temporaries.
+inline Schedule RandomSchedule(std::mt19937_64& rng, std::uint32_t steps, bool repeats) {
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("random");
+  s.set_repeats(repeats);
+  for (std::uint32_t i = 0; i < steps; ++i) {
+    auto* st = s.add_steps();
+    st->set_name("op" + std::to_string(i));
+    st->set_compute_us(5 + static_cast<double>(rng() % 200));
+  }
+  auto add = [&](std::uint64_t size, int def, std::vector<std::uint32_t> uses,
+                 schedule::TensorKind kind) {
+    std::sort(uses.begin(), uses.end());
+    uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
+    t->set_name("t" + std::to_string(t->id()));
+    t->set_size_bytes(size);
+    t->set_def_step(def);
+    t->set_kind(kind);
+    for (auto u : uses) t->add_use_steps(u);
+    return t;
+  };
+  std::uint32_t half = steps / 2;
+  for (std::uint32_t i = 0; i < half; ++i) {
+    // A weight used at i and at its mirror step in the backward half.
+    auto* w = add(1 + rng() % (4 << 20), -1, {i, steps - 1 - i}, schedule::WEIGHT);
+    if (rng() % 3 == 0) w->add_update_steps(steps - 1 - i);
+    // An activation saved for backward.
+    if (i + 1 < half)
+      add(1 + rng() % (8 << 20), static_cast<int>(i), {i + 1, steps - 2 - i},
+          schedule::SAVED_ACTIVATION);
+    // A temporary.
+    if (i + 1 < steps)
+      add(1 + rng() % (1 << 20), static_cast<int>(i), {i + 1}, schedule::ACTIVATION);
+  }
+  return s;
+}
+
+}  // namespace tierpool::prefetch

@@ -21,6 +21,22 @@ def rows(d):
         yield r, p, q, base
 
 
+def lp_ms(r):
+    """The LP bound in ms, "-" where the sweep did not solve it."""
+    lp = r.get("lp_bound")
+    if lp is None:
+        return "-"
+    if not lp["feasible"]:
+        return "infeasible"
+    return f"{lp['stall_us'] / 1000:.3f}" + ("" if lp["proven"] else "?")
+
+
+def best_bound_us(r, q):
+    lp = r.get("lp_bound")
+    lp_us = lp["stall_us"] if lp and lp["feasible"] else 0.0
+    return max(q["stall_lower_bound_us"], lp_us)
+
+
 def stall_ratio(p, q):
     if p is None or q["stall_us"] <= 0:
         return None
@@ -32,8 +48,8 @@ def table(d):
     out = [f"**{d['device']}**: no-offload peak {gib(d['none']['peak_hbm_bytes'])}, "
            f"iteration {base / 1000:.2f} ms.", "",
            "| budget | planned peak | planned overhead | planned stall ms | reactive-lru peak "
-           "| reactive-lru overhead | reactive-lru stall ms | stall lower bound ms |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| reactive-lru overhead | reactive-lru stall ms | stall lower bound ms | LP bound ms |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r, p, q, _ in rows(d):
         if p is None:
             planned = "infeasible | - | -"
@@ -42,7 +58,7 @@ def table(d):
                        f"{p['stall_us'] / 1000:.3f}")
         out.append(f"| {100 * r['fraction']:.1f}% | {planned} | {gib(q['peak_hbm_bytes'])} | "
                    f"{100 * (q['time_us'] / base - 1):+.2f}% | {q['stall_us'] / 1000:.3f} | "
-                   f"{q['stall_lower_bound_us'] / 1000:.3f} |")
+                   f"{q['stall_lower_bound_us'] / 1000:.3f} | {lp_ms(r)} |")
     out += ["", summary(d) + f" Slowest plan: {d['planning_ms_max']:.0f} ms.", ""]
     return "\n".join(out)
 
@@ -53,16 +69,21 @@ def summary(d):
               "peak)") if s else "none"
     ratios = [x for x in (stall_ratio(p, q) for _, p, q, _ in rows(d)) if x is not None]
     over = unreachable = 0
-    for _, p, q, _ in rows(d):
+    gap = None  # planned stall over the best bound, where the bound is above 0
+    for r, p, q, _ in rows(d):
         if p is not None and p["stall_us"] > 0.5 * q["stall_us"] + 1e-9:
             over += 1
-            if 0.5 * q["stall_us"] < q["stall_lower_bound_us"]:
+            if 0.5 * q["stall_us"] < best_bound_us(r, q):
                 unreachable += 1
+        if p is not None and best_bound_us(r, q) > 0:
+            ratio = p["stall_us"] / best_bound_us(r, q)
+            gap = ratio if gap is None else max(gap, ratio)
     rng = f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "-"
     return (f"Smallest budget within {100 * d['max_overhead']:.0f}% overhead: {within}. "
             f"Planned stall ÷ reactive-lru stall: {rng}; above one half at {over} of "
             f"{len(d['rows'])} budgets, at {unreachable} of which half of reactive-lru's stall "
-            "is below the lower bound.")
+            "is below the lower bound."
+            + (f" Planned stall ÷ best lower bound: at most {gap:.2f}." if gap else ""))
 
 
 def main(argv):

@@ -250,6 +250,7 @@ int main(int argc, char** argv) {
   double max_overhead = 0.01, sweep_step = 0.05, sweep_lowest = 0.2,
          margin = PlannerConfig{}.prefetch_margin;
   bool sweep = false;
+  unsigned lp_windows = TransferLpOptions{}.max_windows;
   std::string measured, device_kind, name;
   int warmup = 3, repeat = 10;
   double dispatch = 0;
@@ -290,6 +291,8 @@ int main(int argc, char** argv) {
     ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead")
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
+    ("lp-windows", po::value(&lp_windows)->default_value(TransferLpOptions{}.max_windows),
+     "sweep: boundaries of the LP stall bound (0: skip it)")
     ("prefetch-margin", po::value(&margin)->default_value(PlannerConfig{}.prefetch_margin),
      "plan: prefetch windows cover this many times a transfer's estimated time")
     ("args", po::value(&args), "positional");
@@ -435,7 +438,13 @@ int main(int argc, char** argv) {
     ApplyCostModel(*profile, &*s);
     Lifetimes lt(*s);
     if (cmd == "replay" && sweep) {
-      auto r = Sweep(*s, lt, *profile, max_overhead, sweep_step, sweep_lowest, margin);
+      auto r = Sweep(*s, lt, *profile,
+                     {.max_overhead = max_overhead,
+                      .step = sweep_step,
+                      .lowest = sweep_lowest,
+                      .prefetch_margin = margin,
+                      .lp_bound = lp_windows > 0,
+                      .lp = {.max_windows = std::max(lp_windows, 2u)}});
       if (!r.ok()) return Fail(r.status());
       std::cout << SweepTable(*r, *s, *profile);
       if (!json.empty()) {

@@ -23,6 +23,7 @@
 #include "compiler_hooks/onnx_importer.h"
 #include "prefetch/cost_model.h"
 #include "prefetch/planner.h"
+#include "prefetch/reorder.h"
 #include "prefetch/report.h"
 
 namespace po = boost::program_options;
@@ -52,6 +53,9 @@ constexpr const char* kUsage = R"(usage:
   tierpool schedule show SCHEDULE [--json OUT.json, or - for standard output]
                               [--device NAME: where the time goes on it, by op class]
   tierpool schedule convert SCHEDULE [-o OUT.pb] [--json OUT.json]
+  tierpool schedule reorder SCHEDULE -o OUT.pb [--json OUT.json]
+                              (each optimizer update right after its gradient, every
+                              dependency kept)
   tierpool plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json]
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
                               [--json REPORT.json] [--trace TRACE.json] [--svg MEM.svg]
@@ -417,6 +421,19 @@ int main(int argc, char** argv) {
     auto s = LoadSchedule(args[2]);
     if (!s.ok()) return Fail(s.status());
     Status st = Emit(*s, out, json);
+    return st.ok() ? 0 : Fail(st);
+  }
+  if (cmd == "schedule" && args.size() == 3 && args[1] == "reorder") {
+    auto s = LoadSchedule(args[2]);
+    if (!s.ok()) return Fail(s.status());
+    auto r = HoistOptimizerUpdates(*s);
+    if (!r.ok()) return Fail(r.status());
+    Lifetimes before(*s), after(r->schedule);
+    std::cout << s->name() << ": " << r->hoisted << " optimizer updates run earlier, " << r->moved
+              << " of " << s->steps_size() << " steps moved; no-offload peak "
+              << FormatBytes(before.peak_bytes()) << " -> " << FormatBytes(after.peak_bytes())
+              << "\n";
+    Status st = Emit(r->schedule, out, json);
     return st.ok() ? 0 : Fail(st);
   }
   if (cmd == "schedule" && args.size() == 3 && args[1] == "show") {

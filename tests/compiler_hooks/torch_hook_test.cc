@@ -54,6 +54,48 @@ TEST(TorchHook, TracesATrainingStepWithAdam) {
   ::unlink(out.c_str());
 }
 
+// `schedule reorder` moves each update to right after its gradient; the sweep of the result shows
+// the LP bound at every budget, below every planned and reactive-lru stall.
+TEST(TorchHook, ReorderedScheduleSweepsWithTheLpBound) {
+  if (std::system("/usr/bin/python3 -c 'import torch, functorch' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "python3-torch is not installed";
+  }
+  const std::string base = ::testing::TempDir() + "/mlp-ro-" + std::to_string(::getpid());
+  const std::string cli = TIERPOOL_CLI_PATH;
+  std::string cmd = cli + " schedule from-torch --model tierpool_models:mlp --input 16x256 -o " +
+                    base + ".pb > /dev/null 2>&1 && " + cli + " schedule reorder " + base +
+                    ".pb -o " + base + "-ro.pb > /dev/null && " + cli + " replay " + base +
+                    "-ro.pb --device h100 --sweep --sweep-step 0.2 --json " + base +
+                    ".json > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto s = LoadSchedule(base + "-ro.pb");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  int updates = 0;
+  for (const auto& t : s->tensors()) {
+    if (t.kind() != schedule::GRADIENT) continue;
+    ASSERT_EQ(t.use_steps_size(), 1) << t.name();
+    // Between the gradient's making and its update, only other updates.
+    for (auto i = static_cast<std::uint32_t>(t.def_step()) + 1; i < t.use_steps(0); ++i) {
+      EXPECT_EQ(ClassifyOp(s->steps(static_cast<int>(i)).op_type()), OpClass::kOptimizer)
+          << s->steps(static_cast<int>(i)).name() << " between " << t.name() << " and its update";
+    }
+    ++updates;
+  }
+  EXPECT_EQ(updates, 8);
+  std::ifstream in(base + ".json");
+  auto sweep = nlohmann::json::parse(in);
+  for (const auto& row : sweep["rows"]) {
+    ASSERT_TRUE(row.contains("lp_bound")) << row.dump();
+    double lp = row["lp_bound"]["stall_us"];
+    EXPECT_GE(row["reactive"]["stall_us"].get<double>() + 1e-3, lp);
+    if (row.contains("planned")) {
+      EXPECT_GE(row["planned"]["stall_us"].get<double>() + 1e-3, lp);
+    }
+  }
+  EXPECT_GT(sweep["rows"].size(), 3u);
+  for (const char* suffix : {".pb", "-ro.pb", ".json"}) ::unlink((base + suffix).c_str());
+}
+
 TEST(TorchHook, InferenceTracesTheForwardPassOnly) {
   if (std::system("/usr/bin/python3 -c 'import torch, functorch' 2>/dev/null") != 0) GTEST_SKIP();
   std::string out = ::testing::TempDir() + "/mlp-inf-" + std::to_string(::getpid()) + ".pb";

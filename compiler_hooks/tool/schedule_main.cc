@@ -60,6 +60,8 @@ constexpr const char* kUsage = R"(usage:
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
                               [--json REPORT.json] [--trace TRACE.json] [--svg MEM.svg]
   tierpool replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
+                              [--sweep-step 0.05] [--sweep-lowest 0.2]
+                              [--lp-windows 64: the LP stall bound's boundaries, 0 to skip it]
 
 SCHEDULE is a .pb or .json schedule. BUDGET is a size (40G) or a share of the no-offload
 peak (60%). NAME is a built-in device profile (h100, gh200, a100, rtx3090) or a JSON profile

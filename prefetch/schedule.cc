@@ -158,6 +158,14 @@ Lifetimes::Lifetimes(const Schedule& s) : steps_(static_cast<std::uint32_t>(s.st
   }
 }
 
+std::vector<double> ComputeStarts(const Schedule& s) {
+  std::vector<double> start(static_cast<std::size_t>(s.steps_size()) + 1, 0.0);
+  for (int i = 0; i < s.steps_size(); ++i)
+    start[static_cast<std::size_t>(i) + 1] =
+        start[static_cast<std::size_t>(i)] + s.steps(i).compute_us();
+  return start;
+}
+
 std::uint32_t Lifetimes::NextUse(std::uint32_t t, std::uint32_t step) const {
   const auto& u = uses_[t];
   auto it = std::lower_bound(u.begin(), u.end(), step);

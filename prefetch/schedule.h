@@ -26,6 +26,10 @@ Result<Schedule> ParseScheduleJson(const std::string& json);
 // after the def, sizes are sane. The message names the first problem.
 Status Validate(const Schedule& s);
 
+// When each step's compute starts with no stall at all (n + 1 entries: the last is the
+// iteration's compute time): the clock the stall bounds reason on.
+std::vector<double> ComputeStarts(const Schedule& s);
+
 inline constexpr std::uint32_t kNoUse = std::numeric_limits<std::uint32_t>::max();
 
 // Use-def chains and lifetimes of a validated schedule.

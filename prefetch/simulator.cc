@@ -480,9 +480,7 @@ double StallLowerBound(const Schedule& s, const Lifetimes& lt, const DeviceProfi
                        std::uint64_t budget) {
   const std::uint32_t n = lt.steps();
   const auto& curve = lt.memory_curve();
-  std::vector<double> cstart(n + 1, 0.0);  // compute start of each step, on the compute clock
-  for (std::uint32_t i = 0; i < n; ++i)
-    cstart[i + 1] = cstart[i] + s.steps(static_cast<int>(i)).compute_us();
+  const std::vector<double> cstart = ComputeStarts(s);
   const double period = cstart[n];
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::uint32_t> over;

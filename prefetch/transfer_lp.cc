@@ -74,8 +74,8 @@ class LpBuilder {
 
 // The boundary steps: all of them, or step 0, the steps with the most memory in use, and steps
 // evenly spaced in compute time.
-std::vector<std::uint32_t> Boundaries(const Schedule& s, const Lifetimes& lt, std::uint64_t budget,
-                                      std::uint32_t max_windows) {
+std::vector<std::uint32_t> Boundaries(const Lifetimes& lt, const std::vector<double>& cstart,
+                                      std::uint64_t budget, std::uint32_t max_windows) {
   const std::uint32_t n = lt.steps();
   std::vector<std::uint32_t> out;
   if (n <= max_windows) {
@@ -90,9 +90,6 @@ std::vector<std::uint32_t> Boundaries(const Schedule& s, const Lifetimes& lt, st
   }
   std::stable_sort(over.begin(), over.end(), [&](auto x, auto y) { return curve[x] > curve[y]; });
   for (std::size_t i = 0; i < over.size() && b.size() < max_windows / 2; ++i) b.insert(over[i]);
-  std::vector<double> cstart(n + 1, 0.0);
-  for (std::uint32_t i = 0; i < n; ++i)
-    cstart[i + 1] = cstart[i] + s.steps(static_cast<int>(i)).compute_us();
   const std::size_t spread = max_windows - b.size();
   for (std::size_t j = 1; j <= spread; ++j) {
     double target = cstart[n] * static_cast<double>(j) / static_cast<double>(spread + 1);
@@ -100,6 +97,36 @@ std::vector<std::uint32_t> Boundaries(const Schedule& s, const Lifetimes& lt, st
     b.insert(static_cast<std::uint32_t>(it - cstart.begin()) - 1);
   }
   return {b.begin(), b.end()};
+}
+
+// The LP's optimum; infinity when infeasible, 0 when unsolved in time (0 is always a bound).
+double SolveRelaxation(const LpBuilder& lp, double time_limit_s, bool* proven) {
+  ClpSimplex model;
+  model.setLogLevel(0);
+  lp.LoadInto(model);
+  model.setMaximumSeconds(time_limit_s);
+  // CLP's automatic choice (presolve, then dual or primal as the problem looks) is 2-3x
+  // faster here than the dual simplex alone.
+  model.initialSolve();
+  *proven = model.isProvenPrimalInfeasible() || model.isProvenOptimal();
+  if (model.isProvenPrimalInfeasible()) return std::numeric_limits<double>::infinity();
+  return model.isProvenOptimal() ? model.objectiveValue() : 0.0;
+}
+
+// The integral optimum by branch and bound; where the search stops early, its best bound.
+double SolveIntegral(const LpBuilder& lp, double time_limit_s, bool* proven) {
+  OsiClpSolverInterface solver;
+  solver.messageHandler()->setLogLevel(0);
+  lp.LoadInto(solver);
+  for (int c : lp.integers()) solver.setInteger(c);
+  CbcModel model(solver);
+  model.setLogLevel(0);
+  model.setMaximumSeconds(time_limit_s);
+  model.branchAndBound();
+  *proven = model.isProvenInfeasible() || model.isProvenOptimal();
+  if (model.isProvenInfeasible()) return std::numeric_limits<double>::infinity();
+  double bound = model.isProvenOptimal() ? model.getObjValue() : model.getBestPossibleObjValue();
+  return std::isfinite(bound) ? bound : 0.0;
 }
 
 // How one tensor meets the boundaries and windows; tensors with equal patterns are merged.
@@ -138,7 +165,8 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint32_t n = lt.steps();
   const auto& curve = lt.memory_curve();
-  const std::vector<std::uint32_t> a = Boundaries(s, lt, budget, options.max_windows);
+  const std::vector<double> cstart = ComputeStarts(s);  // compute start of each step, no stall
+  const std::vector<std::uint32_t> a = Boundaries(lt, cstart, budget, options.max_windows);
   const int K = static_cast<int>(a.size());
   out.windows = static_cast<std::uint32_t>(K);
   auto window_of = [&](std::uint32_t step) {
@@ -203,9 +231,6 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
   LpBuilder lp;
   const double inf = COIN_DBL_MAX;
   const double h2d = d.h2d_gbps * 1e3 / kMiB, d2h = d.d2h_gbps * 1e3 / kMiB;  // MiB per us
-  std::vector<double> cstart(n + 1, 0.0);  // compute start of each step, stalls left out
-  for (std::uint32_t i = 0; i < n; ++i)
-    cstart[i + 1] = cstart[i] + s.steps(static_cast<int>(i)).compute_us();
   auto window_end = [&](int k) {
     return k + 1 < K ? cstart[a[static_cast<std::size_t>(k) + 1]] : cstart[n];
   };
@@ -331,43 +356,11 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
   out.columns = lp.columns();
   out.rows = lp.rows();
 
-  double objective = 0;
-  if (!options.integral) {
-    ClpSimplex model;
-    model.setLogLevel(0);
-    lp.LoadInto(model);
-    model.setMaximumSeconds(options.time_limit_s);
-    // CLP's automatic choice (presolve, then dual or primal as the problem looks) is 2-3x
-    // faster here than the dual simplex alone.
-    model.initialSolve();
-    if (model.isProvenPrimalInfeasible()) {
-      out.feasible = false;
-      out.proven = true;
-      objective = std::numeric_limits<double>::infinity();
-    } else if (model.isProvenOptimal()) {
-      out.proven = true;
-      objective = model.objectiveValue();
-    }
-  } else {
-    OsiClpSolverInterface solver;
-    solver.messageHandler()->setLogLevel(0);
-    lp.LoadInto(solver);
-    for (int c : lp.integers()) solver.setInteger(c);
-    CbcModel model(solver);
-    model.setLogLevel(0);
-    model.setMaximumSeconds(options.time_limit_s);
-    model.branchAndBound();
-    if (model.isProvenInfeasible()) {
-      out.feasible = false;
-      out.proven = true;
-      objective = std::numeric_limits<double>::infinity();
-    } else {
-      out.proven = model.isProvenOptimal();
-      // Where the search stopped early its best bound still holds.
-      objective = out.proven ? model.getObjValue() : model.getBestPossibleObjValue();
-      if (!std::isfinite(objective)) objective = 0;
-    }
-  }
+  // Infinity: no point is feasible. Else the optimum, or an unfinished search's best bound.
+  const double objective = options.integral
+                               ? SolveIntegral(lp, options.time_limit_s, &out.proven)
+                               : SolveRelaxation(lp, options.time_limit_s, &out.proven);
+  out.feasible = !std::isinf(objective);
   // The solvers' tolerances: shave what rounding could have added.
   out.stall_us = std::isfinite(objective)
                      ? std::max(0.0, objective - 1e-6 * std::fabs(objective) - 1e-3)

@@ -119,21 +119,30 @@ WriteReservation& WriteReservation::operator=(WriteReservation&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     tier_ = o.tier_;
+    key_ = std::move(o.key_);
+    options_ = std::move(o.options_);
+    named_by_commit_ = o.named_by_commit_;
   }
   return *this;
 }
 WriteReservation::~WriteReservation() { (void)Abort(); }
 
-Status WriteReservation::Commit() {
+Status WriteReservation::Commit() { return CommitWith(Xxh3(data_, size_)); }
+
+Status WriteReservation::CommitWith(std::uint64_t checksum) {
   if (!conn_) return Status::FailedPrecondition("reservation already committed or aborted");
   wire::Request req;
-  auto* item = req.mutable_commit()->add_items();
+  auto* commit = req.mutable_commit();
+  auto* item = commit->add_items();
   item->set_reservation_id(reservation_id_);
-  item->set_checksum(Xxh3(data_, size_));
+  item->set_checksum(checksum);
+  if (named_by_commit_) FillSpec(conn_->ns, key_, size_, options_, item->mutable_spec());
+  // Room for the next put like this one, staged within this round trip.
+  const bool asked = conn_->stage_puts && conn_->staged.Ask(commit, conn_->ns, size_, options_);
   wire::Response resp;
-  Status s = conn_->Call(req, &resp);
-  conn_.reset();
-  if (!s.ok()) return s;
+  auto conn = std::move(conn_);
+  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
+  if (asked) conn->staged.Keep(resp, *conn->mappings, size_, options_);
   if (resp.statuses().items_size() != 1) return Status::Internal("bad commit reply");
   return FromWire(resp.statuses().items(0));
 }
@@ -191,32 +200,36 @@ Status Client::Put(std::string_view key, const void* data, std::size_t size,
   auto r = Reserve(key, size, options);
   if (!r.ok()) return r.status();
   // Copy and checksum in one pass, then commit with that checksum.
-  wire::Request req;
-  auto* item = req.mutable_commit()->add_items();
-  item->set_reservation_id(r->reservation_id_);
-  item->set_checksum(CopyAndChecksum(r->data_, data, size, CopyTarget::kFresh));
-  wire::Response resp;
-  auto conn = std::move(r->conn_);
-  TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
-  if (resp.statuses().items_size() != 1) return Status::Internal("bad commit reply");
-  return FromWire(resp.statuses().items(0));
+  return r->CommitWith(CopyAndChecksum(r->data_, data, size, CopyTarget::kFresh));
 }
 
 Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
                                          const PutOptions& options) {
   Borrowed conn(core_.get());
   TIERPOOL_RETURN_IF_ERROR(conn.status());
+  WriteReservation r;
+  r.conn_ = conn.shared();
+  r.size_ = size;
+  r.key_ = std::string(key);
+  r.options_ = options;
+  if (auto room = conn->staged.Take(size, options)) {
+    // Room this connection's last put of this size staged: no round trip now; the commit
+    // names it. The key is checked there.
+    r.reservation_id_ = room->reservation_id;
+    r.data_ = room->data;
+    r.tier_ = room->placed;
+    r.named_by_commit_ = true;
+    return r;
+  }
   wire::Request req;
+  conn->staged.GiveBack(req.mutable_reserve()->mutable_unstage());
   FillSpec(core_->options.ns, key, size, options, req.mutable_reserve()->add_items());
   wire::Response resp;
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
   if (resp.reserve().items_size() != 1) return Status::Internal("bad reserve reply");
   const auto& item = resp.reserve().items(0);
   TIERPOOL_RETURN_IF_ERROR(FromWire(item.status()));
-  WriteReservation r;
-  r.conn_ = conn.shared();
   r.reservation_id_ = item.reservation_id();
-  r.size_ = size;
   r.tier_ = static_cast<TierKind>(item.tier());
   if (size > 0) {
     r.data_ = core_->mappings->Address(item.extent());
@@ -440,6 +453,7 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
   // Phase one: room for all of them in one round trip.
   wire::Request req;
+  conn->staged.GiveBack(req.mutable_reserve()->mutable_unstage());
   for (const auto& it : items) {
     FillSpec(core_->options.ns, it.key, it.size, it.options, req.mutable_reserve()->add_items());
   }

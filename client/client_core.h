@@ -2,8 +2,9 @@
 // the arena mappings, pooled connections, the async task queue, the connection pool
 // (ClientCore) and the Borrowed guard.
 //
-// Locking: ClientCore's pool and TaskQueue guard themselves; a PooledConnection serializes its
-// calls with its own mutex; ArenaMappings is written once at connect, then only read.
+// Locking: ClientCore's pool, TaskQueue and StagedRooms guard themselves; a PooledConnection
+// serializes its calls with its own mutex; ArenaMappings is written once at connect, then only
+// read.
 #pragma once
 
 #include <sys/mman.h>
@@ -15,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -101,6 +103,85 @@ class ArenaMappings {
   std::unordered_map<std::uint32_t, Mapping> maps_;
 };
 
+// Room the server staged on a connection for its next put (CommitRequest.stage): a put of the
+// same size and placement copies into it and names it in its commit, one round trip.
+struct StagedRoom {
+  std::uint64_t reservation_id = 0;
+  std::uint64_t size = 0;
+  std::byte* data = nullptr;
+  std::optional<TierKind> tier;  // the placement it was staged for
+  int numa_node = -1;
+  TierKind placed = TierKind::kDram;  // where the server made it
+};
+
+// Puts up to this size stage room for the next one (ClientOptions::stage_puts): above it the
+// second round trip is a small part of the copy, and idle staged room would be large.
+inline constexpr std::size_t kMaxStagedPutBytes = 4u << 20;
+
+// A connection's staged room. A WriteReservation commits on its connection outside any borrow,
+// so this guards itself. Room the connection cannot use (a second one staged by a commit that
+// raced another) is given back in the next reserve or commit sent on it.
+class StagedRooms {
+ public:
+  // The staged room, if it fits a put of `size` with `o`; it is the caller's from now on.
+  std::optional<StagedRoom> Take(std::uint64_t size, const PutOptions& o) {
+    std::lock_guard lock(mu_);
+    if (!room_ || room_->size != size || room_->tier != o.tier || room_->numa_node != o.numa_node)
+      return std::nullopt;
+    return std::exchange(room_, std::nullopt);
+  }
+  // Gives back everything staged within a request that is about to reserve.
+  void GiveBack(google::protobuf::RepeatedField<std::uint64_t>* unstage) {
+    std::lock_guard lock(mu_);
+    if (room_) unstage->Add(room_->reservation_id);
+    room_.reset();
+    for (auto id : unused_) unstage->Add(id);
+    unused_.clear();
+  }
+  // Asks for room for a next put like this one within its commit; false when none is asked:
+  // too large, room staged already, or this put's size and placement are not those of the
+  // connection's previous put (sizes that vary would stage room no put uses; a run of equal
+  // sizes, as KV blocks and layer-by-layer tensors come, pays two round trips once).
+  bool Ask(wire::CommitRequest* commit, const std::string& ns, std::uint64_t size,
+           const PutOptions& o) {
+    std::lock_guard lock(mu_);
+    for (auto id : unused_) commit->add_unstage(id);
+    unused_.clear();
+    const bool repeat =
+        last_.size == size && last_.tier == o.tier && last_.numa_node == o.numa_node;
+    last_ = {0, size, nullptr, o.tier, o.numa_node};
+    if (!repeat || size > kMaxStagedPutBytes || size == 0 || room_) return false;
+    auto* next = commit->add_stage();
+    next->set_ns(ns);
+    next->set_size(size);
+    if (o.tier) next->set_tier_hint(static_cast<wire::Tier>(*o.tier));
+    if (o.numa_node >= 0) next->set_numa_node(o.numa_node);
+    return true;
+  }
+  // Keeps the room a commit that asked for it got (a server that does not stage, or had no
+  // free room, answers with none).
+  void Keep(const wire::Response& resp, const ArenaMappings& mappings, std::uint64_t size,
+            const PutOptions& o) {
+    if (resp.staged().items_size() != 1) return;
+    const auto& r = resp.staged().items(0);
+    if (r.status().code() != 0) return;
+    std::byte* data = mappings.Address(r.extent());
+    std::lock_guard lock(mu_);
+    if (data == nullptr || r.extent().length() < size || room_) {
+      unused_.push_back(r.reservation_id());
+      return;
+    }
+    room_ = StagedRoom{
+        r.reservation_id(), size, data, o.tier, o.numa_node, static_cast<TierKind>(r.tier())};
+  }
+
+ private:
+  std::mutex mu_;
+  std::optional<StagedRoom> room_;
+  StagedRoom last_;  // the size and placement of the last put committed (no room)
+  std::vector<std::uint64_t> unused_;
+};
+
 struct PooledConnection {
   std::mutex mu;
   std::unique_ptr<transport::BlockingConnection> conn;
@@ -109,6 +190,9 @@ struct PooledConnection {
   std::uint64_t next_id = 1;
   std::uint64_t fork_generation = ForkGeneration();
   int owner_pid = ::getpid();
+  std::string ns;           // the client's namespace
+  bool stage_puts = false;  // ClientOptions::stage_puts
+  StagedRooms staged;
 
   bool Forked() const { return fork_generation != ForkGeneration(); }
   Status Call(wire::Request& req, wire::Response* resp) {
@@ -201,6 +285,8 @@ class ClientCore {
     auto pc = std::make_shared<PooledConnection>();
     pc->conn = std::move(conn).value();
     pc->mappings = mappings;
+    pc->ns = options.ns;
+    pc->stage_puts = options.stage_puts;
     wire::Request req;
     req.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
     req.mutable_hello()->set_client_name(options.client_name);

@@ -168,6 +168,7 @@ void ObjectStore::DoomLocked(StoredObject& obj) {
 void ObjectStore::FreeReservationLocked(std::uint64_t id) {
   StoredObject* obj = index_.Find(id);
   if (obj == nullptr) return;
+  if (obj->meta.key.empty()) UnstageLocked(obj->owner);
   index_.EraseReservation(id);
   obj->doomed = true;
   MaybeFreeLocked(*obj);
@@ -195,8 +196,14 @@ void ObjectStore::UnpinLocked(std::uint64_t object_id, TierKind t) {
 
 // --- puts -----------------------------------------------------------------------------------
 
-Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owner) {
-  TIERPOOL_RETURN_IF_ERROR(ValidateName(spec.ns, spec.key));
+Status ObjectStore::CheckPutSpec(const PutSpec& spec, bool named) const {
+  if (named) {
+    TIERPOOL_RETURN_IF_ERROR(ValidateName(spec.ns, spec.key));
+  } else if (!spec.key.empty()) {
+    return Status::InvalidArgument("a staged reservation has no key: the commit names it");
+  } else {
+    TIERPOOL_RETURN_IF_ERROR(ValidateName(spec.ns, "staged"));  // the namespace's length
+  }
   if (spec.dtype.size() > config_.max_dtype_bytes) {
     return Status::InvalidArgument("dtype name too long");
   }
@@ -212,6 +219,11 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
   if (spec.tier_hint && *spec.tier_hint != TierKind::kHbm && *spec.tier_hint != TierKind::kDram) {
     return Status::InvalidArgument("puts may target hbm or dram only");
   }
+  return Status::Ok();
+}
+
+Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owner) {
+  TIERPOOL_RETURN_IF_ERROR(CheckPutSpec(spec, /*named=*/true));
   std::unique_lock lock(mu_);
   TIERPOOL_RETURN_IF_ERROR(AdmitReserveLocked(spec, owner));
   const std::uint32_t pool = PoolOfLocked(spec.ns);
@@ -276,7 +288,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
 }
 
 Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
-                           std::uint64_t owner) {
+                           std::uint64_t owner, const PutSpec* name) {
   if (config_.verify_commits && owner != kStoreOwner) {
     // Hashed outside the lock: the extent stays the reservation's while its owner is in this
     // call (only the owner aborts it, and its connection cannot close during a request).
@@ -307,6 +319,22 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
   if (obj->owner != owner) {
     return Status::PermissionDenied("reservation " + std::to_string(reservation_id) +
                                     " belongs to another connection");
+  }
+  const bool staged = obj->meta.key.empty();
+  if (staged || name != nullptr) {
+    if (name == nullptr) {
+      FreeReservationLocked(reservation_id);
+      return Status::InvalidArgument("reservation " + std::to_string(reservation_id) +
+                                     " is staged: its commit must name the object (it is freed)");
+    }
+    if (!staged) {
+      FreeReservationLocked(reservation_id);
+      return Status::InvalidArgument("reservation " + std::to_string(reservation_id) +
+                                     " was made for a key: its commit may not name one (it is "
+                                     "freed)");
+    }
+    TIERPOOL_RETURN_IF_ERROR(BindStagedLocked(*obj, *name));
+    ++counters_.staged_commits;
   }
   obj->meta.checksum = checksum;
   obj->meta.created_unix_ms = UnixMillis();

@@ -1,8 +1,9 @@
 // The object store: the public face of store/. It keeps the index of (namespace, key) -> object
-// (store/object_index.h), takes two-phase puts (reserve, write in place, commit) and pinned reads
-// under leases, and carries out the placement policy's decisions (store/placement_policy.h)
-// through the mover (store/mover.h), which copies the bytes on its own threads. `retained`
-// objects are never dropped.
+// (store/object_index.h), takes two-phase puts (reserve, write in place, commit; or room staged
+// ahead of a connection's next put, named by its commit) and pinned reads under leases, and
+// carries out the placement policy's decisions (store/placement_policy.h) through the mover
+// (store/mover.h), which copies the bytes on its own threads. `retained` objects are never
+// dropped.
 //
 // An object may have a copy in more than one tier: a move up keeps the copy below (it is clean:
 // objects are immutable once committed, and a put of the same key is a new object), so dropping
@@ -74,6 +75,11 @@ struct StoreConfig {
   std::uint64_t max_reservations_per_client = 65'536;
   std::uint64_t max_leases_per_client = 262'144;
   double max_reserved_fraction_per_client = 0.5;
+  // Staged reservations (Stage) one connection may hold, and the largest: a client stages room
+  // for its next put only (one, or two when commits race), of at most 4 MiB. Staged room has no
+  // deadline, so these keep a connection from holding memory idle past the reservation limit.
+  std::uint32_t max_staged_per_client = 4;
+  std::uint64_t max_staged_bytes = 16ull << 20;
   std::uint32_t max_key_bytes = 1024;
   std::uint32_t max_namespace_bytes = 256;
   std::uint32_t max_dtype_bytes = 32;
@@ -164,7 +170,9 @@ struct StoreStats {
   std::uint64_t client_limit_refusals = 0;  // reserves and pins past a per-connection limit
   // reserves and moves refused by a namespace quota (a put its hbm quota sent to dram counts)
   std::uint64_t quota_refusals = 0;
-  std::uint64_t commits_rejected = 0;  // verify_commits: bytes did not match
+  std::uint64_t commits_rejected = 0;     // verify_commits: bytes did not match
+  std::uint64_t reservations_staged = 0;  // made ahead of a connection's next put (Stage)
+  std::uint64_t staged_commits = 0;       // puts that named a staged reservation: one round trip
   std::uint64_t resource_exhausted = 0;
   std::uint64_t sessions_cleaned = 0;
   std::uint64_t spills = 0;              // dram -> nvme
@@ -193,7 +201,16 @@ class ObjectStore {
   void Stop();
 
   Result<Reservation> Reserve(const PutSpec& spec, std::uint64_t owner);
-  Status Commit(std::uint64_t reservation_id, std::uint64_t checksum, std::uint64_t owner);
+  // Room for a connection's next put, before it has a name (spec.key empty): a put that finds
+  // one staged copies into it and names it in its commit, in one round trip instead of two.
+  // Takes only free room below the tier's high watermark (never moves, drops or waits; hbm only
+  // without a plan on the namespace), and has no deadline: it is idle by design. Freed by
+  // Abort, by the commit that names it, or with its owner.
+  Result<Reservation> Stage(const PutSpec& spec, std::uint64_t owner);
+  // name: set exactly when the reservation was staged; its ns and size must be the staged ones.
+  // A commit that gives a name wrongly (or none for staged room) frees the reservation.
+  Status Commit(std::uint64_t reservation_id, std::uint64_t checksum, std::uint64_t owner,
+                const PutSpec* name = nullptr);
   Status Abort(std::uint64_t reservation_id, std::uint64_t owner);
   // Reserve, copy, commit: for bytes that arrive in a frame. The checksum is computed here.
   Status PutCopy(const PutSpec& spec, const void* data, std::uint64_t owner);
@@ -233,7 +250,7 @@ class ObjectStore {
   // cheap when no owner is overdue.
   Status CheckOwner(std::uint64_t owner) const;
   // Whether the owner holds reservations or pins (the transport's idle timeout spares it).
-  bool Holds(std::uint64_t owner) const;
+  bool Holds(std::uint64_t owner) const;  // staged reservations aside
   // Bytes of these open reservations (the ids that are not are ignored).
   std::uint64_t ReservedBytes(const std::vector<std::uint64_t>& reservation_ids);
   // True when a Pin of this object (wanting `want`'s copy, if set) would wait for a move: the
@@ -351,6 +368,11 @@ class ObjectStore {
   void UnpinLocked(std::uint64_t object_id, TierKind tier);
   // Per-connection and per-namespace limits (object_store_admission.cc).
   Status AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner);
+  // The limits every put spec must keep; named: a key is required (else it must be empty).
+  Status CheckPutSpec(const PutSpec& spec, bool named) const;
+  // Names a staged reservation after `name` (checked); frees it and says why when it cannot.
+  Status BindStagedLocked(StoredObject& obj, const PutSpec& name);
+  void UnstageLocked(std::uint64_t owner);
   Status AdmitPinLocked(std::uint64_t owner);
   void ExpireLocked(std::uint64_t now_us);
   void RelieveWatermarksLocked();
@@ -374,7 +396,9 @@ class ObjectStore {
   // guarded by mu_: moves out of each tier that failed for a reason other than corruption (a
   // failing device below); a caller waiting for room gives up after a few of these.
   std::array<std::uint64_t, kTierKindCount> failed_out_{};
-  StoreStats counters_;                                          // guarded by mu_
+  StoreStats counters_;  // guarded by mu_
+  // Staged reservations per owner: they do not keep an idle connection open (Holds).
+  std::unordered_map<std::uint64_t, std::uint64_t> staged_of_;   // guarded by mu_
   std::unordered_map<std::string, std::uint64_t> incoming_hbm_;  // guarded by mu_, per namespace
   std::unordered_map<std::string, std::uint64_t> planned_ns_;    // guarded by mu_: budgets
   std::unordered_set<std::uint64_t> overdue_;                    // guarded by mu_: owners

@@ -124,7 +124,9 @@ std::uint64_t ObjectStore::ReservedBytes(const std::vector<std::uint64_t>& reser
 bool ObjectStore::Holds(std::uint64_t owner) const {
   std::lock_guard lock(mu_);
   const OwnerHoldings h = index_.HoldingsOf(owner);
-  return h.reservations != 0 || h.leases != 0;
+  // Staged room is idle by design: it does not keep the connection from timing out.
+  auto staged = staged_of_.find(owner);
+  return h.reservations != (staged == staged_of_.end() ? 0 : staged->second) || h.leases != 0;
 }
 
 bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,

@@ -270,6 +270,8 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         ToWire(s, resp->mutable_status());
         return true;
       }
+      // Staged room the client no longer wants goes first: it must not count against these.
+      for (auto id : req.reserve().unstage()) (void)store_->Abort(id, session);
       auto* reply = resp->mutable_reserve();
       for (const auto& item : items) {
         auto* out = reply->add_items();
@@ -296,9 +298,40 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         ToWire(s, resp->mutable_status());
         return true;
       }
+      if (Status s = CheckBatch(req.commit().stage(), config_.max_batch_items); !s.ok()) {
+        ToWire(s, resp->mutable_status());
+        return true;
+      }
       auto* reply = resp->mutable_statuses();
       for (const auto& item : items) {
-        ToWire(store_->Commit(item.reservation_id(), item.checksum(), session), reply->add_items());
+        Status s;
+        std::optional<PutSpec> name;
+        if (item.has_spec()) {
+          s = CheckSpec(item.spec());
+          if (s.ok() && !MapsNamespace(peer, item.spec().ns())) s = NotMapped(item.spec().ns());
+          if (s.ok()) name = FromWire(item.spec());
+        }
+        if (s.ok()) {
+          s = store_->Commit(item.reservation_id(), item.checksum(), session,
+                             name ? &*name : nullptr);
+        } else {
+          (void)store_->Abort(item.reservation_id(), session);  // a failed naming frees it
+        }
+        ToWire(s, reply->add_items());
+      }
+      for (auto id : req.commit().unstage()) (void)store_->Abort(id, session);
+      for (const auto& spec : req.commit().stage()) {
+        auto* out = resp->mutable_staged()->add_items();
+        Status s = CheckSpec(spec);
+        if (s.ok() && !MapsNamespace(peer, spec.ns())) s = NotMapped(spec.ns());
+        auto r = s.ok() ? store_->Stage(FromWire(spec), session) : Result<Reservation>(s);
+        if (!r.ok()) {
+          ToWire(r.status(), out->mutable_status());
+          continue;
+        }
+        out->set_reservation_id(r->id);
+        ToWire(r->extent, out->mutable_extent());
+        out->set_tier(static_cast<wire::Tier>(r->tier));
       }
       return true;
     }
@@ -600,6 +633,8 @@ void StoreService::Stat(wire::StatReply* reply) {
   add("copies_lost_with_peers", s.copies_lost_with_peers);
   add("quota_refusals", s.quota_refusals);
   add("commits_rejected", s.commits_rejected);
+  add("reservations_staged", s.reservations_staged);
+  add("staged_commits", s.staged_commits);
   if (policy_ != nullptr) {
     for (const auto& [ns, quota] : policy_->quotas()) {
       const NamespaceUsage u = store_->UsageOf(ns);

@@ -491,6 +491,69 @@ TEST(Attack, PerClientLimitsOnReservationsAndPins) {
   }));
 }
 
+// Staged room (one-round-trip puts) is bounded per connection in count and size, and cannot be
+// named into another namespace or size than it was staged for.
+TEST(Attack, StagedRoomIsBoundedAndNamedOnlyAsStaged) {
+  ServerProcess server({"--dram", "256M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto raw = BlockingConnection::Connect(server.socket());
+  ASSERT_TRUE(raw.ok());
+  std::uint64_t id = 1;
+  auto call = [&](wire::Request& req) {
+    req.set_id(id++);
+    wire::Response resp;
+    std::vector<UniqueFd> fds;
+    EXPECT_TRUE((*raw)->Call(req, &resp, &fds).ok());
+    return resp;
+  };
+  wire::Request hello;
+  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+  hello.mutable_hello()->set_ns(server.options().ns);
+  call(hello);
+  wire::Request stage;
+  for (int i = 0; i < 10; ++i) {
+    auto* spec = stage.mutable_commit()->add_stage();
+    spec->set_ns(server.options().ns);
+    spec->set_size(1 << 20);
+  }
+  auto* huge = stage.mutable_commit()->add_stage();
+  huge->set_ns(server.options().ns);
+  huge->set_size(64 << 20);
+  wire::Response staged = call(stage);
+  ASSERT_EQ(staged.staged().items_size(), 11);
+  int made = 0;
+  for (const auto& item : staged.staged().items()) made += item.status().code() == 0;
+  EXPECT_EQ(made, 4);
+  EXPECT_EQ(staged.staged().items(10).status().code(),
+            static_cast<std::uint32_t>(StatusCode::kInvalidArgument));
+  // Named into another namespace or size: refused, and the room is freed.
+  wire::Request name;
+  auto* a = name.mutable_commit()->add_items();
+  a->set_reservation_id(staged.staged().items(0).reservation_id());
+  a->mutable_spec()->set_ns("someone-else");
+  a->mutable_spec()->set_key("k");
+  a->mutable_spec()->set_size(1 << 20);
+  auto* b = name.mutable_commit()->add_items();
+  b->set_reservation_id(staged.staged().items(1).reservation_id());
+  b->mutable_spec()->set_ns(server.options().ns);
+  b->mutable_spec()->set_key("k");
+  b->mutable_spec()->set_size(4096);
+  wire::Response named = call(name);
+  ASSERT_EQ(named.statuses().items_size(), 2);
+  for (const auto& st : named.statuses().items()) {
+    EXPECT_EQ(st.code(), static_cast<std::uint32_t>(StatusCode::kInvalidArgument)) << st.message();
+  }
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ((*client)->Stat("k").status().code(), StatusCode::kNotFound);
+  auto stats = (*client)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counter("reservations_open"), 2u);  // the two staged rooms left
+  raw->reset();
+  EXPECT_TRUE(
+      server.WaitFor([](const ServerStats& st) { return st.counter("reservations_open") == 0; }));
+}
+
 // Runs `body` in a child process as uid and gid 65534 (with `groups` as its supplementary groups
 // when not empty) and returns the child's exit status: the failure bits `body` returned, 100 when
 // becoming that user failed, -1 when the child did not exit.

@@ -161,5 +161,107 @@ TEST(RoundTripBatch, AutoGetsInlineAtMostTheThresholdPerReply) {
   EXPECT_EQ(get({"eight", "b0"}), (std::vector<bool>{true, false}));
 }
 
+// After two puts in a row of one size, the connection asks the server to stage room for the
+// next within the second's commit; the next put of that size copies into it and names it in its
+// commit: one round trip (ClientOptions::stage_puts). Before: every put above the inline
+// threshold was reserve, then commit.
+TEST(StagedPuts, ARunOfPutsOfOneSizeTakesOneRoundTripEach) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  ClientOptions options = server.options();
+  options.max_connections = 1;  // every put on the connection that staged
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  Client& c = **client;
+  auto counter = [&](std::string_view name) {
+    auto s = c.ServerStat();
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? s->counter(name) : ~0ull;
+  };
+  const std::size_t size = 64 * 1024 + 1;
+  PutOptions kv{.dtype = "float16", .shape = {8, 4096}, .kind = ObjectKind::kKvBlock};
+  const std::string a = Pattern(1, size), b = Pattern(2, size), b2 = Pattern(3, size);
+  ASSERT_TRUE(c.Put("a", a.data(), size).ok());
+  EXPECT_EQ(counter("reservations_staged"), 0u);  // one put of a size stages nothing
+  ASSERT_TRUE(c.Put("b", b.data(), size, kv).ok());
+  EXPECT_EQ(counter("reservations_staged"), 1u);
+  EXPECT_EQ(counter("staged_commits"), 0u);
+  ASSERT_TRUE(c.Put("b", b2.data(), size).ok());  // a replacement, through the staged room
+  EXPECT_EQ(counter("staged_commits"), 1u);
+  EXPECT_EQ(counter("reservations_open"), 1u);  // the room for the next one
+  std::string out(size, '\0');
+  ASSERT_TRUE(c.Get("a", out.data(), size).ok());
+  EXPECT_TRUE(out == a);
+  ASSERT_TRUE(c.Get("b", out.data(), size).ok());
+  EXPECT_TRUE(out == b2);
+  ASSERT_TRUE(c.Put("kv", b.data(), size, kv).ok());
+  EXPECT_EQ(counter("staged_commits"), 2u);
+  auto meta = c.Stat("kv");
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->kind, ObjectKind::kKvBlock);
+  EXPECT_EQ(meta->dtype, "float16");
+  EXPECT_EQ(meta->shape, kv.shape);
+
+  // Another size gives the staged room back in its reserve, and stages nothing yet.
+  const std::string big = Pattern(4, 2 * size);
+  ASSERT_TRUE(c.Put("big", big.data(), big.size()).ok());
+  EXPECT_EQ(counter("staged_commits"), 2u);
+  EXPECT_EQ(counter("reservations_open"), 0u);
+  auto r = c.Reserve("explicit", 4096 * 4);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->Commit().ok());
+  ASSERT_TRUE(c.Put("big", big.data(), big.size()).ok());
+  ASSERT_TRUE(c.Put("big", big.data(), big.size()).ok());  // the second in a row stages
+  EXPECT_EQ(counter("reservations_open"), 1u);
+
+  // A zero-copy reservation of a staged size takes the room without a round trip; its commit
+  // names it and stages the next.
+  {
+    auto z = c.Reserve("zero-copy", big.size());
+    ASSERT_TRUE(z.ok());
+    std::memcpy(z->data(), big.data(), big.size());
+    ASSERT_TRUE(z->Commit().ok());
+    EXPECT_EQ(counter("staged_commits"), 3u);
+    std::string back(big.size(), '\0');
+    ASSERT_TRUE(c.Get("zero-copy", back.data(), back.size()).ok());
+    EXPECT_TRUE(back == big);
+  }
+  {
+    auto dropped = c.Reserve("dropped", big.size());  // staged room, given back unused
+    ASSERT_TRUE(dropped.ok());
+    ASSERT_TRUE(dropped->Abort().ok());
+    EXPECT_EQ(counter("reservations_open"), 0u);
+  }
+  ASSERT_TRUE(c.Put("big", big.data(), big.size()).ok());  // stages again
+  {
+    // A name the server refuses, found at the commit that names staged room: an error, and
+    // the room is freed.
+    auto bad = c.Reserve(std::string(5000, 'k'), big.size());
+    ASSERT_TRUE(bad.ok());
+    EXPECT_EQ(bad->Commit().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(counter("reservations_open"), 1u);  // only the room that commit staged
+  }
+
+  // Sizes that vary stage nothing.
+  const std::uint64_t staged = counter("reservations_staged");
+  for (std::size_t n = 1; n <= 8; ++n) {
+    ASSERT_TRUE(c.Put("varied", big.data(), size + n * 4096).ok());
+  }
+  EXPECT_EQ(counter("reservations_staged"), staged);
+
+  // Without staging, no room is held between puts.
+  options.stage_puts = false;
+  auto plain = Client::Connect(options);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE((*plain)->Put("p", a.data(), size).ok());
+  ASSERT_TRUE((*plain)->Put("q", a.data(), size).ok());
+  ASSERT_TRUE((*plain)->Put("r", a.data(), size).ok());
+  EXPECT_EQ(counter("reservations_staged"), staged);
+  // A closed connection's staged room is freed.
+  client->reset();
+  EXPECT_TRUE(
+      server.WaitFor([](const ServerStats& s) { return s.counter("reservations_open") == 0; }));
+}
+
 }  // namespace
 }  // namespace tierpool::testing

@@ -49,6 +49,12 @@ struct ClientOptions {
   // Poll this long for a reply before sleeping: saves a thread wakeup (tens of microseconds on
   // VMs) per call at the price of a busy core meanwhile. 0: always sleep.
   unsigned busy_poll_us = 50;
+  // One-round-trip puts: after two puts in a row of the same size (at most 4 MiB) and placement
+  // through reservations (Put above the inline threshold, or Reserve), a connection asks the
+  // server to stage room for the next one, which then copies into it and commits: one round
+  // trip instead of reserve + commit. Costs at most one such extent of server memory per open
+  // connection, taken only from free room below the high watermark.
+  bool stage_puts = true;
 };
 
 struct PutOptions {
@@ -192,11 +198,16 @@ class TIERPOOL_EXPORT WriteReservation {
 
  private:
   friend class Client;
+  Status CommitWith(std::uint64_t checksum);
+
   std::shared_ptr<detail::PooledConnection> conn_;
   std::uint64_t reservation_id_ = 0;
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   TierKind tier_ = TierKind::kDram;
+  std::string key_;
+  PutOptions options_;
+  bool named_by_commit_ = false;  // room the connection had staged: the commit names it
 };
 
 struct GetViewOptions {

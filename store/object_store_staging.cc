@@ -1,0 +1,82 @@
+// Staged reservations: room made for a connection's next put before it has a name, so that the
+// put costs one round trip (copy into the staged extent, commit naming it) instead of two
+// (reserve, then commit). The class and its locking: store/object_store.h; the wire side:
+// CommitRequest in transport/proto/tierpool.proto.
+#include "common/units.h"
+#include "store/object_store.h"
+
+namespace tierpool {
+
+Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner) {
+  TIERPOOL_RETURN_IF_ERROR(CheckPutSpec(spec, /*named=*/false));
+  if (spec.size == 0) return Status::InvalidArgument("an empty object needs no staged room");
+  if (spec.size > config_.max_staged_bytes) {
+    return Status::InvalidArgument("staged room is for puts of at most " +
+                                   FormatBytes(config_.max_staged_bytes));
+  }
+  std::lock_guard lock(mu_);
+  if (auto it = staged_of_.find(owner);
+      it != staged_of_.end() && it->second >= config_.max_staged_per_client) {
+    ++counters_.client_limit_refusals;
+    return Status::ResourceExhausted("this connection has " + std::to_string(it->second) +
+                                     " staged reservations (the limit)");
+  }
+  TIERPOOL_RETURN_IF_ERROR(AdmitReserveLocked(spec, owner));
+  const TierKind kind = spec.tier_hint.value_or(TierKind::kDram);
+  Tier* t = tier(kind);
+  if (t == nullptr || t->capacity() == 0) {
+    return Status::FailedPrecondition(std::string(TierName(kind)) + " tier is off");
+  }
+  if (kind == TierKind::kHbm && planned_ns_.count(spec.ns) != 0) {
+    // A planned namespace's hbm room is the executor's budget, which a put may wait for.
+    return Status::FailedPrecondition("puts into a planned namespace's hbm are not staged");
+  }
+  TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(spec.ns, kind, spec.size));
+  const std::uint32_t pool = PoolOfLocked(spec.ns);
+  // Free room only: staging never moves or drops anything, and never pushes a tier over its
+  // high watermark (which would start demotions for room nobody has asked for yet).
+  auto extent = t->Allocate(spec.size, {spec.numa_node, pool});
+  if (!extent.ok()) return extent.status();
+  if (policy_->OverWatermark(kind, pool, 0) > 0) {
+    (void)t->Free(*extent);
+    return Status::ResourceExhausted("no room below " + std::string(TierName(kind)) +
+                                     "'s high watermark to stage " + FormatBytes(spec.size));
+  }
+  ObjectMeta meta;
+  meta.ns = spec.ns;
+  meta.size = spec.size;
+  meta.tier = kind;
+  StoredObject& obj = index_.AddReservation(std::move(meta), owner, /*expiry_us=*/0);
+  obj.pool = pool;
+  index_.SetCopy(obj, kind, *extent);
+  ++counters_.reservations_staged;
+  ++staged_of_[owner];
+  return Reservation{obj.id, *extent, kind};
+}
+
+Status ObjectStore::BindStagedLocked(StoredObject& obj, const PutSpec& name) {
+  Status s = CheckPutSpec(name, /*named=*/true);
+  if (s.ok() && (name.ns != obj.meta.ns || name.size != obj.meta.size)) {
+    s = Status::InvalidArgument("reservation " + std::to_string(obj.id) + " was staged for " +
+                                FormatBytes(obj.meta.size) + " in namespace '" + obj.meta.ns +
+                                "', not for " + FormatBytes(name.size) + " in '" + name.ns + "'");
+  }
+  if (!s.ok()) {
+    FreeReservationLocked(obj.id);
+    return s;
+  }
+  UnstageLocked(obj.owner);
+  obj.meta.key = name.key;
+  obj.meta.dtype = name.dtype;
+  obj.meta.shape = name.shape;
+  obj.meta.kind = name.kind;
+  obj.meta.durability = name.durability;
+  return Status::Ok();
+}
+
+void ObjectStore::UnstageLocked(std::uint64_t owner) {
+  auto it = staged_of_.find(owner);
+  if (it != staged_of_.end() && --it->second == 0) staged_of_.erase(it);
+}
+
+}  // namespace tierpool

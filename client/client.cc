@@ -138,11 +138,12 @@ Status WriteReservation::CommitWith(std::uint64_t checksum) {
   item->set_checksum(checksum);
   if (named_by_commit_) FillSpec(conn_->ns, key_, size_, options_, item->mutable_spec());
   // Room for the next put like this one, staged within this round trip.
-  const bool asked = conn_->stage_puts && conn_->staged.Ask(commit, conn_->ns, size_, options_);
+  const detail::PutShape shape(size_, options_);
+  const bool asked = conn_->stage_puts && conn_->staged.Ask(commit, conn_->ns, shape);
   wire::Response resp;
   auto conn = std::move(conn_);
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
-  if (asked) conn->staged.Keep(resp, *conn->mappings, size_, options_);
+  if (asked) conn->staged.Keep(resp, *conn->mappings, shape);
   if (resp.statuses().items_size() != 1) return Status::Internal("bad commit reply");
   return FromWire(resp.statuses().items(0));
 }
@@ -212,7 +213,7 @@ Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
   r.size_ = size;
   r.key_ = std::string(key);
   r.options_ = options;
-  if (auto room = conn->staged.Take(size, options)) {
+  if (auto room = conn->staged.Take(detail::PutShape(size, options))) {
     // Room this connection's last put of this size staged: no round trip now; the commit
     // names it. The key is checked there.
     r.reservation_id_ = room->reservation_id;

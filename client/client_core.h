@@ -19,6 +19,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/defaults.h"
@@ -105,12 +106,20 @@ class ArenaMappings {
 
 // Room the server staged on a connection for its next put (CommitRequest.stage): a put of the
 // same size and placement copies into it and names it in its commit, one round trip.
+// What room must match to serve a put: its size and the placement asked for.
+struct PutShape {
+  std::uint64_t size = 0;
+  std::optional<TierKind> tier;
+  int numa_node = -1;
+  PutShape() = default;
+  PutShape(std::uint64_t n, const PutOptions& o) : size(n), tier(o.tier), numa_node(o.numa_node) {}
+  bool operator==(const PutShape&) const = default;
+};
+
 struct StagedRoom {
   std::uint64_t reservation_id = 0;
-  std::uint64_t size = 0;
+  PutShape shape;  // what it was staged for
   std::byte* data = nullptr;
-  std::optional<TierKind> tier;  // the placement it was staged for
-  int numa_node = -1;
   TierKind placed = TierKind::kDram;  // where the server made it
 };
 
@@ -123,11 +132,10 @@ inline constexpr std::size_t kMaxStagedPutBytes = 4u << 20;
 // raced another) is given back in the next reserve or commit sent on it.
 class StagedRooms {
  public:
-  // The staged room, if it fits a put of `size` with `o`; it is the caller's from now on.
-  std::optional<StagedRoom> Take(std::uint64_t size, const PutOptions& o) {
+  // The staged room, if it fits a put of this shape; it is the caller's from now on.
+  std::optional<StagedRoom> Take(const PutShape& shape) {
     std::lock_guard lock(mu_);
-    if (!room_ || room_->size != size || room_->tier != o.tier || room_->numa_node != o.numa_node)
-      return std::nullopt;
+    if (!room_ || room_->shape != shape) return std::nullopt;
     return std::exchange(room_, std::nullopt);
   }
   // Gives back everything staged within a request that is about to reserve.
@@ -142,43 +150,38 @@ class StagedRooms {
   // too large, room staged already, or this put's size and placement are not those of the
   // connection's previous put (sizes that vary would stage room no put uses; a run of equal
   // sizes, as KV blocks and layer-by-layer tensors come, pays two round trips once).
-  bool Ask(wire::CommitRequest* commit, const std::string& ns, std::uint64_t size,
-           const PutOptions& o) {
+  bool Ask(wire::CommitRequest* commit, const std::string& ns, const PutShape& shape) {
     std::lock_guard lock(mu_);
     for (auto id : unused_) commit->add_unstage(id);
     unused_.clear();
-    const bool repeat =
-        last_.size == size && last_.tier == o.tier && last_.numa_node == o.numa_node;
-    last_ = {0, size, nullptr, o.tier, o.numa_node};
-    if (!repeat || size > kMaxStagedPutBytes || size == 0 || room_) return false;
+    const bool repeat = std::exchange(last_, shape) == shape;
+    if (!repeat || shape.size > kMaxStagedPutBytes || shape.size == 0 || room_) return false;
     auto* next = commit->add_stage();
     next->set_ns(ns);
-    next->set_size(size);
-    if (o.tier) next->set_tier_hint(static_cast<wire::Tier>(*o.tier));
-    if (o.numa_node >= 0) next->set_numa_node(o.numa_node);
+    next->set_size(shape.size);
+    if (shape.tier) next->set_tier_hint(static_cast<wire::Tier>(*shape.tier));
+    if (shape.numa_node >= 0) next->set_numa_node(shape.numa_node);
     return true;
   }
   // Keeps the room a commit that asked for it got (a server that does not stage, or had no
   // free room, answers with none).
-  void Keep(const wire::Response& resp, const ArenaMappings& mappings, std::uint64_t size,
-            const PutOptions& o) {
+  void Keep(const wire::Response& resp, const ArenaMappings& mappings, const PutShape& shape) {
     if (resp.staged().items_size() != 1) return;
     const auto& r = resp.staged().items(0);
     if (r.status().code() != 0) return;
     std::byte* data = mappings.Address(r.extent());
     std::lock_guard lock(mu_);
-    if (data == nullptr || r.extent().length() < size || room_) {
+    if (data == nullptr || r.extent().length() < shape.size || room_) {
       unused_.push_back(r.reservation_id());
       return;
     }
-    room_ = StagedRoom{
-        r.reservation_id(), size, data, o.tier, o.numa_node, static_cast<TierKind>(r.tier())};
+    room_ = StagedRoom{r.reservation_id(), shape, data, static_cast<TierKind>(r.tier())};
   }
 
  private:
   std::mutex mu_;
   std::optional<StagedRoom> room_;
-  StagedRoom last_;  // the size and placement of the last put committed (no room)
+  PutShape last_;  // the last put committed on the connection
   std::vector<std::uint64_t> unused_;
 };
 

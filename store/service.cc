@@ -51,14 +51,6 @@ Status CheckBatch(const Items& items, std::uint32_t max) {
   return Status::Ok();
 }
 
-// Appends a named counter to a stat reply or a job's entry in it.
-template <typename Message>
-void AddCounter(Message* m, const std::string& name, std::uint64_t value) {
-  auto* c = m->add_counters();
-  c->set_name(name);
-  c->set_value(value);
-}
-
 // Enum values from the wire are checked: an out-of-range value is an error, not a cast.
 Status CheckSpec(const wire::PutSpec& w) {
   if (!wire::ObjectKind_IsValid(w.kind())) return Status::InvalidArgument("unknown object kind");
@@ -71,7 +63,26 @@ Status CheckSpec(const wire::PutSpec& w) {
   return Status::Ok();
 }
 
+// A reservation (or why there is none) as one item of a reserve or staged reply.
+void ToWire(const Result<Reservation>& r, wire::ReserveResult* out) {
+  if (!r.ok()) {
+    ToWire(r.status(), out->mutable_status());
+    return;
+  }
+  out->set_reservation_id(r->id);
+  ToWire(r->extent, out->mutable_extent());
+  out->set_tier(static_cast<wire::Tier>(r->tier));
+}
+
 }  // namespace
+
+// A put's spec from the wire, once its enums are valid and this peer maps its namespace.
+Result<PutSpec> StoreService::CheckedSpec(const transport::PeerCredentials& peer,
+                                          const wire::PutSpec& w) const {
+  TIERPOOL_RETURN_IF_ERROR(CheckSpec(w));
+  if (!MapsNamespace(peer, w.ns())) return NotMapped(w.ns());
+  return FromWire(w);
+}
 
 bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
   (void)session;
@@ -274,21 +285,9 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       for (auto id : req.reserve().unstage()) (void)store_->Abort(id, session);
       auto* reply = resp->mutable_reserve();
       for (const auto& item : items) {
-        auto* out = reply->add_items();
-        Status s = CheckSpec(item);
-        if (s.ok() && !MapsNamespace(peer, item.ns())) s = NotMapped(item.ns());
-        if (!s.ok()) {
-          ToWire(s, out->mutable_status());
-          continue;
-        }
-        auto r = store_->Reserve(FromWire(item), session);
-        if (!r.ok()) {
-          ToWire(r.status(), out->mutable_status());
-          continue;
-        }
-        out->set_reservation_id(r->id);
-        ToWire(r->extent, out->mutable_extent());
-        out->set_tier(static_cast<wire::Tier>(r->tier));
+        auto spec = CheckedSpec(peer, item);
+        ToWire(spec.ok() ? store_->Reserve(*spec, session) : Result<Reservation>(spec.status()),
+               reply->add_items());
       }
       return true;
     }
@@ -305,33 +304,21 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       auto* reply = resp->mutable_statuses();
       for (const auto& item : items) {
         Status s;
-        std::optional<PutSpec> name;
-        if (item.has_spec()) {
-          s = CheckSpec(item.spec());
-          if (s.ok() && !MapsNamespace(peer, item.spec().ns())) s = NotMapped(item.spec().ns());
-          if (s.ok()) name = FromWire(item.spec());
-        }
-        if (s.ok()) {
-          s = store_->Commit(item.reservation_id(), item.checksum(), session,
-                             name ? &*name : nullptr);
+        if (!item.has_spec()) {
+          s = store_->Commit(item.reservation_id(), item.checksum(), session);
+        } else if (auto name = CheckedSpec(peer, item.spec()); name.ok()) {
+          s = store_->Commit(item.reservation_id(), item.checksum(), session, &*name);
         } else {
+          s = name.status();
           (void)store_->Abort(item.reservation_id(), session);  // a failed naming frees it
         }
         ToWire(s, reply->add_items());
       }
       for (auto id : req.commit().unstage()) (void)store_->Abort(id, session);
-      for (const auto& spec : req.commit().stage()) {
-        auto* out = resp->mutable_staged()->add_items();
-        Status s = CheckSpec(spec);
-        if (s.ok() && !MapsNamespace(peer, spec.ns())) s = NotMapped(spec.ns());
-        auto r = s.ok() ? store_->Stage(FromWire(spec), session) : Result<Reservation>(s);
-        if (!r.ok()) {
-          ToWire(r.status(), out->mutable_status());
-          continue;
-        }
-        out->set_reservation_id(r->id);
-        ToWire(r->extent, out->mutable_extent());
-        out->set_tier(static_cast<wire::Tier>(r->tier));
+      for (const auto& item : req.commit().stage()) {
+        auto spec = CheckedSpec(peer, item);
+        ToWire(spec.ok() ? store_->Stage(*spec, session) : Result<Reservation>(spec.status()),
+               resp->mutable_staged()->add_items());
       }
       return true;
     }
@@ -544,162 +531,6 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       out->set_lease_id(pinned->lease_id);
       ToWire(pinned->extent, out->mutable_extent());
     }
-  }
-}
-
-void StoreService::Stat(wire::StatReply* reply) {
-  StoreStats s = store_->Stats();
-  for (const auto& t : s.tiers) {
-    auto* w = reply->add_tiers();
-    w->set_tier(static_cast<wire::Tier>(t.tier.kind));
-    w->set_capacity(t.tier.capacity);
-    w->set_used_bytes(t.tier.used_bytes);
-    w->set_object_count(t.object_count);
-    w->set_free_extents(t.tier.free_extents);
-    w->set_largest_free_extent(t.tier.largest_free_extent);
-    w->set_fragmentation(t.tier.fragmentation);
-    w->set_high_watermark(t.watermarks.high);
-    w->set_low_watermark(t.watermarks.low);
-    w->set_pages_locked(t.tier.pages_locked);
-    w->set_backend(t.tier.backend);
-    w->set_failed_allocations(t.tier.failed_allocations);
-    w->set_state(t.tier.state);
-    w->set_read_errors(t.tier.read_errors);
-    w->set_write_errors(t.tier.write_errors);
-    w->set_checksum_failures(t.tier.checksum_failures);
-    w->set_peak_used_bytes(t.tier.peak_used_bytes);
-  }
-  auto add = [reply](const std::string& name, std::uint64_t v) { AddCounter(reply, name, v); };
-  add("objects", s.objects);
-  add("reservations_open", s.reservations_open);
-  add("leases_open", s.leases_open);
-  add("puts", s.puts);
-  add("bytes_put", s.bytes_put);
-  add("gets", s.gets);
-  add("get_misses", s.get_misses);
-  add("deletes", s.deletes);
-  add("evictions", s.evictions);
-  add("demotions", s.demotions);
-  add("promotions", s.promotions);
-  add("migrations_aborted", s.migrations_aborted);
-  add("reservations_overdue", s.reservations_overdue);
-  add("leases_overdue", s.leases_overdue);
-  add("clients_overdue", s.clients_overdue);
-  add("client_limit_refusals", s.client_limit_refusals);
-  add("resource_exhausted", s.resource_exhausted);
-  add("sessions_cleaned", s.sessions_cleaned);
-  add("spills", s.spills);
-  add("spill_failures", s.spill_failures);
-  add("nvme_reads", s.nvme_reads);
-  add("nvme_read_failures", s.nvme_read_failures);
-  add("corrupt_in_memory", s.corrupt_in_memory);
-  if (transport_ != nullptr) {
-    auto t = transport_->stats();
-    add("connections_accepted", t.connections_accepted);
-    add("connections_active", t.connections_active);
-    add("connections_refused", t.connections_refused);
-    add("frames_received", t.frames_received);
-    add("bad_frames", t.bad_frames);
-    add("malformed_messages", t.malformed_messages);
-    add("unknown_messages", t.unknown_messages);
-    add("connections_refused_per_process", t.connections_refused_per_process);
-    add("connections_refused_per_user", t.connections_refused_per_user);
-    add("handshake_timeouts", t.handshake_timeouts);
-    add("idle_timeouts", t.idle_timeouts);
-    add("frame_timeouts", t.frame_timeouts);
-    add("requests_on_workers", t.requests_on_workers);
-    add("frame_bytes_buffered", t.frame_bytes_buffered);
-    add("frame_buffer_waits", t.frame_buffer_waits);
-  }
-  if (const Cluster* cluster = cluster_.load()) {
-    cluster->VisitCounters(add);
-    cluster->FillMembers(reply);
-  }
-  for (const auto& l : s.links) {
-    const std::string link =
-        "link_" + std::string(TierName(l.from)) + "_" + std::string(TierName(l.to)) + "_";
-    auto add_link = [&](const char* what, std::uint64_t v) { add(link + what, v); };
-    add_link("bytes", l.bytes);
-    add_link("completed", l.completed);
-    add_link("failed", l.failed);
-    add_link("cancelled", l.cancelled);
-    add_link("deadline_misses", l.deadline_misses);
-    add_link("busy_us", l.busy_us);
-    add_link("queued", l.queued);
-    add_link("inflight_bytes", l.inflight_bytes);
-  }
-  add("clean_drops", s.clean_drops);
-  add("quarantined", s.quarantined);
-  add("copies_lost_with_peers", s.copies_lost_with_peers);
-  add("quota_refusals", s.quota_refusals);
-  add("commits_rejected", s.commits_rejected);
-  add("reservations_staged", s.reservations_staged);
-  add("staged_commits", s.staged_commits);
-  if (policy_ != nullptr) {
-    for (const auto& [ns, quota] : policy_->quotas()) {
-      const NamespaceUsage u = store_->UsageOf(ns);
-      add("ns_" + ns + "_bytes", u.bytes);
-      add("ns_" + ns + "_objects", u.objects);
-      add("ns_" + ns + "_quota_bytes", quota.max_bytes);
-      add("ns_" + ns + "_quota_objects", quota.max_objects);
-      for (TierKind k : {TierKind::kHbm, TierKind::kDram, TierKind::kNvme}) {
-        const std::string tier(TierName(k));
-        add("ns_" + ns + "_" + tier + "_bytes", u.tier_bytes[static_cast<int>(k)]);
-        add("ns_" + ns + "_quota_" + tier + "_bytes", quota.max_tier_bytes[static_cast<int>(k)]);
-      }
-    }
-    for (std::size_t i = 0; i < policy_->pools().size(); ++i) {
-      const std::string& name = policy_->pools()[i].name;
-      for (TierKind k : {TierKind::kHbm, TierKind::kDram}) {
-        const PoolSpace room = store_->SpaceOf(k, static_cast<std::uint32_t>(i + 1));
-        const std::string tier(TierName(k));
-        add("pool_" + name + "_" + tier + "_capacity", room.capacity);
-        add("pool_" + name + "_" + tier + "_used_bytes", room.used);
-      }
-    }
-  }
-  if (plans_ != nullptr) {
-    for (const auto& j : plans_->Jobs()) {
-      auto* w = reply->add_jobs();
-      w->set_id(j.id);
-      w->set_ns(j.ns);
-      w->set_name(j.name);
-      w->set_hbm_budget_bytes(j.hbm_budget);
-      w->set_iteration(j.iteration);
-      w->set_step(j.step);
-      w->set_pending_prefetches(j.pending);
-      VisitJobCounters(j.counters,
-                       [w](const char* name, std::uint64_t v) { AddCounter(w, name, v); });
-    }
-  }
-  reply->set_uptime_ms(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::steady_clock::now() - started_)
-                                     .count()));
-  reply->set_server_version(TIERPOOL_VERSION);
-  auto add_histogram = [reply](const char* op, std::uint64_t size_le, const LatencySnapshot& snap) {
-    auto* h = reply->add_latencies();
-    h->set_op(op);
-    h->set_size_le_bytes(size_le);
-    for (auto b : kLatencyBoundsUs) h->add_bounds_us(b);
-    for (auto c : snap.counts) h->add_counts(c);
-    h->set_sum_us(snap.sum_us);
-    h->set_count(snap.count);
-    return h;
-  };
-  static constexpr const char* kOpNames[kLatencyOps] = {"put", "get", "reserve", "commit"};
-  for (int op = 0; op < kLatencyOps; ++op) {
-    for (std::size_t c = 0; c < kSizeClasses; ++c) {
-      const LatencySnapshot snap = latency_[op][c].Read();
-      if (snap.count == 0) continue;
-      add_histogram(kOpNames[op], c < kSizeClassBounds.size() ? kSizeClassBounds[c] : 0, snap);
-    }
-  }
-  for (const auto& l : s.links) {
-    if (l.latency.count == 0) continue;
-    auto* h = add_histogram("move", 0, l.latency);
-    h->set_from_tier(std::string(TierName(l.from)));
-    h->set_to_tier(std::string(TierName(l.to)));
   }
 }
 

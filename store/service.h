@@ -59,6 +59,7 @@ class StoreService final : public transport::RequestHandler {
   bool MapsPool(const transport::PeerCredentials& peer, std::uint32_t pool) const;
   bool MapsNamespace(const transport::PeerCredentials& peer, const std::string& ns) const;
   static Status NotMapped(const std::string& ns);
+  Result<PutSpec> CheckedSpec(const transport::PeerCredentials& peer, const wire::PutSpec& w) const;
   // PERMISSION_DENIED when the request names a namespace the connection's user may not use.
   Status CheckNamespaces(const transport::PeerCredentials& peer, const wire::Request& request);
 

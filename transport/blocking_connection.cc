@@ -45,9 +45,10 @@ Status BlockingConnection::SendRaw(const void* data, std::size_t size) {
 
 Status BlockingConnection::Send(const wire::Request& request) {
   if (broken_) return Status::Unavailable("connection to tierpoold is broken");
-  auto frame = EncodeFrame(request, max_frame_bytes_);
-  if (!frame.ok()) return frame.status();
-  return SendRaw(frame->data(), frame->size());
+  TIERPOOL_RETURN_IF_ERROR(EncodeFrameInto(request, max_frame_bytes_, &send_buffer_));
+  Status s = SendRaw(send_buffer_.data(), send_buffer_.size());
+  if (send_buffer_.size() > kKeptBufferBytes) std::string().swap(send_buffer_);
+  return s;
 }
 
 Status BlockingConnection::ReadFull(void* data, std::size_t size, std::vector<UniqueFd>* fds,
@@ -105,7 +106,9 @@ Status BlockingConnection::Receive(wire::Response* response, std::vector<UniqueF
   }
   buffer_.resize(h->length);
   TIERPOOL_RETURN_IF_ERROR(ReadFull(buffer_.data(), h->length, fds, false));
-  if (!response->ParseFromArray(buffer_.data(), static_cast<int>(h->length))) {
+  const bool parsed = response->ParseFromArray(buffer_.data(), static_cast<int>(h->length));
+  if (buffer_.size() > kKeptBufferBytes) std::string().swap(buffer_);
+  if (!parsed) {
     broken_ = true;
     return Status::DataLoss("malformed response from tierpoold");
   }
@@ -115,6 +118,11 @@ Status BlockingConnection::Receive(wire::Response* response, std::vector<UniqueF
 Status BlockingConnection::Call(const wire::Request& request, wire::Response* response,
                                 std::vector<UniqueFd>* fds) {
   TIERPOOL_RETURN_IF_ERROR(Send(request));
+  return ReceiveReply(request, response, fds);
+}
+
+Status BlockingConnection::ReceiveReply(const wire::Request& request, wire::Response* response,
+                                        std::vector<UniqueFd>* fds) {
   TIERPOOL_RETURN_IF_ERROR(Receive(response, fds));
   if (response->id() == 0 && response->status().code() != 0 && request.id() != 0) {
     // The server's word on the connection itself (refused, or a frame it could not take).

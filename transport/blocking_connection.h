@@ -20,9 +20,13 @@ class BlockingConnection {
   // Reads one frame. Descriptors passed with it are appended to fds (when fds is not null; else
   // closed).
   Status Receive(wire::Response* response, std::vector<UniqueFd>* fds = nullptr);
-  // Send, then Receive; checks that the reply answers this request.
+  // Send, then ReceiveReply.
   Status Call(const wire::Request& request, wire::Response* response,
               std::vector<UniqueFd>* fds = nullptr);
+  // Receive, checking that the reply answers `request` (sent earlier: requests may be sent back
+  // to back and their replies read in the same order, as the server answers them).
+  Status ReceiveReply(const wire::Request& request, wire::Response* response,
+                      std::vector<UniqueFd>* fds = nullptr);
 
   // Raw bytes, for tests that speak a broken protocol on purpose.
   Status SendRaw(const void* data, std::size_t size);
@@ -43,7 +47,10 @@ class BlockingConnection {
 
   UniqueFd fd_;
   std::uint32_t max_frame_bytes_ = kDefaultMaxFrameBytes + (1u << 20);
-  std::string buffer_;
+  // Frame buffers up to this size are kept for the connection's next frame; larger ones go.
+  static constexpr std::size_t kKeptBufferBytes = 256 * 1024;
+  std::string buffer_;       // the frame being received
+  std::string send_buffer_;  // the frame being sent
   bool broken_ = false;
   std::uint32_t busy_poll_us_ = 0;
 };

@@ -40,19 +40,28 @@ Result<FrameHeader> DecodeFrameHeader(const std::uint8_t in[kFrameHeaderSize],
   return h;
 }
 
-Result<std::string> EncodeFrame(const google::protobuf::MessageLite& message,
-                                std::uint32_t max_frame_bytes) {
+Status EncodeFrameInto(const google::protobuf::MessageLite& message, std::uint32_t max_frame_bytes,
+                       std::string* out) {
+  out->clear();
   std::size_t size = message.ByteSizeLong();
   if (size > max_frame_bytes) {
     return Status::ResourceExhausted("message of " + std::to_string(size) +
                                      " bytes exceeds the frame limit of " +
                                      std::to_string(max_frame_bytes));
   }
-  std::string out(kFrameHeaderSize + size, '\0');
-  EncodeFrameHeader(static_cast<std::uint32_t>(size), reinterpret_cast<std::uint8_t*>(out.data()));
-  if (!message.SerializeToArray(out.data() + kFrameHeaderSize, static_cast<int>(size))) {
+  out->resize(kFrameHeaderSize + size);
+  EncodeFrameHeader(static_cast<std::uint32_t>(size), reinterpret_cast<std::uint8_t*>(out->data()));
+  if (!message.SerializeToArray(out->data() + kFrameHeaderSize, static_cast<int>(size))) {
+    out->clear();
     return Status::Internal("could not serialize message");
   }
+  return Status::Ok();
+}
+
+Result<std::string> EncodeFrame(const google::protobuf::MessageLite& message,
+                                std::uint32_t max_frame_bytes) {
+  std::string out;
+  TIERPOOL_RETURN_IF_ERROR(EncodeFrameInto(message, max_frame_bytes, &out));
   return out;
 }
 

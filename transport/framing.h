@@ -35,6 +35,10 @@ Result<FrameHeader> DecodeFrameHeader(const std::uint8_t in[kFrameHeaderSize],
 // Header + serialized message, ready to write.
 Result<std::string> EncodeFrame(const google::protobuf::MessageLite& message,
                                 std::uint32_t max_frame_bytes);
+// The same into *out (its capacity reused: a connection's frames cost no allocation once its
+// buffer is as large as they are). *out is left empty on an error.
+Status EncodeFrameInto(const google::protobuf::MessageLite& message, std::uint32_t max_frame_bytes,
+                       std::string* out);
 
 // Sends protobuf's own log lines (a parse error per malformed message, by default straight to
 // stderr) to spdlog at debug level, so that a client sending garbage cannot flood the log.

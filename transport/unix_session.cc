@@ -173,60 +173,54 @@ void UnixSession::OnBody() {
   ++shared_->counters.frames;
   spoke_ = true;
   SetState(State::kBusy);
-  const bool parsed = request_.ParseFromArray(body_.data(), static_cast<int>(expected_));
+  const bool parsed = messages_.request().ParseFromArray(body_.data(), static_cast<int>(expected_));
   ReleaseBuffer();
   if (!parsed) {
     ++shared_->counters.malformed;
     ToWire(Status::InvalidArgument("malformed request: payload is not a tierpool Request"),
-           response_.mutable_status());
+           messages_.response().mutable_status());
     return Reply(true);
   }
-  if (request_.body_case() == wire::Request::BODY_NOT_SET) {
+  if (messages_.request().body_case() == wire::Request::BODY_NOT_SET) {
     ++shared_->counters.unknown;
     ToWire(Status::Unimplemented("unknown message type (this server speaks protocol " +
                                  std::to_string(kProtocolVersion) + ")"),
-           response_.mutable_status());
+           messages_.response().mutable_status());
     return Reply(true);
   }
-  if (shared_->handler->MayBlock(id_, request_)) {
+  if (shared_->handler->MayBlock(id_, messages_.request())) {
     ++shared_->counters.on_workers;
     asio::post(*shared_->workers, [self = shared_from_this()] {
-      const bool reply = self->shared_->handler->Handle(self->id_, self->peer_, self->request_,
-                                                        &self->response_, &self->fds_);
+      const bool reply =
+          self->shared_->handler->Handle(self->id_, self->peer_, self->messages_.request(),
+                                         &self->messages_.response(), &self->fds_);
       asio::post(self->socket_.get_executor(), [self, reply] { self->Reply(reply); });
     });
     return;
   }
-  Reply(shared_->handler->Handle(id_, peer_, request_, &response_, &fds_));
+  Reply(shared_->handler->Handle(id_, peer_, messages_.request(), &messages_.response(), &fds_));
 }
 
 void UnixSession::Reply(bool reply) {
   if (closed_) return;
   if (!reply) {
-    request_.Clear();
-    response_.Clear();
+    messages_.Reset();
     fds_.clear();
     return ReadHeader();
   }
-  response_.set_id(request_.id());
-  auto frame = EncodeFrame(response_, shared_->config.max_frame_bytes);
-  if (!frame.ok()) {
+  wire::Response& response = messages_.response();
+  response.set_id(messages_.request().id());
+  // out_ keeps its capacity from the last reply (WriteOut lets go of large ones).
+  if (Status s = EncodeFrameInto(response, shared_->config.max_frame_bytes, &out_); !s.ok()) {
     wire::Response err;
-    err.set_id(request_.id());
-    ToWire(Status::ResourceExhausted("reply too large for one frame: " + frame.status().message()),
+    err.set_id(messages_.request().id());
+    ToWire(Status::ResourceExhausted("reply too large for one frame: " + s.message()),
            err.mutable_status());
-    frame = EncodeFrame(err, shared_->config.max_frame_bytes);
+    (void)EncodeFrameInto(err, shared_->config.max_frame_bytes, &out_);
     fds_.clear();
   }
-  out_ = std::move(frame).value();
-  // Large messages give their memory back rather than keep it for the next request.
-  if (out_.size() > kFirstChunk) {
-    wire::Request().Swap(&request_);
-    wire::Response().Swap(&response_);
-  } else {
-    request_.Clear();
-    response_.Clear();
-  }
+  // What a large message needed beyond the arena's first block goes back here.
+  messages_.Reset();
   SetState(State::kWriting);
   if (!fds_.empty()) return SendWithFds();
   WriteOut();

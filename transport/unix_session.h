@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "transport/message_arena.h"
 #include "transport/unix_server.h"
 
 namespace tierpool::transport {
@@ -100,8 +101,7 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   std::size_t received_ = 0;
   std::string body_;
   std::size_t charged_ = 0;  // bytes of body_ counted in counters.buffered
-  wire::Request request_;
-  wire::Response response_;
+  MessageArena messages_;    // the request being served and its reply
   std::vector<int> fds_;
   std::string out_;
   bool closed_ = false;

@@ -370,7 +370,7 @@ Status ObjectStore::PutCopy(const PutSpec& spec, const void* data, std::uint64_t
 
 Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
     std::unique_lock<std::mutex>& lock, const std::string& ns, const std::string& key) {
-  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  WaitDeadline deadline(config_.room_wait_ms);
   int read_failures = 0;
   for (int attempt = 0; attempt < 1000; ++attempt) {
     StoredObject* obj = index_.Lookup(ns, key);
@@ -383,12 +383,12 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
       // Someone is already bringing it back (or moving it): wait for that move, at demand
       // priority, instead of starting a second one.
       if (mapped(obj->move->to)) mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
-      if (!WaitForMoveLocked(lock, id, deadline)) {
+      if (!WaitForMoveLocked(lock, id, deadline.get())) {
         return Status::Unavailable("timed out waiting for " + ns + "/" + key + " to move");
       }
       continue;
     }
-    Status moved = MoveOnDemandLocked(lock, id, TierKind::kDram, false, deadline);
+    Status moved = MoveOnDemandLocked(lock, id, TierKind::kDram, false, deadline.get());
     if (moved.code() == StatusCode::kAborted) continue;
     if (!moved.ok()) return moved;
     obj = index_.Find(id);
@@ -416,7 +416,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   ++counters_.gets;
   std::optional<HbmUse> use;
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
-  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  WaitDeadline deadline(config_.room_wait_ms);
   Result<std::pair<StoredObject*, TierKind>> found = Status::Aborted("not looked up");
   bool current = false;  // `found` was resolved with no wait since
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -432,17 +432,17 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     if (obj->move && obj->move->to == want) {
       if (!use) use = HbmUse::kLate;
       mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
-      if (!WaitForMoveLocked(lock, id, deadline)) break;
+      if (!WaitForMoveLocked(lock, id, deadline.get())) break;
       continue;
     }
     if (obj->move) {  // moving elsewhere: let it finish, then look again
-      if (!WaitForMoveLocked(lock, id, deadline)) break;
+      if (!WaitForMoveLocked(lock, id, deadline.get())) break;
       continue;
     }
     if (!use) use = HbmUse::kMiss;
     // A planned job's own tensors come up on demand only within its budget.
     if (want == TierKind::kHbm && !WithinPlanBudgetLocked(lock, ns, obj->meta.size)) break;
-    Status moved = MoveOnDemandLocked(lock, id, want, /*mapped_source_only=*/true, deadline);
+    Status moved = MoveOnDemandLocked(lock, id, want, /*mapped_source_only=*/true, deadline.get());
     if (moved.code() == StatusCode::kAborted) continue;
     if (!moved.ok()) break;  // no room can be made: the nearest copy is pinned
   }

@@ -246,7 +246,7 @@ Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, T
         FormatBytes(size) + " is larger than " + (hint.pool == kSharedPool ? "the whole " : "") +
         RoomNameLocked(kind, hint.pool) + " tier (" + FormatBytes(room) + ")");
   }
-  const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);
+  WaitDeadline deadline(config_.room_wait_ms);
   const std::uint64_t failures_seen = failed_out_[static_cast<int>(kind)];
   for (;;) {
     auto extent = t->Allocate(size, hint);
@@ -271,7 +271,7 @@ Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, T
     }
     // Moves out of this tier are under way: wait for one to land, then look again. A move that
     // fails again and again (a failing device) ends the wait instead of repeating forever.
-    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (moved_.wait_until(lock, deadline.get()) == std::cv_status::timeout) {
       return Status::ResourceExhausted("timed out after " + std::to_string(config_.room_wait_ms) +
                                        " ms waiting for room in " + std::string(TierName(kind)));
     }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <boost/container/small_vector.hpp>
+
 #include "common/checksum.h"
 #include "common/units.h"
 
@@ -25,16 +27,22 @@ ArenaTier::Region* ArenaTier::FindRegion(std::uint32_t arena_id) {
 
 Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
   std::lock_guard lock(mu_);
-  // Only the pool's regions; the hinted node first, then the others with the most free space.
-  std::vector<Region*> order;
+  // Only the pool's regions; the hinted node first, then the others with the most free space
+  // (ties in the order they were added). A tier has a region per NUMA node and pool: few, so
+  // they are ordered on the stack, not in an allocated vector (this runs for every put).
+  boost::container::small_vector<Region*, 8> order;
   for (auto& r : regions_) {
     if (r.pool == hint.pool) order.push_back(&r);
   }
-  std::stable_sort(order.begin(), order.end(), [&](Region* a, Region* b) {
-    bool ha = a->numa_node == hint.numa_node, hb = b->numa_node == hint.numa_node;
-    if (ha != hb) return ha;
-    return a->allocator.stats().free_bytes > b->allocator.stats().free_bytes;
-  });
+  if (order.size() > 1) {
+    std::sort(order.begin(), order.end(), [&](Region* a, Region* b) {
+      bool ha = a->numa_node == hint.numa_node, hb = b->numa_node == hint.numa_node;
+      if (ha != hb) return ha;
+      const std::uint64_t fa = a->allocator.stats().free_bytes;
+      const std::uint64_t fb = b->allocator.stats().free_bytes;
+      return fa != fb ? fa > fb : a < b;  // regions_ is a vector: address order is added order
+    });
+  }
   for (Region* r : order) {
     if (auto range = r->allocator.Allocate(size)) {
       used_ += range->length;

@@ -37,6 +37,17 @@ void ExtentAllocator::InsertFree(std::uint64_t offset, std::uint64_t length) {
   free_by_size_.emplace(length, offset);
 }
 
+void ExtentAllocator::MoveFree(std::map<std::uint64_t, std::uint64_t>::iterator it,
+                               std::uint64_t offset, std::uint64_t length) {
+  auto by_size = free_by_size_.extract({it->second, it->first});
+  auto by_offset = free_by_offset_.extract(it);
+  by_size.value() = {length, offset};
+  by_offset.key() = offset;
+  by_offset.mapped() = length;
+  free_by_size_.insert(std::move(by_size));
+  free_by_offset_.insert(std::move(by_offset));
+}
+
 void ExtentAllocator::EraseFree(std::map<std::uint64_t, std::uint64_t>::iterator it) {
   free_by_size_.erase({it->second, it->first});
   free_by_offset_.erase(it);
@@ -54,8 +65,12 @@ std::optional<AllocatedRange> ExtentAllocator::Allocate(std::uint64_t size) {
     return std::nullopt;
   }
   auto [length, offset] = *best;
-  EraseFree(free_by_offset_.find(offset));
-  if (length > need) InsertFree(offset + need, length - need);
+  if (length > need) {
+    // The rest stays free: its two nodes are re-keyed in place, nothing is allocated.
+    MoveFree(free_by_offset_.find(offset), offset + need, length - need);
+  } else {
+    EraseFree(free_by_offset_.find(offset));
+  }
   stats_.used_bytes += need;
   stats_.free_bytes -= need;
   ++stats_.allocations;
@@ -77,25 +92,30 @@ Status ExtentAllocator::Free(AllocatedRange range) {
     return Status::Internal("double free: extent at " + std::to_string(range.offset) +
                             " overlaps free space");
   }
-  std::uint64_t offset = range.offset;
-  std::uint64_t length = range.length;
+  // Coalescing re-keys a neighbour's nodes rather than erasing and inserting them.
+  auto prev = free_by_offset_.end();  // the free extent just before, when they touch
   if (next != free_by_offset_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second > offset) {
+    auto before = std::prev(next);
+    if (before->first + before->second > range.offset) {
       return Status::Internal("double free: extent at " + std::to_string(range.offset) +
                               " overlaps free space");
     }
-    if (prev->first + prev->second == offset) {
-      offset = prev->first;
-      length += prev->second;
-      EraseFree(prev);
+    if (before->first + before->second == range.offset) prev = before;
+  }
+  const bool join_next =
+      next != free_by_offset_.end() && next->first == range.offset + range.length;
+  if (prev != free_by_offset_.end()) {
+    std::uint64_t length = prev->second + range.length;
+    if (join_next) {
+      length += next->second;
+      EraseFree(next);
     }
+    MoveFree(prev, prev->first, length);
+  } else if (join_next) {
+    MoveFree(next, range.offset, range.length + next->second);
+  } else {
+    InsertFree(range.offset, range.length);
   }
-  if (next != free_by_offset_.end() && next->first == range.offset + range.length) {
-    length += next->second;
-    EraseFree(next);
-  }
-  InsertFree(offset, length);
   stats_.used_bytes -= range.length;
   stats_.free_bytes += range.length;
   ++stats_.frees;

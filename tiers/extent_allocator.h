@@ -58,6 +58,9 @@ class ExtentAllocator {
  private:
   void InsertFree(std::uint64_t offset, std::uint64_t length);
   void EraseFree(std::map<std::uint64_t, std::uint64_t>::iterator it);
+  // The free extent at `it` becomes [offset, offset + length), its nodes reused.
+  void MoveFree(std::map<std::uint64_t, std::uint64_t>::iterator it, std::uint64_t offset,
+                std::uint64_t length);
 
   ExtentAllocatorConfig config_;
   std::map<std::uint64_t, std::uint64_t> free_by_offset_;           // offset -> length

@@ -31,14 +31,6 @@ Status ForkedStatus(int parent_pid) {
       "uses its parent's connections)");
 }
 
-}  // namespace detail
-
-using detail::Borrowed;
-using transport::FromWire;
-using transport::MetaFromWire;
-
-namespace {
-
 void FillSpec(const std::string& ns, std::string_view key, std::size_t size, const PutOptions& o,
               wire::PutSpec* s) {
   s->set_ns(ns);
@@ -52,11 +44,14 @@ void FillSpec(const std::string& ns, std::string_view key, std::size_t size, con
   if (o.numa_node >= 0) s->set_numa_node(o.numa_node);
 }
 
-Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) {
-  return Status::InvalidArgument("buffer of " + std::to_string(capacity) +
-                                 " bytes is too small for '" + std::string(key) + "' (" +
-                                 std::to_string(size) + " bytes)");
-}
+}  // namespace detail
+
+using detail::Borrowed;
+using detail::FillSpec;
+using transport::FromWire;
+using transport::MetaFromWire;
+
+namespace {
 
 // A get of one key in `mode`: the reply's item, once its status is OK.
 Result<wire::GetResult> GetOne(detail::Borrowed& conn, const std::string& ns, std::string_view key,
@@ -438,139 +433,6 @@ Result<ServerStats> Client::ServerStat(const StatOptions& options) {
     s.jobs.push_back(std::move(info));
   }
   return s;
-}
-
-std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
-  std::vector<Status> out(items.size());
-  if (items.empty()) return out;
-  if (core_->copy_only) {
-    // No reservations without a mapping: each one's bytes in its own frame.
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      out[i] = Put(items[i].key, items[i].data, items[i].size, items[i].options);
-    }
-    return out;
-  }
-  Borrowed conn(core_.get());
-  if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
-  // Phase one: room for all of them in one round trip.
-  wire::Request req;
-  conn->staged.GiveBack(req.mutable_reserve()->mutable_unstage());
-  for (const auto& it : items) {
-    FillSpec(core_->options.ns, it.key, it.size, it.options, req.mutable_reserve()->add_items());
-  }
-  wire::Response resp;
-  Status s = conn->Call(req, &resp);
-  if (s.ok() && resp.reserve().items_size() != static_cast<int>(items.size())) {
-    s = Status::Internal("bad reserve reply");
-  }
-  if (!s.ok()) return std::vector<Status>(items.size(), s);
-  // Copy each into place, then commit the lot in a second round trip.
-  wire::Request commit;
-  std::vector<int> committed_index;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const auto& r = resp.reserve().items(static_cast<int>(i));
-    out[i] = FromWire(r.status());
-    if (!out[i].ok()) continue;
-    std::uint64_t sum;
-    if (items[i].size == 0) {
-      sum = Xxh3(nullptr, 0);
-    } else {
-      std::byte* dst = core_->mappings->Address(r.extent());
-      if (dst == nullptr || items[i].data == nullptr) {
-        out[i] = dst == nullptr ? Status::Internal("unaddressable extent")
-                                : Status::InvalidArgument("null data");
-        commit.mutable_abort()->add_reservation_ids(r.reservation_id());
-        continue;
-      }
-      sum = CopyAndChecksum(dst, items[i].data, items[i].size, CopyTarget::kFresh);
-    }
-    auto* c = commit.mutable_commit()->add_items();
-    c->set_reservation_id(r.reservation_id());
-    c->set_checksum(sum);
-    committed_index.push_back(static_cast<int>(i));
-  }
-  if (commit.has_abort()) {
-    wire::Request abort;
-    *abort.mutable_abort() = commit.abort();
-    wire::Response ignored;
-    (void)conn->Call(abort, &ignored);
-  }
-  if (committed_index.empty()) return out;
-  wire::Request c2;
-  *c2.mutable_commit() = commit.commit();
-  wire::Response cresp;
-  s = conn->Call(c2, &cresp);
-  if (s.ok() && cresp.statuses().items_size() != static_cast<int>(committed_index.size())) {
-    s = Status::Internal("bad commit reply");
-  }
-  for (std::size_t j = 0; j < committed_index.size(); ++j) {
-    out[static_cast<std::size_t>(committed_index[j])] =
-        s.ok() ? FromWire(cresp.statuses().items(static_cast<int>(j))) : s;
-  }
-  return out;
-}
-
-std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& items,
-                                                  const GetOptions& options) {
-  std::vector<Result<std::size_t>> out;
-  out.reserve(items.size());
-  Borrowed conn(core_.get());
-  wire::Request req;
-  for (const auto& it : items) {
-    auto* k = req.mutable_get()->add_keys();
-    k->set_ns(core_->options.ns);
-    k->set_key(it.key);
-  }
-  req.mutable_get()->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
-  if (options.tier) req.mutable_get()->set_want_tier(static_cast<wire::Tier>(*options.tier));
-  wire::Response resp;
-  Status s = conn.status().ok() ? conn->Call(req, &resp) : conn.status();
-  if (s.ok() && resp.get().items_size() != static_cast<int>(items.size())) {
-    s = Status::Internal("bad get reply");
-  }
-  if (!s.ok()) {
-    for (std::size_t i = 0; i < items.size(); ++i) out.emplace_back(s);
-    return out;
-  }
-  wire::Request release;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const auto& r = resp.get().items(static_cast<int>(i));
-    const GetItem& it = items[i];
-    Status st = FromWire(r.status());
-    if (!st.ok()) {
-      out.emplace_back(st);
-      continue;
-    }
-    std::uint64_t size = r.meta().size();
-    if (r.lease_id() != 0) release.mutable_release()->add_lease_ids(r.lease_id());
-    if (size > it.capacity) {
-      out.emplace_back(TooSmall(it.key, it.capacity, size));
-      continue;
-    }
-    const void* src = nullptr;
-    if (r.has_data()) {
-      src = r.data().data();
-    } else if (size > 0) {
-      src = core_->mappings->ReadAddress(r.extent());
-      if (src == nullptr) {
-        out.emplace_back(Status::Internal("server returned an extent this client cannot address"));
-        continue;
-      }
-    }
-    if (size > 0) {
-      if (core_->options.verify_checksums) {
-        if (CopyAndChecksum(it.buffer, src, size) != r.meta().checksum()) {
-          out.emplace_back(Status::DataLoss("checksum mismatch for '" + it.key + "'"));
-          continue;
-        }
-      } else {
-        std::memcpy(it.buffer, src, size);
-      }
-    }
-    out.emplace_back(static_cast<std::size_t>(size));
-  }
-  if (release.has_release()) conn->SendOneWay(release);
-  return out;
 }
 
 std::future<Status> Client::PutAsync(std::string key, const void* data, std::size_t size,

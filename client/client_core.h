@@ -25,6 +25,7 @@
 #include "common/defaults.h"
 #include "tierpool/client.h"
 #include "transport/blocking_connection.h"
+#include "transport/message_arena.h"
 
 namespace tierpool {
 namespace detail {
@@ -37,6 +38,9 @@ using transport::FromWire;
 // releases would land in the parent's stream), so everything made before the fork fails there.
 std::uint64_t ForkGeneration();
 Status ForkedStatus(int parent_pid);
+// A put's spec on the wire.
+void FillSpec(const std::string& ns, std::string_view key, std::size_t size, const PutOptions& o,
+              wire::PutSpec* s);
 
 // The server's arenas, mapped once per client and kept while any connection or view uses them:
 // read-write for reservations, and read-only for views and reads (a view cannot write the
@@ -196,6 +200,9 @@ struct PooledConnection {
   std::string ns;           // the client's namespace
   bool stage_puts = false;  // ClientOptions::stage_puts
   StagedRooms staged;
+  // The messages of the call that has it borrowed (Reset by that call first): a batch's
+  // request and reply cost a few block allocations instead of several per item.
+  transport::MessageArena messages;
 
   bool Forked() const { return fork_generation != ForkGeneration(); }
   Status Call(wire::Request& req, wire::Response* resp) {
@@ -203,6 +210,19 @@ struct PooledConnection {
     std::lock_guard lock(mu);
     req.set_id(next_id++);
     return conn->Call(req, resp);
+  }
+  // A pipelined exchange (a batch in parts): requests sent back to back, each reply read later
+  // in the order they were sent. Whoever sends must read the reply of every request it sent (a
+  // failed read leaves the connection broken), so that no stale reply meets the next caller.
+  Status Send(wire::Request& req) {
+    if (Forked()) return ForkedStatus(owner_pid);
+    std::lock_guard lock(mu);
+    req.set_id(next_id++);
+    return conn->Send(req);
+  }
+  Status Receive(const wire::Request& req, wire::Response* resp) {
+    std::lock_guard lock(mu);
+    return conn->ReceiveReply(req, resp);
   }
   // In a forked child this sends nothing: the pin or plan is the parent's.
   void SendOneWay(wire::Request& req) {

@@ -111,6 +111,79 @@ TEST(RoundTripBatch, SixtyFourBlocksInOneCall) {
   EXPECT_EQ(list->front().kind, ObjectKind::kKvBlock);
 }
 
+// A batch of 32 or more goes in two parts pipelined on one connection: both reserves (gets)
+// sent at once, each part copied and committed as its reply comes. Errors stay with their item,
+// and the connection is left with no reply unread.
+TEST(RoundTripBatch, LargeBatchesArePipelinedInTwoParts) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  ClientOptions options = server.options();
+  options.max_connections = 1;
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  Client& c = **client;
+  auto counter = [&](std::string_view name) {
+    auto st = c.ServerStat();
+    EXPECT_TRUE(st.ok());
+    return st.ok() ? st->counter(name) : ~0ull;
+  };
+  constexpr int kItems = 65;
+  std::vector<std::string> data;
+  std::vector<PutItem> puts;
+  for (int i = 0; i < kItems; ++i) data.push_back(Pattern(static_cast<std::uint64_t>(i), 4096));
+  for (int i = 0; i < kItems; ++i) {
+    puts.push_back({"p" + std::to_string(i), data[static_cast<std::size_t>(i)].data(), 4096, {}});
+  }
+  puts[5].key = std::string(5000, 'k');  // refused by the server, in the first part
+  puts[40].data = nullptr;               // no bytes, in the second part: its room is aborted
+  puts[50].size = 0;                     // an empty object
+  data[50].clear();
+  std::uint64_t frames = counter("frames_received");
+  auto statuses = c.PutBatch(puts);
+  // Two reserves, an abort and two commits (and the stat after).
+  EXPECT_EQ(counter("frames_received") - frames, 6u);
+  ASSERT_EQ(statuses.size(), static_cast<std::size_t>(kItems));
+  for (int i = 0; i < kItems; ++i) {
+    if (i == 5 || i == 40) {
+      EXPECT_EQ(statuses[static_cast<std::size_t>(i)].code(), StatusCode::kInvalidArgument) << i;
+    } else {
+      EXPECT_TRUE(statuses[static_cast<std::size_t>(i)].ok())
+          << i << ": " << statuses[i].ToString();
+    }
+  }
+  EXPECT_EQ(counter("reservations_open"), 0u);
+
+  std::vector<std::string> out(kItems, std::string(4096, '\0'));
+  std::vector<GetItem> gets;
+  for (int i = 0; i < kItems; ++i) {
+    gets.push_back(
+        {puts[static_cast<std::size_t>(i)].key, out[static_cast<std::size_t>(i)].data(), 4096});
+  }
+  frames = counter("frames_received");
+  auto results = c.GetBatch(gets);
+  EXPECT_EQ(counter("frames_received") - frames, 4u);  // two gets, one release, the stat
+  ASSERT_EQ(results.size(), static_cast<std::size_t>(kItems));
+  for (int i = 0; i < kItems; ++i) {
+    const auto& r = results[static_cast<std::size_t>(i)];
+    if (i == 5) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);  // the key is too long
+    } else if (i == 40) {
+      EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+    } else {
+      ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+      ASSERT_EQ(*r, data[static_cast<std::size_t>(i)].size());
+      EXPECT_EQ(out[static_cast<std::size_t>(i)].substr(0, *r), data[static_cast<std::size_t>(i)])
+          << i;
+    }
+  }
+  EXPECT_TRUE(server.WaitFor([](const ServerStats& st) { return st.counter("leases_open") == 0; }));
+  // The connection carries on: no reply was left unread.
+  ASSERT_TRUE(c.Put("after", data[0].data(), data[0].size()).ok());
+  std::string back(4096, '\0');
+  ASSERT_TRUE(c.Get("after", back.data(), back.size()).ok());
+  EXPECT_TRUE(back == data[0]);
+}
+
 // AUTO carries at most the inline threshold's worth of bytes per reply (8 KiB by default): one
 // small object inline, a batch of them mostly pinned (read from the mapping, 2x faster for
 // 64 x 4 KiB than through the socket). Before: every object up to 64 KiB was inline.

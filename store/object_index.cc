@@ -22,7 +22,7 @@ StoredObject* ObjectIndex::Find(std::uint64_t id) {
 }
 
 StoredObject* ObjectIndex::Lookup(const std::string& ns, const std::string& key) {
-  auto it = names_.find({ns, key});
+  auto it = names_.find(NameView(ns, key));
   return it == names_.end() ? nullptr : objects_.at(it->second).get();
 }
 
@@ -88,7 +88,10 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj) {
   EraseReservation(obj.id);
   obj.committed = true;
   StoredObject* replaced = nullptr;
-  auto [it, inserted] = names_.try_emplace({obj.meta.ns, obj.meta.key}, obj.id);
+  const NameView name(obj.meta.ns, obj.meta.key);
+  auto it = names_.lower_bound(name);
+  const bool inserted = it == names_.end() || names_.key_comp()(name, it->first);
+  if (inserted) it = names_.emplace_hint(it, Name(name), obj.id);
   if (!inserted) {
     replaced = objects_.at(it->second).get();
     replaced->linked = false;
@@ -105,9 +108,15 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj) {
   return replaced;
 }
 
+void ObjectIndex::EraseName(const StoredObject& obj) {
+  if (auto it = names_.find(NameView(obj.meta.ns, obj.meta.key)); it != names_.end()) {
+    names_.erase(it);
+  }
+}
+
 void ObjectIndex::Unlink(StoredObject& obj) {
   if (obj.linked) {
-    names_.erase({obj.meta.ns, obj.meta.key});
+    EraseName(obj);
     obj.linked = false;
     CountNs(obj.meta.ns, 0, -1);
   }
@@ -121,7 +130,7 @@ void ObjectIndex::Erase(std::uint64_t id) {
   EraseReservation(id);
   Unlist(obj);
   if (obj.linked) {
-    names_.erase({obj.meta.ns, obj.meta.key});
+    EraseName(obj);
     CountNs(obj.meta.ns, 0, -1);
   }
   CountNs(obj.meta.ns, -static_cast<std::int64_t>(obj.meta.size), 0);

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -99,6 +100,19 @@ struct OwnerHoldings {
 class ObjectIndex {
  public:
   using Name = std::pair<std::string, std::string>;  // (namespace, key)
+  using NameView = std::pair<std::string_view, std::string_view>;
+  // Orders names and looks them up by view: a lookup builds no strings (a key past the short
+  // string size would cost an allocation per get and per put).
+  struct NameOrder {
+    using is_transparent = void;
+    static NameView View(const Name& n) { return {n.first, n.second}; }
+    static NameView View(const NameView& n) { return n; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return View(a) < View(b);
+    }
+  };
+  using Names = std::map<Name, std::uint64_t, NameOrder>;
 
   StoredObject* Find(std::uint64_t id);
   StoredObject* Lookup(const std::string& ns, const std::string& key);
@@ -162,7 +176,7 @@ class ObjectIndex {
   std::vector<std::uint64_t> LeasesOf(std::uint64_t owner) const;
   void EraseReservation(std::uint64_t id);  // the record only; the caller frees the object
 
-  const std::map<Name, std::uint64_t>& names() const { return names_; }
+  const Names& names() const { return names_; }
   std::uint64_t objects() const { return names_.size(); }
   std::uint64_t reservations() const { return reservation_ids_.size(); }
   std::uint64_t leases() const { return leases_.size(); }
@@ -179,9 +193,10 @@ class ObjectIndex {
   RecencySet& SetOf(const StoredObject& obj, int t, int set);
   void Unlist(StoredObject& obj);
   void UnlistCopy(StoredObject& obj, int tier);
+  void EraseName(const StoredObject& obj);
 
   std::unordered_map<std::uint64_t, std::unique_ptr<StoredObject>> objects_;
-  std::map<Name, std::uint64_t> names_;
+  Names names_;
   std::vector<TierSets> sets_{1};  // by pool (kSharedPool for tiers not partitioned)
   std::array<bool, kTierKindCount> partitioned_{};
   std::array<std::uint64_t, kTierKindCount> copies_in_{};

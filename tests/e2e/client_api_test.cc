@@ -216,6 +216,9 @@ TEST(Bench, ComparesWithRedisInTheSameRun) {
     if (path == "redis") ++redis_rows;
     if (path != "copy" && path != "zero_copy") continue;
     EXPECT_GT(r.value("ratio_to_redis", 0.0), 0.0) << r.dump();
+    if (r["threads"] == 1) {
+      EXPECT_GT(r.value("ratio_to_redis_p50", 0.0), 0.0) << r.dump();
+    }
     if (r["objects_per_op"] == 1) {
       EXPECT_GT(r.value("ratio_to_memcpy", 0.0), 0.0) << r.dump();
     }

@@ -1,8 +1,9 @@
 // The server's own work per batch of small objects, without the socket: a request parsed from
 // its bytes into the session's arena (transport/message_arena.h, as unix_session.cc does), handled
 // by StoreService, the reply serialized. Puts are a batch of 64 x 4 KiB reserved and committed over
-// keys that exist (a KV-cache offload rewrites its blocks); gets pin the 64 and release them. The
-// reference in the same run is the same number of 4 KiB entries written into and read from a
+// keys that exist (a KV-cache offload rewrites its blocks); gets pin the 64 and release them;
+// each alone in the store (/0) and beside 100,000 other objects (/100000). The reference in the
+// same run is the same number of 4 KiB entries written into and read from a
 // std::unordered_map<std::string, std::string>, the least a server that keeps its own copies must
 // do (Redis does that and more). Run: build/ci/benchmarks/service_bench
 #include <benchmark/benchmark.h>
@@ -71,9 +72,22 @@ std::string ReserveBytes() {
   return req.SerializeAsString();
 }
 
+// Empty objects the index holds besides the batch's (they take no room): a server with many
+// objects has deeper maps and sets to keep.
+void AddResident(Server& server, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (!server.store
+             ->PutCopy({.ns = "default", .key = "resident-" + std::to_string(i)}, nullptr, 0)
+             .ok()) {
+      std::abort();
+    }
+  }
+}
+
 // Reserve and commit 64 over existing keys: what PutBatch asks of the server.
 void BM_ServicePutBatch(benchmark::State& state) {
   Server server;
+  AddResident(server, state.range(0));
   const std::string reserve = ReserveBytes();
   const std::uint64_t sum = Xxh3(std::string(kSize, 'x').data(), kSize);
   wire::Request commit;
@@ -95,11 +109,12 @@ void BM_ServicePutBatch(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
-BENCHMARK(BM_ServicePutBatch);
+BENCHMARK(BM_ServicePutBatch)->Arg(0)->Arg(100'000);
 
 // Pin 64 (AUTO: pinned above the inline threshold's first bytes) and release them.
 void BM_ServiceGetBatch(benchmark::State& state) {
   Server server;
+  AddResident(server, state.range(0));
   std::string sum_src(kSize, 'x');
   for (int i = 0; i < kBatch; ++i) {
     if (!server.store->PutCopy({.ns = "default", .key = Key(i), .size = kSize}, sum_src.data(), 0)
@@ -128,7 +143,7 @@ void BM_ServiceGetBatch(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
-BENCHMARK(BM_ServiceGetBatch);
+BENCHMARK(BM_ServiceGetBatch)->Arg(0)->Arg(100'000);
 
 // The reference: 64 entries of 4 KiB replaced in and read back from a hash map of strings.
 void BM_HashMapOfStrings(benchmark::State& state) {

@@ -179,7 +179,12 @@ void ObjectIndex::Refresh(StoredObject& obj) {
     for (int set = 0; set < 3; ++set) {
       const bool in = c.listed & (1u << set), should = want & (1u << set);
       if (in && !should) SetOf(obj, t, set).erase(key);
-      if (!in && should) SetOf(obj, t, set).insert(key);
+      if (!in && should) {
+        // Most copies are listed as they are used, newest of all: the end is where they go,
+        // and a correct hint spares the search.
+        RecencySet& listed = SetOf(obj, t, set);
+        listed.insert(listed.end(), key);
+      }
     }
     c.listed = want;
   }
@@ -195,7 +200,7 @@ void ObjectIndex::Touch(StoredObject& obj, TierKind tier) {
     auto& s = SetOf(obj, static_cast<int>(tier), set);
     auto node = s.extract({old_use, obj.id});
     node.value() = {c.last_use, obj.id};
-    s.insert(std::move(node));
+    s.insert(s.end(), std::move(node));  // the newest use: the end, no search
   }
 }
 

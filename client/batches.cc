@@ -19,8 +19,24 @@ namespace {
 // extra messages cost more than the overlap saves.
 constexpr std::size_t kParts = 2;
 constexpr std::size_t kMinPartItems = 16;
+// Pipelining sends every part's request before reading a reply, so all of them must fit in the
+// socket's buffer (about 200 KiB by default on Linux): otherwise the client could block in a
+// send while the server, which reads a connection's next request only after writing its reply,
+// blocks writing a reply nobody reads. Batches whose requests are larger go in one part.
+constexpr std::size_t kMaxPipelinedBytes = 128 * 1024;
 
-std::size_t PartsFor(std::size_t items) { return items >= kParts * kMinPartItems ? kParts : 1; }
+// request_bytes: an upper bound on the encoded size of the batch's requests together.
+std::size_t PartsFor(std::size_t items, std::size_t request_bytes) {
+  return items >= kParts * kMinPartItems && request_bytes <= kMaxPipelinedBytes ? kParts : 1;
+}
+// Upper bounds on an item's encoded size in a reserve (a PutSpec with its field tags, lengths
+// and varints) and in a get (a Key).
+std::size_t SpecBytes(const std::string& ns, const PutItem& it) {
+  return ns.size() + it.key.size() + it.options.dtype.size() + 10 * it.options.shape.size() + 64;
+}
+std::size_t KeyBytes(const std::string& ns, const GetItem& it) {
+  return ns.size() + it.key.size() + 16;
+}
 std::size_t PartBegin(std::size_t items, std::size_t parts, std::size_t k) {
   return items * k / parts;
 }
@@ -66,7 +82,9 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  const std::size_t count = PartsFor(items.size());
+  std::size_t request_bytes = 0;
+  for (const auto& it : items) request_bytes += SpecBytes(core_->options.ns, it);
+  const std::size_t count = PartsFor(items.size(), request_bytes);
   std::vector<Part> parts(count);
 
   // Phase one: every part's reserve, back to back.
@@ -157,7 +175,9 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
   }
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  const std::size_t count = PartsFor(items.size());
+  std::size_t request_bytes = 0;
+  for (const auto& it : items) request_bytes += KeyBytes(core_->options.ns, it);
+  const std::size_t count = PartsFor(items.size(), request_bytes);
   struct GetPart {
     wire::Request* get = nullptr;
     wire::Response* got = nullptr;

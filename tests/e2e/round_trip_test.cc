@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <future>
 
 #include "tests/e2e/server_process.h"
 #include "transport/blocking_connection.h"
@@ -177,11 +178,59 @@ TEST(RoundTripBatch, LargeBatchesArePipelinedInTwoParts) {
     }
   }
   EXPECT_TRUE(server.WaitFor([](const ServerStats& st) { return st.counter("leases_open") == 0; }));
+  // Requests too large to be sure of the socket's buffer together go one after the other: 140
+  // keys of 1000 bytes make reserves of some 150 KiB.
+  std::vector<PutItem> long_keys;
+  for (int i = 0; i < 140; ++i) {
+    std::string key = std::to_string(i) + "-" + std::string(1000, 'k');
+    key.resize(1000);
+    const std::string& bytes = data[static_cast<std::size_t>(i % kItems)];
+    long_keys.push_back({key, (bytes.size() == 4096 ? bytes : data[0]).data(), 4096, {}});
+  }
+  frames = counter("frames_received");
+  for (const auto& st : c.PutBatch(long_keys)) EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(counter("frames_received") - frames, 3u);  // one reserve, one commit, the stat
+  std::vector<std::string> back_long(long_keys.size(), std::string(4096, '\0'));
+  std::vector<GetItem> long_gets;
+  for (std::size_t i = 0; i < long_keys.size(); ++i) {
+    long_gets.push_back({long_keys[i].key, back_long[i].data(), 4096});
+  }
+  frames = counter("frames_received");
+  auto long_results = c.GetBatch(long_gets);
+  EXPECT_EQ(counter("frames_received") - frames, 3u);  // one get, one release, the stat
+  for (std::size_t i = 0; i < long_keys.size(); ++i) {
+    ASSERT_TRUE(long_results[i].ok()) << i;
+    EXPECT_EQ(std::memcmp(back_long[i].data(), long_keys[i].data, 4096), 0) << i;
+  }
+
   // The connection carries on: no reply was left unread.
   ASSERT_TRUE(c.Put("after", data[0].data(), data[0].size()).ok());
   std::string back(4096, '\0');
   ASSERT_TRUE(c.Get("after", back.data(), back.size()).ok());
   EXPECT_TRUE(back == data[0]);
+}
+
+// A batch whose requests would not fit in the socket's buffer together is not pipelined: the
+// client would block sending the second while the server blocks writing the first's reply (it
+// reads a connection's next request only after its reply is out). 4000 gets of 1000-byte keys
+// that do not exist: each reply names every key, some 2 MiB a part. Pipelined, this hung.
+TEST(RoundTripBatch, RequestsTooLargeForTheSocketBufferAreNotPipelined) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  std::vector<GetItem> gets;
+  for (int i = 0; i < 4000; ++i) {
+    std::string key = std::to_string(i) + "-" + std::string(1000, 'k');
+    key.resize(1000);
+    gets.push_back({key, nullptr, 0});
+  }
+  auto done = std::async(std::launch::async, [&] { return (*client)->GetBatch(gets); });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the batch did not finish: client and server each waiting on the other";
+  auto results = done.get();
+  ASSERT_EQ(results.size(), gets.size());
+  for (const auto& r : results) EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
 }
 
 // AUTO carries at most the inline threshold's worth of bytes per reply (8 KiB by default): one

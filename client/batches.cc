@@ -3,6 +3,7 @@
 // bytes are copied (and its commit sent) as soon as its reply arrives, while the server is still
 // working on the next part. The client's copies and messages then overlap the server's work
 // instead of following it (docs/benchmarks.md, "Batches of small objects, pipelined").
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,14 +21,16 @@ namespace {
 constexpr std::size_t kParts = 2;
 constexpr std::size_t kMinPartItems = 16;
 // Pipelining sends every part's request before reading a reply, so all of them must fit in the
-// socket's buffer (about 200 KiB by default on Linux): otherwise the client could block in a
-// send while the server, which reads a connection's next request only after writing its reply,
-// blocks writing a reply nobody reads. Batches whose requests are larger go in one part.
+// socket's send buffer (SO_SNDBUF, about 200 KiB by default on Linux): otherwise the client
+// could block in a send while the server, which reads a connection's next request only after
+// writing its reply, blocks writing a reply nobody reads. Batches whose requests take more than
+// this, or more than half the buffer, go in one part.
 constexpr std::size_t kMaxPipelinedBytes = 128 * 1024;
 
 // request_bytes: an upper bound on the encoded size of the batch's requests together.
-std::size_t PartsFor(std::size_t items, std::size_t request_bytes) {
-  return items >= kParts * kMinPartItems && request_bytes <= kMaxPipelinedBytes ? kParts : 1;
+std::size_t PartsFor(std::size_t items, std::size_t request_bytes, std::size_t send_buffer) {
+  const std::size_t room = std::min(kMaxPipelinedBytes, send_buffer / 2);
+  return items >= kParts * kMinPartItems && request_bytes <= room ? kParts : 1;
 }
 // Upper bounds on an item's encoded size in a reserve (a PutSpec with its field tags, lengths
 // and varints) and in a get (a Key).
@@ -84,7 +87,7 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   messages.Reset();
   std::size_t request_bytes = 0;
   for (const auto& it : items) request_bytes += SpecBytes(core_->options.ns, it);
-  const std::size_t count = PartsFor(items.size(), request_bytes);
+  const std::size_t count = PartsFor(items.size(), request_bytes, conn->conn->send_buffer_bytes());
   std::vector<Part> parts(count);
 
   // Phase one: every part's reserve, back to back.
@@ -177,7 +180,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
   messages.Reset();
   std::size_t request_bytes = 0;
   for (const auto& it : items) request_bytes += KeyBytes(core_->options.ns, it);
-  const std::size_t count = PartsFor(items.size(), request_bytes);
+  const std::size_t count = PartsFor(items.size(), request_bytes, conn->conn->send_buffer_bytes());
   struct GetPart {
     wire::Request* get = nullptr;
     wire::Response* got = nullptr;

@@ -137,6 +137,14 @@ Status BlockingConnection::ReceiveReply(const wire::Request& request, wire::Resp
   return FromWire(response->status());
 }
 
+BlockingConnection::BlockingConnection(UniqueFd fd) : fd_(std::move(fd)) {
+  int bytes = 0;
+  socklen_t len = sizeof(bytes);
+  if (::getsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &bytes, &len) == 0 && bytes > 0) {
+    send_buffer_bytes_ = static_cast<std::size_t>(bytes);
+  }
+}
+
 bool BlockingConnection::PeerClosed() {
   if (broken_) return true;
   pollfd p{fd_.get(), POLLIN | POLLRDHUP, 0};

@@ -36,13 +36,16 @@ class BlockingConnection {
   // microseconds on virtual machines, more than the whole request. 0 turns it off.
   void set_busy_poll_us(std::uint32_t v) { busy_poll_us_ = v; }
   int fd() const { return fd_.get(); }
+  // The socket's send buffer (SO_SNDBUF, read at connect; 0 if unknown): how many request bytes
+  // may be in flight before a send blocks until the server reads.
+  std::size_t send_buffer_bytes() const { return send_buffer_bytes_; }
   bool broken() const { return broken_; }
   // True when the server has closed its end (an idle connection it timed out): a poll, no
   // blocking. A connection found closed is marked broken.
   bool PeerClosed();
 
  private:
-  explicit BlockingConnection(UniqueFd fd) : fd_(std::move(fd)) {}
+  explicit BlockingConnection(UniqueFd fd);
   Status ReadFull(void* data, std::size_t size, std::vector<UniqueFd>* fds, bool spin);
 
   UniqueFd fd_;
@@ -51,6 +54,7 @@ class BlockingConnection {
   static constexpr std::size_t kKeptBufferBytes = 256 * 1024;
   std::string buffer_;       // the frame being received
   std::string send_buffer_;  // the frame being sent
+  std::size_t send_buffer_bytes_ = 0;
   bool broken_ = false;
   std::uint32_t busy_poll_us_ = 0;
 };

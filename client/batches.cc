@@ -27,11 +27,21 @@ constexpr std::size_t kMinPartItems = 16;
 // this, or more than half the buffer, go in one part.
 constexpr std::size_t kMaxPipelinedBytes = 128 * 1024;
 
-// request_bytes: an upper bound on the encoded size of the batch's requests together.
-std::size_t PartsFor(std::size_t items, std::size_t request_bytes, std::size_t send_buffer) {
+// The items [begin, end) of one part of a batch.
+struct Range {
+  std::size_t begin = 0, end = 0;
+};
+
+// The parts a batch of `items` goes in, in order. request_bytes: an upper bound on the encoded
+// size of the batch's requests together; send_buffer: the connection's SO_SNDBUF.
+std::vector<Range> Parts(std::size_t items, std::size_t request_bytes, std::size_t send_buffer) {
   const std::size_t room = std::min(kMaxPipelinedBytes, send_buffer / 2);
-  return items >= kParts * kMinPartItems && request_bytes <= room ? kParts : 1;
+  const std::size_t count = items >= kParts * kMinPartItems && request_bytes <= room ? kParts : 1;
+  std::vector<Range> out(count);
+  for (std::size_t k = 0; k < count; ++k) out[k] = {items * k / count, items * (k + 1) / count};
+  return out;
 }
+
 // Upper bounds on an item's encoded size in a reserve (a PutSpec with its field tags, lengths
 // and varints) and in a get (a Key).
 std::size_t SpecBytes(const std::string& ns, const PutItem& it) {
@@ -40,9 +50,6 @@ std::size_t SpecBytes(const std::string& ns, const PutItem& it) {
 std::size_t KeyBytes(const std::string& ns, const GetItem& it) {
   return ns.size() + it.key.size() + 16;
 }
-std::size_t PartBegin(std::size_t items, std::size_t parts, std::size_t k) {
-  return items * k / parts;
-}
 
 Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) {
   return Status::InvalidArgument("buffer of " + std::to_string(capacity) +
@@ -50,9 +57,8 @@ Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) 
                                  std::to_string(size) + " bytes)");
 }
 
-// One part of a batch, items [begin, end), and its messages (on the connection's arena).
-struct Part {
-  std::size_t begin = 0, end = 0;
+// One part of a put batch and its messages (on the connection's arena).
+struct Part : Range {
   wire::Request* reserve = nullptr;
   wire::Response* reserved = nullptr;
   Status reserve_sent;
@@ -87,14 +93,14 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   messages.Reset();
   std::size_t request_bytes = 0;
   for (const auto& it : items) request_bytes += SpecBytes(core_->options.ns, it);
-  const std::size_t count = PartsFor(items.size(), request_bytes, conn->conn->send_buffer_bytes());
-  std::vector<Part> parts(count);
+  const std::vector<Range> ranges =
+      Parts(items.size(), request_bytes, conn->conn->send_buffer_bytes());
+  std::vector<Part> parts(ranges.size());
 
   // Phase one: every part's reserve, back to back.
-  for (std::size_t k = 0; k < count; ++k) {
+  for (std::size_t k = 0; k < parts.size(); ++k) {
     Part& p = parts[k];
-    p.begin = PartBegin(items.size(), count, k);
-    p.end = PartBegin(items.size(), count, k + 1);
+    static_cast<Range&>(p) = ranges[k];
     p.reserve = k == 0 ? &messages.request() : messages.New<wire::Request>();
     auto* reserve = p.reserve->mutable_reserve();
     if (k == 0) conn->staged.GiveBack(reserve->mutable_unstage());
@@ -180,20 +186,21 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
   messages.Reset();
   std::size_t request_bytes = 0;
   for (const auto& it : items) request_bytes += KeyBytes(core_->options.ns, it);
-  const std::size_t count = PartsFor(items.size(), request_bytes, conn->conn->send_buffer_bytes());
-  struct GetPart {
+  const std::vector<Range> ranges =
+      Parts(items.size(), request_bytes, conn->conn->send_buffer_bytes());
+  struct GetPart : Range {
     wire::Request* get = nullptr;
     wire::Response* got = nullptr;
     Status sent;
   };
-  std::vector<GetPart> parts(count);
+  std::vector<GetPart> parts(ranges.size());
   // Every part's get, back to back.
-  for (std::size_t k = 0; k < count; ++k) {
+  for (std::size_t k = 0; k < parts.size(); ++k) {
     GetPart& p = parts[k];
+    static_cast<Range&>(p) = ranges[k];
     p.get = k == 0 ? &messages.request() : messages.New<wire::Request>();
     auto* get = p.get->mutable_get();
-    for (std::size_t i = PartBegin(items.size(), count, k);
-         i < PartBegin(items.size(), count, k + 1); ++i) {
+    for (std::size_t i = p.begin; i < p.end; ++i) {
       auto* key = get->add_keys();
       key->set_ns(core_->options.ns);
       key->set_key(items[i].key);
@@ -205,20 +212,17 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
   }
   // Each part's bytes copied out as its reply arrives; one release for every pin at the end.
   wire::Request& release = *messages.New<wire::Request>();
-  for (std::size_t k = 0; k < count; ++k) {
-    GetPart& p = parts[k];
-    const std::size_t begin = PartBegin(items.size(), count, k);
-    const std::size_t end = PartBegin(items.size(), count, k + 1);
+  for (GetPart& p : parts) {
     Status s = p.sent.ok() ? conn->Receive(*p.get, p.got) : p.sent;
-    if (s.ok() && p.got->get().items_size() != static_cast<int>(end - begin)) {
+    if (s.ok() && p.got->get().items_size() != static_cast<int>(p.end - p.begin)) {
       s = Status::Internal("bad get reply");
     }
     if (!s.ok()) {
-      for (std::size_t i = begin; i < end; ++i) out.emplace_back(s);
+      for (std::size_t i = p.begin; i < p.end; ++i) out.emplace_back(s);
       continue;
     }
-    for (std::size_t i = begin; i < end; ++i) {
-      const auto& r = p.got->get().items(static_cast<int>(i - begin));
+    for (std::size_t i = p.begin; i < p.end; ++i) {
+      const auto& r = p.got->get().items(static_cast<int>(i - p.begin));
       const GetItem& it = items[i];
       Status st = FromWire(r.status());
       if (!st.ok()) {

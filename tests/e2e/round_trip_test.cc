@@ -78,6 +78,13 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RoundTrip,
                          ::testing::Values(0, 1, 4096, 64 * 1024 + 1, 64 * 1024 * 1024),
                          [](const auto& p) { return "bytes_" + std::to_string(p.param); });
 
+// A counter of the server's stat reply, through `c` (a failed stat fails the test).
+std::uint64_t ServerCounter(Client& c, std::string_view name) {
+  auto stat = c.ServerStat();
+  EXPECT_TRUE(stat.ok());
+  return stat.ok() ? stat->counter(name) : ~0ull;
+}
+
 TEST(RoundTripBatch, SixtyFourBlocksInOneCall) {
   ServerProcess server({"--dram", "64M", "--hbm", "0"});
   ASSERT_TRUE(server.started());
@@ -123,11 +130,7 @@ TEST(RoundTripBatch, LargeBatchesArePipelinedInTwoParts) {
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
   Client& c = **client;
-  auto counter = [&](std::string_view name) {
-    auto st = c.ServerStat();
-    EXPECT_TRUE(st.ok());
-    return st.ok() ? st->counter(name) : ~0ull;
-  };
+  auto counter = [&](std::string_view name) { return ServerCounter(c, name); };
   constexpr int kItems = 65;
   std::vector<std::string> data;
   std::vector<PutItem> puts;
@@ -295,11 +298,7 @@ TEST(StagedPuts, ARunOfPutsOfOneSizeTakesOneRoundTripEach) {
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
   Client& c = **client;
-  auto counter = [&](std::string_view name) {
-    auto s = c.ServerStat();
-    EXPECT_TRUE(s.ok());
-    return s.ok() ? s->counter(name) : ~0ull;
-  };
+  auto counter = [&](std::string_view name) { return ServerCounter(c, name); };
   const std::size_t size = 64 * 1024 + 1;
   PutOptions kv{.dtype = "float16", .shape = {8, 4096}, .kind = ObjectKind::kKvBlock};
   const std::string a = Pattern(1, size), b = Pattern(2, size), b2 = Pattern(3, size);

@@ -96,6 +96,7 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   const std::vector<Range> ranges =
       Parts(items.size(), request_bytes, conn->conn->send_buffer_bytes());
   std::vector<Part> parts(ranges.size());
+  detail::PipelinedExchange exchange(*conn.shared());
 
   // Phase one: every part's reserve, back to back.
   for (std::size_t k = 0; k < parts.size(); ++k) {
@@ -109,12 +110,12 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
                reserve->add_items());
     }
     p.reserved = k == 0 ? &messages.response() : messages.New<wire::Response>();
-    p.reserve_sent = conn->Send(*p.reserve);
+    p.reserve_sent = exchange.Send(*p.reserve);
   }
 
   // Phase two: as each part's room arrives, copy into it and send its commit.
   for (Part& p : parts) {
-    Status s = p.reserve_sent.ok() ? conn->Receive(*p.reserve, p.reserved) : p.reserve_sent;
+    Status s = p.reserve_sent.ok() ? exchange.Receive(*p.reserve, p.reserved) : p.reserve_sent;
     if (s.ok() && p.reserved->reserve().items_size() != static_cast<int>(p.end - p.begin)) {
       s = Status::Internal("bad reserve reply");
     }
@@ -149,19 +150,19 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
     }
     if (p.abort != nullptr) {
       p.aborted = messages.New<wire::Response>();
-      p.abort_sent = conn->Send(*p.abort);
+      p.abort_sent = exchange.Send(*p.abort);
     }
     if (p.commit != nullptr) {
       p.committed = messages.New<wire::Response>();
-      p.commit_sent = conn->Send(*p.commit);
+      p.commit_sent = exchange.Send(*p.commit);
     }
   }
 
   // Phase three: the replies to the aborts and commits, in the order they were sent.
   for (Part& p : parts) {
-    if (p.abort != nullptr && p.abort_sent.ok()) (void)conn->Receive(*p.abort, p.aborted);
+    if (p.abort != nullptr && p.abort_sent.ok()) (void)exchange.Receive(*p.abort, p.aborted);
     if (p.commit == nullptr) continue;
-    Status s = p.commit_sent.ok() ? conn->Receive(*p.commit, p.committed) : p.commit_sent;
+    Status s = p.commit_sent.ok() ? exchange.Receive(*p.commit, p.committed) : p.commit_sent;
     if (s.ok() && p.committed->statuses().items_size() != static_cast<int>(p.in_commit.size())) {
       s = Status::Internal("bad commit reply");
     }
@@ -194,6 +195,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     Status sent;
   };
   std::vector<GetPart> parts(ranges.size());
+  detail::PipelinedExchange exchange(*conn.shared());
   // Every part's get, back to back.
   for (std::size_t k = 0; k < parts.size(); ++k) {
     GetPart& p = parts[k];
@@ -208,12 +210,12 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     get->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
     if (options.tier) get->set_want_tier(static_cast<wire::Tier>(*options.tier));
     p.got = k == 0 ? &messages.response() : messages.New<wire::Response>();
-    p.sent = conn->Send(*p.get);
+    p.sent = exchange.Send(*p.get);
   }
   // Each part's bytes copied out as its reply arrives; one release for every pin at the end.
   wire::Request& release = *messages.New<wire::Request>();
   for (GetPart& p : parts) {
-    Status s = p.sent.ok() ? conn->Receive(*p.get, p.got) : p.sent;
+    Status s = p.sent.ok() ? exchange.Receive(*p.get, p.got) : p.sent;
     if (s.ok() && p.got->get().items_size() != static_cast<int>(p.end - p.begin)) {
       s = Status::Internal("bad get reply");
     }
@@ -259,7 +261,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
       out.emplace_back(static_cast<std::size_t>(size));
     }
   }
-  if (release.has_release()) conn->SendOneWay(release);
+  if (release.has_release()) exchange.SendOneWay(release);
   return out;
 }
 

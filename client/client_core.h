@@ -211,19 +211,6 @@ struct PooledConnection {
     req.set_id(next_id++);
     return conn->Call(req, resp);
   }
-  // A pipelined exchange (a batch in parts): requests sent back to back, each reply read later
-  // in the order they were sent. Whoever sends must read the reply of every request it sent (a
-  // failed read leaves the connection broken), so that no stale reply meets the next caller.
-  Status Send(wire::Request& req) {
-    if (Forked()) return ForkedStatus(owner_pid);
-    std::lock_guard lock(mu);
-    req.set_id(next_id++);
-    return conn->Send(req);
-  }
-  Status Receive(const wire::Request& req, wire::Response* resp) {
-    std::lock_guard lock(mu);
-    return conn->ReceiveReply(req, resp);
-  }
   // In a forked child this sends nothing: the pin or plan is the parent's.
   void SendOneWay(wire::Request& req) {
     if (Forked()) return;
@@ -231,6 +218,35 @@ struct PooledConnection {
     req.set_id(next_id++);
     (void)conn->Send(req);  // a dead connection's pins are released by the server anyway
   }
+};
+
+// A pipelined exchange on a borrowed connection (a batch in parts): requests sent back to
+// back, each reply read later in the order they were sent. It holds the connection's mutex from
+// start to end: a WriteReservation or an ObjectView uses its connection outside any borrow, and
+// its round trip must not come between a request and that request's reply. Whoever sends must
+// read the reply of every request it sent (a failed read leaves the connection broken), so that
+// no stale reply meets the next caller.
+class PipelinedExchange {
+ public:
+  explicit PipelinedExchange(PooledConnection& c) : c_(c), lock_(c.mu) {}
+  Status Send(wire::Request& req) {
+    if (c_.Forked()) return ForkedStatus(c_.owner_pid);
+    req.set_id(c_.next_id++);
+    return c_.conn->Send(req);
+  }
+  Status Receive(const wire::Request& req, wire::Response* resp) {
+    return c_.conn->ReceiveReply(req, resp);
+  }
+  // As PooledConnection::SendOneWay, within the exchange.
+  void SendOneWay(wire::Request& req) {
+    if (c_.Forked()) return;
+    req.set_id(c_.next_id++);
+    (void)c_.conn->Send(req);
+  }
+
+ private:
+  PooledConnection& c_;
+  std::lock_guard<std::mutex> lock_;
 };
 
 class TaskQueue {

@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "tests/e2e/server_process.h"
 #include "transport/blocking_connection.h"
@@ -211,6 +213,45 @@ TEST(RoundTripBatch, LargeBatchesArePipelinedInTwoParts) {
   std::string back(4096, '\0');
   ASSERT_TRUE(c.Get("after", back.data(), back.size()).ok());
   EXPECT_TRUE(back == data[0]);
+}
+
+// A WriteReservation commits on its connection outside any borrow: its round trip must never
+// come between a pipelined batch's request and that request's reply on the same connection.
+TEST(RoundTripBatch, APipelinedBatchAndAReservationCommittedElsewhereShareAConnection) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  ClientOptions options = server.options();
+  options.max_connections = 1;  // the batches and the reservations on one connection
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  Client& c = **client;
+  const std::string bytes = Pattern(3, 4096), big = Pattern(4, 64 * 1024);
+  std::vector<PutItem> puts;
+  for (int i = 0; i < 64; ++i) puts.push_back({"b" + std::to_string(i), bytes.data(), 4096, {}});
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> committers;
+  for (int t = 0; t < 3; ++t) {
+    committers.emplace_back([&, t] {
+      for (int i = 0; i < 3000 && !stop; ++i) {
+        auto r = c.Reserve("r" + std::to_string(t) + "-" + std::to_string(i % 8), big.size());
+        if (!r.ok()) {
+          ++failures;
+          continue;
+        }
+        std::memcpy(r->data(), big.data(), big.size());
+        if (!r->Commit().ok()) ++failures;
+      }
+    });
+  }
+  for (int round = 0; round < 3000; ++round) {
+    for (const auto& st : c.PutBatch(puts)) {
+      if (!st.ok()) ++failures;
+    }
+  }
+  stop = true;
+  for (auto& t : committers) t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 // A batch whose requests would not fit in the socket's buffer together is not pipelined: the

@@ -15,86 +15,16 @@
 #include "common/checksum.h"
 #include "common/posix.h"
 #include "store/lender.h"
+#include "tests/cluster/lending_node.h"
 #include "transport/peer_connection.h"
 #include "transport/peer_server.h"
 
 namespace tierpool {
 namespace {
 
+using namespace tierpool::testing;  // NOLINT: the fixture's helpers
 using transport::PeerAuth;
 using transport::PeerIdentity;
-
-const char kSecret[] = "a test secret of enough bytes, not for production";
-
-struct LendingNode {
-  std::unique_ptr<Lender> lender;
-  std::unique_ptr<transport::PeerServer> server;
-  RemoteMember member;
-};
-
-LendingNode StartLender(const std::string& id, std::uint64_t bytes = 64ull << 20) {
-  LendingNode n;
-  LenderConfig lc;
-  lc.lend_bytes = bytes;
-  lc.borrower_grace_ms = 0;
-  n.lender = std::move(Lender::Create(lc)).value();
-  transport::PeerServerConfig sc;
-  sc.listen = "127.0.0.1:0";
-  const PeerIdentity self{id, transport::RandomIncarnation()};
-  n.server = std::make_unique<transport::PeerServer>(sc, *PeerAuth::FromSecret(kSecret), self,
-                                                     n.lender.get());
-  EXPECT_TRUE(n.server->Start().ok());
-  n.member = {id, self.incarnation, "127.0.0.1:" + std::to_string(n.server->port()), bytes};
-  return n;
-}
-
-RemoteTierConfig SmallConfig() {
-  RemoteTierConfig c;
-  c.replicas = 2;
-  c.region_bytes = 8ull << 20;
-  c.headroom_regions = 1;
-  c.io_timeout_ms = 500;
-  c.piece_bytes = 1ull << 20;          // several pieces per object
-  c.maintenance_interval_ms = 60'000;  // tests run passes themselves
-  c.probe_interval_ms = 0;
-  return c;
-}
-
-std::unique_ptr<RemoteTier> Borrower(const std::vector<LendingNode*>& lenders,
-                                     RemoteTierConfig config = SmallConfig()) {
-  auto tier = std::make_unique<RemoteTier>(config, *PeerAuth::FromSecret(kSecret),
-                                           PeerIdentity{"borrower", 42});
-  std::vector<RemoteMember> members;
-  for (auto* l : lenders) members.push_back(l->member);
-  tier->SetMembers(members);
-  tier->RunMaintenance();  // grants
-  return tier;
-}
-
-std::string Bytes(std::size_t n, std::uint32_t seed) {
-  std::string s(n, '\0');
-  std::mt19937 rng(seed);
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-Status WriteSync(Tier& t, const Extent& e, const std::string& data) {
-  std::promise<Status> done;
-  RecordInfo info{1, 1, data.size(), Xxh3(data.data(), data.size())};
-  t.Write(e, info, reinterpret_cast<const std::byte*>(data.data()),
-          [&](Status s) { done.set_value(s); });
-  return done.get_future().get();
-}
-
-Status ReadSync(Tier& t, const Extent& e, const std::string& want, std::string* out) {
-  out->assign(e.length, '\0');
-  std::promise<Status> done;
-  RecordInfo info{1, 1, want.size(), Xxh3(want.data(), want.size())};
-  t.Read(e, info, reinterpret_cast<std::byte*>(out->data()), [&](Status s) { done.set_value(s); });
-  Status s = done.get_future().get();
-  out->resize(want.size());
-  return s;
-}
 
 TEST(RemoteTier, RoundTripThroughTwoReplicasOnDifferentPeers) {
   LendingNode a = StartLender("a"), b = StartLender("b"), c = StartLender("c");

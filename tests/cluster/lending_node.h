@@ -1,0 +1,39 @@
+// What the remote-tier tests share: lenders behind peer listeners on loopback TCP in this
+// process, a borrowing RemoteTier sized for tests, and synchronous reads and writes through it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "store/lender.h"
+#include "tiers/remote_tier.h"
+#include "transport/peer_server.h"
+
+namespace tierpool::testing {
+
+extern const char kSecret[];
+
+struct LendingNode {
+  std::unique_ptr<Lender> lender;
+  std::unique_ptr<transport::PeerServer> server;
+  RemoteMember member;
+};
+
+// A lender of `bytes` (no grace period for borrowers that leave) listening on 127.0.0.1.
+LendingNode StartLender(const std::string& id, std::uint64_t bytes = 64ull << 20);
+
+// Two replicas, 8 MiB regions, 1 MiB pieces, a 500 ms I/O timeout; no maintenance thread (the
+// tests run passes themselves).
+RemoteTierConfig SmallConfig();
+
+// A remote tier borrowing from `lenders`, its first grants made.
+std::unique_ptr<RemoteTier> Borrower(const std::vector<LendingNode*>& lenders,
+                                     RemoteTierConfig config = SmallConfig());
+
+std::string Bytes(std::size_t n, std::uint32_t seed);
+Status WriteSync(Tier& t, const Extent& e, const std::string& data);
+Status ReadSync(Tier& t, const Extent& e, const std::string& want, std::string* out);
+
+}  // namespace tierpool::testing

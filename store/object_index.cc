@@ -164,6 +164,12 @@ void ObjectIndex::Refresh(StoredObject& obj) {
   const bool movable_object = obj.committed && obj.linked && !obj.doomed && !obj.corrupt &&
                               !obj.move.has_value() && obj.holds == 0;
   const int present = movable_object ? obj.present_copies() : 0;
+  // Copies that keep a retained object safe alone; dropping one of them must leave another.
+  int guarding = 0;
+  const bool guarded = obj.meta.durability == Durability::kRetained;
+  if (guarded && present > 1) {
+    for (int t = 0; t < kTierKindCount; ++t) guarding += obj.copies[t].present && !needs_guard_[t];
+  }
   for (int t = 0; t < kTierKindCount; ++t) {
     ObjectCopy& c = obj.copies[t];
     std::uint8_t want = 0;
@@ -172,7 +178,8 @@ void ObjectIndex::Refresh(StoredObject& obj) {
       if (obj.meta.durability == Durability::kCache) {
         want |= 1u << static_cast<int>(CandidateSet::kCache);
       }
-      if (present > 1) want |= 1u << static_cast<int>(CandidateSet::kRedundant);
+      const bool last_guard = guarded && !needs_guard_[t] && guarding == 1;
+      if (present > 1 && !last_guard) want |= 1u << static_cast<int>(CandidateSet::kRedundant);
     }
     if (want == c.listed) continue;
     const std::pair<std::uint64_t, std::uint64_t> key{c.last_use, obj.id};

@@ -43,6 +43,10 @@ struct ObjectMove {
   Extent dst;  // allocated in `to`; becomes the copy there when the move lands
   std::vector<std::function<void(Status)>> on_done;  // run with no lock held when it ends
   bool drop_source = false;  // a move down: the source copy is freed once the copy lands
+  // A guard copy (store/placement_policy.h): once it lands, the source moves on to then_to
+  // and is freed. The source counts as leaving from the start.
+  std::optional<TierKind> then_to;
+  bool source_leaves() const { return drop_source || then_to.has_value(); }
   MovePriority priority = MovePriority::kBackground;
 };
 
@@ -79,7 +83,8 @@ struct Lease {
 //   kMovable: any copy that may be moved or dropped (committed, linked, unpinned, not moving,
 //             not quarantined);
 //   kCache:   the movable copies of `cache` objects;
-//   kRedundant: movable copies whose object has another copy: dropping one costs no transfer.
+//   kRedundant: movable copies whose object has another copy: dropping one costs no transfer
+//             (a retained object's last copy in a tier that keeps it alone is not redundant).
 enum class CandidateSet : std::uint8_t { kMovable = 0, kCache = 1, kRedundant = 2 };
 
 // What one namespace holds, for its quota: bytes of every object the index keeps (reservations,
@@ -137,6 +142,10 @@ class ObjectIndex {
   // Copies in `tier` are split by their object's pool (a tier clients map: tiers/tier.h): a
   // victim search for room in one pool visits only that pool's copies. Set before any object.
   void SetPartitioned(TierKind tier) { partitioned_[static_cast<int>(tier)] = true; }
+  // A copy in `tier` does not keep a `retained` object safe alone (Tier::keeps_retained_alone):
+  // another copy of such an object is redundant only while a copy that does would remain.
+  // Set before any object.
+  void SetNeedsGuard(TierKind tier) { needs_guard_[static_cast<int>(tier)] = true; }
 
   // Visits candidates of `tier` whose room is `pool`'s in least recently used order until visit
   // returns true.
@@ -199,6 +208,7 @@ class ObjectIndex {
   Names names_;
   std::vector<TierSets> sets_{1};  // by pool (kSharedPool for tiers not partitioned)
   std::array<bool, kTierKindCount> partitioned_{};
+  std::array<bool, kTierKindCount> needs_guard_{};
   std::array<std::uint64_t, kTierKindCount> copies_in_{};
   std::unordered_map<std::string, std::array<std::uint64_t, kTierKindCount>> ns_tier_bytes_;
   std::uint64_t use_seq_ = 0;

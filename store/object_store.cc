@@ -32,6 +32,16 @@ Status StoreConfig::validate() const {
   if (maintenance_interval_ms == 0) {
     return Status::InvalidArgument("maintenance interval must be > 0");
   }
+  for (std::size_t i = 0; i < spill_order.size(); ++i) {
+    const TierKind k = spill_order[i];
+    if (k != TierKind::kRemote && k != TierKind::kNvme) {
+      return Status::InvalidArgument("the spill order lists the tiers below dram: remote, nvme");
+    }
+    if (std::find(spill_order.begin(), spill_order.begin() + i, k) != spill_order.begin() + i) {
+      return Status::InvalidArgument("the spill order names " + std::string(TierName(k)) +
+                                     " twice");
+    }
+  }
   return mover.validate();
 }
 
@@ -60,14 +70,29 @@ ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> 
     int k = static_cast<int>(t->kind());
     mapped_[k] = !t->Arenas().empty();
     if (t->partitioned()) index_.SetPartitioned(t->kind());
+    if (!t->keeps_retained_alone()) index_.SetNeedsGuard(t->kind());
     raw[k] = t.get();
+    rank_[k] = t->level();
     by_level_.push_back(t->kind());
     tiers_[k] = std::move(t);
   }
   std::sort(by_level_.begin(), by_level_.end(),
-            [&](TierKind a, TierKind b) { return tier(a)->level() < tier(b)->level(); });
+            [&](TierKind a, TierKind b) { return rank(a) < rank(b); });
+  // The tiers below dram: those the spill order names, in its order, then the others by level.
+  std::vector<TierKind> below;
+  for (TierKind k : config_.spill_order) {
+    if (tier(k) != nullptr) below.push_back(k);
+  }
+  for (TierKind k : by_level_) {
+    if (rank(k) > rank(TierKind::kDram) && std::find(below.begin(), below.end(), k) == below.end())
+      below.push_back(k);
+  }
+  std::uint32_t next = rank(TierKind::kDram);
+  for (TierKind k : below) rank_[static_cast<int>(k)] = ++next;
+  std::sort(by_level_.begin(), by_level_.end(),
+            [&](TierKind a, TierKind b) { return rank(a) < rank(b); });
   policy_ = std::make_unique<PlacementPolicy>(
-      raw, config_.cache_policy == StoreConfig::CachePolicy::kDrop);
+      raw, rank_, config_.cache_policy == StoreConfig::CachePolicy::kDrop);
   std::uint64_t put_capacity = 0;
   for (TierKind k : {TierKind::kHbm, TierKind::kDram}) {
     if (tier(k) != nullptr) put_capacity += tier(k)->capacity();
@@ -397,6 +422,7 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
     // A read error or a checksum mismatch may be transient (a flaky link, a bad DMA): the
     // record is read again before the caller hears of it. The bytes returned are checked anyway.
     Status e = obj->last_move_error;
+    if (e.code() == StatusCode::kAborted) continue;  // a copy lost with its peers: read another
     bool transient = e.code() == StatusCode::kIoError || e.code() == StatusCode::kDataLoss;
     if (e.ok() || !transient || ++read_failures >= kReadAttempts) {
       return e.ok() ? Status::Aborted("object kept moving; try again") : e;
@@ -506,6 +532,19 @@ Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& k
   StoredObject* obj = index_.Lookup(ns, key);
   if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   return MetaLocked(*obj);
+}
+
+Result<std::vector<TierKind>> ObjectStore::CopiesOf(const std::string& ns,
+                                                    const std::string& key) {
+  TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
+  std::lock_guard lock(mu_);
+  const StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  std::vector<TierKind> copies;
+  for (TierKind k : by_level_) {
+    if (obj->copy(k).present) copies.push_back(k);
+  }
+  return copies;
 }
 
 Status ObjectStore::CopyOut(const PinnedObject& pinned, std::string* out) {

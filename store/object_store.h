@@ -97,6 +97,10 @@ struct StoreConfig {
   // through the server's copy path are checksummed as they are copied, and a wrong checksum is
   // caught anyway when the object is spilled or read through a copy (quarantined, never returned).
   bool verify_commits = false;
+  // The tiers below dram, nearest first: where dram spills, and where that tier spills in turn
+  // (remote and nvme, each at most once). Empty: by each tier's level (remote, then nvme). A
+  // node with fast flash and a slow network puts nvme first.
+  std::vector<TierKind> spill_order;
   MoverConfig mover;
   Status validate() const;
 };
@@ -184,6 +188,12 @@ struct StoreStats {
   // Objects whose only copy was on peers that left: cache ones evicted, retained ones lost
   // (quarantined). Replication makes the second rare: it takes every replica's peer at once.
   std::uint64_t copies_lost_with_peers = 0;
+  // Retained objects given a local copy (nvme) before going to a tier that does not keep them
+  // alone (the remote tier with one replica).
+  std::uint64_t guard_copies = 0;
+  // Copies whose peers left, dropped when a read found them gone; the object was read from
+  // another of its copies.
+  std::uint64_t copies_lost_read_elsewhere = 0;
 };
 
 class ObjectStore {
@@ -219,6 +229,8 @@ class ObjectStore {
                            const PinOptions& options = {});
   Status Release(std::uint64_t lease_id, std::uint64_t owner);
   Result<ObjectMeta> Head(const std::string& ns, const std::string& key);
+  // The tiers holding a copy of ns/key, top first (a move in flight not counted).
+  Result<std::vector<TierKind>> CopiesOf(const std::string& ns, const std::string& key);
   // Copies a pinned object's bytes into out, checking them in the same pass; a mismatch
   // quarantines the object and is DATA_LOSS (out left empty).
   Status CopyOut(const PinnedObject& pinned, std::string* out);
@@ -320,6 +332,8 @@ class ObjectStore {
   ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock);
   Status ValidateName(const std::string& ns, const std::string& key) const;
   Tier* tier(TierKind kind) const { return tiers_[static_cast<int>(kind)].get(); }
+  // Place in this store's hierarchy (0: top): the tier's level, or its place in spill_order.
+  std::uint32_t rank(TierKind kind) const { return rank_[static_cast<int>(kind)]; }
   bool mapped(TierKind kind) const { return mapped_[static_cast<int>(kind)]; }
   // The present copy nearest the top; with mapped_only, only tiers clients can map.
   std::optional<TierKind> TopCopy(const StoredObject& obj, bool mapped_only) const;
@@ -347,6 +361,9 @@ class ObjectStore {
   Status StartMoveLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority,
                          std::uint64_t deadline_us, bool drop_source,
                          std::optional<Extent> dst = std::nullopt, MoveDone done = nullptr);
+  // A move down that frees `from`, through a guard copy first where the object needs one
+  // (store/placement_policy.h); FAILED_PRECONDITION where no tier could hold that copy.
+  Status StartMoveDownLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority);
   // Copies object `id` into `to` at demand priority from its nearest copy (a mapped one with
   // mapped_source_only), making room there and waiting for the move. OK: the move ran (its
   // outcome is the copy's presence, or last_move_error); ABORTED: the object changed meanwhile,
@@ -397,7 +414,8 @@ class ObjectStore {
   const Clock* clock_;
   std::unique_ptr<Tier> tiers_[kTierKindCount];
   std::array<bool, kTierKindCount> mapped_{};
-  std::vector<TierKind> by_level_;  // present tiers, top first
+  std::array<std::uint32_t, kTierKindCount> rank_{};
+  std::vector<TierKind> by_level_;  // present tiers, top first (by rank)
   std::unique_ptr<PlacementPolicy> policy_;
   // Stopped first in the destructor, so its callbacks (which take mu_ and touch the index) are
   // done before anything they use goes away; declared after the tiers it copies between.

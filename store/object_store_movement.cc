@@ -74,7 +74,7 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
 ObjectMove ObjectStore::EndMoveLocked(StoredObject& obj) {
   ObjectMove m = std::move(*obj.move);
   obj.move.reset();
-  if (m.drop_source) LeavingLocked(m.from, obj.pool) -= obj.meta.size;
+  if (m.source_leaves()) LeavingLocked(m.from, obj.pool) -= obj.meta.size;
   if (m.to == TierKind::kHbm) {
     auto in = incoming_hbm_.find(obj.meta.ns);
     if ((in->second -= m.dst.length) == 0) incoming_hbm_.erase(in);
@@ -129,6 +129,19 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
       }
       return;
     }
+    if (s.code() == StatusCode::kNotFound && !mapped(m.from) && obj->copy(m.from).present &&
+        obj->copy(m.from).pins == 0) {
+      // The same, for an object with other copies (a retained one's guard copy on nvme): the
+      // lost copy goes, and whoever waited reads another (ABORTED: look again).
+      ++counters_.copies_lost_read_elsewhere;
+      spdlog::warn("{}/{}: its copy in {} was on peers that left ({}); reading another",
+                   obj->meta.ns, obj->meta.key, TierName(m.from), s.message());
+      FreeCopyLocked(*obj, m.from);
+      obj->last_move_error = Status::Aborted("a copy was lost with its peers; read another");
+      index_.Refresh(*obj);
+      MaybeFreeLocked(*obj);
+      return;
+    }
     // DATA_LOSS may be the device garbling the copy (a write-verify read) or the source in
     // memory no longer matching its checksum; only the second quarantines. Checking costs a
     // pass over the source, on this failure path only.
@@ -137,7 +150,7 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
         Xxh3(tier(m.from)->HostAddress(src.extent), obj->meta.size) != obj->meta.checksum) {
       ++counters_.corrupt_in_memory;
       QuarantineLocked(*obj, s);
-    } else if (m.drop_source && s.code() != StatusCode::kUnavailable &&
+    } else if (m.source_leaves() && s.code() != StatusCode::kUnavailable &&
                s.code() != StatusCode::kDeadlineExceeded) {
       // A tier below that fails (a device's errors) ends the waits for room; a peer that does
       // not answer does not: it is marked silent, and the next move goes elsewhere.
@@ -161,7 +174,7 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
   }
   obj->last_move_error = Status::Ok();
   index_.SetCopy(*obj, m.to, m.dst);
-  const bool down = tier(m.to)->level() > tier(m.from)->level();
+  const bool down = rank(m.to) > rank(m.from);
   if (m.to == TierKind::kNvme) {
     ++counters_.spills;
   } else if (m.from == TierKind::kNvme) {
@@ -175,6 +188,39 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
   if (m.drop_source && obj->copy(m.from).pins == 0) FreeCopyLocked(*obj, m.from);
   UpdateTopLocked(*obj);
   index_.Refresh(*obj);
+  if (m.then_to && obj->copy(m.from).present && obj->copy(m.from).pins == 0) {
+    // The guard copy landed: the source moves on. If it cannot now, it stays a clean copy
+    // above the guard, dropped (no transfer) when its tier needs the room.
+    Status next = StartMoveLocked(*obj, m.from, *m.then_to, m.priority, 0, /*drop_source=*/true);
+    if (!next.ok()) {
+      spdlog::debug("{}/{}: guard copy in {}, but not moved on to {}: {}", obj->meta.ns,
+                    obj->meta.key, TierName(m.to), TierName(*m.then_to), next.ToString());
+    }
+  }
+}
+
+Status ObjectStore::StartMoveDownLocked(StoredObject& obj, TierKind from, TierKind to,
+                                        MovePriority priority) {
+  TierKind guard = to;
+  switch (policy_->GuardFor(obj, from, *tier(to), &guard)) {
+    case PlacementPolicy::Guard::kNotNeeded:
+      return StartMoveLocked(obj, from, to, priority, 0, /*drop_source=*/true);
+    case PlacementPolicy::Guard::kNone:
+      return Status::FailedPrecondition(std::string(TierName(to)) +
+                                        " alone would not keep a retained object safe");
+    case PlacementPolicy::Guard::kIn:
+      break;
+  }
+  // The guard copy first, the source kept; the move on to `to` starts when it lands.
+  TIERPOOL_RETURN_IF_ERROR(StartMoveLocked(obj, from, guard, priority, 0, /*drop_source=*/false));
+  ++counters_.guard_copies;
+  if (!obj.move) {
+    // Landed at once (an empty object): on to `to` now.
+    return StartMoveLocked(obj, from, to, priority, 0, /*drop_source=*/true);
+  }
+  obj.move->then_to = to;
+  LeavingLocked(from, obj.pool) += obj.meta.size;
+  return Status::Ok();
 }
 
 bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority) {
@@ -196,7 +242,7 @@ bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority)
       DoomLocked(*obj);
       return true;
     case PlacementDecision::Action::kMoveDown: {
-      Status s = StartMoveLocked(*obj, d.from, d.to, priority, 0, /*drop_source=*/true);
+      Status s = StartMoveDownLocked(*obj, d.from, d.to, priority);
       // No room in the tier below right now (a remote tier whose lenders have not granted
       // enough yet): the next one down takes the object instead.
       for (TierKind to = d.to; !s.ok() && (s.code() == StatusCode::kResourceExhausted ||
@@ -204,7 +250,7 @@ bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority)
         Tier* next = policy_->Below(to);
         if (next == nullptr) break;
         to = next->kind();
-        s = StartMoveLocked(*obj, d.from, to, priority, 0, /*drop_source=*/true);
+        s = StartMoveDownLocked(*obj, d.from, to, priority);
       }
       if (s.ok()) return true;
       if (s.code() == StatusCode::kResourceExhausted &&
@@ -314,7 +360,7 @@ Status ObjectStore::MoveOnDemandLocked(std::unique_lock<std::mutex>& lock, std::
     if (dst->length > 0) (void)tier(to)->Free(*dst);
     return Status::Aborted("the object changed while room was made");  // look again
   }
-  const bool down = tier(to)->level() > tier(*from)->level();
+  const bool down = rank(to) > rank(*from);
   Status s = StartMoveLocked(*obj, *from, to, MovePriority::kDemand, 0, down, *dst);
   if (!s.ok()) {
     if (dst->length > 0) (void)tier(to)->Free(*dst);
@@ -349,7 +395,7 @@ Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierK
     if (obj->copy(target).present) {
       // A demotion request also drops the unpinned copies above the target.
       for (TierKind k : by_level_) {
-        if (tier(k)->level() >= tier(target)->level()) break;
+        if (rank(k) >= rank(target)) break;
         if (obj->copy(k).present && obj->copy(k).pins == 0) FreeCopyLocked(*obj, k);
       }
       index_.Touch(*obj, target);
@@ -368,6 +414,7 @@ Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierK
       index_.Touch(*obj, target);
       return Status::Ok();
     }
+    if (obj->last_move_error.code() == StatusCode::kAborted) continue;  // a lost copy: again
     if (!obj->last_move_error.ok()) return obj->last_move_error;
   }
   return Status::Aborted("promotion kept losing races; try again");

@@ -4,19 +4,41 @@
 
 namespace tierpool {
 
-Tier* PlacementPolicy::Below(TierKind tier) const {
-  const Tier* self = tiers_[static_cast<int>(tier)];
-  if (self == nullptr) return nullptr;
+Tier* PlacementPolicy::Below(TierKind tier, std::optional<TierKind> except) const {
+  if (tiers_[static_cast<int>(tier)] == nullptr) return nullptr;
   // A tier below that cannot take writes now (a degraded nvme, a remote tier short of peers)
   // is passed over for the one under it.
   Tier* best = nullptr;
   for (Tier* t : tiers_) {
-    if (t == nullptr || t->level() <= self->level() || t->capacity() == 0) continue;
-    if (best != nullptr && t->level() >= best->level()) continue;
+    if (t == nullptr || rank(t->kind()) <= rank(tier) || t->capacity() == 0) continue;
+    if (except == t->kind()) continue;
+    if (best != nullptr && rank(t->kind()) >= rank(best->kind())) continue;
     if (!t->CheckWritable().ok()) continue;
     best = t;
   }
   return best;
+}
+
+PlacementPolicy::Guard PlacementPolicy::GuardFor(const StoredObject& obj, TierKind from,
+                                                 const Tier& to, TierKind* guard) const {
+  if (obj.meta.durability != Durability::kRetained || to.keeps_retained_alone()) {
+    return Guard::kNotNeeded;
+  }
+  for (int k = 0; k < kTierKindCount; ++k) {
+    const Tier* t = tiers_[k];
+    if (static_cast<TierKind>(k) != from && t != nullptr && t->keeps_retained_alone() &&
+        obj.copies[k].present) {
+      return Guard::kNotNeeded;  // it has one already
+    }
+  }
+  // The nearest tier below `from`, other than `to`, that keeps it alone and takes writes now.
+  for (Tier* t = Below(from, to.kind()); t != nullptr; t = Below(t->kind(), to.kind())) {
+    if (t->keeps_retained_alone()) {
+      *guard = t->kind();
+      return Guard::kIn;
+    }
+  }
+  return Guard::kNone;
 }
 
 std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
@@ -56,6 +78,8 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
           tier == TierKind::kDram) {
         return take({PlacementDecision::Action::kEvict, obj.id, tier, tier, footprint(obj)});
       }
+      TierKind guard = tier;
+      if (GuardFor(obj, tier, *below, &guard) == Guard::kNone) return false;  // it stays
       return take(
           {PlacementDecision::Action::kMoveDown, obj.id, tier, below->kind(), footprint(obj)});
     });

@@ -9,6 +9,12 @@
 //   3. with nowhere to move, drop a `cache` object (a miss is recomputed).
 // `retained` objects are never dropped. Objects a plan covers are the executor's to move.
 //
+// A `retained` object never ends with its copies only in tiers that do not keep it alone
+// (Tier::keeps_retained_alone: the remote tier with one replica). Moving into such a tier, it
+// first gets a *guard* copy in the nearest tier below that does (local nvme), kept beside the
+// remote one; with no such tier it stays where it is. Step 1 never drops the last such copy
+// (ObjectIndex::SetNeedsGuard). "Below" follows the store's ranks (StoreConfig::spill_order).
+//
 // Locking: called with the store's mutex held; does not block. Each step visits only eligible
 // candidates (pinned, moving or quarantined copies are not in the candidate sets), so a search
 // costs O(victims), never O(objects).
@@ -17,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "store/object_index.h"
@@ -27,7 +34,7 @@ namespace tierpool {
 struct PlacementDecision {
   enum class Action : std::uint8_t {
     kDropCopy,  // free this copy; the object has another
-    kMoveDown,  // copy it to `to`, then free this copy
+    kMoveDown,  // copy it to `to` (after a guard copy where one is needed), then free this copy
     kEvict,     // drop the whole `cache` object
   };
   Action action = Action::kDropCopy;
@@ -39,13 +46,15 @@ struct PlacementDecision {
 
 class PlacementPolicy {
  public:
-  // tiers: indexed by TierKind, nullptr where absent. drop_cache_on_spill: CachePolicy::kDrop.
-  PlacementPolicy(const std::array<Tier*, kTierKindCount>& tiers, bool drop_cache_on_spill)
-      : tiers_(tiers), drop_cache_on_spill_(drop_cache_on_spill) {}
+  // tiers: indexed by TierKind, nullptr where absent; ranks: each tier's place (0: top).
+  // drop_cache_on_spill: CachePolicy::kDrop.
+  PlacementPolicy(const std::array<Tier*, kTierKindCount>& tiers,
+                  const std::array<std::uint32_t, kTierKindCount>& ranks, bool drop_cache_on_spill)
+      : tiers_(tiers), ranks_(ranks), drop_cache_on_spill_(drop_cache_on_spill) {}
 
   // The nearest tier below `tier` that exists and accepts writes now (skipping those that do
-  // not); nullptr if none.
-  Tier* Below(TierKind tier) const;
+  // not, and `except`); nullptr if none.
+  Tier* Below(TierKind tier, std::optional<TierKind> except = std::nullopt) const;
 
   // Decisions that free at least `bytes` of `pool`'s room in `tier` (tiers/tier.h: a tier that
   // is not partitioned has one pool), cheapest first, at most max_decisions.
@@ -56,12 +65,20 @@ class PlacementPolicy {
       std::size_t max_decisions,
       const std::function<bool(const StoredObject&)>& skip = nullptr) const;
 
+  // How an object leaving `from` for `to` stays safe: kNotNeeded (a cache object, a `to` that
+  // keeps it alone, or a copy elsewhere that does), kIn (a guard copy in *guard first), or
+  // kNone (no tier could take one: it stays).
+  enum class Guard : std::uint8_t { kNotNeeded, kIn, kNone };
+  Guard GuardFor(const StoredObject& obj, TierKind from, const Tier& to, TierKind* guard) const;
+
   // Bytes to free so that `pool`'s room in `tier` gets from above its high watermark to its low
   // one (0 when it is not above its high watermark). `leaving`: bytes already on their way out.
   std::uint64_t OverWatermark(TierKind tier, std::uint32_t pool, std::uint64_t leaving) const;
 
  private:
+  std::uint32_t rank(TierKind k) const { return ranks_[static_cast<int>(k)]; }
   std::array<Tier*, kTierKindCount> tiers_;
+  std::array<std::uint32_t, kTierKindCount> ranks_;
   bool drop_cache_on_spill_;
 };
 

@@ -29,12 +29,35 @@ Status ServerConfig::validate() const {
   return cluster.validate();
 }
 
+Result<std::vector<TierKind>> ParseSpillOrder(const std::string& text) {
+  std::vector<TierKind> order;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string name = text.substr(at, comma - at);
+    if (name == "remote") {
+      order.push_back(TierKind::kRemote);
+    } else if (name == "nvme") {
+      order.push_back(TierKind::kNvme);
+    } else {
+      return Status::InvalidArgument("--spill-order lists remote and nvme, comma-separated; not '" +
+                                     name + "'");
+    }
+    at = comma + 1;
+  }
+  StoreConfig check;
+  check.spill_order = order;
+  if (Status s = check.validate(); !s.ok())
+    return Status::InvalidArgument("--spill-order: " + s.message());
+  return order;
+}
+
 Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now) {
   *exit_now = false;
   ServerConfig c;
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
-              cache_policy = "spill", link_rate = "0", lend = "0";
+              cache_policy = "spill", link_rate = "0", lend = "0", spill_order = "remote,nvme";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -108,6 +131,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("persist", po::value(&c.persist_dir),
      "directory: a clean shutdown writes every retained object there, the next start reads "
      "them back (without it, a restart loses everything)")
+    ("spill-order", po::value(&spill_order)->default_value("remote,nvme"),
+     "where dram spills, nearest first: remote,nvme or nvme,remote (a node with fast flash and "
+     "a slow network)")
     ("cache-policy", po::value(&cache_policy)->default_value("spill"),
      "cache objects under dram pressure: spill (to nvme) or drop")
     ("metrics-listen", po::value(&c.metrics.listen)->default_value("127.0.0.1:9464"),
@@ -203,6 +229,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   if (c.nvme.capacity > 0 && c.nvme.path.empty() && c.nvme.backend != "memory") {
     return Status::InvalidArgument("--nvme-bytes needs --nvme-path");
   }
+  auto order = ParseSpillOrder(spill_order);
+  if (!order.ok()) return order.status();
+  c.store.spill_order = std::move(order).value();
   if (cache_policy == "drop") {
     c.store.cache_policy = StoreConfig::CachePolicy::kDrop;
   } else if (cache_policy != "spill") {

@@ -40,6 +40,9 @@ struct ServerConfig {
 // what was asked.
 Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now);
 
+// "remote,nvme" and the like (--spill-order): the tiers below dram, nearest first.
+Result<std::vector<TierKind>> ParseSpillOrder(const std::string& text);
+
 // Builds the tiers and the store from a validated config: the namespace pools' arenas carved
 // out of dram and hbm, the store told of them (store/namespace_policy.h).
 // remote: the cluster's remote tier, when this node borrows.

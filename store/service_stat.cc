@@ -103,6 +103,8 @@ void StoreService::Stat(wire::StatReply* reply) {
   add("clean_drops", s.clean_drops);
   add("quarantined", s.quarantined);
   add("copies_lost_with_peers", s.copies_lost_with_peers);
+  add("guard_copies", s.guard_copies);
+  add("copies_lost_read_elsewhere", s.copies_lost_read_elsewhere);
   add("quota_refusals", s.quota_refusals);
   add("commits_rejected", s.commits_rejected);
   add("reservations_staged", s.reservations_staged);

@@ -103,6 +103,7 @@ class RemoteTier final : public Tier {
 
   TierKind kind() const override { return TierKind::kRemote; }
   std::uint32_t level() const override { return 2; }
+  bool keeps_retained_alone() const override { return config_.replicas >= 2; }
   Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) override;
   Status Free(const Extent& extent) override;
   std::byte* HostAddress(const Extent&) override { return nullptr; }

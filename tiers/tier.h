@@ -116,8 +116,14 @@ class Tier {
   virtual ~Tier() = default;
   virtual TierKind kind() const = 0;
   // Place in the hierarchy: 0 is the top (the fastest, nearest the accelerator); a move to a
-  // larger level is a move down.
+  // larger level is a move down. The store's spill order may rank the tiers below dram
+  // otherwise (StoreConfig::spill_order).
   virtual std::uint32_t level() const = 0;
+  // Whether a copy here keeps a `retained` object safe on its own while the service runs: a
+  // tier of this node does, the remote tier only with two replicas or more (one peer's death
+  // would take a single copy with it). A retained object whose copies are all in tiers that do
+  // not keeps one in a tier that does (store/placement_policy.h).
+  virtual bool keeps_retained_alone() const { return true; }
   // Bytes an object of `size` takes here (a record adds its header and rounding).
   virtual std::uint64_t Footprint(std::uint64_t size) const { return size; }
   // An extent in hint.pool's arenas (a partitioned tier), on hint.numa_node's first.

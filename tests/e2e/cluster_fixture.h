@@ -43,6 +43,7 @@ struct NodeOptions {
   std::string dram = "32M";
   std::string lend = "96M";
   int lend_grace_ms = 2000;
+  std::vector<std::string> extra_flags;  // appended to each node's
 };
 
 // The flags of a tierpoold that joins `cluster` in etcd as `node`, with (memory-backed) nvme

@@ -128,6 +128,27 @@ TEST(Cluster, CacheObjectsWhoseOnlyCopyDiedAreMisses) {
 // Both peers that held a retained object's two replicas die: the object is lost, and its gets say
 // so (DATA_LOSS naming the cause), never wrong bytes; what dram held still comes back, and the
 // node keeps serving.
+TEST(Cluster, OneRemoteReplicaWithAnNvmeCopyLosesNothingWhenEveryLenderDies) {
+  NodeOptions one_replica;
+  one_replica.extra_flags = {"--remote-replicas", "1"};
+  ThreeNodes cluster("t5", one_replica);
+  if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  ASSERT_TRUE(cluster.Joined()) << RemoteSummary(*cluster.a);  // a borrows from b and c
+  ServerProcess &a = *cluster.a, &b = *cluster.b, &c = *cluster.c;
+  constexpr int kObjects = 16;
+  constexpr std::size_t kSize = 4u << 20;
+  Fill(a, kObjects, kSize);  // some went remote, each with one copy there and one on nvme
+  EXPECT_GT(Counter(a, "guard_copies"), 0u);
+  ::kill(b.pid(), SIGKILL);
+  ::kill(c.pid(), SIGKILL);
+  ASSERT_TRUE(b.WaitGone() && c.WaitGone());
+  ASSERT_TRUE(
+      a.WaitFor([](const ServerStats& s) { return s.counter("remote_peers_lost") >= 2; }, 10'000));
+  CheckAll(a, kObjects, kSize);
+  EXPECT_EQ(Counter(a, "copies_lost_with_peers"), 0u);
+  EXPECT_GT(Counter(a, "copies_lost_read_elsewhere"), 0u);
+}
+
 TEST(Cluster, RetainedObjectsWhoseEveryReplicaDiedAreReportedLost) {
   ThreeNodes cluster("t4");
   if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";

@@ -35,6 +35,19 @@ TEST(ServerConfig, FlagsOverride) {
   EXPECT_EQ(c->transport.socket_mode, 0660u);
 }
 
+TEST(ServerConfig, SpillOrder) {
+  bool exit_now;
+  auto defaults = Parse({}, &exit_now);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->store.spill_order, (std::vector{TierKind::kRemote, TierKind::kNvme}));
+  auto nvme_first = Parse({"--spill-order", "nvme,remote"}, &exit_now);
+  ASSERT_TRUE(nvme_first.ok()) << nvme_first.status().ToString();
+  EXPECT_EQ(nvme_first->store.spill_order, (std::vector{TierKind::kNvme, TierKind::kRemote}));
+  auto bad = Parse({"--spill-order", "nvme,flash"}, &exit_now);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'flash'"), std::string::npos) << bad.status().ToString();
+}
+
 TEST(ServerConfig, BadValuesGetClearErrors) {
   bool exit_now;
   for (std::vector<const char*> bad :
@@ -44,7 +57,11 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
         {"--hbm-high-watermark", "0.5", "--hbm-low-watermark", "0.9"},
         {"--bogus"},
         {"--max-frame", "2K"},
-        {"--io-threads", "0"}}) {
+        {"--io-threads", "0"},
+        {"--spill-order", "nvme,nvme"},
+        {"--spill-order", "dram"},
+        {"--spill-order", ""},
+        {"--spill-order", "remote,"}}) {
     auto c = Parse(bad, &exit_now);
     EXPECT_FALSE(c.ok()) << bad[0];
     if (!c.ok()) {

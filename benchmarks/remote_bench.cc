@@ -180,8 +180,9 @@ int main(int argc, char** argv) {
       "replicas", po::value(&replicas)->default_value(1),
       "copies of each object, on as many lenders")("in-flight", po::value(&depth)->default_value(1),
                                                    "operations outstanding (and iperf3 streams)")(
-      "iperf-seconds", po::value(&seconds)->default_value(3), "how long iperf3 runs")(
-      "json", po::bool_switch(&as_json), "print JSON");
+      "iperf-seconds", po::value(&seconds)->default_value(2),
+      "how long iperf3 runs, before and after each size")("json", po::bool_switch(&as_json),
+                                                          "print JSON");
   po::variables_map vm;
   if (auto done = ParseToolOptions(argc, argv, opts, "tierpool bench remote", &vm)) return *done;
   const auto sizes = ParseSizes(sizes_s);
@@ -193,8 +194,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // iperf3 runs before and after each size's puts and gets, and that size's ratios use the mean
+  // of the two: on a shared machine the reference must come from the same minute.
   std::string iperf_error;
-  const auto iperf = Iperf3(depth, seconds, &iperf_error);
 
   // Every lender holds one copy of the whole volume, plus a region's slack.
   const std::uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
@@ -221,10 +223,11 @@ int main(int argc, char** argv) {
   tier.RunMaintenance();
 
   json rows = json::array();
-  if (iperf) {
-    rows.push_back({{"engine", "iperf3"}, {"op", "tcp"}, {"size", 0}, {"gbps", *iperf / 1e9}});
-  }
+  bool have_iperf = true;
   for (const std::uint64_t size : sizes) {
+    std::optional<double> before;
+    if (have_iperf) before = Iperf3(depth, seconds, &iperf_error);
+    have_iperf = before.has_value();
     const std::uint64_t count = std::max<std::uint64_t>(1, *volume / size);
     std::vector<std::byte> src(size);
     for (std::uint64_t i = 0; i < size; i += 8) {
@@ -275,6 +278,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const Extent& e : extents) (void)tier.Free(e);
+    std::optional<double> iperf;
+    if (have_iperf) {
+      if (auto after = Iperf3(depth, seconds, &iperf_error)) iperf = (*before + *after) / 2;
+      have_iperf = iperf.has_value();
+    }
+    if (iperf) {
+      rows.push_back({{"engine", "iperf3"}, {"op", "tcp"}, {"size", size}, {"gbps", *iperf / 1e9}});
+    }
     const double bytes = static_cast<double>(count * size);
     for (const auto& [op, secs] : {std::pair{"put", put_s}, std::pair{"get", get_s}}) {
       json row = {{"engine", "tierpool"}, {"op", op}, {"size", size}, {"gbps", bytes / secs / 1e9}};
@@ -285,7 +296,7 @@ int main(int argc, char** argv) {
   }
   json out = {
       {"volume_bytes", *volume}, {"replicas", replicas}, {"in_flight", depth}, {"rows", rows}};
-  if (!iperf) out["iperf3"] = iperf_error;
+  if (!have_iperf) out["iperf3"] = iperf_error;
   if (as_json) {
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -296,13 +307,12 @@ int main(int argc, char** argv) {
     const std::uint64_t size = r["size"].get<std::uint64_t>();
     std::printf(
         "  %-8s %-4s %8s %7.2f GB/s %s\n", r["engine"].get<std::string>().c_str(),
-        r["op"].get<std::string>().c_str(), size == 0 ? "" : FormatBytes(size).c_str(),
-        r["gbps"].get<double>(),
+        r["op"].get<std::string>().c_str(), FormatBytes(size).c_str(), r["gbps"].get<double>(),
         r.contains("ratio_to_iperf3")
             ? ("(" + std::to_string(r["ratio_to_iperf3"].get<double>()).substr(0, 4) + "x iperf3)")
                   .c_str()
             : "");
   }
-  if (!iperf) std::printf("  iperf3: %s\n", iperf_error.c_str());
+  if (!have_iperf) std::printf("  iperf3: %s\n", iperf_error.c_str());
   return 0;
 }

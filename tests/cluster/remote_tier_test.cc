@@ -56,6 +56,27 @@ TEST(RemoteTier, RoundTripThroughTwoReplicasOnDifferentPeers) {
   EXPECT_EQ(tier->used_bytes(), 0u);
 }
 
+TEST(RemoteTier, AWriteWhoseSourceDoesNotMatchItsChecksumFails) {
+  LendingNode a = StartLender("a"), b = StartLender("b");
+  auto tier = Borrower({&a, &b});
+  // Several pieces (1 MiB each) of several hashed chunks; the last byte is the wrong one.
+  const std::string data = Bytes((3u << 20) + 123, 7);
+  auto e = tier->Allocate(data.size(), {});
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  std::string damaged = data;
+  damaged.back() ^= 1;
+  std::promise<Status> done;
+  const RecordInfo info{1, 1, data.size(), Xxh3(data.data(), data.size())};
+  tier->Write(*e, info, reinterpret_cast<const std::byte*>(damaged.data()),
+              [&](Status s) { done.set_value(s); });
+  EXPECT_EQ(done.get_future().get().code(), StatusCode::kDataLoss);
+  // The right bytes then go in and come back.
+  ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
+  std::string out;
+  ASSERT_TRUE(ReadSync(*tier, *e, data, &out).ok());
+  EXPECT_TRUE(out == data);
+}
+
 TEST(RemoteTier, ACorruptedReplicaIsSkippedAndTwoAreDataLoss) {
   LendingNode a = StartLender("a"), b = StartLender("b");
   std::map<std::string, LendingNode*> by_id{{"a", &a}, {"b", &b}};

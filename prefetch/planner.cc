@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "common/units.h"
@@ -261,6 +262,35 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     const auto& st = ts[t];
     return st.next < st.occ.size() ? st.occ[st.next].window : kNever;
   };
+  // The same tensors by their next use, as a max-heap (ties to the smallest window, then
+  // tensor): the last resort below takes the resident tensor used latest without scanning every
+  // resident one. Lazy: built at the first last resort (many plans never need one), then
+  // listing pushes an entry, and entries whose tensor has left or moved on are dropped when they
+  // reach the top (cheaper than a second ordered set on every touch).
+  using UseKey = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
+  std::vector<UseKey> by_use;
+  bool by_use_built = false;
+  auto use_key = [&](std::uint32_t t) {
+    const auto& st = ts[t];
+    return UseKey(st.occ[st.next].step, -st.occ[st.next].window, -static_cast<std::int64_t>(t));
+  };
+  auto current = [&](const UseKey& k) {
+    const auto t = static_cast<std::uint32_t>(-std::get<2>(k));
+    return ts[t].resident && ts[t].next < ts[t].occ.size() && use_key(t) == k;
+  };
+  auto list = [&](std::uint32_t t) {
+    by_next.insert({key(t), t});
+    if (!by_use_built || ts[t].next >= ts[t].occ.size()) return;
+    if (by_use.size() > 4 * nt + 1024) {  // mostly stale: keep only the current entries
+      by_use.erase(std::remove_if(by_use.begin(), by_use.end(),
+                                  [&](const UseKey& k) { return !current(k); }),
+                   by_use.end());
+      std::make_heap(by_use.begin(), by_use.end());
+    }
+    by_use.push_back(use_key(t));
+    std::push_heap(by_use.begin(), by_use.end());
+  };
+  auto unlist = [&](std::uint32_t t) { by_next.erase({key(t), t}); };
   std::uint64_t occupancy = 0;
   auto size_of = [&](std::uint32_t t) { return s.tensors(static_cast<int>(t)).size_bytes(); };
   auto make_resident = [&](std::uint32_t t, std::int64_t g, bool dirty) {
@@ -269,11 +299,11 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     st.dirty = dirty;
     st.resident_since = g;
     occupancy += size_of(t);
-    by_next.insert({key(t), t});
+    list(t);
   };
   auto drop = [&](std::uint32_t t, std::int64_t after_step) {
     auto& st = ts[t];
-    by_next.erase({key(t), t});
+    unlist(t);
     st.resident = false;
     occupancy -= size_of(t);
     st.intervals.emplace_back(st.resident_since, after_step);
@@ -301,12 +331,15 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     pending.push_back({schedule::OFFLOAD, t, at, at, delay, false});
   };
 
+  // The step each tensor was last listed to load at: a deferred load can be listed twice for
+  // one step, and loads once (a search of the list instead made long deferral queues quadratic).
+  std::vector<std::int64_t> listed_at(nt, -1);
   for (std::int64_t g = 0; g < total; ++g) {
     // 1. What must be resident from this step on: windows opening, tensors defined.
     std::vector<std::uint32_t> loads;
     for (auto t : windows_at[static_cast<std::size_t>(g)]) {
-      // A deferred load can be listed twice for one step; it loads once.
-      if (!ts[t].resident && std::find(loads.begin(), loads.end(), t) == loads.end()) {
+      if (!ts[t].resident && listed_at[t] != g) {
+        listed_at[t] = g;
         loads.push_back(t);
       }
     }
@@ -331,14 +364,20 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         }
         // Last resort: a resident tensor already in its prefetch window but not used by this
         // step goes out and comes back later (its window reopens next step; it may stall).
-        std::uint32_t late = static_cast<std::uint32_t>(nt);
-        std::int64_t late_use = g;
-        for (const auto& [k, t] : by_next) {
-          const auto& st = ts[t];
-          if (st.next < st.occ.size() && st.occ[st.next].step > late_use) {
-            late_use = st.occ[st.next].step;
-            late = t;
+        if (!by_use_built) {
+          for (const auto& [k, t] : by_next) {
+            if (ts[t].next < ts[t].occ.size()) by_use.push_back(use_key(t));
           }
+          std::make_heap(by_use.begin(), by_use.end());
+          by_use_built = true;
+        }
+        while (!by_use.empty() && !current(by_use.front())) {
+          std::pop_heap(by_use.begin(), by_use.end());
+          by_use.pop_back();
+        }
+        std::uint32_t late = static_cast<std::uint32_t>(nt);
+        if (!by_use.empty() && std::get<0>(by_use.front()) > g) {
+          late = static_cast<std::uint32_t>(-std::get<2>(by_use.front()));
         }
         if (late < nt) {
           auto& ls = ts[late];
@@ -352,7 +391,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
                 break;
               }
             }
-            by_next.erase({key(late), late});
+            unlist(late);
             ls.resident = false;
             occupancy -= size_of(late);
           } else {
@@ -426,10 +465,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     // 3. The step runs; touched tensors move on to their next occurrence.
     for (auto t : touch_at[static_cast<std::size_t>(g)]) {
       auto& st = ts[t];
-      if (st.resident) by_next.erase({key(t), t});
+      if (st.resident) unlist(t);
       while (st.next < st.occ.size() && st.occ[st.next].step <= g) ++st.next;
       st.last_touch = g;
-      if (st.resident) by_next.insert({key(t), t});
+      if (st.resident) list(t);
     }
     for (auto t : update_at[static_cast<std::size_t>(g % n)]) ts[t].dirty = true;
     // 4. Dead tensors (last touch of this instance) are freed after the step.

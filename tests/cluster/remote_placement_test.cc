@@ -195,6 +195,22 @@ TEST(RemotePlacement, TheSpillOrderPutsNvmeBeforeRemote) {
   }
 }
 
+TEST(RemotePlacement, WithNvmeFirstAFullNvmeSpillsOnToRemote) {
+  StoreConfig config;
+  config.spill_order = {TierKind::kNvme, TierKind::kRemote};
+  auto rig = MakeRig(/*replicas=*/2, /*nvme_bytes=*/12u << 20, config);
+  ObjectStore& store = *rig->store;
+  constexpr int kObjects = 28;  // past dram (8 MiB) and nvme (12 MiB) together
+  for (int i = 0; i < kObjects; ++i) ASSERT_TRUE(Put(store, i).ok()) << i;
+  ASSERT_TRUE(SettleUntil(store, [&] { return CopiesIn(store, TierKind::kRemote) > 0; }));
+  EXPECT_GT(CopiesIn(store, TierKind::kNvme), 0u);
+  for (int i = 0; i < kObjects; ++i) {
+    std::string out;
+    ASSERT_TRUE(store.ReadCopy("ns", "k" + std::to_string(i), &out).ok()) << i;
+    EXPECT_TRUE(out == Bytes(kSize, i)) << i;
+  }
+}
+
 TEST(RemotePlacement, TheSpillOrderIsValidated) {
   StoreConfig c;
   c.spill_order = {TierKind::kNvme, TierKind::kNvme};

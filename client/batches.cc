@@ -44,11 +44,20 @@ std::vector<Range> Parts(std::size_t items, std::size_t request_bytes, std::size
 
 // Upper bounds on an item's encoded size in a reserve (a PutSpec with its field tags, lengths
 // and varints) and in a get (a Key).
-std::size_t SpecBytes(const std::string& ns, const PutItem& it) {
+std::size_t RequestBytes(const std::string& ns, const PutItem& it) {
   return ns.size() + it.key.size() + it.options.dtype.size() + 10 * it.options.shape.size() + 64;
 }
-std::size_t KeyBytes(const std::string& ns, const GetItem& it) {
+std::size_t RequestBytes(const std::string& ns, const GetItem& it) {
   return ns.size() + it.key.size() + 16;
+}
+
+// The parts of a batch of items on `conn`.
+template <typename Item>
+std::vector<Range> PartsOf(const std::vector<Item>& items, const std::string& ns,
+                           const transport::BlockingConnection& conn) {
+  std::size_t request_bytes = 0;
+  for (const auto& it : items) request_bytes += RequestBytes(ns, it);
+  return Parts(items.size(), request_bytes, conn.send_buffer_bytes());
 }
 
 Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) {
@@ -91,10 +100,7 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  std::size_t request_bytes = 0;
-  for (const auto& it : items) request_bytes += SpecBytes(core_->options.ns, it);
-  const std::vector<Range> ranges =
-      Parts(items.size(), request_bytes, conn->conn->send_buffer_bytes());
+  const std::vector<Range> ranges = PartsOf(items, core_->options.ns, *conn->conn);
   std::vector<Part> parts(ranges.size());
   detail::PipelinedExchange exchange(*conn.shared());
 
@@ -185,10 +191,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
   }
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  std::size_t request_bytes = 0;
-  for (const auto& it : items) request_bytes += KeyBytes(core_->options.ns, it);
-  const std::vector<Range> ranges =
-      Parts(items.size(), request_bytes, conn->conn->send_buffer_bytes());
+  const std::vector<Range> ranges = PartsOf(items, core_->options.ns, *conn->conn);
   struct GetPart : Range {
     wire::Request* get = nullptr;
     wire::Response* got = nullptr;

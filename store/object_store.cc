@@ -72,25 +72,27 @@ ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> 
     if (t->partitioned()) index_.SetPartitioned(t->kind());
     if (!t->keeps_retained_alone()) index_.SetNeedsGuard(t->kind());
     raw[k] = t.get();
-    rank_[k] = t->level();
     by_level_.push_back(t->kind());
     tiers_[k] = std::move(t);
   }
+  // Top first: the tiers down to dram by level, then those the spill order names, in its
+  // order, then the others by level. A tier's rank is its place in that order.
   std::sort(by_level_.begin(), by_level_.end(),
-            [&](TierKind a, TierKind b) { return rank(a) < rank(b); });
-  // The tiers below dram: those the spill order names, in its order, then the others by level.
-  std::vector<TierKind> below;
+            [&](TierKind a, TierKind b) { return tier(a)->level() < tier(b)->level(); });
+  std::vector<TierKind> order;
+  for (TierKind k : by_level_) {
+    if (tier(k)->level() <= tier(TierKind::kDram)->level()) order.push_back(k);
+  }
   for (TierKind k : config_.spill_order) {
-    if (tier(k) != nullptr) below.push_back(k);
+    if (tier(k) != nullptr) order.push_back(k);
   }
   for (TierKind k : by_level_) {
-    if (rank(k) > rank(TierKind::kDram) && std::find(below.begin(), below.end(), k) == below.end())
-      below.push_back(k);
+    if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
   }
-  std::uint32_t next = rank(TierKind::kDram);
-  for (TierKind k : below) rank_[static_cast<int>(k)] = ++next;
-  std::sort(by_level_.begin(), by_level_.end(),
-            [&](TierKind a, TierKind b) { return rank(a) < rank(b); });
+  by_level_ = std::move(order);
+  for (std::size_t i = 0; i < by_level_.size(); ++i) {
+    rank_[static_cast<int>(by_level_[i])] = static_cast<std::uint32_t>(i);
+  }
   policy_ = std::make_unique<PlacementPolicy>(
       raw, rank_, config_.cache_policy == StoreConfig::CachePolicy::kDrop);
   std::uint64_t put_capacity = 0;
@@ -534,8 +536,7 @@ Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& k
   return MetaLocked(*obj);
 }
 
-Result<std::vector<TierKind>> ObjectStore::CopiesOf(const std::string& ns,
-                                                    const std::string& key) {
+Result<std::vector<TierKind>> ObjectStore::CopiesOf(const std::string& ns, const std::string& key) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
   std::lock_guard lock(mu_);
   const StoredObject* obj = index_.Lookup(ns, key);

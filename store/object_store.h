@@ -332,7 +332,8 @@ class ObjectStore {
   ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock);
   Status ValidateName(const std::string& ns, const std::string& key) const;
   Tier* tier(TierKind kind) const { return tiers_[static_cast<int>(kind)].get(); }
-  // Place in this store's hierarchy (0: top): the tier's level, or its place in spill_order.
+  // Place in this store's hierarchy (0: top): its index in by_level_ (the constructor orders
+  // the tiers by level, the ones below dram by spill_order first).
   std::uint32_t rank(TierKind kind) const { return rank_[static_cast<int>(kind)]; }
   bool mapped(TierKind kind) const { return mapped_[static_cast<int>(kind)]; }
   // The present copy nearest the top; with mapped_only, only tiers clients can map.
@@ -361,6 +362,10 @@ class ObjectStore {
   Status StartMoveLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority,
                          std::uint64_t deadline_us, bool drop_source,
                          std::optional<Extent> dst = std::nullopt, MoveDone done = nullptr);
+  // A failed move found its source's bytes gone (NOT_FOUND from a tier that is not memory):
+  // drops what is lost and says so in last_move_error. False when it left things as they were
+  // (a pinned copy among others).
+  bool CopyLostLocked(StoredObject& obj, TierKind from, const Status& why);
   // A move down that frees `from`, through a guard copy first where the object needs one
   // (store/placement_policy.h); FAILED_PRECONDITION where no tier could hold that copy.
   Status StartMoveDownLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority);

@@ -107,39 +107,11 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
     obj->last_move_error = s;
     if (m.to == TierKind::kNvme) ++counters_.spill_failures;
     if (m.from == TierKind::kNvme) ++counters_.nvme_read_failures;
-    if (s.code() == StatusCode::kNotFound && !mapped(m.from) && obj->present_copies() == 1 &&
-        obj->copy(m.from).present) {
-      // The source's bytes are gone: its only copy was on peers that left the cluster. A cache
-      // object is a miss from now on, as if evicted; a retained one is lost, and says so. Only
-      // a source that is not memory can lose bytes: a spill from dram whose write a peer refused
-      // (NOT_FOUND: a region freed while this node was away) leaves the dram copy as it was.
-      ++counters_.copies_lost_with_peers;
-      const std::string name = obj->meta.ns + "/" + obj->meta.key;
-      spdlog::warn("{}: its only copy was in {}, on peers that left ({})", name, TierName(m.from),
-                   s.message());
-      if (obj->meta.durability == Durability::kCache) {
-        obj->last_move_error = Status::NotFound(name + " was evicted with the peer that held it");
-        ++counters_.evictions;
-        DoomLocked(*obj);
-      } else {
-        obj->last_move_error =
-            Status::DataLoss(name + ": every copy was on peers that left the cluster");
-        QuarantineLocked(*obj, obj->last_move_error);
-        MaybeFreeLocked(*obj);
-      }
-      return;
-    }
+    // Only a source that is not memory can lose bytes (its copy was on peers that left the
+    // cluster): a spill from dram whose write a peer refused (NOT_FOUND: a region freed while
+    // this node was away) leaves the dram copy as it was.
     if (s.code() == StatusCode::kNotFound && !mapped(m.from) && obj->copy(m.from).present &&
-        obj->copy(m.from).pins == 0) {
-      // The same, for an object with other copies (a retained one's guard copy on nvme): the
-      // lost copy goes, and whoever waited reads another (ABORTED: look again).
-      ++counters_.copies_lost_read_elsewhere;
-      spdlog::warn("{}/{}: its copy in {} was on peers that left ({}); reading another",
-                   obj->meta.ns, obj->meta.key, TierName(m.from), s.message());
-      FreeCopyLocked(*obj, m.from);
-      obj->last_move_error = Status::Aborted("a copy was lost with its peers; read another");
-      index_.Refresh(*obj);
-      MaybeFreeLocked(*obj);
+        CopyLostLocked(*obj, m.from, s)) {
       return;
     }
     // DATA_LOSS may be the device garbling the copy (a write-verify read) or the source in
@@ -221,6 +193,39 @@ Status ObjectStore::StartMoveDownLocked(StoredObject& obj, TierKind from, TierKi
   obj.move->then_to = to;
   LeavingLocked(from, obj.pool) += obj.meta.size;
   return Status::Ok();
+}
+
+bool ObjectStore::CopyLostLocked(StoredObject& obj, TierKind from, const Status& why) {
+  const std::string name = obj.meta.ns + "/" + obj.meta.key;
+  if (obj.present_copies() == 1) {
+    // Its only copy: a cache object is a miss from now on, as if evicted; a retained one is
+    // lost, and says so.
+    ++counters_.copies_lost_with_peers;
+    spdlog::warn("{}: its only copy was in {}, on peers that left ({})", name, TierName(from),
+                 why.message());
+    if (obj.meta.durability == Durability::kCache) {
+      obj.last_move_error = Status::NotFound(name + " was evicted with the peer that held it");
+      ++counters_.evictions;
+      DoomLocked(obj);
+    } else {
+      obj.last_move_error =
+          Status::DataLoss(name + ": every copy was on peers that left the cluster");
+      QuarantineLocked(obj, obj.last_move_error);
+      MaybeFreeLocked(obj);
+    }
+    return true;
+  }
+  if (obj.copy(from).pins > 0) return false;
+  // One of several (a retained object's guard copy on nvme is another): the lost copy goes, and
+  // whoever waited reads another (ABORTED: look again).
+  ++counters_.copies_lost_read_elsewhere;
+  spdlog::warn("{}: its copy in {} was on peers that left ({}); reading another", name,
+               TierName(from), why.message());
+  FreeCopyLocked(obj, from);
+  obj.last_move_error = Status::Aborted("a copy was lost with its peers; read another");
+  index_.Refresh(obj);
+  MaybeFreeLocked(obj);
+  return true;
 }
 
 bool ObjectStore::ApplyLocked(const PlacementDecision& d, MovePriority priority) {

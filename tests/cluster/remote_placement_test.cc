@@ -75,6 +75,16 @@ std::vector<TierKind> Copies(ObjectStore& store, int i) {
   return c.ok() ? *c : std::vector<TierKind>{};
 }
 
+// Objects k0..k<count-1> as Put wrote them, byte for byte.
+void ExpectEachReadsBack(ObjectStore& store, int count) {
+  for (int i = 0; i < count; ++i) {
+    std::string out;
+    auto meta = store.ReadCopy("ns", "k" + std::to_string(i), &out);
+    ASSERT_TRUE(meta.ok()) << "k" << i << ": " << meta.status().ToString();
+    EXPECT_TRUE(out == Bytes(kSize, i)) << "k" << i;
+  }
+}
+
 bool Has(const std::vector<TierKind>& copies, TierKind k) {
   return std::find(copies.begin(), copies.end(), k) != copies.end();
 }
@@ -121,12 +131,7 @@ TEST(RemotePlacement, ARetainedObjectWithOneRemoteReplicaKeepsAnNvmeCopyAndSurvi
   rig->a.server->Stop();
   rig->b.server->Stop();
   rig->remote->SetMembers({});
-  for (int i = 0; i < kObjects; ++i) {
-    std::string out;
-    auto meta = store.ReadCopy("ns", "k" + std::to_string(i), &out);
-    ASSERT_TRUE(meta.ok()) << "k" << i << ": " << meta.status().ToString();
-    EXPECT_TRUE(out == Bytes(kSize, i)) << "k" << i;
-  }
+  ExpectEachReadsBack(store, kObjects);
   const StoreStats stats = store.Stats();
   EXPECT_EQ(stats.copies_lost_with_peers, 0u);
   EXPECT_GE(stats.copies_lost_read_elsewhere, 1u);
@@ -187,11 +192,7 @@ TEST(RemotePlacement, TheSpillOrderPutsNvmeBeforeRemote) {
     ASSERT_TRUE(SettleUntil(store, [&] { return CopiesIn(store, first) >= 8; }))
         << "nvme first: " << nvme_first;
     EXPECT_EQ(CopiesIn(store, second), 0u) << "nvme first: " << nvme_first;
-    for (int i = 0; i < 16; ++i) {
-      std::string out;
-      ASSERT_TRUE(store.ReadCopy("ns", "k" + std::to_string(i), &out).ok()) << i;
-      EXPECT_TRUE(out == Bytes(kSize, i)) << i;
-    }
+    ExpectEachReadsBack(store, 16);
   }
 }
 
@@ -204,11 +205,7 @@ TEST(RemotePlacement, WithNvmeFirstAFullNvmeSpillsOnToRemote) {
   for (int i = 0; i < kObjects; ++i) ASSERT_TRUE(Put(store, i).ok()) << i;
   ASSERT_TRUE(SettleUntil(store, [&] { return CopiesIn(store, TierKind::kRemote) > 0; }));
   EXPECT_GT(CopiesIn(store, TierKind::kNvme), 0u);
-  for (int i = 0; i < kObjects; ++i) {
-    std::string out;
-    ASSERT_TRUE(store.ReadCopy("ns", "k" + std::to_string(i), &out).ok()) << i;
-    EXPECT_TRUE(out == Bytes(kSize, i)) << i;
-  }
+  ExpectEachReadsBack(store, kObjects);
 }
 
 TEST(RemotePlacement, TheSpillOrderIsValidated) {

@@ -111,6 +111,53 @@ void BM_ServicePutBatch(benchmark::State& state) {
 }
 BENCHMARK(BM_ServicePutBatch)->Arg(0)->Arg(100'000);
 
+// Reserve and commit 64 under names the store has never held, then delete them: a KV cache
+// that writes new blocks and drops old ones inserts and erases names rather than replacing.
+void BM_ServicePutNewBatchThenDelete(benchmark::State& state) {
+  Server server;
+  AddResident(server, state.range(0));
+  const std::uint64_t sum = Xxh3(std::string(kSize, 'x').data(), kSize);
+  wire::Request reserve, commit, del;
+  std::string reserve_bytes, commit_bytes, del_bytes;
+  std::uint64_t next = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    reserve.Clear();
+    del.Clear();
+    for (int i = 0; i < kBatch; ++i, ++next) {
+      const std::string key = "bench-new-" + std::to_string(next);
+      auto* s = reserve.mutable_reserve()->add_items();
+      s->set_ns("default");
+      s->set_key(key);
+      s->set_size(kSize);
+      s->set_kind(wire::KV_BLOCK);
+      s->set_durability(wire::CACHE);
+      auto* k = del.mutable_del()->add_keys();
+      k->set_ns("default");
+      k->set_key(key);
+    }
+    reserve.SerializeToString(&reserve_bytes);
+    del.SerializeToString(&del_bytes);
+    state.ResumeTiming();
+    const auto& r = server.Call(reserve_bytes);
+    commit.Clear();
+    for (const auto& item : r.reserve().items()) {
+      auto* c = commit.mutable_commit()->add_items();
+      c->set_reservation_id(item.reservation_id());
+      c->set_checksum(sum);
+    }
+    commit.SerializeToString(&commit_bytes);
+    const auto& c = server.Call(commit_bytes);
+    if (c.statuses().items_size() != kBatch || c.statuses().items(0).code() != 0) {
+      state.SkipWithError("commit failed");
+      return;
+    }
+    server.Call(del_bytes);
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_ServicePutNewBatchThenDelete)->Arg(0)->Arg(100'000);
+
 // Pin 64 (AUTO: pinned above the inline threshold's first bytes) and release them.
 void BM_ServiceGetBatch(benchmark::State& state) {
   Server server;

@@ -26,6 +26,11 @@ StoredObject* ObjectIndex::Lookup(const std::string& ns, const std::string& key)
   return it == names_.end() ? nullptr : objects_.at(it->second).get();
 }
 
+bool ObjectIndex::IsReservation(std::uint64_t id) const {
+  auto it = objects_.find(id);
+  return it != objects_.end() && it->second->reservation;
+}
+
 StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
                                           std::uint64_t expiry_us) {
   auto obj = std::make_unique<StoredObject>();
@@ -34,7 +39,8 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
   obj->owner = owner;
   obj->expiry_us = expiry_us;
   StoredObject& ref = *obj;
-  reservation_ids_.insert(ref.id);
+  ref.reservation = true;
+  ++reservations_;
   if (expiry_us != 0) reservations_by_expiry_.emplace(expiry_us, ref.id);
   reservations_by_owner_.emplace(owner, ref.id);
   Count(owner, 1, static_cast<std::int64_t>(ref.meta.size), 0);
@@ -44,8 +50,11 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
 }
 
 void ObjectIndex::EraseReservation(std::uint64_t id) {
-  if (reservation_ids_.erase(id) == 0) return;
-  StoredObject& obj = *objects_.at(id);
+  auto it = objects_.find(id);
+  if (it == objects_.end() || !it->second->reservation) return;
+  StoredObject& obj = *it->second;
+  obj.reservation = false;
+  --reservations_;
   reservations_by_expiry_.erase({obj.expiry_us, id});
   reservations_by_owner_.erase({obj.owner, id});
   Count(obj.owner, -1, -static_cast<std::int64_t>(obj.meta.size), 0);
@@ -53,7 +62,7 @@ void ObjectIndex::EraseReservation(std::uint64_t id) {
 
 void ObjectIndex::ClearReservationDeadline(std::uint64_t id) {
   auto it = objects_.find(id);
-  if (it == objects_.end() || reservation_ids_.count(id) == 0) return;
+  if (it == objects_.end() || !it->second->reservation) return;
   reservations_by_expiry_.erase({it->second->expiry_us, id});
   it->second->expiry_us = 0;
 }
@@ -90,14 +99,13 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj) {
   StoredObject* replaced = nullptr;
   const NameView name(obj.meta.ns, obj.meta.key);
   auto it = names_.lower_bound(name);
-  const bool inserted = it == names_.end() || names_.key_comp()(name, it->first);
-  if (inserted) it = names_.emplace_hint(it, Name(name), obj.id);
-  if (!inserted) {
+  if (it != names_.end() && !names_.key_comp()(name, it->first)) {
     replaced = objects_.at(it->second).get();
     replaced->linked = false;
     Refresh(*replaced);
     it->second = obj.id;
   } else {
+    names_.emplace_hint(it, Name(name), obj.id);
     CountNs(obj.meta.ns, 0, 1);
   }
   obj.linked = true;
@@ -140,7 +148,7 @@ void ObjectIndex::Erase(std::uint64_t id) {
   objects_.erase(it);
 }
 
-ObjectIndex::RecencySet& ObjectIndex::SetOf(const StoredObject& obj, int t, int set) {
+RecencySet& ObjectIndex::SetOf(const StoredObject& obj, int t, int set) {
   const std::uint32_t p = partitioned_[t] ? obj.pool : kSharedPool;
   if (p >= sets_.size()) sets_.resize(p + 1);
   return sets_[p][t][set];
@@ -149,7 +157,7 @@ ObjectIndex::RecencySet& ObjectIndex::SetOf(const StoredObject& obj, int t, int 
 void ObjectIndex::UnlistCopy(StoredObject& obj, int t) {
   ObjectCopy& c = obj.copies[t];
   for (int set = 0; c.listed != 0 && set < 3; ++set) {
-    if (c.listed & (1u << set)) SetOf(obj, t, set).erase({c.last_use, obj.id});
+    if (c.listed & (1u << set)) SetOf(obj, t, set).erase(c.listed_at[set]);
   }
   c.listed = 0;
 }
@@ -182,15 +190,14 @@ void ObjectIndex::Refresh(StoredObject& obj) {
       if (present > 1 && !last_guard) want |= 1u << static_cast<int>(CandidateSet::kRedundant);
     }
     if (want == c.listed) continue;
-    const std::pair<std::uint64_t, std::uint64_t> key{c.last_use, obj.id};
     for (int set = 0; set < 3; ++set) {
       const bool in = c.listed & (1u << set), should = want & (1u << set);
-      if (in && !should) SetOf(obj, t, set).erase(key);
+      if (in && !should) SetOf(obj, t, set).erase(c.listed_at[set]);
       if (!in && should) {
         // Most copies are listed as they are used, newest of all: the end is where they go,
         // and a correct hint spares the search.
         RecencySet& listed = SetOf(obj, t, set);
-        listed.insert(listed.end(), key);
+        c.listed_at[set] = listed.insert(listed.end(), {c.last_use, obj.id});
       }
     }
     c.listed = want;
@@ -199,15 +206,14 @@ void ObjectIndex::Refresh(StoredObject& obj) {
 
 void ObjectIndex::Touch(StoredObject& obj, TierKind tier) {
   ObjectCopy& c = obj.copy(tier);
-  const std::uint64_t old_use = c.last_use;
   c.last_use = ++use_seq_;
   // Re-key the copy's entries under its new recency (no allocation: the nodes move).
   for (int set = 0; set < 3; ++set) {
     if (!(c.listed & (1u << set))) continue;
     auto& s = SetOf(obj, static_cast<int>(tier), set);
-    auto node = s.extract({old_use, obj.id});
+    auto node = s.extract(c.listed_at[set]);
     node.value() = {c.last_use, obj.id};
-    s.insert(s.end(), std::move(node));  // the newest use: the end, no search
+    c.listed_at[set] = s.insert(s.end(), std::move(node));  // the newest: the end, no search
   }
 }
 

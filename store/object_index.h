@@ -16,7 +16,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -26,6 +25,9 @@
 
 namespace tierpool {
 
+// Copies in least recently used order: (last_use, object id).
+using RecencySet = std::set<std::pair<std::uint64_t, std::uint64_t>>;
+
 // One copy of an object's bytes in one tier.
 struct ObjectCopy {
   bool present = false;
@@ -33,6 +35,9 @@ struct ObjectCopy {
   std::uint32_t pins = 0;      // read leases on this copy; a pinned copy never moves or frees
   std::uint64_t last_use = 0;  // recency, from the index's sequence
   std::uint8_t listed = 0;     // which candidate sets hold it (bit i: CandidateSet i)
+  // Where it stands in each set that holds it (valid where `listed` says): leaving a set or
+  // moving to its end costs no search through it.
+  std::array<RecencySet::iterator, 3> listed_at{};
 };
 
 // A copy of the object being made in another tier by the mover.
@@ -55,6 +60,7 @@ struct StoredObject {
   ObjectMeta meta;                   // meta.tier: the top tier holding a copy
   std::uint32_t pool = kSharedPool;  // its namespace's pool: the arenas its copies live in
   bool committed = false;
+  bool reservation = false;     // an open reservation: committed, aborted or expired ends it
   std::uint64_t owner = 0;      // who may commit the reservation
   std::uint64_t expiry_us = 0;  // reservation deadline
   std::array<ObjectCopy, kTierKindCount> copies;
@@ -106,18 +112,6 @@ class ObjectIndex {
  public:
   using Name = std::pair<std::string, std::string>;  // (namespace, key)
   using NameView = std::pair<std::string_view, std::string_view>;
-  // Orders names and looks them up by view: a lookup builds no strings (a key past the short
-  // string size would cost an allocation per get and per put).
-  struct NameOrder {
-    using is_transparent = void;
-    static NameView View(const Name& n) { return {n.first, n.second}; }
-    static NameView View(const NameView& n) { return n; }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return View(a) < View(b);
-    }
-  };
-  using Names = std::map<Name, std::uint64_t, NameOrder>;
 
   StoredObject* Find(std::uint64_t id);
   StoredObject* Lookup(const std::string& ns, const std::string& key);
@@ -129,7 +123,7 @@ class ObjectIndex {
   // Makes the name point nowhere (the object stays until Erase).
   void Unlink(StoredObject& obj);
   void Erase(std::uint64_t id);
-  bool IsReservation(std::uint64_t id) const { return reservation_ids_.count(id) != 0; }
+  bool IsReservation(std::uint64_t id) const;
 
   // A copy appeared, vanished, got pinned or unpinned, or the object changed state: recompute
   // which candidate sets its copies belong to, keeping their recency.
@@ -185,9 +179,16 @@ class ObjectIndex {
   std::vector<std::uint64_t> LeasesOf(std::uint64_t owner) const;
   void EraseReservation(std::uint64_t id);  // the record only; the caller frees the object
 
-  const Names& names() const { return names_; }
+  // Visits linked objects in name order from the first name not before `from` until visit
+  // returns false.
+  template <typename F>
+  void ForEachNameFrom(NameView from, F&& visit) {
+    for (auto it = names_.lower_bound(from); it != names_.end(); ++it) {
+      if (!visit(NameView(it->first.first, it->first.second), *objects_.at(it->second))) return;
+    }
+  }
   std::uint64_t objects() const { return names_.size(); }
-  std::uint64_t reservations() const { return reservation_ids_.size(); }
+  std::uint64_t reservations() const { return reservations_; }
   std::uint64_t leases() const { return leases_.size(); }
   std::uint64_t copies_in(TierKind t) const { return copies_in_[static_cast<int>(t)]; }
   // Bytes (extent lengths) of a namespace's copies in a tier.
@@ -196,7 +197,6 @@ class ObjectIndex {
   std::uint64_t NextId() { return next_id_++; }
 
  private:
-  using RecencySet = std::set<std::pair<std::uint64_t, std::uint64_t>>;  // (last_use, id)
   using TierSets = std::array<std::array<RecencySet, 3>, kTierKindCount>;
   // The set a copy of obj in tier t is listed in.
   RecencySet& SetOf(const StoredObject& obj, int t, int set);
@@ -204,8 +204,19 @@ class ObjectIndex {
   void UnlistCopy(StoredObject& obj, int tier);
   void EraseName(const StoredObject& obj);
 
+  // Names in order (listing walks them), looked up by view: a lookup builds no strings (a key
+  // past the short string size would cost an allocation per get and per put).
+  struct NameOrder {
+    using is_transparent = void;
+    static NameView View(const Name& n) { return {n.first, n.second}; }
+    static NameView View(const NameView& n) { return n; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return View(a) < View(b);
+    }
+  };
   std::unordered_map<std::uint64_t, std::unique_ptr<StoredObject>> objects_;
-  Names names_;
+  std::map<Name, std::uint64_t, NameOrder> names_;
   std::vector<TierSets> sets_{1};  // by pool (kSharedPool for tiers not partitioned)
   std::array<bool, kTierKindCount> partitioned_{};
   std::array<bool, kTierKindCount> needs_guard_{};
@@ -220,7 +231,7 @@ class ObjectIndex {
   std::unordered_map<std::uint64_t, OwnerHoldings> holdings_;  // owners holding anything
   std::unordered_map<std::string, NamespaceUsage> ns_usage_;   // namespaces holding anything
   void CountNs(const std::string& ns, std::int64_t bytes, std::int64_t objects);
-  std::unordered_set<std::uint64_t> reservation_ids_;
+  std::uint64_t reservations_ = 0;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_expiry_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_owner_;
   std::unordered_map<std::uint64_t, Lease> leases_;

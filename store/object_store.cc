@@ -598,20 +598,21 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
   std::vector<ObjectMeta> out;
   if (limit == 0) limit = 1000;
   *truncated = false;
-  const auto& names = index_.names();
-  auto it = all_namespaces ? names.begin() : names.lower_bound({ns, std::max(prefix, start_after)});
-  for (; it != names.end(); ++it) {
-    const auto& [k, id] = *it;
+  const std::string& from_key = std::max(prefix, start_after);
+  const ObjectIndex::NameView from =
+      all_namespaces ? ObjectIndex::NameView() : ObjectIndex::NameView(ns, from_key);
+  index_.ForEachNameFrom(from, [&](const ObjectIndex::NameView& name, StoredObject& obj) {
     if (!all_namespaces) {
-      if (k.first != ns || k.second.compare(0, prefix.size(), prefix) != 0) break;
-      if (!start_after.empty() && k.second <= start_after) continue;
+      if (name.first != ns || name.second.substr(0, prefix.size()) != prefix) return false;
+      if (!start_after.empty() && name.second <= start_after) return true;
     }
     if (out.size() == limit) {
       *truncated = true;
-      break;
+      return false;
     }
-    out.push_back(MetaLocked(*index_.Find(id)));
-  }
+    out.push_back(MetaLocked(obj));
+    return true;
+  });
   return out;
 }
 

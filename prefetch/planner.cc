@@ -9,6 +9,7 @@
 
 #include "common/units.h"
 #include "prefetch/simulator.h"
+#include "prefetch/waiting_loads.h"
 
 namespace tierpool::prefetch {
 
@@ -331,35 +332,31 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     pending.push_back({schedule::OFFLOAD, t, at, at, delay, false});
   };
 
-  // The step each tensor was last listed to load at: a deferred load can be listed twice for
-  // one step, and loads once (a search of the list instead made long deferral queues quadratic).
-  std::vector<std::int64_t> listed_at(nt, -1);
+  // Loads whose window has opened, by the use they serve: a load that finds no room waits here
+  // from step to step.
+  WaitingLoads waiting(total, nt);
+  auto use_of = [&](std::uint32_t t) { return ts[t].occ[ts[t].next].step; };
   for (std::int64_t g = 0; g < total; ++g) {
     // 1. What must be resident from this step on: windows opening, tensors defined.
-    std::vector<std::uint32_t> loads;
     for (auto t : windows_at[static_cast<std::size_t>(g)]) {
-      if (!ts[t].resident && listed_at[t] != g) {
-        listed_at[t] = g;
-        loads.push_back(t);
-      }
+      if (!ts[t].resident) waiting.Add(t, use_of(t), size_of(t));
     }
-    std::uint64_t adding = 0;
-    for (auto t : loads) adding += size_of(t);
-    for (auto t : defs_at[static_cast<std::size_t>(g)]) adding += size_of(t);
-    // 2. Make room: evict what is needed farthest in the future. When nothing can go, a load
-    // for a later step waits a step (its prefetch starts later, and may stall); only what this
-    // step itself needs cannot wait.
-    std::sort(loads.begin(), loads.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return ts[a].occ[ts[a].next].step < ts[b].occ[ts[b].next].step;
-    });
+    std::uint64_t defining = 0;
+    for (auto t : defs_at[static_cast<std::size_t>(g)]) defining += size_of(t);
+    std::uint64_t adding = waiting.bytes() + defining;
+    // 2. Make room: evict what is needed farthest in the future. When nothing can go, the loads
+    // for the latest uses wait a step (their prefetches start later, and may stall) until the
+    // rest fit; only what this step itself needs cannot wait. The loads from `issue_end` wait.
+    auto issue_end = waiting.end();
+    bool cut = false;
     while (occupancy + adding > config.hbm_budget) {
       if (by_next.empty() || by_next.rbegin()->first <= g) {
-        if (!loads.empty() && ts[loads.back()].occ[ts[loads.back()].next].step > g) {
-          std::uint32_t t = loads.back();
-          loads.pop_back();
-          adding -= size_of(t);
-          ts[t].occ[ts[t].next].window = g + 1;
-          windows_at[static_cast<std::size_t>(g + 1)].push_back(t);
+        if (!cut) {
+          cut = true;
+          const auto room = static_cast<std::int64_t>(config.hbm_budget) -
+                            static_cast<std::int64_t>(occupancy + defining);
+          issue_end = waiting.Cut(room, g);
+          adding = waiting.BytesBefore(issue_end) + defining;
           continue;
         }
         // Last resort: a resident tensor already in its prefetch window but not used by this
@@ -451,8 +448,12 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       vs.dirty = false;  // the host holds a current copy now
       drop(victim, after);
     }
-    for (auto t : loads) {
-      std::int64_t use = ts[t].occ[ts[t].next].step;
+    for (auto it = waiting.begin(); it != issue_end;) {
+      const std::uint32_t t = it->second;
+      it = waiting.Erase(it);
+      const std::int64_t use = use_of(t);
+      // Its window is where it is issued: later than it opened when it waited.
+      ts[t].occ[ts[t].next].window = std::max(ts[t].occ[ts[t].next].window, g);
       double delay = 0;
       if (auto o = overrides.find({t, use}); o != overrides.end() && o->second.step == g) {
         delay = o->second.delay_us;  // issued where the link timeline put it, not at step start
@@ -480,6 +481,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       if (st.next >= st.occ.size() || st.occ[st.next].step / n != g / n) drop(t, g);
     }
   }
+  for (const auto& [use, t] : waiting) ts[t].occ[ts[t].next].window = total;  // never issued
   for (std::size_t t = 0; t < nt; ++t) {
     if (ts[t].resident) ts[t].intervals.emplace_back(ts[t].resident_since, total);
   }

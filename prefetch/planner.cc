@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "common/units.h"
+#include "prefetch/link_calendar.h"
 #include "prefetch/simulator.h"
 #include "prefetch/waiting_loads.h"
 
@@ -56,42 +57,6 @@ struct TensorState {
 };
 
 }  // namespace
-
-// The host-bound link's timeline on the planned clock: the copy-outs placed so far, as disjoint
-// busy intervals. A copy-out goes into the earliest gap after its tensor's last touch that holds
-// it, and is issued exactly then, so the copy stream (which runs transfers in issue order) runs
-// them as placed. Filling idle gaps in the past is what offloads early, at last use, instead of
-// when room is short.
-class LinkCalendar {
- public:
-  // The earliest start >= release at which [start, start + dur) is free.
-  double Place(double release, double dur) const {
-    double t = release;
-    auto it = busy_.upper_bound(t);
-    if (it != busy_.begin()) t = std::max(t, std::prev(it)->second);
-    for (; it != busy_.end() && it->first < t + dur; ++it) t = std::max(t, it->second);
-    return t;
-  }
-  void Reserve(double from, double to) {
-    // Touching neighbours merge, which keeps the map (and Place's walk) short.
-    auto next = busy_.lower_bound(from);
-    if (next != busy_.end() && next->first <= to) {
-      to = std::max(to, next->second);
-      next = busy_.erase(next);
-    }
-    if (next != busy_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->second >= from) {
-        prev->second = std::max(prev->second, to);
-        return;
-      }
-    }
-    busy_.emplace(from, to);
-  }
-
- private:
-  std::map<double, double> busy_;
-};
 
 // Window starts (and how far into that step the transfer should start), by (tensor, global use).
 struct WindowOverride {

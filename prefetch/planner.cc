@@ -5,7 +5,6 @@
 #include <map>
 #include <set>
 #include <tuple>
-#include <unordered_map>
 
 #include "common/units.h"
 #include "prefetch/link_calendar.h"
@@ -63,14 +62,33 @@ struct WindowOverride {
   std::int64_t step;
   double delay_us;
 };
-struct TensorUseHash {
-  std::size_t operator()(const std::pair<std::uint32_t, std::int64_t>& k) const {
-    return std::hash<std::uint64_t>{}(static_cast<std::uint64_t>(k.second) * 0x9E3779B97F4A7C15ull ^
-                                      k.first);
+// By tensor, then by use: a tensor has a few reloads at most, and a pass looks them up for every
+// occurrence of every tensor (a hash map of all of them missed the cache on nearly every look).
+class WindowOverrides {
+ public:
+  WindowOverrides() = default;
+  explicit WindowOverrides(std::size_t tensors) : by_tensor_(tensors) {}
+  void Set(std::uint32_t tensor, std::int64_t use, WindowOverride o) {
+    auto& v = by_tensor_[tensor];
+    for (auto& [u, existing] : v) {
+      if (u == use) {
+        existing = o;
+        return;
+      }
+    }
+    v.emplace_back(use, o);
   }
+  const WindowOverride* Find(std::uint32_t tensor, std::int64_t use) const {
+    if (tensor >= by_tensor_.size()) return nullptr;
+    for (const auto& [u, o] : by_tensor_[tensor]) {
+      if (u == use) return &o;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::vector<std::vector<std::pair<std::int64_t, WindowOverride>>> by_tensor_;
 };
-using WindowOverrides =
-    std::unordered_map<std::pair<std::uint32_t, std::int64_t>, WindowOverride, TensorUseHash>;
 struct Reload {
   std::uint32_t tensor;
   std::int64_t use;
@@ -185,8 +203,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
             b != burst_window.end()) {
           w = std::max<std::int64_t>(std::min(w, b->second), prev + 1);
         }
-        if (auto o = overrides.find({static_cast<std::uint32_t>(t), g}); o != overrides.end()) {
-          w = std::max<std::int64_t>(o->second.step, prev + 1);
+        if (const auto* o = overrides.Find(static_cast<std::uint32_t>(t), g)) {
+          w = std::max<std::int64_t>(o->step, prev + 1);
         }
         st.occ.push_back({w, g});
         prev = g;
@@ -420,8 +438,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       // Its window is where it is issued: later than it opened when it waited.
       ts[t].occ[ts[t].next].window = std::max(ts[t].occ[ts[t].next].window, g);
       double delay = 0;
-      if (auto o = overrides.find({t, use}); o != overrides.end() && o->second.step == g) {
-        delay = o->second.delay_us;  // issued where the link timeline put it, not at step start
+      if (const auto* o = overrides.Find(t, use); o != nullptr && o->step == g) {
+        delay = o->delay_us;  // issued where the link timeline put it, not at step start
       }
       pending.push_back({schedule::PREFETCH, t, g, use, delay});
       reloads->push_back({t, ts[t].occ[ts[t].next].step});
@@ -571,14 +589,14 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
   if (config.choose_by_replay) Evaluate(s, lt, d, budget, &best);
   // Lays the reloads (sorted, unique) out on the link, back to back, as late as possible.
   auto layout = [&](const std::vector<Reload>& sorted) {
-    WindowOverrides overrides;
+    WindowOverrides overrides(static_cast<std::size_t>(s.tensors_size()));
     double link_free = std::numeric_limits<double>::infinity();
     for (const Reload& r : sorted) {
       double xfer = d.InUs(s.tensors(static_cast<int>(r.tensor)).size_bytes());
       link_free = std::min(start[static_cast<std::size_t>(r.use)], link_free) - xfer;
       std::int64_t w = StepAt(start, r.use, link_free);
-      overrides[{r.tensor, r.use}] = {
-          w, std::max(0.0, link_free - start[static_cast<std::size_t>(w)])};
+      overrides.Set(r.tensor, r.use,
+                    {w, std::max(0.0, link_free - start[static_cast<std::size_t>(w)])});
     }
     return overrides;
   };

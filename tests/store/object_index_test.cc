@@ -1,0 +1,148 @@
+// The index's candidate sets against a recomputation from scratch: after every step of a random
+// sequence of puts, replacements, uses, pins, moves, quarantines and deletes, each (tier, set)
+// lists exactly the copies the rules in store/object_index.h name, in least recently used order.
+// A copy keeps iterators to its place in each set (ObjectCopy::listed_at); a stale one would
+// list a copy twice, lose one, or break the tree.
+#include "store/object_index.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tierpool {
+namespace {
+
+constexpr TierKind kTiers[] = {TierKind::kHbm, TierKind::kDram, TierKind::kNvme};
+constexpr CandidateSet kSets[] = {CandidateSet::kMovable, CandidateSet::kCache,
+                                  CandidateSet::kRedundant};
+
+bool Expected(const StoredObject& o, TierKind t, CandidateSet set) {
+  const ObjectCopy& c = o.copy(t);
+  const bool movable = o.committed && o.linked && !o.doomed && !o.corrupt && !o.move &&
+                       o.holds == 0 && c.present && c.pins == 0;
+  if (!movable) return false;
+  switch (set) {
+    case CandidateSet::kMovable:
+      return true;
+    case CandidateSet::kCache:
+      return o.meta.durability == Durability::kCache;
+    case CandidateSet::kRedundant:
+      return o.present_copies() > 1;  // no tier here needs a guard
+  }
+  return false;
+}
+
+void CheckSets(ObjectIndex& index, const std::vector<std::uint64_t>& ids) {
+  for (TierKind t : kTiers) {
+    for (CandidateSet set : kSets) {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> want;  // (last_use, id)
+      for (auto id : ids) {
+        const StoredObject* o = index.Find(id);
+        if (o != nullptr && Expected(*o, t, set)) want.emplace_back(o->copy(t).last_use, id);
+      }
+      std::sort(want.begin(), want.end());
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> got;
+      index.ForEachCandidate(t, kSharedPool, set, [&](StoredObject& o) {
+        got.emplace_back(o.copy(t).last_use, o.id);
+        return false;
+      });
+      ASSERT_EQ(got, want) << "tier " << TierName(t) << " set " << static_cast<int>(set);
+      ASSERT_EQ(index.candidates(t, set), want.size());
+    }
+  }
+}
+
+TEST(ObjectIndex, CandidateSetsMatchTheirRulesThroughARandomLife) {
+  std::mt19937_64 rng(5);
+  ObjectIndex index;
+  std::vector<std::uint64_t> ids;  // every object the index may still hold
+  auto pick = [&]() -> StoredObject* {
+    if (ids.empty()) return nullptr;
+    return index.Find(ids[rng() % ids.size()]);
+  };
+  std::uint64_t offset = 0;
+  for (int op = 0; op < 4000; ++op) {
+    const int what = static_cast<int>(rng() % 10);
+    if (what <= 2 || ids.empty()) {
+      // A put under one of 40 names: a reservation with a copy, committed (replacing any
+      // object of that name, which is then doomed and erased unless it is pinned).
+      ObjectMeta meta;
+      meta.ns = rng() % 2 ? "a" : "b";
+      meta.key = "k" + std::to_string(rng() % 20);
+      meta.size = 4096;
+      meta.durability = rng() % 2 ? Durability::kCache : Durability::kRetained;
+      StoredObject& o = index.AddReservation(meta, /*owner=*/1, /*expiry_us=*/0);
+      index.SetCopy(o, kTiers[rng() % 2], {0, offset += 4096, 4096});
+      ids.push_back(o.id);
+      if (rng() % 8 != 0) {
+        if (StoredObject* old = index.Commit(o)) {
+          old->doomed = true;
+          index.Refresh(*old);
+          if (old->pins() == 0) index.Erase(old->id);
+        }
+      } else {
+        index.Erase(o.id);  // aborted
+      }
+    } else if (StoredObject* o = pick(); o != nullptr) {
+      const TierKind t = kTiers[rng() % 3];
+      switch (what) {
+        case 3:  // a use
+          if (o->copy(t).present) index.Touch(*o, t);
+          break;
+        case 4:  // a copy made below or above
+          index.SetCopy(*o, t, {0, offset += 4096, 4096});
+          break;
+        case 5:  // a copy dropped, never the last
+          if (o->copy(t).present && o->present_copies() > 1) index.ClearCopy(*o, t);
+          break;
+        case 6:  // a pin taken or released
+          if (o->copy(t).present) {
+            if (o->copy(t).pins > 0 && rng() % 2) {
+              --o->copy(t).pins;
+            } else {
+              ++o->copy(t).pins;
+            }
+            index.Refresh(*o);
+          }
+          break;
+        case 7:  // a move starts or ends
+          if (o->move) {
+            o->move.reset();
+          } else {
+            o->move.emplace();
+          }
+          index.Refresh(*o);
+          break;
+        case 8:  // quarantined, or a caller holding its copies for a move
+          if (rng() % 4 == 0) {
+            o->corrupt = true;
+          } else {
+            o->holds = o->holds > 0 ? 0 : 1;
+          }
+          index.Refresh(*o);
+          break;
+        case 9:  // deleted
+          if (o->linked) {
+            index.Unlink(*o);
+            o->doomed = true;
+            index.Refresh(*o);
+          }
+          if (o->pins() == 0 && !o->move) index.Erase(o->id);
+          break;
+      }
+    }
+    std::erase_if(ids, [&](std::uint64_t id) { return index.Find(id) == nullptr; });
+    CheckSets(index, ids);
+    if (HasFatalFailure()) {
+      ADD_FAILURE() << "after operation " << op;
+      return;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tierpool

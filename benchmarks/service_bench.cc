@@ -59,16 +59,19 @@ struct Server {
 
 std::string Key(int i) { return "bench-batch-0-" + std::to_string(i); }
 
+// One 4 KiB KV block of the batch, as a client's reserve names it.
+void AddReserveItem(wire::Request* req, const std::string& key) {
+  auto* s = req->mutable_reserve()->add_items();
+  s->set_ns("default");
+  s->set_key(key);
+  s->set_size(kSize);
+  s->set_kind(wire::KV_BLOCK);
+  s->set_durability(wire::CACHE);
+}
+
 std::string ReserveBytes() {
   wire::Request req;
-  for (int i = 0; i < kBatch; ++i) {
-    auto* s = req.mutable_reserve()->add_items();
-    s->set_ns("default");
-    s->set_key(Key(i));
-    s->set_size(kSize);
-    s->set_kind(wire::KV_BLOCK);
-    s->set_durability(wire::CACHE);
-  }
+  for (int i = 0; i < kBatch; ++i) AddReserveItem(&req, Key(i));
   return req.SerializeAsString();
 }
 
@@ -84,6 +87,21 @@ void AddResident(Server& server, std::int64_t count) {
   }
 }
 
+// Commits every reservation of a reserve's reply with `sum` (the request and its bytes reused
+// across iterations); false if any commit failed.
+bool CommitReserved(Server& server, const wire::Response& reserved, std::uint64_t sum,
+                    wire::Request* commit, std::string* commit_bytes) {
+  commit->Clear();
+  for (const auto& item : reserved.reserve().items()) {
+    auto* c = commit->mutable_commit()->add_items();
+    c->set_reservation_id(item.reservation_id());
+    c->set_checksum(sum);
+  }
+  commit->SerializeToString(commit_bytes);
+  const auto& c = server.Call(*commit_bytes);
+  return c.statuses().items_size() == kBatch && c.statuses().items(0).code() == 0;
+}
+
 // Reserve and commit 64 over existing keys: what PutBatch asks of the server.
 void BM_ServicePutBatch(benchmark::State& state) {
   Server server;
@@ -93,16 +111,7 @@ void BM_ServicePutBatch(benchmark::State& state) {
   wire::Request commit;
   std::string commit_bytes;
   for (auto _ : state) {
-    const auto& r = server.Call(reserve);
-    commit.Clear();
-    for (const auto& item : r.reserve().items()) {
-      auto* c = commit.mutable_commit()->add_items();
-      c->set_reservation_id(item.reservation_id());
-      c->set_checksum(sum);
-    }
-    commit.SerializeToString(&commit_bytes);
-    const auto& c = server.Call(commit_bytes);
-    if (c.statuses().items_size() != kBatch || c.statuses().items(0).code() != 0) {
+    if (!CommitReserved(server, server.Call(reserve), sum, &commit, &commit_bytes)) {
       state.SkipWithError("commit failed");
       return;
     }
@@ -126,12 +135,7 @@ void BM_ServicePutNewBatchThenDelete(benchmark::State& state) {
     del.Clear();
     for (int i = 0; i < kBatch; ++i, ++next) {
       const std::string key = "bench-new-" + std::to_string(next);
-      auto* s = reserve.mutable_reserve()->add_items();
-      s->set_ns("default");
-      s->set_key(key);
-      s->set_size(kSize);
-      s->set_kind(wire::KV_BLOCK);
-      s->set_durability(wire::CACHE);
+      AddReserveItem(&reserve, key);
       auto* k = del.mutable_del()->add_keys();
       k->set_ns("default");
       k->set_key(key);
@@ -139,16 +143,7 @@ void BM_ServicePutNewBatchThenDelete(benchmark::State& state) {
     reserve.SerializeToString(&reserve_bytes);
     del.SerializeToString(&del_bytes);
     state.ResumeTiming();
-    const auto& r = server.Call(reserve_bytes);
-    commit.Clear();
-    for (const auto& item : r.reserve().items()) {
-      auto* c = commit.mutable_commit()->add_items();
-      c->set_reservation_id(item.reservation_id());
-      c->set_checksum(sum);
-    }
-    commit.SerializeToString(&commit_bytes);
-    const auto& c = server.Call(commit_bytes);
-    if (c.statuses().items_size() != kBatch || c.statuses().items(0).code() != 0) {
+    if (!CommitReserved(server, server.Call(reserve_bytes), sum, &commit, &commit_bytes)) {
       state.SkipWithError("commit failed");
       return;
     }

@@ -442,7 +442,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         delay = o->delay_us;  // issued where the link timeline put it, not at step start
       }
       pending.push_back({schedule::PREFETCH, t, g, use, delay});
-      reloads->push_back({t, ts[t].occ[ts[t].next].step});
+      reloads->push_back({t, use});
       make_resident(t, g, false);
     }
     for (auto t : defs_at[static_cast<std::size_t>(g)]) make_resident(t, g, true);

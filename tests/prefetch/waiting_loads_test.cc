@@ -29,7 +29,8 @@ TEST(WaitingLoads, CutsWhereWaitingOneLoadAtATimeWouldAndCountsTheBytesBefore) {
     const std::size_t tensors = 1 + rng() % 40;
     WaitingLoads w(steps, tensors);
     std::vector<std::uint64_t> size(tensors);
-    for (auto& s : size) s = rng() % 8;  // small, so that a load often fits its room exactly; empty ones too
+    for (auto& s : size)
+      s = rng() % 8;  // small, so that a load often fits its room exactly; empty ones too
     for (std::size_t t = 0; t < tensors; ++t) {
       if (rng() % 3 != 0)
         w.Add(static_cast<std::uint32_t>(t), static_cast<std::int64_t>(rng() % steps), size[t]);

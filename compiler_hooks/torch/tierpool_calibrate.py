@@ -5,7 +5,7 @@ Run by `tierpool schedule calibrate`. Traces the model as `from-torch` does (sam
 steps), then runs the traced graph on real tensors, node by node, on the device (--device-kind
 cuda, or cpu where there is no GPU): each step is run --warmup times, then timed --repeat times
 (CUDA events around the op on a GPU, the host clock after a synchronize on the CPU) and its
-median kept. Optimizer steps are timed as torch.optim's update of that one parameter.
+median kept. Optimizer steps share one timed torch.optim update of every parameter, by bytes.
 
 It writes:
   --out PROFILE.json   the base profile with each op class's compute and memory efficiency
@@ -13,7 +13,8 @@ It writes:
                        step keeps the base's), and the host's dispatch time per kernel;
   --measured S.json    the schedule with each measured step's compute_us and `measured` set,
                        so replay and plan use the measured times instead of the model's;
-  --table T.json       per op class: steps, modeled and measured milliseconds.
+  --table T.json       per op class and in total: steps, modeled, measured and calibrated
+                       milliseconds; and the whole step as PyTorch runs it eagerly.
 The modeled times come from `tierpool-schedule` (--schedule-tool) under the base profile.
 """
 import json
@@ -84,6 +85,45 @@ def dispatch_us(torch, kind, n=2000):
     return (time.perf_counter() - t0) * 1e6 / n
 
 
+def eager_iteration_us(a, timer, tuned=False):
+    """The whole step as PyTorch runs it eagerly (forward, backward, the optimizer's update; or
+    the forward pass alone with --inference): what a user of the model sees, against which the
+    node-by-node sum and the model are compared. `tuned` is the same step as a tuned training
+    loop runs it: cuDNN's autotuner on, 4-D tensors channels-last, the fused Adam."""
+    torch, model, inputs = hook.build_model(a)
+    saved_benchmark = torch.backends.cudnn.benchmark
+    if tuned:
+        torch.backends.cudnn.benchmark = True
+        model = model.to(memory_format=torch.channels_last)
+        inputs = [x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+                  for x in inputs]
+    try:
+        if a.inference:
+            def step():
+                with torch.no_grad():
+                    model(*inputs)
+            return timer(step)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = None
+        if a.optimizer == "adam":
+            try:
+                opt = torch.optim.Adam(params, fused=True) if tuned else torch.optim.Adam(params)
+            except (TypeError, RuntimeError):  # no fused Adam in this PyTorch or for this device
+                opt = torch.optim.Adam(params)
+        elif a.optimizer == "sgd":
+            opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+        def step():
+            for p in params:
+                p.grad = None
+            hook.first_tensor(model(*inputs)).float().sum().backward()
+            if opt is not None:
+                opt.step()
+        return timer(step)
+    finally:
+        torch.backends.cudnn.benchmark = saved_benchmark
+
+
 def main():
     ap = hook.build_parser()
     ap.description = __doc__.split("\n")[0]
@@ -124,16 +164,31 @@ def main():
                 measured[step_of_node[n.name]] = timer(lambda: n.target(*fargs, **fkwargs))
     del env
 
-    # Optimizer steps: torch.optim's update of each parameter alone.
+    # Optimizer steps: one torch.optim update of every parameter together (its multi-tensor
+    # path, as a training loop runs it), shared among the update steps by the bytes each
+    # touches. Timing one parameter's update alone measures Python's overhead, not the GPU's.
     params = dict(zip([t["name"] for t in schedule["tensors"] if t["kind"] == "WEIGHT"], args))
+    updates = []
     for i, st in enumerate(schedule["steps"]):
         opt, _, pname = st["name"].partition("_update.")
-        if opt not in ("adam", "sgd") or pname not in params:
-            continue
-        p = params[pname].detach().clone().requires_grad_(True)
-        p.grad = torch.randn_like(p)
-        o = torch.optim.Adam([p]) if opt == "adam" else torch.optim.SGD([p], lr=0.1, momentum=0.9)
-        measured[i] = timer(o.step)
+        if opt in ("adam", "sgd") and pname in params:
+            updates.append((i, opt, pname))
+    if updates:
+        ps = []
+        for _, _, pname in updates:
+            p = params[pname].detach().clone().requires_grad_(True)
+            p.grad = torch.randn_like(p)
+            ps.append(p)
+        o = (torch.optim.Adam(ps) if updates[0][1] == "adam"
+             else torch.optim.SGD(ps, lr=0.1, momentum=0.9))
+        all_us = timer(o.step)
+        weight = [max(1, int(schedule["steps"][i]["bytes_touched"])) for i, _, _ in updates]
+        for (i, _, _), w in zip(updates, weight):
+            measured[i] = all_us * w / sum(weight)
+        del ps, o
+
+    eager_us = eager_iteration_us(a, timer)
+    tuned_us = eager_iteration_us(a, timer, tuned=True) if kind == "cuda" else None
 
     for i, us in measured.items():
         schedule["steps"][i]["compute_us"] = us
@@ -156,15 +211,25 @@ def main():
     if a.measured:
         with open(a.measured, "w") as f:
             json.dump(schedule, f)
+    rows = fit["by_class"]
+    total = {k: sum(c[k] for c in rows) for k in ("modeled_ms", "measured_ms", "calibrated_ms")}
+    gpu = torch.cuda.get_device_name() if kind == "cuda" else "cpu"
     if a.table:
         with open(a.table, "w") as f:
-            json.dump(fit["by_class"], f, indent=2)
-    sys.stderr.write("calibrated on %s: %d of %d steps measured; by op class, ms (modeled on %s, "
+            json.dump({"device": gpu, "torch": torch.__version__, "by_class": rows, "total": total,
+                       "eager_iteration_ms": eager_us / 1000.0,
+                       "tuned_iteration_ms": tuned_us / 1000.0 if tuned_us else None}, f, indent=2)
+    sys.stderr.write("calibrated on %s (%s): %d of %d steps measured; by op class, ms (modeled on %s, "
                      "measured, under the calibrated profile):\n"
-                     % (kind, len(measured), len(schedule["steps"]), a.base))
-    for c in fit["by_class"]:
+                     % (kind, gpu, len(measured), len(schedule["steps"]), a.base))
+    for c in rows + [dict(total, **{"class": "total", "steps": len(measured)})]:
         sys.stderr.write("  %-12s %5d steps %10.3f %10.3f %10.3f\n"
                          % (c["class"], c["steps"], c["modeled_ms"], c["measured_ms"], c["calibrated_ms"]))
+    sys.stderr.write("  the whole step run eagerly by PyTorch: %.3f ms" % (eager_us / 1000.0))
+    if tuned_us:
+        sys.stderr.write("; tuned (cuDNN autotuner, channels-last, fused Adam): %.3f ms"
+                         % (tuned_us / 1000.0))
+    sys.stderr.write("\n")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ traced.
 """
 import importlib
 
-from tierpool_graph import ScheduleBuilder, fail
+from tierpool_graph import ScheduleBuilder, fail, tracing_api
 
 
 def parse_generate(text):
@@ -63,13 +63,8 @@ def time_as_append(builder, past, present):
 
 
 def trace_generate(a):
-    try:
-        import torch
-        from functorch import make_fx
-        from torch.nn.utils import stateless
-        from torch.utils import _pytree as pytree
-    except ImportError as e:
-        fail("cannot import torch/functorch (%s); install python3-torch and run with /usr/bin/python3" % e)
+    torch, make_fx, functional_call = tracing_api()
+    from torch.utils import _pytree as pytree
     prompt, new_tokens = parse_generate(a.generate)
     if a.batch < 1:
         fail("--batch must be >= 1")
@@ -95,7 +90,7 @@ def trace_generate(a):
 
     def call(tok, past):
         with torch.no_grad():
-            out = stateless.functional_call(model, {**params, **buffers}, (tok, past))
+            out = functional_call(model, {**params, **buffers}, (tok, past))
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             fail("%s must return (logits, present); it returned %s" % (a.model, type(out).__name__))
         return out
@@ -131,7 +126,7 @@ def trace_generate(a):
     def step(params_, buffers_, tok, *flat_past):
         p = pytree.tree_unflatten(list(flat_past), holder["in_spec"]) if flat_past else None
         with torch.no_grad():
-            logits, present = stateless.functional_call(model, {**params_, **buffers_}, (tok, p))
+            logits, present = functional_call(model, {**params_, **buffers_}, (tok, p))
         flat_present, holder["out_spec"] = pytree.tree_flatten(present)
         return (logits, *flat_present)
 

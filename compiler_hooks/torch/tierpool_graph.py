@@ -22,6 +22,21 @@ def fail(msg):
     sys.exit(2)
 
 
+def tracing_api():
+    """(torch, make_fx, functional_call) for Debian's PyTorch 1.13 and for PyTorch 2.x, where
+    functorch's entry points moved into torch.fx and torch.func."""
+    try:
+        import torch
+        from torch.fx.experimental.proxy_tensor import make_fx
+    except ImportError as e:
+        fail("cannot import torch (%s); install python3-torch and run with /usr/bin/python3" % e)
+    try:
+        from torch.func import functional_call
+    except ImportError:
+        from torch.nn.utils.stateless import functional_call
+    return torch, make_fx, functional_call
+
+
 def parse_shape(text):
     dtype = None
     if ":" in text:

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """PyTorch -> tierpool lifetime schedule.
 
-Traces a model's joint forward and backward graph with functorch's make_fx on fake tensors (no
+Traces a model's joint forward and backward graph with make_fx on fake tensors (no
 real compute, little memory), then writes the schedule in protobuf's JSON mapping of
 prefetch/proto/schedule.proto. Run by `tierpool schedule from-torch`; runs on Debian's
-python3-torch (1.13).
+python3-torch (1.13) and on PyTorch 2.x.
 
   tierpool_torch_schedule.py --model torchvision.models:resnet50 --input 32x3x224x224 \
       --optimizer adam --out resnet50.json
@@ -22,7 +22,7 @@ import json
 import os
 import sys
 
-from tierpool_graph import ScheduleBuilder, fail, numel, parse_shape  # noqa: E402
+from tierpool_graph import ScheduleBuilder, fail, numel, parse_shape, tracing_api  # noqa: E402
 
 
 def build_parser():
@@ -44,20 +44,12 @@ def build_parser():
     return ap
 
 
-def trace(a):
-    """Traces the model as `a` (build_parser's arguments) says; returns the schedule (a dict in
-    protobuf's JSON mapping), the traced module, the arguments it was traced with (flattened
-    as its placeholders take them) and, for each step, the graph node it came from."""
-
+def build_model(a):
+    """The model and its inputs as `a` (build_parser's arguments) says, on a.device (cpu unless
+    calibration set it): (torch, model, inputs)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tierpool_models
     sys.path.insert(0, os.getcwd())
-    try:
-        import torch
-        from functorch import make_fx
-        from torch.nn.utils import stateless
-    except ImportError as e:
-        fail("cannot import torch/functorch (%s); install python3-torch and run with /usr/bin/python3" % e)
-
+    torch, _, _ = tracing_api()
     if ":" not in a.model:
         fail("--model takes MODULE:CALLABLE, e.g. torchvision.models:resnet50")
     mod_name, fn_name = a.model.split(":", 1)
@@ -83,29 +75,40 @@ def trace(a):
             inputs.append(torch.randint(0, 1000, dims, dtype=getattr(torch, in_dtype), device=device))
         else:
             inputs.append(torch.randn(dims, dtype=dtype, device=device))
+    return torch, model, inputs
 
+
+def first_tensor(out):
+    """The tensor a loss is built from: the model's output, or the first tensor in it."""
+    if hasattr(out, "shape") and hasattr(out, "dtype"):
+        return out
+    if isinstance(out, (list, tuple)):
+        return first_tensor(out[0])
+    if isinstance(out, dict):
+        return first_tensor(next(iter(out.values())))
+    fail("the model returned %s; cannot build a loss from it" % type(out).__name__)
+
+
+def trace(a):
+    """Traces the model as `a` (build_parser's arguments) says; returns the schedule (a dict in
+    protobuf's JSON mapping), the traced module, the arguments it was traced with (flattened
+    as its placeholders take them) and, for each step, the graph node it came from."""
+
+    _, make_fx, functional_call = tracing_api()
+    torch, model, inputs = build_model(a)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     names = list(params)
 
-    def first_tensor(out):
-        if isinstance(out, torch.Tensor):
-            return out
-        if isinstance(out, (list, tuple)):
-            return first_tensor(out[0])
-        if isinstance(out, dict):
-            return first_tensor(next(iter(out.values())))
-        fail("the model returned %s; cannot build a loss from it" % type(out).__name__)
-
     def train_step(params, buffers, *xs):
-        out = stateless.functional_call(model, {**params, **buffers}, tuple(xs))
+        out = functional_call(model, {**params, **buffers}, tuple(xs))
         loss = first_tensor(out).float().sum()
         grads = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
         return loss, grads
 
     def infer_step(params, buffers, *xs):
         with torch.no_grad():
-            return first_tensor(stateless.functional_call(model, {**params, **buffers}, tuple(xs)))
+            return first_tensor(functional_call(model, {**params, **buffers}, tuple(xs)))
 
     try:
         gm = make_fx(infer_step if a.inference else train_step, tracing_mode="fake")(

@@ -80,6 +80,8 @@ ObjectView& ObjectView::operator=(ObjectView&& o) noexcept {
     conn_ = std::move(o.conn_);
     lease_id_ = std::exchange(o.lease_id_, 0);
     data_ = std::exchange(o.data_, nullptr);
+    device_data_ = std::exchange(o.device_data_, nullptr);
+    device_ = std::exchange(o.device_, -1);
     meta_ = std::move(o.meta_);
   }
   return *this;
@@ -93,10 +95,20 @@ void ObjectView::Release() {
   conn_->SendOneWay(req);
   conn_.reset();
   data_ = nullptr;
+  device_data_ = nullptr;
+  device_ = -1;
 }
 
 Status ObjectView::Verify() const {
-  std::uint64_t sum = Xxh3(data_, size());
+  std::uint64_t sum = 0;
+  if (device_data_ != nullptr) {
+    std::string host(size(), '\0');
+    TIERPOOL_RETURN_IF_ERROR(
+        detail::DeviceArenas::CopyToHost(host.data(), device_data_, size(), device_));
+    sum = Xxh3(host.data(), host.size());
+  } else {
+    sum = Xxh3(data_, size());
+  }
   if (sum != meta_.checksum) {
     return Status::DataLoss("checksum mismatch for '" + meta_.key + "'");
   }
@@ -294,6 +306,12 @@ std::vector<Result<ObjectView>> Client::GetViews(const std::vector<std::string>&
   }
   req.mutable_get()->set_mode(wire::PINNED);
   if (options.tier) req.mutable_get()->set_want_tier(static_cast<wire::Tier>(*options.tier));
+  if (options.device) {
+    if (!detail::DeviceArenas::Supported()) {
+      s = Status::Unimplemented("device views need a client built with -DTIERPOOL_CUDA=ON");
+    }
+    req.mutable_get()->set_device_ok(true);
+  }
   wire::Response resp;
   if (s.ok()) s = conn->Call(req, &resp);
   if (s.ok() && resp.get().items_size() != static_cast<int>(keys.size())) {
@@ -313,7 +331,15 @@ std::vector<Result<ObjectView>> Client::GetViews(const std::vector<std::string>&
     v.conn_ = conn.shared();
     v.lease_id_ = item.lease_id();
     v.meta_ = MetaFromWire(item.meta());
-    if (v.meta_.size > 0) {
+    if (v.meta_.size > 0 && options.device && v.meta_.tier == TierKind::kHbm &&
+        core_->devices->Holds(item.extent().arena_id())) {
+      auto at = core_->devices->Address(item.extent(), &v.device_);
+      if (!at.ok()) {
+        out.emplace_back(at.status());
+        continue;
+      }
+      v.device_data_ = *at;
+    } else if (v.meta_.size > 0) {
       v.data_ = core_->mappings->ReadAddress(item.extent());
       if (v.data_ == nullptr || item.extent().length() < v.meta_.size) {
         out.emplace_back(Status::Internal("server returned an extent this client cannot address"));

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/device_arenas.h"
 #include "common/defaults.h"
 #include "tierpool/client.h"
 #include "transport/blocking_connection.h"
@@ -194,6 +195,7 @@ struct PooledConnection {
   std::unique_ptr<transport::BlockingConnection> conn;
   std::chrono::steady_clock::time_point returned;  // when it last went back to the pool
   std::shared_ptr<ArenaMappings> mappings;
+  std::shared_ptr<DeviceArenas> devices;  // kept open while a device view holds the connection
   std::uint64_t next_id = 1;
   std::uint64_t fork_generation = ForkGeneration();
   int owner_pid = ::getpid();
@@ -297,6 +299,7 @@ class ClientCore {
   ClientOptions options;
   wire::Limits limits;
   std::shared_ptr<ArenaMappings> mappings = std::make_shared<ArenaMappings>();
+  std::shared_ptr<DeviceArenas> devices = std::make_shared<DeviceArenas>();
   // The server passed no arenas of this client's namespace (its policy): every byte goes
   // through frames, views are refused.
   bool copy_only = false;
@@ -324,6 +327,7 @@ class ClientCore {
     auto pc = std::make_shared<PooledConnection>();
     pc->conn = std::move(conn).value();
     pc->mappings = mappings;
+    pc->devices = devices;
     pc->ns = options.ns;
     pc->stage_puts = options.stage_puts;
     wire::Request req;
@@ -339,6 +343,7 @@ class ClientCore {
       limits = resp.hello().limits();
       copy_only = resp.hello().copy_only();
       TIERPOOL_RETURN_IF_ERROR(mappings->Map(resp.hello(), fds));
+      devices->Record(resp.hello());
     }
     pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
     pc->conn->set_busy_poll_us(options.busy_poll_us);

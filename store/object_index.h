@@ -61,6 +61,7 @@ struct StoredObject {
   std::uint32_t pool = kSharedPool;  // its namespace's pool: the arenas its copies live in
   bool committed = false;
   bool reservation = false;     // an open reservation: committed, aborted or expired ends it
+  bool up_on_commit = false;    // a put that wanted a device hbm: copied up once committed
   std::uint64_t owner = 0;      // who may commit the reservation
   std::uint64_t expiry_us = 0;  // reservation deadline
   std::array<ObjectCopy, kTierKindCount> copies;

@@ -68,7 +68,10 @@ ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> 
   std::array<Tier*, kTierKindCount> raw{};
   for (auto& t : tiers) {
     int k = static_cast<int>(t->kind());
-    mapped_[k] = !t->Arenas().empty();
+    for (const ArenaInfo& a : t->Arenas()) {
+      mapped_[k] = mapped_[k] || a.fd >= 0;
+      on_device_[k] = on_device_[k] || a.device >= 0;
+    }
     if (t->partitioned()) index_.SetPartitioned(t->kind());
     if (!t->keeps_retained_alone()) index_.SetNeedsGuard(t->kind());
     raw[k] = t.get();
@@ -263,7 +266,9 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     // objects excepted: their moves are the executor's, and the put waits for those in flight),
     // and goes to dram only when no room can be made (or the namespace may hold no more there).
     Tier* hbm = tier(TierKind::kHbm);
-    if (spec.tier_hint == TierKind::kHbm && hbm != nullptr && hbm->SpaceOf(pool).capacity > 0 &&
+    // (Device hbm takes no puts: its bytes arrive by moves, after the put lands in dram.)
+    if (spec.tier_hint == TierKind::kHbm && hbm != nullptr && mapped(TierKind::kHbm) &&
+        hbm->SpaceOf(pool).capacity > 0 &&
         WithinTierQuotaLocked(spec.ns, TierKind::kHbm, spec.size).ok() &&
         WithinPlanBudgetLocked(lock, spec.ns, spec.size)) {
       auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, {spec.numa_node, pool}, true,
@@ -309,6 +314,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
                                 : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
   StoredObject& obj = index_.AddReservation(std::move(meta), owner, due);
   obj.pool = pool;  // before its first copy: the index lists copies by pool
+  obj.up_on_commit = spec.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm);
   index_.SetCopy(obj, placed, extent);
   if (placed == TierKind::kHbm) wake_.notify_one();
   return Reservation{obj.id, extent, placed};
@@ -368,7 +374,23 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
   if (StoredObject* replaced = index_.Commit(*obj)) DoomLocked(*replaced);
   ++counters_.puts;
   counters_.bytes_put += obj->meta.size;
+  if (obj->up_on_commit) CopyUpAfterPutLocked(*obj);
   return Status::Ok();
+}
+
+void ObjectStore::CopyUpAfterPutLocked(StoredObject& obj) {
+  obj.up_on_commit = false;
+  const std::uint64_t size = obj.meta.size;
+  auto plan = planned_ns_.find(obj.meta.ns);
+  if (plan != planned_ns_.end() &&
+      HbmBytesOfLocked(obj.meta.ns) + AlignUp(size, 4096) > plan->second) {
+    return;  // a planned job's budget is full: its executor brings the object up when it fits
+  }
+  if (!WithinTierQuotaLocked(obj.meta.ns, TierKind::kHbm, size).ok()) return;
+  // Room now or not at all (the put is acknowledged already): without room it stays in dram,
+  // as a put into a full hbm does.
+  (void)StartMoveLocked(obj, TierKind::kDram, TierKind::kHbm, MovePriority::kDemand, 0,
+                        /*drop_source=*/true);
 }
 
 Status ObjectStore::Abort(std::uint64_t reservation_id, std::uint64_t owner) {
@@ -436,9 +458,12 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
 Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& key,
                                       std::uint64_t owner, const PinOptions& options) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
-  if (options.want && (!tier(*options.want) || !mapped(*options.want))) {
+  if (options.want &&
+      (!tier(*options.want) || !(mapped(*options.want) || on_device(*options.want)))) {
     return Status::InvalidArgument("gets may want hbm or dram only");
   }
+  // A wanted device copy is made sure of, and a mapped copy is what the client reads.
+  const bool want_device = options.want && on_device(*options.want);
   std::unique_lock lock(mu_);
   TIERPOOL_RETURN_IF_ERROR(AdmitPinLocked(owner));
   ++counters_.gets;
@@ -449,7 +474,8 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   bool current = false;  // `found` was resolved with no wait since
   for (int attempt = 0; attempt < 100; ++attempt) {
     found = EnsureMappedLocked(lock, ns, key);
-    if (!found.ok() || !options.want || found->second == *options.want) {
+    if (!found.ok() || !options.want || found->second == *options.want ||
+        (want_device && found->first->copy(*options.want).present)) {
       current = true;
       break;
     }
@@ -479,7 +505,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     StoredObject* obj = index_.Lookup(ns, key);
     if (obj == nullptr || obj->id != found->first->id) {
       found = EnsureMappedLocked(lock, ns, key);
-    } else if (options.want && obj->copy(*options.want).present) {
+    } else if (options.want && !want_device && obj->copy(*options.want).present) {
       found = std::make_pair(obj, *options.want);
     } else {
       found = EnsureMappedLocked(lock, ns, key);
@@ -490,6 +516,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     return found.status();
   }
   auto [obj, t] = *found;
+  if (want_device && options.device_ok && obj->copy(*options.want).present) t = *options.want;
   ObjectCopy& c = obj->copy(t);
   ++c.pins;
   const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner

@@ -129,6 +129,10 @@ struct PinOptions {
   // demand (making room by the policy). When no room can be made, the nearest copy is pinned
   // (PinnedObject.meta.tier says which).
   std::optional<TierKind> want;
+  // The caller can address device memory (a client that opened the device arenas): a wanted
+  // copy in a device tier is the one pinned. Otherwise a mapped copy is, once the device copy
+  // is there.
+  bool device_ok = false;
 };
 
 // Where an object's copies are, for the executor.
@@ -335,7 +339,13 @@ class ObjectStore {
   // Place in this store's hierarchy (0: top): its index in by_level_ (the constructor orders
   // the tiers by level, the ones below dram by spill_order first).
   std::uint32_t rank(TierKind kind) const { return rank_[static_cast<int>(kind)]; }
+  // Host memory clients map (hbm's stand-in, dram); a device tier's memory is not mapped.
   bool mapped(TierKind kind) const { return mapped_[static_cast<int>(kind)]; }
+  // Device memory (hbm on a GPU): bytes reach it only through moves. A put that wants it lands
+  // in dram and is copied up as it is committed, its dram copy freed on arrival
+  // (CopyUpAfterPutLocked); a get that wants it makes sure the object is there and reads a
+  // mapped copy, or the device copy itself for a client that opened it (PinOptions::device_ok).
+  bool on_device(TierKind kind) const { return on_device_[static_cast<int>(kind)]; }
   // The present copy nearest the top; with mapped_only, only tiers clients can map.
   std::optional<TierKind> TopCopy(const StoredObject& obj, bool mapped_only) const;
   void UpdateTopLocked(StoredObject& obj);
@@ -369,6 +379,8 @@ class ObjectStore {
   // A move down that frees `from`, through a guard copy first where the object needs one
   // (store/placement_policy.h); FAILED_PRECONDITION where no tier could hold that copy.
   Status StartMoveDownLocked(StoredObject& obj, TierKind from, TierKind to, MovePriority priority);
+  // A committed put that wanted device hbm: starts its copy up (room now, or it stays in dram).
+  void CopyUpAfterPutLocked(StoredObject& obj);
   // Copies object `id` into `to` at demand priority from its nearest copy (a mapped one with
   // mapped_source_only), making room there and waiting for the move. OK: the move ran (its
   // outcome is the copy's presence, or last_move_error); ABORTED: the object changed meanwhile,
@@ -419,6 +431,7 @@ class ObjectStore {
   const Clock* clock_;
   std::unique_ptr<Tier> tiers_[kTierKindCount];
   std::array<bool, kTierKindCount> mapped_{};
+  std::array<bool, kTierKindCount> on_device_{};
   std::array<std::uint32_t, kTierKindCount> rank_{};
   std::vector<TierKind> by_level_;  // present tiers, top first (by rank)
   std::unique_ptr<PlacementPolicy> policy_;

@@ -71,6 +71,7 @@ Status ObjectStore::BindStagedLocked(StoredObject& obj, const PutSpec& name) {
   obj.meta.shape = name.shape;
   obj.meta.kind = name.kind;
   obj.meta.durability = name.durability;
+  obj.up_on_commit = name.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm);
   return Status::Ok();
 }
 

@@ -20,6 +20,10 @@ Status ServerConfig::validate() const {
   TIERPOOL_RETURN_IF_ERROR(hbm.validate());
   TIERPOOL_RETURN_IF_ERROR(dram_watermarks.validate("dram"));
   TIERPOOL_RETURN_IF_ERROR(hbm_watermarks.validate("hbm"));
+  if (hbm_device < -1) return Status::InvalidArgument("--hbm-device must be -1 or a device");
+  if (hbm_checksum_threads < 0 || hbm_checksum_threads > 256) {
+    return Status::InvalidArgument("--hbm-checksum-threads must be in [0, 256]");
+  }
   if (service.max_frame_bytes != transport.max_frame_bytes) {
     return Status::Internal("service and transport frame limits differ");
   }
@@ -57,7 +61,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   ServerConfig c;
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
-              cache_policy = "spill", link_rate = "0", lend = "0", spill_order = "remote,nvme";
+              cache_policy = "spill", link_rate = "0", mover_inflight = "256M", lend = "0",
+              spill_order = "remote,nvme";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -71,6 +76,14 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("socket-mode", po::value(&socket_mode)->default_value("0600"), "permissions of the socket (octal)")
     ("dram", po::value(&dram)->default_value("1G"), "dram tier capacity (K/M/G suffixes)")
     ("hbm", po::value(&hbm)->default_value("256M"), "hbm tier capacity (0 turns it off)")
+    ("hbm-device", po::value(&c.hbm_device)->default_value(-1),
+     "CUDA device whose memory is the hbm tier (-1: a page-locked host arena stands in)")
+    ("hbm-checksum-threads", po::value(&c.hbm_checksum_threads)->default_value(0),
+     "with --hbm-device: threads checking the bytes of copies to and from the device (0: 3/4 "
+     "of the cores, at most 12)")
+    ("mover-inflight", po::value(&mover_inflight)->default_value("256M"),
+     "bytes each tier link may have in flight (more keeps a GPU's copy engines busy while "
+     "their bytes are checked)")
     ("hbm-high-watermark", po::value(&c.hbm_watermarks.high)->default_value(0.90, "0.90"),
      "demote from hbm above this fraction")
     ("hbm-low-watermark", po::value(&c.hbm_watermarks.low)->default_value(0.75, "0.75"),
@@ -217,6 +230,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   if (!nb.ok()) return nb.status();
   auto nbs = parse("nvme-block-size", nvme_block);
   if (!nbs.ok()) return nbs.status();
+  auto mi = parse("mover-inflight", mover_inflight);
+  if (!mi.ok()) return mi.status();
+  c.store.mover.max_inflight_bytes_per_link = *mi;
   auto lr = parse("link-rate", link_rate);
   if (!lr.ok()) return lr.status();
   c.store.mover.max_link_bytes_per_sec = *lr;
@@ -253,6 +269,37 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   return c;
 }
 
+namespace {
+
+// The hbm tier in the device's memory when one is asked for and answers, else the stand-in.
+// dram's arenas are registered with the device, so moves run on its copy engines from them.
+Result<std::unique_ptr<HbmTier>> BuildHbmTier(const HbmTierConfig& config, int device,
+                                              int checksum_threads, Tier& dram) {
+  if (device >= 0) {
+    auto backend = MakeCudaHbmBackend(device, checksum_threads);
+    if (backend.ok()) {
+      auto hbm = HbmTier::Create(config, std::move(backend).value());
+      if (!hbm.ok()) return hbm.status();
+      for (const auto& a : dram.Arenas()) {
+        void* base = dram.HostAddress({a.id, 0, a.size});
+        if (Status s = (*hbm)->RegisterHostMemory(base, a.size); !s.ok()) {
+          spdlog::warn(
+              "dram arena {} is not registered with cuda:{} ({}): moves to and from "
+              "it are staged by the driver",
+              a.id, device, s.message());
+        }
+      }
+      spdlog::info("hbm: {} of device memory on cuda:{}", FormatBytes(config.capacity), device);
+      return hbm;
+    }
+    spdlog::warn("hbm: cuda:{} unavailable ({}); a page-locked host arena stands in", device,
+                 backend.status().message());
+  }
+  return HbmTier::Create(config, std::make_unique<HostPinnedHbmBackend>());
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
                                                 const std::vector<NamespacePool>& pools,
                                                 std::unique_ptr<Tier> remote) {
@@ -268,7 +315,7 @@ Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
   (*dram)->set_watermarks(config.dram_watermarks);
   tiers.push_back(std::move(dram).value());
   if (config.hbm.capacity > 0) {
-    auto hbm = HbmTier::Create(hbm_config, std::make_unique<HostPinnedHbmBackend>());
+    auto hbm = BuildHbmTier(hbm_config, config.hbm_device, config.hbm_checksum_threads, *tiers[0]);
     if (!hbm.ok()) return hbm.status();
     (*hbm)->set_watermarks(config.hbm_watermarks);
     tiers.push_back(std::move(hbm).value());

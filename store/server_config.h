@@ -25,6 +25,13 @@ struct ServerConfig {
   NvmeTierConfig nvme;  // on when nvme.capacity > 0
   Watermarks dram_watermarks;
   Watermarks hbm_watermarks;
+  // --hbm-device: the CUDA device whose memory is the hbm tier; -1: the host stand-in. A server
+  // built without CUDA, or on a node where the device does not answer, falls back to the
+  // stand-in and says so in its log.
+  int hbm_device = -1;
+  // --hbm-checksum-threads: threads checking the bytes of device copies (0: the backend's
+  // default, tiers/hbm_tier.h MakeCudaHbmBackend).
+  int hbm_checksum_threads = 0;
   MetricsServerConfig metrics;
   ClusterConfig cluster;  // on with --etcd
   // --metrics-listen given: failing to bind it stops the start (the default only warns, so that

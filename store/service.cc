@@ -264,6 +264,10 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         if (a.fd >= 0) fds->push_back(a.fd);
         w->set_read_only_fd_index(a.read_only_fd >= 0 ? static_cast<int>(fds->size()) : -1);
         if (a.read_only_fd >= 0) fds->push_back(a.read_only_fd);
+        if (a.device >= 0) {
+          w->set_cuda_device(a.device);
+          w->set_cuda_ipc_handle(a.ipc_handle);
+        }
       }
       h->set_copy_only(!req.hello().ns().empty() && !MapsNamespace(peer, req.hello().ns()));
       auto* l = h->mutable_limits();
@@ -488,6 +492,8 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       }
       options.want = static_cast<TierKind>(req.want_tier());
     }
+    // Only a view can be of device memory: copies are made from host memory.
+    options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
     // A connection that does not map the object's memory gets its bytes in the frame or not
     // at all: never an extent it could only guess at.
     const bool mapped = req.mode() == wire::INLINE || MapsNamespace(peer, k.ns());

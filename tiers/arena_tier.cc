@@ -11,10 +11,11 @@ namespace tierpool {
 
 void ArenaTier::AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd,
                           int read_only_fd, int numa_node, std::uint32_t pool,
-                          std::uint64_t alignment) {
+                          std::uint64_t alignment, RegionDevice device) {
   std::lock_guard lock(mu_);
   regions_.push_back(Region{arena_id, base, size, fd, read_only_fd, numa_node, pool,
-                            ExtentAllocator({.capacity = size, .alignment = alignment})});
+                            ExtentAllocator({.capacity = size, .alignment = alignment}),
+                            std::move(device)});
   capacity_ += size;
 }
 
@@ -23,6 +24,19 @@ ArenaTier::Region* ArenaTier::FindRegion(std::uint32_t arena_id) {
     if (r.arena_id == arena_id) return &r;
   }
   return nullptr;
+}
+
+const ArenaTier::Region* ArenaTier::FindRegion(std::uint32_t arena_id) const {
+  return const_cast<ArenaTier*>(this)->FindRegion(arena_id);
+}
+
+Status ArenaTier::CheckExtent(const Extent& extent) const {
+  std::lock_guard lock(mu_);
+  const Region* r = FindRegion(extent.arena_id);
+  if (r == nullptr || extent.offset > r->size || extent.length > r->size - extent.offset) {
+    return Status::Internal("extent outside every " + std::string(TierName(kind_)) + " region");
+  }
+  return Status::Ok();
 }
 
 Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
@@ -66,7 +80,7 @@ Status ArenaTier::Free(const Extent& extent) {
 std::byte* ArenaTier::HostAddress(const Extent& extent) {
   std::lock_guard lock(mu_);
   Region* r = FindRegion(extent.arena_id);
-  if (r == nullptr || extent.offset + extent.length > r->size) return nullptr;
+  if (r == nullptr || r->base == nullptr || extent.offset + extent.length > r->size) return nullptr;
   return r->base + extent.offset;
 }
 
@@ -74,7 +88,8 @@ std::vector<ArenaInfo> ArenaTier::Arenas() const {
   std::lock_guard lock(mu_);
   std::vector<ArenaInfo> out;
   for (const auto& r : regions_) {
-    out.push_back({r.arena_id, kind_, r.fd, r.size, r.numa_node, r.pool, r.read_only_fd});
+    out.push_back({r.arena_id, kind_, r.fd, r.size, r.numa_node, r.pool, r.read_only_fd,
+                   r.device.device, r.device.ipc_handle});
   }
   return out;
 }

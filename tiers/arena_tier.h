@@ -12,6 +12,12 @@
 
 namespace tierpool {
 
+// Where a region of device memory is: the device and the IPC handle clients open it by.
+struct RegionDevice {
+  int device = -1;
+  std::string ipc_handle;
+};
+
 class ArenaTier : public Tier {
  public:
   TierKind kind() const override { return kind_; }
@@ -36,9 +42,14 @@ class ArenaTier : public Tier {
                 IoCompletion done) override;
   void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
                  IoCompletion done) override;
-  // A region of `pool`; fd and read_only_fd are what clients of the pool map (-1: none).
+  // A region of `pool`; fd and read_only_fd are what clients of the pool map (-1: none). A
+  // region of device memory has no base (HostAddress is nullptr in it) and no descriptors, and
+  // clients open it by device and ipc_handle instead.
   void AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd,
-                 int read_only_fd, int numa_node, std::uint32_t pool, std::uint64_t alignment);
+                 int read_only_fd, int numa_node, std::uint32_t pool, std::uint64_t alignment,
+                 RegionDevice device = {});
+  // An extent's region checked: Internal when it lies outside every region.
+  Status CheckExtent(const Extent& extent) const;
   void set_pages_locked(bool locked) { pages_locked_ = locked; }
 
  private:
@@ -51,8 +62,10 @@ class ArenaTier : public Tier {
     int numa_node;
     std::uint32_t pool;
     ExtentAllocator allocator;
+    RegionDevice device;
   };
   Region* FindRegion(std::uint32_t arena_id);
+  const Region* FindRegion(std::uint32_t arena_id) const;
 
   TierKind kind_;
   std::uint32_t level_;

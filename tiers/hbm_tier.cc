@@ -1,8 +1,25 @@
 #include "tiers/hbm_tier.h"
 
+#include <atomic>
+
+#include "common/checksum.h"
 #include "common/units.h"
 
 namespace tierpool {
+
+void HbmBackend::CopyIn(std::uint64_t, const std::byte*, std::uint64_t, IoCompletion done) {
+  done(Status::Unimplemented(name() + " memory is host memory: the tier copies it"));
+}
+
+void HbmBackend::CopyOut(std::uint64_t, std::byte*, std::uint64_t, IoCompletion done) {
+  done(Status::Unimplemented(name() + " memory is host memory: the tier copies it"));
+}
+
+#ifndef TIERPOOL_HAVE_CUDA
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int /*device*/, int /*checksum_threads*/) {
+  return Status::Unavailable("tierpool was built without CUDA (-DTIERPOOL_CUDA=OFF)");
+}
+#endif
 
 Status HostPinnedHbmBackend::Init(std::uint64_t capacity) {
   auto arena = MemfdArena::Create(
@@ -54,11 +71,90 @@ Status HbmTier::AddBackendRegion(HbmBackend& backend, std::uint32_t arena_id, st
                                  std::uint32_t pool, std::uint64_t alignment) {
   TIERPOOL_RETURN_IF_ERROR(backend.Init(size));
   AddRegion(arena_id, backend.host_base(), size, backend.export_fd(), backend.export_read_only_fd(),
-            -1, pool, alignment);
+            -1, pool, alignment, {backend.device(), backend.ipc_handle()});
+  region_backends_.emplace_back(arena_id, &backend);
   // Locked only if every region is.
   all_locked_ = all_locked_ && backend.pages_locked();
   set_pages_locked(all_locked_);
   return Status::Ok();
+}
+
+}  // namespace tierpool
+
+namespace tierpool {
+
+HbmBackend* HbmTier::BackendOf(std::uint32_t arena_id) const {
+  for (const auto& [id, backend] : region_backends_) {
+    if (id == arena_id) return backend;
+  }
+  return nullptr;
+}
+
+Status HbmTier::RegisterHostMemory(void* base, std::uint64_t size) {
+  // Every region's backend shares its device's registrations; registering once is enough.
+  return backends_.front()->RegisterHostMemory(base, size);
+}
+
+namespace {
+
+Status Mismatch(const RecordInfo& info, const char* side) {
+  return Status::DataLoss("bytes of object " + std::to_string(info.object_id) + " moving " + side +
+                          " device memory do not match their checksum");
+}
+
+// A write's two halves, the copy and the checksum of its source, run side by side; the write
+// ends when both have.
+struct WriteJoin {
+  std::atomic<int> left{2};
+  Status copied;
+  bool matched = false;
+  IoCompletion done;
+  RecordInfo info;
+  void Finish() {
+    if (left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    done(!copied.ok() ? copied : matched ? Status::Ok() : Mismatch(info, "into"));
+  }
+};
+
+}  // namespace
+
+void HbmTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                        IoCompletion done) {
+  if (!device_memory()) return ArenaTier::WriteImpl(dst, info, src, std::move(done));
+  if (Status s = CheckExtent(dst); !s.ok()) return done(s);
+  HbmBackend* backend = BackendOf(dst.arena_id);
+  if (backend == nullptr) return done(Status::Internal("write to an unknown hbm region"));
+  if (info.size == 0) return done(Status::Ok());
+  // The source is checked while the copy engine reads it: a mismatch fails the write, and the
+  // store frees the extent, so wrong bytes never become an hbm copy.
+  auto join = std::make_shared<WriteJoin>();
+  join->done = std::move(done);
+  join->info = info;
+  backend->CopyIn(dst.offset, src, info.size, [join](Status s) {
+    join->copied = std::move(s);
+    join->Finish();
+  });
+  backend->Post([join, src] {
+    join->matched = Xxh3(src, join->info.size) == join->info.checksum;
+    join->Finish();
+  });
+}
+
+void HbmTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                       IoCompletion done) {
+  if (!device_memory()) return ArenaTier::ReadImpl(src, info, dst, std::move(done));
+  if (Status s = CheckExtent(src); !s.ok()) return done(s);
+  HbmBackend* backend = BackendOf(src.arena_id);
+  if (backend == nullptr) return done(Status::Internal("read of an unknown hbm region"));
+  if (info.size == 0) return done(Status::Ok());
+  // Checked once the bytes have landed in host memory, before anyone hears they arrived.
+  backend->CopyOut(
+      src.offset, dst, info.size, [backend, info, dst, done = std::move(done)](Status s) mutable {
+        if (!s.ok()) return done(std::move(s));
+        backend->Post([info, dst, done = std::move(done)] {
+          done(Xxh3(dst, info.size) == info.checksum ? Status::Ok() : Mismatch(info, "out of"));
+        });
+      });
 }
 
 }  // namespace tierpool

@@ -1,6 +1,15 @@
 // The hbm tier: the accelerator's memory, the top of the hierarchy. Memory comes from an
 // HbmBackend; the tier does the accounting, so a CUDA backend gets the same budget, extents and
 // counters as the host stand-in.
+//
+// Host memory (the stand-in) is mapped by clients and copied by the tier itself. Device memory
+// (CUDA, tiers/cuda_hbm_backend.h) is not host-addressable: its regions have no host address
+// and no descriptor, clients open them by their IPC handle, and every byte moves through the
+// backend's CopyIn / CopyOut, which the tier checks against the object's checksum on the host
+// side of the copy.
+//
+// Thread safety: a backend's methods may be called from any thread once Init has returned;
+// CopyIn and CopyOut never block on the copy (done runs later, on the backend's thread).
 #pragma once
 
 #include <memory>
@@ -20,14 +29,37 @@ class HbmBackend {
   virtual Status Init(std::uint64_t capacity) = 0;
   // Host-visible base address (nullptr for device memory that the host cannot address).
   virtual std::byte* host_base() const = 0;
-  // A descriptor clients can map: a memfd for host memory (CUDA IPC handles come later).
+  // A descriptor clients can map: a memfd for host memory; -1 for device memory.
   virtual int export_fd() const = 0;
   // The same memory for mapping read-only (views); -1 where the backend cannot make one.
   virtual int export_read_only_fd() const = 0;
   // A new, uninitialized backend of the same kind: the region of a namespace pool.
   virtual std::unique_ptr<HbmBackend> Another() const = 0;
   virtual bool pages_locked() const = 0;
+
+  // Device memory: the device's ordinal (-1: host memory) and the region's IPC handle, which a
+  // client on the node opens once and addresses extents in by offset.
+  virtual int device() const { return -1; }
+  virtual std::string ipc_handle() const { return {}; }
+  // Copies between the region (at offset) and host memory, on the device's copy engines for
+  // device memory. `done` runs exactly once, on the backend's thread; the bytes are not
+  // checked here (the tier does that). Host backends never get these calls.
+  virtual void CopyIn(std::uint64_t offset, const std::byte* src, std::uint64_t size,
+                      IoCompletion done);
+  virtual void CopyOut(std::uint64_t offset, std::byte* dst, std::uint64_t size, IoCompletion done);
+  // Runs `work` off the copy threads (a checksum pass beside the copy); inline by default.
+  virtual void Post(std::function<void()> work) { work(); }
+  // Host memory that copies will read and write (dram's arenas): registered with the device so
+  // that copies run on its copy engines straight from it. A no-op for host memory.
+  virtual Status RegisterHostMemory(void* /*base*/, std::uint64_t /*size*/) { return Status::Ok(); }
 };
+
+// A CUDA device's memory (--hbm-device N). UNAVAILABLE where tierpool was built without CUDA
+// (-DTIERPOOL_CUDA=OFF) or no such device answers; the caller falls back to the stand-in.
+// checksum_threads: threads that check the bytes of copies beside the copy engines (0: 3/4 of
+// the host's cores, at most 12): one thread's XXH3 over memory the engine just wrote runs at
+// 7-8 GB/s, a seventh of a PCIe 5 engine's rate (docs/benchmarks.md "hbm in a GPU's memory").
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_threads = 0);
 
 // Stand-in for device memory: a page-locked, shared host arena with a fixed budget.
 class HostPinnedHbmBackend final : public HbmBackend {
@@ -62,6 +94,17 @@ class HbmTier final : public ArenaTier {
  public:
   static Result<std::unique_ptr<HbmTier>> Create(const HbmTierConfig& config,
                                                  std::unique_ptr<HbmBackend> backend);
+  // Host memory that moves to and from this tier read and write (dram's arenas).
+  Status RegisterHostMemory(void* base, std::uint64_t size);
+  bool device_memory() const { return backends_.front()->device() >= 0; }
+
+ protected:
+  // Device memory: the backend copies, and the bytes are checked on the host side (the source
+  // of a write, beside its copy; the destination of a read, after it). Host memory: ArenaTier's.
+  void ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
+                IoCompletion done) override;
+  void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
+                 IoCompletion done) override;
 
  private:
   explicit HbmTier(std::unique_ptr<HbmBackend> backend)
@@ -70,7 +113,10 @@ class HbmTier final : public ArenaTier {
   }
   Status AddBackendRegion(HbmBackend& backend, std::uint32_t arena_id, std::uint64_t size,
                           std::uint32_t pool, std::uint64_t alignment);
+  HbmBackend* BackendOf(std::uint32_t arena_id) const;
   std::vector<std::unique_ptr<HbmBackend>> backends_;  // the shared pool's first
+  // Each region's arena id and backend; written in Create only.
+  std::vector<std::pair<std::uint32_t, HbmBackend*>> region_backends_;
   bool all_locked_ = true;
 };
 

@@ -37,6 +37,9 @@ struct ArenaInfo {
   int numa_node = -1;
   std::uint32_t pool = 0;  // kSharedPool, or the namespace pool that alone uses it
   int read_only_fd = -1;   // the same memory, opened read-only: cannot be mapped writable
+  // Device memory (fd is -1): the device's ordinal and the CUDA IPC handle clients open it by.
+  int device = -1;
+  std::string ipc_handle;
 };
 
 // A tier whose memory clients map is split into pools, each its own arenas: the shared pool

@@ -142,6 +142,15 @@ int main(int argc, char** argv) {
   if (first == "bench" && second == "nvme") {
     return ExecSibling("tierpool-nvme-bench", ArgsFor(argc, argv, {words[0], words[1]}, false));
   }
+  if (first == "bench" && second == "hbm") {
+    const auto self = std::filesystem::read_symlink("/proc/self/exe");
+    if (!std::filesystem::exists(self.parent_path() / "tierpool-hbm-bench")) {
+      std::cerr << "tierpool: bench hbm needs a build with -DTIERPOOL_CUDA=ON (the hbm tier in "
+                   "a GPU's memory)\n";
+      return 1;
+    }
+    return ExecSibling("tierpool-hbm-bench", ArgsFor(argc, argv, {words[0], words[1]}, false));
+  }
   if (first == "bench" && second == "remote") {
     return ExecSibling("tierpool-remote-bench", ArgsFor(argc, argv, {words[0], words[1]}, false));
   }

@@ -33,6 +33,13 @@ TEST(ServerConfig, FlagsOverride) {
   EXPECT_EQ(c->hbm.capacity, 0u);
   EXPECT_EQ(c->transport.socket_path, "/tmp/x.sock");
   EXPECT_EQ(c->transport.socket_mode, 0660u);
+  EXPECT_EQ(c->hbm_device, -1);
+  auto gpu = Parse({"--hbm-device", "1", "--hbm-checksum-threads", "6", "--mover-inflight", "1G"},
+                   &exit_now);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_EQ(gpu->hbm_device, 1);
+  EXPECT_EQ(gpu->hbm_checksum_threads, 6);
+  EXPECT_EQ(gpu->store.mover.max_inflight_bytes_per_link, 1ull << 30);
 }
 
 TEST(ServerConfig, SpillOrder) {
@@ -61,7 +68,10 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
         {"--spill-order", "nvme,nvme"},
         {"--spill-order", "dram"},
         {"--spill-order", ""},
-        {"--spill-order", "remote,"}}) {
+        {"--spill-order", "remote,"},
+        {"--hbm-device", "-2"},
+        {"--hbm-checksum-threads", "-1"},
+        {"--mover-inflight", "0"}}) {
     auto c = Parse(bad, &exit_now);
     EXPECT_FALSE(c.ok()) << bad[0];
     if (!c.ok()) {

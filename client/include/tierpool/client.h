@@ -165,10 +165,16 @@ class TIERPOOL_EXPORT ObjectView {
   ObjectView& operator=(ObjectView&&) noexcept;
   ~ObjectView();
 
+  // The bytes in host memory; nullptr for a device view.
   const std::byte* data() const { return data_; }
   std::size_t size() const { return static_cast<std::size_t>(meta_.size); }
   const ObjectMeta& meta() const { return meta_; }
-  // Checks the bytes against the object's XXH3-64 checksum.
+  // A device view (GetViewOptions::device, the copy in a GPU's memory): its device address and
+  // CUDA device, for kernels and copies on that device. nullptr and -1 for host views.
+  const void* device_data() const { return device_data_; }
+  int device() const { return device_; }
+  // Checks the bytes against the object's XXH3-64 checksum (a device view's are copied to the
+  // host for it).
   Status Verify() const;
   void Release();
 
@@ -177,6 +183,8 @@ class TIERPOOL_EXPORT ObjectView {
   std::shared_ptr<detail::PooledConnection> conn_;
   std::uint64_t lease_id_ = 0;
   const std::byte* data_ = nullptr;
+  const void* device_data_ = nullptr;
+  int device_ = -1;
   ObjectMeta meta_;
 };
 
@@ -216,6 +224,11 @@ struct GetViewOptions {
   // nearest copy is returned; meta().tier says which. For a copying get, the copy is made from
   // that tier's bytes (a planned step's read counts as its use of the hbm copy).
   std::optional<TierKind> tier;
+  // With tier = kHbm on a server whose hbm is a GPU's memory (--hbm-device): a view of the copy
+  // in device memory, read in place by the GPU (device_data()), instead of a host copy. Needs a
+  // client built with -DTIERPOOL_CUDA=ON on the server's node; views only (copying gets ignore
+  // it). When the object cannot be brought into hbm, the view is of a host copy (data()).
+  bool device = false;
 };
 using GetOptions = GetViewOptions;
 

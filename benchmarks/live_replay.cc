@@ -97,6 +97,9 @@ Result<LinkCalibration> CalibrateLinks(Client& client, std::uint64_t bytes) {
     in_hbm.tier = TierKind::kHbm;
     for (int i = 0; i < 5; ++i) {
       TIERPOOL_RETURN_IF_ERROR(client.Put(key, data.data(), size, in_hbm));
+      // A device hbm (--hbm-device) takes the put in dram and copies it up as it commits: wait
+      // for that copy, after which hbm holds the only one.
+      TIERPOOL_RETURN_IF_ERROR(client.Promote(key, TierKind::kHbm));
       auto meta = client.Stat(key);
       if (!meta.ok()) return meta.status();
       if (meta->tier != TierKind::kHbm) {

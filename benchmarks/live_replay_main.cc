@@ -42,7 +42,7 @@ int Fail(const Status& s) {
 class PrivateServer {
  public:
   Status Start(std::uint64_t hbm, std::uint64_t dram, const std::string& link_rate,
-               const std::string& log_level) {
+               const std::string& log_level, int hbm_device) {
     namespace fs = std::filesystem;
     const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
     std::string path;
@@ -69,7 +69,9 @@ class PrivateServer {
                                      link_rate,
                                      "--no-populate",  // the warm-up iteration touches it
                                      "--log-level",
-                                     log_level};
+                                     log_level,
+                                     "--hbm-device",
+                                     std::to_string(hbm_device)};
     pid_ = ::fork();
     if (pid_ < 0) return Status::IoError("fork failed");
     if (pid_ == 0) {
@@ -120,6 +122,7 @@ int main(int argc, char** argv) {
   std::string schedule_path, device = "h100", hbm, policy = "planned", socket, json_path,
                              trace_path, link_rate = "auto", verify = "all",
                              server_log_level = "warn";
+  int hbm_device = -1;
   int iterations = 2;
   double iteration_ms = 1500;
   double margin = PlannerConfig{}.prefetch_margin;
@@ -148,6 +151,8 @@ int main(int argc, char** argv) {
     ("verify", po::value(&verify)->default_value("all"),
      "all: every byte read back is compared; stamp: 64 bytes at each end")
     ("margin", po::value(&margin)->default_value(margin), "planner prefetch margin")
+    ("hbm-device", po::value(&hbm_device)->default_value(-1),
+     "private server: the CUDA device whose memory is its hbm tier (-1: the host stand-in)")
     ("server-log-level", po::value(&server_log_level)->default_value("warn"),
      "private server: its --log-level (debug shows each planned move and each miss)")
     ("json", po::value(&json_path), "write the report (live, simulated, error) here")
@@ -211,7 +216,8 @@ int main(int argc, char** argv) {
       link_rate = std::to_string(static_cast<std::uint64_t>(rate));
     }
     const std::uint64_t dram_tier = all_bytes + 4 * calibrate_bytes + (64ull << 20);
-    if (Status st = server->Start(hbm_tier, dram_tier, link_rate, server_log_level); !st.ok())
+    if (Status st = server->Start(hbm_tier, dram_tier, link_rate, server_log_level, hbm_device);
+        !st.ok())
       return Fail(st);
     socket = server->socket();
   }

@@ -42,6 +42,7 @@ void FillSpec(const std::string& ns, std::string_view key, std::size_t size, con
   s->set_durability(static_cast<wire::Durability>(o.durability));
   if (o.tier) s->set_tier_hint(static_cast<wire::Tier>(*o.tier));
   if (o.numa_node >= 0) s->set_numa_node(o.numa_node);
+  // (device_ok only from Reserve: every other put writes host memory.)
 }
 
 }  // namespace detail
@@ -124,6 +125,8 @@ WriteReservation& WriteReservation::operator=(WriteReservation&& o) noexcept {
     conn_ = std::move(o.conn_);
     reservation_id_ = std::exchange(o.reservation_id_, 0);
     data_ = std::exchange(o.data_, nullptr);
+    device_data_ = std::exchange(o.device_data_, nullptr);
+    device_ = std::exchange(o.device_, -1);
     size_ = std::exchange(o.size_, 0);
     tier_ = o.tier_;
     key_ = std::move(o.key_);
@@ -134,7 +137,15 @@ WriteReservation& WriteReservation::operator=(WriteReservation&& o) noexcept {
 }
 WriteReservation::~WriteReservation() { (void)Abort(); }
 
-Status WriteReservation::Commit() { return CommitWith(Xxh3(data_, size_)); }
+Status WriteReservation::Commit() {
+  if (device_data_ == nullptr) return CommitWith(Xxh3(data_, size_));
+  if (!conn_) return Status::FailedPrecondition("reservation already committed or aborted");
+  // The bytes are in device memory: one copy to the host to checksum them.
+  std::string host(size_, '\0');
+  TIERPOOL_RETURN_IF_ERROR(
+      detail::DeviceArenas::CopyToHost(host.data(), device_data_, size_, device_));
+  return CommitWith(Xxh3(host.data(), host.size()));
+}
 
 Status WriteReservation::CommitWith(std::uint64_t checksum) {
   if (!conn_) return Status::FailedPrecondition("reservation already committed or aborted");
@@ -146,7 +157,9 @@ Status WriteReservation::CommitWith(std::uint64_t checksum) {
   if (named_by_commit_) FillSpec(conn_->ns, key_, size_, options_, item->mutable_spec());
   // Room for the next put like this one, staged within this round trip.
   const detail::PutShape shape(size_, options_);
-  const bool asked = conn_->stage_puts && conn_->staged.Ask(commit, conn_->ns, shape);
+  // (Never for device reservations: staged room is host memory the next put writes.)
+  const bool asked =
+      conn_->stage_puts && !options_.device && conn_->staged.Ask(commit, conn_->ns, shape);
   wire::Response resp;
   auto conn = std::move(conn_);
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
@@ -205,7 +218,9 @@ Status Client::Put(std::string_view key, const void* data, std::size_t size,
     if (resp.statuses().items_size() != 1) return Status::Internal("bad put reply");
     return FromWire(resp.statuses().items(0));
   }
-  auto r = Reserve(key, size, options);
+  PutOptions host = options;
+  host.device = false;  // the bytes are the caller's host memory
+  auto r = Reserve(key, size, host);
   if (!r.ok()) return r.status();
   // Copy and checksum in one pass, then commit with that checksum.
   return r->CommitWith(CopyAndChecksum(r->data_, data, size, CopyTarget::kFresh));
@@ -220,7 +235,11 @@ Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
   r.size_ = size;
   r.key_ = std::string(key);
   r.options_ = options;
-  if (auto room = conn->staged.Take(detail::PutShape(size, options))) {
+  if (options.device && !detail::DeviceArenas::Supported()) {
+    return Status::Unimplemented("device reservations need a client built with -DTIERPOOL_CUDA=ON");
+  }
+  auto room = options.device ? std::nullopt : conn->staged.Take(detail::PutShape(size, options));
+  if (room) {
     // Room this connection's last put of this size staged: no round trip now; the commit
     // names it. The key is checked there.
     r.reservation_id_ = room->reservation_id;
@@ -231,7 +250,9 @@ Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
   }
   wire::Request req;
   conn->staged.GiveBack(req.mutable_reserve()->mutable_unstage());
-  FillSpec(core_->options.ns, key, size, options, req.mutable_reserve()->add_items());
+  auto* spec = req.mutable_reserve()->add_items();
+  FillSpec(core_->options.ns, key, size, options, spec);
+  if (options.device) spec->set_device_ok(true);
   wire::Response resp;
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
   if (resp.reserve().items_size() != 1) return Status::Internal("bad reserve reply");
@@ -239,7 +260,12 @@ Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
   TIERPOOL_RETURN_IF_ERROR(FromWire(item.status()));
   r.reservation_id_ = item.reservation_id();
   r.tier_ = static_cast<TierKind>(item.tier());
-  if (size > 0) {
+  if (size > 0 && options.device && r.tier_ == TierKind::kHbm &&
+      core_->devices->Holds(item.extent().arena_id())) {
+    auto at = core_->devices->Address(item.extent(), &r.device_);
+    if (!at.ok()) return at.status();  // r's destructor aborts the reservation
+    r.device_data_ = *at;
+  } else if (size > 0) {
     r.data_ = core_->mappings->Address(item.extent());
     if (r.data_ == nullptr || item.extent().length() < size) {
       return Status::Internal("server reserved an extent this client cannot address");

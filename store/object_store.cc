@@ -266,9 +266,11 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
     // objects excepted: their moves are the executor's, and the put waits for those in flight),
     // and goes to dram only when no room can be made (or the namespace may hold no more there).
     Tier* hbm = tier(TierKind::kHbm);
-    // (Device hbm takes no puts: its bytes arrive by moves, after the put lands in dram.)
-    if (spec.tier_hint == TierKind::kHbm && hbm != nullptr && mapped(TierKind::kHbm) &&
-        hbm->SpaceOf(pool).capacity > 0 &&
+    // A device hbm takes only device reservations; other puts land in dram and are copied up
+    // as they commit.
+    const bool device_put = spec.device_ok && on_device(TierKind::kHbm) && !config_.verify_commits;
+    if (spec.tier_hint == TierKind::kHbm && hbm != nullptr &&
+        (mapped(TierKind::kHbm) || device_put) && hbm->SpaceOf(pool).capacity > 0 &&
         WithinTierQuotaLocked(spec.ns, TierKind::kHbm, spec.size).ok() &&
         WithinPlanBudgetLocked(lock, spec.ns, spec.size)) {
       auto e = AllocateLocked(lock, TierKind::kHbm, spec.size, {spec.numa_node, pool}, true,
@@ -314,7 +316,8 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
                                 : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
   StoredObject& obj = index_.AddReservation(std::move(meta), owner, due);
   obj.pool = pool;  // before its first copy: the index lists copies by pool
-  obj.up_on_commit = spec.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm);
+  obj.up_on_commit =
+      spec.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm) && placed != TierKind::kHbm;
   index_.SetCopy(obj, placed, extent);
   if (placed == TierKind::kHbm) wake_.notify_one();
   return Reservation{obj.id, extent, placed};

@@ -60,6 +60,9 @@ struct PutSpec {
   Durability durability = Durability::kRetained;
   std::optional<TierKind> tier_hint;  // hbm or dram; default dram
   int numa_node = -1;
+  // With tier_hint hbm on a device hbm: the client writes the bytes into device memory itself
+  // (a device reservation; not with verify_commits, which reads host memory).
+  bool device_ok = false;
 };
 
 struct StoreConfig {

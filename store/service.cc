@@ -33,6 +33,7 @@ PutSpec FromWire(const wire::PutSpec& w) {
   s.durability = static_cast<Durability>(w.durability());
   if (w.has_tier_hint()) s.tier_hint = static_cast<TierKind>(w.tier_hint());
   s.numa_node = w.has_numa_node() ? w.numa_node() : -1;
+  s.device_ok = w.device_ok();
   return s;
 }
 

@@ -351,6 +351,54 @@ TEST(CudaHbm, AClientReadsTheServersDeviceCopyInPlaceThroughIpc) {
   EXPECT_TRUE(view->Verify().ok());
 }
 
+// A device reservation: the client writes a put into the server's GPU memory itself (here by
+// cudaMemcpy, where a kernel's output would land), commits it, and hbm holds the only copy;
+// reading it on the host brings it off the device, checked.
+TEST(CudaHbm, AClientWritesAPutIntoDeviceMemoryItself) {
+  REQUIRE_DEVICE();
+  testing::ServerProcess server(DeviceServerFlags());
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::string bytes = testing::Pattern(5, (2 << 20) + 5);
+  {
+    auto r = (*client)->Reserve("d", bytes.size(), {.tier = TierKind::kHbm, .device = true});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->tier(), TierKind::kHbm);
+    EXPECT_EQ(r->data(), nullptr);
+    ASSERT_NE(r->device_data(), nullptr);
+    EXPECT_EQ(r->device(), 0);
+    ASSERT_EQ(cudaMemcpy(r->device_data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_TRUE(r->Commit().ok());
+  }
+  EXPECT_EQ((*client)->Stat("d")->tier, TierKind::kHbm);
+  auto view = (*client)->GetView("d", {.tier = TierKind::kHbm, .device = true});
+  ASSERT_TRUE(view.ok());
+  ASSERT_NE(view->device_data(), nullptr);
+  EXPECT_TRUE(view->Verify().ok());
+  view->Release();
+  auto back = (*client)->GetBytes("d");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), bytes.size());
+  EXPECT_EQ(std::memcmp(back->data(), bytes.data(), bytes.size()), 0);
+  // An aborted device reservation gives its room back.
+  {
+    auto r = (*client)->Reserve("e", 1 << 20, {.tier = TierKind::kHbm, .device = true});
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->Abort().ok());
+  }
+  EXPECT_FALSE((*client)->Stat("e").ok());
+  // Put (the bytes are the caller's host memory) ignores `device`: it lands in dram and is
+  // copied up.
+  ASSERT_TRUE((*client)
+                  ->Put("f", bytes.data(), bytes.size(), {.tier = TierKind::kHbm, .device = true})
+                  .ok());
+  auto f = (*client)->GetBytes("f");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(std::memcmp(f->data(), bytes.data(), bytes.size()), 0);
+}
+
 // Run by the test below in a process of its own: takes a device view and dies holding it.
 TEST(CudaHbm, DiesHoldingADeviceView) {
   const char* socket = std::getenv("TIERPOOL_TEST_DEVICE_SOCKET");

@@ -64,6 +64,12 @@ struct PutOptions {
   Durability durability = Durability::kRetained;
   std::optional<TierKind> tier;  // kHbm to place it in hbm; default dram
   int numa_node = -1;            // preferred NUMA node for dram; -1: any
+  // Reserve only, with tier = kHbm on a server whose hbm is a GPU's memory (--hbm-device): the
+  // room is in device memory, and the caller writes it there (device_data(): a kernel's output,
+  // cudaMemcpy) before Commit. Needs a client built with -DTIERPOOL_CUDA=ON on the server's
+  // node. When the server cannot place it there (no room, another kind of hbm) the room is in
+  // host memory (data()), as without it.
+  bool device = false;
 };
 
 struct PutItem {
@@ -197,10 +203,15 @@ class TIERPOOL_EXPORT WriteReservation {
   WriteReservation& operator=(WriteReservation&&) noexcept;
   ~WriteReservation();
 
+  // Where to write the bytes: host memory, or nullptr for a device reservation.
   std::byte* data() { return data_; }
+  // A device reservation's device address and CUDA device (PutOptions::device); nullptr, -1.
+  void* device_data() { return device_data_; }
+  int device() const { return device_; }
   std::size_t size() const { return size_; }
   TierKind tier() const { return tier_; }
-  // Checksums the bytes and publishes the object under its key.
+  // Checksums the bytes (a device reservation's are copied to the host once for it) and
+  // publishes the object under its key.
   Status Commit();
   Status Abort();
 
@@ -211,6 +222,8 @@ class TIERPOOL_EXPORT WriteReservation {
   std::shared_ptr<detail::PooledConnection> conn_;
   std::uint64_t reservation_id_ = 0;
   std::byte* data_ = nullptr;
+  void* device_data_ = nullptr;
+  int device_ = -1;
   std::size_t size_ = 0;
   TierKind tier_ = TierKind::kDram;
   std::string key_;

@@ -4,7 +4,8 @@
 Run by `tierpool schedule calibrate`. Traces the model as `from-torch` does (same arguments, same
 steps), then runs the traced graph on real tensors, node by node, on the device (--device-kind
 cuda, or cpu where there is no GPU): each step is run --warmup times, then timed --repeat times
-(CUDA events around the op on a GPU, the host clock after a synchronize on the CPU) and its
+(CUDA events around the op on a GPU, with the GPU kept busy while the host queues it so that
+the events time its kernels alone; the host clock after a synchronize on the CPU) and its
 median kept. Optimizer steps share one timed torch.optim update of every parameter, by bytes.
 
 It writes:
@@ -35,10 +36,14 @@ def fail(msg):
 
 
 class Timer:
-    """Median time of a callable on the device, in microseconds."""
+    """Median time of a callable on the device, in microseconds. With gpu_only (one op's
+    kernels), the GPU is kept busy while the host queues the op, so the events time the kernels
+    alone: otherwise the GPU waits between them for Python to dispatch the op (20-25 us on an
+    H100 host, more than most kernels of a batch-32 step take)."""
 
-    def __init__(self, torch, kind, warmup, repeat):
+    def __init__(self, torch, kind, warmup, repeat, gpu_only=False):
         self.torch, self.kind, self.warmup, self.repeat = torch, kind, warmup, repeat
+        self.sleep = gpu_only and kind == "cuda" and hasattr(torch.cuda, "_sleep")
 
     def __call__(self, fn):
         torch = self.torch
@@ -48,6 +53,8 @@ class Timer:
         for _ in range(self.repeat):
             if self.kind == "cuda":
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if self.sleep:
+                    torch.cuda._sleep(1 << 20)  # about 0.5 ms of cycles: the queue fills meanwhile
                 start.record()
                 fn()
                 end.record()
@@ -144,7 +151,8 @@ def main():
         fail("--device-kind cuda, but torch sees no GPU")
     a.device = kind
     schedule, gm, args, node_of_step = hook.trace(a)
-    timer = Timer(torch, kind, a.warmup, a.repeat)
+    timer = Timer(torch, kind, a.warmup, a.repeat, gpu_only=True)
+    whole_step = Timer(torch, kind, a.warmup, a.repeat)
 
     # Run the graph once, node by node, timing each node that is a step.
     step_of_node = {name: s for s, name in node_of_step.items()}
@@ -187,8 +195,8 @@ def main():
             measured[i] = all_us * w / sum(weight)
         del ps, o
 
-    eager_us = eager_iteration_us(a, timer)
-    tuned_us = eager_iteration_us(a, timer, tuned=True) if kind == "cuda" else None
+    eager_us = eager_iteration_us(a, whole_step)
+    tuned_us = eager_iteration_us(a, whole_step, tuned=True) if kind == "cuda" else None
 
     for i, us in measured.items():
         schedule["steps"][i]["compute_us"] = us

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""Fits one device profile to several models' measured schedules at once, and says how well it
+predicts each model's whole eager step: fitted on all of them, and fitted on the others (leave
+one out). The inputs are what `tierpool schedule calibrate` wrote for each model:
+PREFIX-measured.json (--measured) and PREFIX-table.json (--json).
+
+  scripts/fit-profile-across.py --tool build/ci/client/tierpool --base h100 --dispatch-us 9.5 \\
+      --name h100-eager -o h100-eager.json docs/data/calibration-h100/{resnet50,vit_b_16,...}
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def merge(prefixes, out):
+    """One schedule holding every model's steps (names prefixed, tensor ids and steps shifted)."""
+    merged, steps, tensors = None, [], []
+    for p in prefixes:
+        with open(p + "-measured.json") as f:
+            s = json.load(f)
+        merged = merged or s
+        tag, off_t, off_s = os.path.basename(p), len(tensors), len(steps)
+        for t in s["tensors"]:
+            t = dict(t, id=t["id"] + off_t, name=tag + "/" + t["name"])
+            if int(t.get("def_step", -1)) >= 0:
+                t["def_step"] = int(t["def_step"]) + off_s
+            for k in ("use_steps", "update_steps"):
+                t[k] = [int(u) + off_s for u in t.get(k, [])]
+            tensors.append(t)
+        steps += [dict(st, name=tag + "/" + st["name"]) for st in s["steps"]]
+    with open(out, "w") as f:
+        json.dump(dict(merged, steps=steps, tensors=tensors, repeats=False), f)
+
+
+def unmeasured(prefix, out):
+    """The schedule with the measured times taken off: what the profile alone predicts."""
+    with open(prefix + "-measured.json") as f:
+        s = json.load(f)
+    for st in s["steps"]:
+        st.pop("measured", None)
+        st.pop("compute_us", None)
+    with open(out, "w") as f:
+        json.dump(s, f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("prefixes", nargs="+", help="PREFIX of PREFIX-measured.json and PREFIX-table.json")
+    ap.add_argument("--tool", required=True, help="the tierpool binary")
+    ap.add_argument("--base", default="h100")
+    ap.add_argument("--dispatch-us", default="0", help="host time per kernel (0: the base's)")
+    ap.add_argument("--name", default="calibrated")
+    ap.add_argument("-o", "--out", required=True, help="the profile fitted on every model")
+    a = ap.parse_args()
+    if len(a.prefixes) < 2:
+        sys.exit("fit-profile-across: give two models or more")
+
+    def run(*args):
+        r = subprocess.run([a.tool, *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("fit-profile-across: %s: %s" % (" ".join(args[:3]), r.stderr.strip()))
+        return r.stdout
+
+    with tempfile.TemporaryDirectory() as tmp:
+        def fit(prefixes, out):
+            merge(prefixes, os.path.join(tmp, "merged.json"))
+            run("schedule", "fit-profile", os.path.join(tmp, "merged.json"), "--device", a.base,
+                "--json", os.path.join(tmp, "fit.json"), "--dispatch-us", a.dispatch_us, "--name", a.name)
+            with open(os.path.join(tmp, "fit.json")) as f:
+                profile = json.load(f)["profile"]
+            with open(out, "w") as f:
+                json.dump(profile, f, indent=2)
+
+        def predict(prefix, profile):
+            plain = os.path.join(tmp, "plain.json")
+            unmeasured(prefix, plain)
+            m = re.search(r"estimated ([0-9.]+) ms per iteration", run("schedule", "show", plain, "--device", profile))
+            return float(m.group(1))
+
+        eager = {}
+        for p in a.prefixes:
+            with open(p + "-table.json") as f:
+                eager[p] = json.load(f)["eager_iteration_ms"]
+        fit(a.prefixes, a.out)
+        print("%-16s %9s %9s %8s %9s %8s %9s %8s" % ("model", "eager ms", a.base, "error", "all", "error",
+                                                    "others", "error"))
+        for p in a.prefixes:
+            loo = os.path.join(tmp, "loo.json")
+            fit([q for q in a.prefixes if q != p], loo)
+            base, every, others = predict(p, a.base), predict(p, a.out), predict(p, loo)
+            print("%-16s %9.2f %9.2f %+7.0f%% %9.2f %+7.0f%% %9.2f %+7.0f%%" % (
+                os.path.basename(p), eager[p], base, 100 * (base / eager[p] - 1), every,
+                100 * (every / eager[p] - 1), others, 100 * (others / eager[p] - 1)))
+
+
+if __name__ == "__main__":
+    main()

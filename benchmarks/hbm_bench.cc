@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   LogToStderr();
   spdlog::set_level(spdlog::level::warn);
   int device = 0, repeat = 3, checksum_threads = 0;
+  std::string check = "device";
   std::string total_s = "1G", sizes_s = "256K,1M,4M,16M,64M", inflight_s = "256M";
   bool as_json = false;
   po::options_description opts("tierpool bench hbm");
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
     ("sizes", po::value(&sizes_s)->default_value("256K,1M,4M,16M,64M"), "object sizes")
     ("inflight", po::value(&inflight_s)->default_value("256M"), "the mover's bytes in flight per link")
     ("repeat", po::value(&repeat)->default_value(3), "runs of each (the best kept)")
+    ("check", po::value(&check)->default_value("device"),
+     "where moves are checked: device (on the GPU) or host")
     ("checksum-threads", po::value(&checksum_threads)->default_value(0),
      "threads checking bytes beside the copies (0: the server's default)")
     ("json", po::bool_switch(&as_json), "print JSON");
@@ -94,7 +97,11 @@ int main(int argc, char** argv) {
     at = comma + 1;
   }
 
-  auto backend = MakeCudaHbmBackend(device, checksum_threads);
+  if (check != "device" && check != "host") {
+    std::cerr << "tierpool bench hbm: --check is device or host\n";
+    return 2;
+  }
+  auto backend = MakeCudaHbmBackend(device, checksum_threads, check == "device");
   if (!backend.ok()) {
     std::cerr << "tierpool bench hbm: " << backend.status().ToString() << "\n";
     return 1;
@@ -188,15 +195,16 @@ int main(int argc, char** argv) {
   (void)cudaFree(ref_device);
   (void)cudaStreamDestroy(stream);
   json out{{"device", prop.name}, {"inflight_bytes", *inflight},          {"total_bytes", *total},
-           {"repeat", repeat},    {"checksum_threads", checksum_threads}, {"rows", rows}};
+           {"repeat", repeat},    {"checksum_threads", checksum_threads}, {"check", check},
+           {"rows", rows}};
   if (as_json) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf(
-        "%s; %s each way per size, best of %d, mover in flight %s per link, checksum "
-        "threads %s\n",
+        "%s; %s each way per size, best of %d, mover in flight %s per link, checked on the %s, "
+        "checksum threads %s\n",
         prop.name, FormatBytes(*total).c_str(), repeat, FormatBytes(*inflight).c_str(),
-        checksum_threads > 0 ? std::to_string(checksum_threads).c_str() : "default");
+        check.c_str(), checksum_threads > 0 ? std::to_string(checksum_threads).c_str() : "default");
     std::printf("%8s %7s | %9s %9s %6s | %9s %9s %6s | %9s | %s\n", "size", "objects", "dram>hbm",
                 "cuda h2d", "ratio", "hbm>dram", "cuda d2h", "ratio", "xxh3 1thr", "checks");
     for (const auto& r : rows) {

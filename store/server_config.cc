@@ -21,6 +21,9 @@ Status ServerConfig::validate() const {
   TIERPOOL_RETURN_IF_ERROR(dram_watermarks.validate("dram"));
   TIERPOOL_RETURN_IF_ERROR(hbm_watermarks.validate("hbm"));
   if (hbm_device < -1) return Status::InvalidArgument("--hbm-device must be -1 or a device");
+  if (hbm_check != "device" && hbm_check != "host") {
+    return Status::InvalidArgument("--hbm-check is device or host");
+  }
   if (hbm_checksum_threads < 0 || hbm_checksum_threads > 256) {
     return Status::InvalidArgument("--hbm-checksum-threads must be in [0, 256]");
   }
@@ -81,6 +84,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("hbm-checksum-threads", po::value(&c.hbm_checksum_threads)->default_value(0),
      "with --hbm-device: threads checking the bytes of copies to and from the device (0: 3/4 "
      "of the cores, at most 12)")
+    ("hbm-check", po::value(&c.hbm_check)->default_value("device"),
+     "with --hbm-device: check the bytes of copies to and from the device on the GPU (device) "
+     "or on the host (host)")
     ("mover-inflight", po::value(&mover_inflight)->default_value("256M"),
      "bytes each tier link may have in flight (more keeps a GPU's copy engines busy while "
      "their bytes are checked)")
@@ -273,10 +279,12 @@ namespace {
 
 // The hbm tier in the device's memory when one is asked for and answers, else the stand-in.
 // dram's arenas are registered with the device, so moves run on its copy engines from them.
-Result<std::unique_ptr<HbmTier>> BuildHbmTier(const HbmTierConfig& config, int device,
-                                              int checksum_threads, Tier& dram) {
+Result<std::unique_ptr<HbmTier>> BuildHbmTier(const HbmTierConfig& config,
+                                              const ServerConfig& server, Tier& dram) {
+  const int device = server.hbm_device;
   if (device >= 0) {
-    auto backend = MakeCudaHbmBackend(device, checksum_threads);
+    auto backend =
+        MakeCudaHbmBackend(device, server.hbm_checksum_threads, server.hbm_check == "device");
     if (backend.ok()) {
       auto hbm = HbmTier::Create(config, std::move(backend).value());
       if (!hbm.ok()) return hbm.status();
@@ -315,7 +323,7 @@ Result<std::unique_ptr<ObjectStore>> BuildStore(const ServerConfig& config,
   (*dram)->set_watermarks(config.dram_watermarks);
   tiers.push_back(std::move(dram).value());
   if (config.hbm.capacity > 0) {
-    auto hbm = BuildHbmTier(hbm_config, config.hbm_device, config.hbm_checksum_threads, *tiers[0]);
+    auto hbm = BuildHbmTier(hbm_config, config, *tiers[0]);
     if (!hbm.ok()) return hbm.status();
     (*hbm)->set_watermarks(config.hbm_watermarks);
     tiers.push_back(std::move(hbm).value());

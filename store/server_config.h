@@ -32,6 +32,9 @@ struct ServerConfig {
   // --hbm-checksum-threads: threads checking the bytes of device copies (0: the backend's
   // default, tiers/hbm_tier.h MakeCudaHbmBackend).
   int hbm_checksum_threads = 0;
+  // --hbm-check: where copies to and from a device hbm are checked: "device" (on the GPU, where
+  // a copy allows it) or "host".
+  std::string hbm_check = "device";
   MetricsServerConfig metrics;
   ClusterConfig cluster;  // on with --etcd
   // --metrics-listen given: failing to bind it stops the start (the default only warns, so that

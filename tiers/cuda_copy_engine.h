@@ -1,8 +1,9 @@
 // One CUDA device's copy engines as the hbm tier uses them: a stream per direction (host to
 // device, device to host, as the replay models the two links), a completion thread per
-// direction that waits on each copy's event in order and runs its callback, and a few
-// checksum threads that hash host memory beside the copies (the checksum of one copy must not
-// hold back the start of the next). Built only with -DTIERPOOL_CUDA=ON.
+// direction that waits on each copy's events in order and runs its callback, a checksum stream
+// per direction where the GPU hashes the device side of checked copies (tiers/cuda_xxh3.h), and
+// a few threads that hash host memory beside the copies where the GPU does not. Built only with
+// -DTIERPOOL_CUDA=ON.
 //
 // Thread safety: every method may be called from any thread. Copy never blocks on the copy;
 // callbacks run on the direction's completion thread, Post's work on a checksum thread. The
@@ -39,6 +40,12 @@ class CudaCopyEngine {
   // Copies `size` bytes on the direction's stream; `done` runs on its completion thread once
   // they have landed (or the copy failed: IO_ERROR with CUDA's message).
   void Copy(Direction dir, void* dst, const void* src, std::uint64_t size, Done done);
+  // Copy's bytes checked on the GPU against `checksum` (XXH3-64): those that landed on the
+  // device, after the copy; or those read from it, beside the copy. `done` gets DATA_LOSS when
+  // they differ. False, with nothing queued and `done` not called, when the check cannot run on
+  // the device (too small, unaligned, no room for it): the caller checks on the host.
+  bool CopyChecked(Direction dir, void* dst, const void* src, std::uint64_t size,
+                   std::uint64_t checksum, const Done& done);
   // Runs `work` on a checksum thread.
   void Post(std::function<void()> work);
   // Pins host memory for the copy engines (cudaHostRegister); unregistered at destruction.
@@ -46,13 +53,18 @@ class CudaCopyEngine {
 
  private:
   struct Pending {
-    void* event = nullptr;  // cudaEvent_t
+    void* event = nullptr;   // cudaEvent_t
+    void* event2 = nullptr;  // a checked copy's second event (its hash), or null
     Done done;
-    Status failed;  // the copy could not be queued: `done` gets this, event is null
+    Status failed;  // the copy could not be queued: `done` gets this, events are null
   };
   struct Lane {
     void* stream = nullptr;  // cudaStream_t
-    std::mutex mu;           // also held while a copy is queued, so `pending` is in stream order
+    // cudaStream_t: device-side checks of this direction's copies, used in turn so that the
+    // checks of several copies run at once (each walks its blocks in sequence).
+    std::vector<void*> hash_streams;
+    std::size_t next_hash_stream = 0;  // guarded by mu
+    std::mutex mu;  // also held while a copy is queued, so `pending` is in stream order
     std::condition_variable wake;
     std::deque<Pending> pending;  // guarded by mu
     bool stopping = false;        // guarded by mu
@@ -62,6 +74,8 @@ class CudaCopyEngine {
   explicit CudaCopyEngine(int device) : device_(device) {}
   void CompletionLoop(Lane* lane);
   void ChecksumLoop();
+  int TakeSlot();  // a pinned result slot, or -1 when all are in use
+  void GiveSlot(int slot);
 
   const int device_;
   Lane lanes_[2];
@@ -71,6 +85,9 @@ class CudaCopyEngine {
   bool stopping_ = false;                   // guarded by mu_
   std::vector<std::thread> checksum_threads_;
   std::vector<void*> registered_;  // guarded by mu_
+  // Page-locked slots the device writes checked copies' hashes into.
+  std::uint64_t* slots_ = nullptr;
+  std::vector<int> free_slots_;  // guarded by mu_
 };
 
 }  // namespace tierpool

@@ -10,7 +10,8 @@
 #include "common/units.h"
 
 namespace tierpool {
-Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_threads) {
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_threads,
+                                                       bool device_checks) {
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -26,7 +27,7 @@ Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_
   }
   auto engine = CudaCopyEngine::Create(device, checksum_threads);
   if (!engine.ok()) return Status::Unavailable(engine.status().message());
-  return std::unique_ptr<HbmBackend>(new CudaHbmBackend(std::move(engine).value()));
+  return std::unique_ptr<HbmBackend>(new CudaHbmBackend(std::move(engine).value(), device_checks));
 }
 
 CudaHbmBackend::~CudaHbmBackend() {
@@ -74,6 +75,20 @@ void CudaHbmBackend::CopyOut(std::uint64_t offset, std::byte* dst, std::uint64_t
     return done(Status::Internal("copy outside the cuda hbm region"));
   }
   engine_->Copy(CudaCopyEngine::Direction::kToHost, dst, base_ + offset, size, std::move(done));
+}
+
+bool CudaHbmBackend::CopyInChecked(std::uint64_t offset, const std::byte* src, std::uint64_t size,
+                                   std::uint64_t checksum, const IoCompletion& done) {
+  if (!device_checks_ || offset > size_ || size > size_ - offset) return false;
+  return engine_->CopyChecked(CudaCopyEngine::Direction::kToDevice, base_ + offset, src, size,
+                              checksum, done);
+}
+
+bool CudaHbmBackend::CopyOutChecked(std::uint64_t offset, std::byte* dst, std::uint64_t size,
+                                    std::uint64_t checksum, const IoCompletion& done) {
+  if (!device_checks_ || offset > size_ || size > size_ - offset) return false;
+  return engine_->CopyChecked(CudaCopyEngine::Direction::kToHost, dst, base_ + offset, size,
+                              checksum, done);
 }
 
 }  // namespace tierpool

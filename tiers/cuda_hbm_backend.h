@@ -17,7 +17,8 @@ namespace tierpool {
 
 class CudaHbmBackend final : public HbmBackend {
  public:
-  explicit CudaHbmBackend(std::shared_ptr<CudaCopyEngine> engine) : engine_(std::move(engine)) {}
+  CudaHbmBackend(std::shared_ptr<CudaCopyEngine> engine, bool device_checks)
+      : engine_(std::move(engine)), device_checks_(device_checks) {}
   ~CudaHbmBackend() override;
 
   std::string name() const override { return "cuda:" + std::to_string(engine_->device()); }
@@ -26,7 +27,7 @@ class CudaHbmBackend final : public HbmBackend {
   int export_fd() const override { return -1; }
   int export_read_only_fd() const override { return -1; }
   std::unique_ptr<HbmBackend> Another() const override {
-    return std::make_unique<CudaHbmBackend>(engine_);
+    return std::make_unique<CudaHbmBackend>(engine_, device_checks_);
   }
   bool pages_locked() const override { return true; }  // device memory is never paged out
   int device() const override { return engine_->device(); }
@@ -35,6 +36,10 @@ class CudaHbmBackend final : public HbmBackend {
               IoCompletion done) override;
   void CopyOut(std::uint64_t offset, std::byte* dst, std::uint64_t size,
                IoCompletion done) override;
+  bool CopyInChecked(std::uint64_t offset, const std::byte* src, std::uint64_t size,
+                     std::uint64_t checksum, const IoCompletion& done) override;
+  bool CopyOutChecked(std::uint64_t offset, std::byte* dst, std::uint64_t size,
+                      std::uint64_t checksum, const IoCompletion& done) override;
   void Post(std::function<void()> work) override { engine_->Post(std::move(work)); }
   Status RegisterHostMemory(void* base, std::uint64_t size) override {
     return engine_->Register(base, size);
@@ -42,6 +47,7 @@ class CudaHbmBackend final : public HbmBackend {
 
  private:
   std::shared_ptr<CudaCopyEngine> engine_;
+  const bool device_checks_;   // hash on the device where a copy allows it
   std::byte* base_ = nullptr;  // device address; written by Init only
   std::uint64_t size_ = 0;
   std::string ipc_handle_;  // cudaIpcMemHandle_t's bytes; empty where IPC is refused

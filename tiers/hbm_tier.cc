@@ -16,7 +16,8 @@ void HbmBackend::CopyOut(std::uint64_t, std::byte*, std::uint64_t, IoCompletion 
 }
 
 #ifndef TIERPOOL_HAVE_CUDA
-Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int /*device*/, int /*checksum_threads*/) {
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int /*device*/, int /*checksum_threads*/,
+                                                       bool /*device_checks*/) {
   return Status::Unavailable("tierpool was built without CUDA (-DTIERPOOL_CUDA=OFF)");
 }
 #endif
@@ -125,8 +126,10 @@ void HbmTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::by
   HbmBackend* backend = BackendOf(dst.arena_id);
   if (backend == nullptr) return done(Status::Internal("write to an unknown hbm region"));
   if (info.size == 0) return done(Status::Ok());
-  // The source is checked while the copy engine reads it: a mismatch fails the write, and the
-  // store frees the extent, so wrong bytes never become an hbm copy.
+  // Checked on the device where the backend can (the bytes that landed); else the source is
+  // checked while the copy engine reads it. Either way a mismatch fails the write and the store
+  // frees the extent, so wrong bytes never become an hbm copy.
+  if (backend->CopyInChecked(dst.offset, src, info.size, info.checksum, done)) return;
   auto join = std::make_shared<WriteJoin>();
   join->done = std::move(done);
   join->info = info;
@@ -147,7 +150,9 @@ void HbmTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst
   HbmBackend* backend = BackendOf(src.arena_id);
   if (backend == nullptr) return done(Status::Internal("read of an unknown hbm region"));
   if (info.size == 0) return done(Status::Ok());
-  // Checked once the bytes have landed in host memory, before anyone hears they arrived.
+  // Checked on the device beside the copy where the backend can; else once the bytes have landed
+  // in host memory. Either way before anyone hears they arrived.
+  if (backend->CopyOutChecked(src.offset, dst, info.size, info.checksum, done)) return;
   backend->CopyOut(
       src.offset, dst, info.size, [backend, info, dst, done = std::move(done)](Status s) mutable {
         if (!s.ok()) return done(std::move(s));

@@ -47,6 +47,19 @@ class HbmBackend {
   virtual void CopyIn(std::uint64_t offset, const std::byte* src, std::uint64_t size,
                       IoCompletion done);
   virtual void CopyOut(std::uint64_t offset, std::byte* dst, std::uint64_t size, IoCompletion done);
+  // CopyIn / CopyOut with the bytes checked against `checksum` on the device (the bytes that
+  // landed there, or those read from it): DATA_LOSS to `done` when they differ. False, with
+  // nothing started and `done` not called, where the backend cannot (host memory, small or
+  // unaligned copies, device checks off): the tier checks on the host side instead.
+  virtual bool CopyInChecked(std::uint64_t /*offset*/, const std::byte* /*src*/,
+                             std::uint64_t /*size*/, std::uint64_t /*checksum*/,
+                             const IoCompletion& /*done*/) {
+    return false;
+  }
+  virtual bool CopyOutChecked(std::uint64_t /*offset*/, std::byte* /*dst*/, std::uint64_t /*size*/,
+                              std::uint64_t /*checksum*/, const IoCompletion& /*done*/) {
+    return false;
+  }
   // Runs `work` off the copy threads (a checksum pass beside the copy); inline by default.
   virtual void Post(std::function<void()> work) { work(); }
   // Host memory that copies will read and write (dram's arenas): registered with the device so
@@ -56,10 +69,12 @@ class HbmBackend {
 
 // A CUDA device's memory (--hbm-device N). UNAVAILABLE where tierpool was built without CUDA
 // (-DTIERPOOL_CUDA=OFF) or no such device answers; the caller falls back to the stand-in.
-// checksum_threads: threads that check the bytes of copies beside the copy engines (0: 3/4 of
-// the host's cores, at most 12): one thread's XXH3 over memory the engine just wrote runs at
-// 7-8 GB/s, a seventh of a PCIe 5 engine's rate (docs/benchmarks.md "hbm in a GPU's memory").
-Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_threads = 0);
+// Bytes are checked on the device where they can be (device_checks, tiers/cuda_xxh3.h), else on
+// the host by checksum_threads threads beside the copy engines (0: 3/4 of the host's cores, at
+// most 12): one thread's XXH3 over memory the engine just wrote runs at 7-10 GB/s, a sixth of
+// a PCIe 5 engine's rate (docs/benchmarks.md "hbm in a GPU's memory").
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_threads = 0,
+                                                       bool device_checks = true);
 
 // Stand-in for device memory: a page-locked, shared host arena with a fixed budget.
 class HostPinnedHbmBackend final : public HbmBackend {

@@ -34,12 +34,15 @@ TEST(ServerConfig, FlagsOverride) {
   EXPECT_EQ(c->transport.socket_path, "/tmp/x.sock");
   EXPECT_EQ(c->transport.socket_mode, 0660u);
   EXPECT_EQ(c->hbm_device, -1);
-  auto gpu = Parse({"--hbm-device", "1", "--hbm-checksum-threads", "6", "--mover-inflight", "1G"},
+  auto gpu = Parse({"--hbm-device", "1", "--hbm-checksum-threads", "6", "--mover-inflight", "1G",
+                    "--hbm-check", "host"},
                    &exit_now);
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   EXPECT_EQ(gpu->hbm_device, 1);
   EXPECT_EQ(gpu->hbm_checksum_threads, 6);
   EXPECT_EQ(gpu->store.mover.max_inflight_bytes_per_link, 1ull << 30);
+  EXPECT_EQ(gpu->hbm_check, "host");
+  EXPECT_EQ(c->hbm_check, "device");
 }
 
 TEST(ServerConfig, SpillOrder) {
@@ -71,7 +74,8 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
         {"--spill-order", "remote,"},
         {"--hbm-device", "-2"},
         {"--hbm-checksum-threads", "-1"},
-        {"--mover-inflight", "0"}}) {
+        {"--mover-inflight", "0"},
+        {"--hbm-check", "gpu"}}) {
     auto c = Parse(bad, &exit_now);
     EXPECT_FALSE(c.ok()) << bad[0];
     if (!c.ok()) {

@@ -53,12 +53,13 @@ struct DeviceTiers {
   std::unique_ptr<HbmTier> hbm;
 };
 
-DeviceTiers MakeTiers(std::uint64_t hbm_bytes, std::uint64_t dram_bytes) {
+DeviceTiers MakeTiers(std::uint64_t hbm_bytes, std::uint64_t dram_bytes,
+                      bool device_checks = true) {
   DeviceTiers t;
   auto dram = DramTier::Create({.capacity = dram_bytes, .first_arena_id = 1});
   EXPECT_TRUE(dram.ok()) << dram.status().ToString();
   t.dram = std::move(dram).value();
-  auto backend = MakeCudaHbmBackend(0);
+  auto backend = MakeCudaHbmBackend(0, 0, device_checks);
   EXPECT_TRUE(backend.ok());
   auto hbm = HbmTier::Create({.capacity = hbm_bytes, .arena_id = 100}, std::move(backend).value());
   EXPECT_TRUE(hbm.ok()) << hbm.status().ToString();
@@ -102,10 +103,14 @@ TEST(CudaHbm, DeviceRegionsAreNotHostMemoryAndCarryAnIpcHandle) {
   EXPECT_EQ(t.hbm->Stats().backend, "cuda:0");
 }
 
-TEST(CudaHbm, EverySizeRoundTripsThroughTheCopyEnginesChecked) {
+// Both ways of checking: on the device (where a copy allows) and on the host.
+class CudaHbmChecks : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaHbmChecks, EverySizeRoundTripsThroughTheCopyEnginesChecked) {
   REQUIRE_DEVICE();
-  DeviceTiers t = MakeTiers(96 << 20, 192 << 20);
-  for (std::uint64_t size : {1ull, 4095ull, 4096ull, (1ull << 20) + 3, 64ull << 20}) {
+  DeviceTiers t = MakeTiers(96 << 20, 192 << 20, GetParam());
+  for (std::uint64_t size :
+       {1ull, 240ull, 241ull, 4095ull, 4096ull, (1ull << 20) + 3, 64ull << 20}) {
     SCOPED_TRACE(size);
     auto src = t.dram->Allocate(size, {});
     auto back = t.dram->Allocate(size, {});
@@ -125,15 +130,16 @@ TEST(CudaHbm, EverySizeRoundTripsThroughTheCopyEnginesChecked) {
     ASSERT_TRUE(t.dram->Free(*src).ok() && t.dram->Free(*back).ok() && t.hbm->Free(*dev).ok());
   }
   const TierIoCounters io = t.hbm->io_counters();
-  EXPECT_EQ(io.writes, 5u);
-  EXPECT_EQ(io.reads, 5u);
+  EXPECT_EQ(io.writes, 7u);
+  EXPECT_EQ(io.reads, 7u);
   EXPECT_EQ(io.failures, 0u);
 }
 
-TEST(CudaHbm, BytesThatDoNotMatchTheirChecksumFailEitherWay) {
+TEST_P(CudaHbmChecks, BytesThatDoNotMatchTheirChecksumFailEitherWay) {
   REQUIRE_DEVICE();
-  DeviceTiers t = MakeTiers(8 << 20, 16 << 20);
-  const std::uint64_t size = 1 << 20;
+  // 16 MiB: large enough to be checked on the device when the parameter says so.
+  DeviceTiers t = MakeTiers(32 << 20, 64 << 20, GetParam());
+  const std::uint64_t size = 16 << 20;
   auto host = t.dram->Allocate(size, {});
   auto dev = t.hbm->Allocate(size, {});
   ASSERT_TRUE(host.ok() && dev.ok());
@@ -155,16 +161,16 @@ TEST(CudaHbm, BytesThatDoNotMatchTheirChecksumFailEitherWay) {
   EXPECT_EQ(r.code(), StatusCode::kDataLoss) << r.ToString();
   // An extent outside the region is refused before anything is copied.
   Status outside = Wait([&](IoCompletion d) {
-    t.hbm->Write({100, 8 << 20, 4096}, {1, 2, 4096, 0}, t.dram->HostAddress(*host), std::move(d));
+    t.hbm->Write({100, 32 << 20, 4096}, {1, 2, 4096, 0}, t.dram->HostAddress(*host), std::move(d));
   });
   EXPECT_EQ(outside.code(), StatusCode::kInternal);
 }
 
-// Many moves each way at once through the mover, as the store issues them: every byte checked
-// on arrival, the in-flight bound kept.
-TEST(CudaHbm, MovesUnderLoadThroughTheMoverKeepEveryByte) {
+// Many moves each way at once through the mover, as the store issues them: every byte checked,
+// the in-flight bound kept.
+TEST_P(CudaHbmChecks, MovesUnderLoadThroughTheMoverKeepEveryByte) {
   REQUIRE_DEVICE();
-  DeviceTiers t = MakeTiers(256 << 20, 768 << 20);
+  DeviceTiers t = MakeTiers(512 << 20, 1536 << 20, GetParam());
   Mover mover({.max_inflight_bytes_per_link = 32 << 20});
   constexpr int kObjects = 96;
   std::mt19937_64 rng(42);
@@ -175,7 +181,9 @@ TEST(CudaHbm, MovesUnderLoadThroughTheMoverKeepEveryByte) {
   };
   std::vector<Obj> objs(kObjects);
   for (int i = 0; i < kObjects; ++i) {
-    const std::uint64_t size = 4096 + rng() % (3 << 20);
+    // Mostly small, every eighth one large enough for a device-side check.
+    const std::uint64_t size =
+        i % 8 == 7 ? (16 << 20) + rng() % (4 << 20) : 4096 + rng() % (3 << 20);
     Obj& o = objs[i];
     o.bytes = RandomBytes(size, 1000 + i);
     o.info = {static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(i), size,
@@ -213,6 +221,9 @@ TEST(CudaHbm, MovesUnderLoadThroughTheMoverKeepEveryByte) {
   });
   mover.Stop();
 }
+
+INSTANTIATE_TEST_SUITE_P(OnTheDeviceOrTheHost, CudaHbmChecks, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "Device" : "Host"; });
 
 // The store over a device hbm: puts land in dram, promotions copy up on the device's engines
 // (the clean dram copy stays), a get that wants hbm makes sure of the device copy and reads the
@@ -308,8 +319,43 @@ TEST(CudaHbm, APutThatWantsDeviceHbmEndsThereAndMovesDownOffTheDevice) {
 }  // namespace
 }  // namespace tierpool
 #include <cuda_runtime_api.h>
+
+#include "tiers/cuda_xxh3.h"
 namespace tierpool {
 namespace {
+
+// The GPU's XXH3 against the host's, for every length from 241 to 4 KiB and around the 1 KiB
+// blocks and stripes of larger inputs, up to 64 MiB and an odd tail.
+TEST(CudaHbm, TheDevicesXxh3IsTheHosts) {
+  REQUIRE_DEVICE();
+  const std::size_t max = (64 << 20) + 7;
+  const auto bytes = RandomBytes(max, 99);
+  void* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, max), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dev, bytes.data(), max, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<std::uint64_t> sizes;
+  for (std::uint64_t n = kDeviceXxh3MinBytes; n <= 4096; ++n) sizes.push_back(n);
+  for (std::uint64_t k : {5ull, 64ull, 1000ull, 65536ull}) {
+    for (std::int64_t d : {-65, -64, -63, -1, 0, 1, 63, 64, 65}) sizes.push_back(k * 1024 + d);
+  }
+  sizes.push_back(max);
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&scratch, DeviceXxh3ScratchBytes(max)), cudaSuccess);
+  int wrong = 0;
+  for (std::uint64_t n : sizes) {
+    ASSERT_EQ(EnqueueDeviceXxh3(dev, n, scratch, nullptr), cudaSuccess);
+    std::uint64_t got = 0;
+    ASSERT_EQ(cudaMemcpy(&got, scratch, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (got != Xxh3(bytes.data(), n) && ++wrong <= 5) ADD_FAILURE() << "length " << n;
+  }
+  EXPECT_EQ(wrong, 0) << "of " << sizes.size() << " lengths";
+  // Too short or unaligned: refused, never a wrong answer.
+  EXPECT_NE(EnqueueDeviceXxh3(dev, kDeviceXxh3MinBytes - 1, scratch, nullptr), cudaSuccess);
+  EXPECT_NE(EnqueueDeviceXxh3(static_cast<char*>(dev) + 4, 4096, scratch, nullptr), cudaSuccess);
+  (void)cudaGetLastError();
+  (void)cudaFree(scratch);
+  (void)cudaFree(dev);
+}
 
 std::vector<std::string> DeviceServerFlags() {
   return {"--hbm-device", "0", "--hbm", "64M", "--dram", "256M"};

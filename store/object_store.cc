@@ -476,6 +476,15 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   Result<std::pair<StoredObject*, TierKind>> found = Status::Aborted("not looked up");
   bool current = false;  // `found` was resolved with no wait since
   for (int attempt = 0; attempt < 100; ++attempt) {
+    if (want_device && options.device_ok) {
+      // A client that reads device memory takes the device copy as it is: no host copy made.
+      StoredObject* obj = index_.Lookup(ns, key);
+      if (obj != nullptr && !obj->corrupt && !obj->move && obj->copy(*options.want).present) {
+        found = std::make_pair(obj, *options.want);
+        current = true;
+        break;
+      }
+    }
     found = EnsureMappedLocked(lock, ns, key);
     if (!found.ok() || !options.want || found->second == *options.want ||
         (want_device && found->first->copy(*options.want).present)) {

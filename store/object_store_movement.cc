@@ -365,7 +365,9 @@ Status ObjectStore::MoveOnDemandLocked(std::unique_lock<std::mutex>& lock, std::
     if (dst->length > 0) (void)tier(to)->Free(*dst);
     return Status::Aborted("the object changed while room was made");  // look again
   }
-  const bool down = rank(to) > rank(*from);
+  // A read-back from device memory keeps the device copy: the dram copy is a clean one beside
+  // it, as after a move up (the device copy is what the job uses in place).
+  const bool down = rank(to) > rank(*from) && !on_device(*from);
   Status s = StartMoveLocked(*obj, *from, to, MovePriority::kDemand, 0, down, *dst);
   if (!s.ok()) {
     if (dst->length > 0) (void)tier(to)->Free(*dst);

@@ -424,10 +424,22 @@ TEST(CudaHbm, AClientWritesAPutIntoDeviceMemoryItself) {
   ASSERT_NE(view->device_data(), nullptr);
   EXPECT_TRUE(view->Verify().ok());
   view->Release();
+  // A device view of a copy that is only on the device made no host copy of it.
+  auto stats = (*client)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counter("link_hbm_dram_bytes"), 0u);
   auto back = (*client)->GetBytes("d");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   ASSERT_EQ(back->size(), bytes.size());
   EXPECT_EQ(std::memcmp(back->data(), bytes.data(), bytes.size()), 0);
+  // Reading it on the host copied it off the device once, and left the device copy in place.
+  stats = (*client)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counter("link_hbm_dram_bytes"), bytes.size());
+  view = (*client)->GetView("d", {.tier = TierKind::kHbm, .device = true});
+  ASSERT_TRUE(view.ok());
+  EXPECT_NE(view->device_data(), nullptr);
+  view->Release();
   // An aborted device reservation gives its room back.
   {
     auto r = (*client)->Reserve("e", 1 << 20, {.tier = TierKind::kHbm, .device = true});

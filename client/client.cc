@@ -103,10 +103,9 @@ void ObjectView::Release() {
 Status ObjectView::Verify() const {
   std::uint64_t sum = 0;
   if (device_data_ != nullptr) {
-    std::string host(size(), '\0');
-    TIERPOOL_RETURN_IF_ERROR(
-        detail::DeviceArenas::CopyToHost(host.data(), device_data_, size(), device_));
-    sum = Xxh3(host.data(), host.size());
+    auto on_device = detail::DeviceArenas::Checksum(device_data_, size(), device_);
+    if (!on_device.ok()) return on_device.status();
+    sum = *on_device;
   } else {
     sum = Xxh3(data_, size());
   }
@@ -140,11 +139,10 @@ WriteReservation::~WriteReservation() { (void)Abort(); }
 Status WriteReservation::Commit() {
   if (device_data_ == nullptr) return CommitWith(Xxh3(data_, size_));
   if (!conn_) return Status::FailedPrecondition("reservation already committed or aborted");
-  // The bytes are in device memory: one copy to the host to checksum them.
-  std::string host(size_, '\0');
-  TIERPOOL_RETURN_IF_ERROR(
-      detail::DeviceArenas::CopyToHost(host.data(), device_data_, size_, device_));
-  return CommitWith(Xxh3(host.data(), host.size()));
+  // The bytes are in device memory: hashed there.
+  auto sum = detail::DeviceArenas::Checksum(device_data_, size_, device_);
+  if (!sum.ok()) return sum.status();
+  return CommitWith(*sum);
 }
 
 Status WriteReservation::CommitWith(std::uint64_t checksum) {

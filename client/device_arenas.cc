@@ -2,8 +2,14 @@
 
 #include <cstring>
 
+#include <string>
+
+#include "common/checksum.h"
+
 #ifdef TIERPOOL_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "tiers/cuda_xxh3.h"
 #endif
 
 namespace tierpool::detail {
@@ -74,6 +80,26 @@ Status DeviceArenas::CopyToHost(void* dst, const void* src, std::size_t n, int d
   return Status::Ok();
 }
 
+Result<std::uint64_t> DeviceArenas::Checksum(const void* src, std::size_t n, int device) {
+  if (n < kDeviceXxh3MinBytes || reinterpret_cast<std::uintptr_t>(src) % 8 != 0) {
+    std::string host(n, '\0');
+    TIERPOOL_RETURN_IF_ERROR(CopyToHost(host.data(), src, n, device));
+    return Xxh3(host.data(), host.size());
+  }
+  void* scratch = nullptr;
+  std::uint64_t sum = 0;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaMalloc(&scratch, DeviceXxh3ScratchBytes(n));
+  if (err == cudaSuccess) err = EnqueueDeviceXxh3(src, n, scratch, nullptr);
+  if (err == cudaSuccess) err = cudaMemcpy(&sum, scratch, sizeof(sum), cudaMemcpyDeviceToHost);
+  if (scratch != nullptr) (void)cudaFree(scratch);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::IoError(std::string("checksum on the device: ") + cudaGetErrorString(err));
+  }
+  return sum;
+}
+
 #else
 
 bool DeviceArenas::Supported() { return false; }
@@ -85,6 +111,10 @@ Result<void*> DeviceArenas::Address(const wire::Extent&, int*) {
 }
 
 Status DeviceArenas::CopyToHost(void*, const void*, std::size_t, int) {
+  return Status::Unimplemented("device views need a client built with -DTIERPOOL_CUDA=ON");
+}
+
+Result<std::uint64_t> DeviceArenas::Checksum(const void*, std::size_t, int) {
   return Status::Unimplemented("device views need a client built with -DTIERPOOL_CUDA=ON");
 }
 

@@ -32,8 +32,12 @@ class DeviceArenas {
   // The device address of the extent's first byte, opening its arena on first use; *device is
   // the CUDA device it is on.
   Result<void*> Address(const wire::Extent& e, int* device);
-  // n bytes at a device address copied into host memory (a device view's Verify).
+  // n bytes at a device address copied into host memory.
   static Status CopyToHost(void* dst, const void* src, std::size_t n, int device);
+  // XXH3-64 of n bytes at a device address (a device reservation's commit, a device view's
+  // Verify): hashed on the GPU where the kernel takes them (tiers/cuda_xxh3.h), else copied to
+  // the host and hashed there.
+  static Result<std::uint64_t> Checksum(const void* src, std::size_t n, int device);
 
  private:
   struct Arena {

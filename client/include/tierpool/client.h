@@ -179,8 +179,7 @@ class TIERPOOL_EXPORT ObjectView {
   // CUDA device, for kernels and copies on that device. nullptr and -1 for host views.
   const void* device_data() const { return device_data_; }
   int device() const { return device_; }
-  // Checks the bytes against the object's XXH3-64 checksum (a device view's are copied to the
-  // host for it).
+  // Checks the bytes against the object's XXH3-64 checksum (a device view's on the GPU).
   Status Verify() const;
   void Release();
 
@@ -210,7 +209,7 @@ class TIERPOOL_EXPORT WriteReservation {
   int device() const { return device_; }
   std::size_t size() const { return size_; }
   TierKind tier() const { return tier_; }
-  // Checksums the bytes (a device reservation's are copied to the host once for it) and
+  // Checksums the bytes (a device reservation's on the GPU, from 241 bytes up) and
   // publishes the object under its key.
   Status Commit();
   Status Abort();

@@ -381,21 +381,6 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
   return Status::Ok();
 }
 
-void ObjectStore::CopyUpAfterPutLocked(StoredObject& obj) {
-  obj.up_on_commit = false;
-  const std::uint64_t size = obj.meta.size;
-  auto plan = planned_ns_.find(obj.meta.ns);
-  if (plan != planned_ns_.end() &&
-      HbmBytesOfLocked(obj.meta.ns) + AlignUp(size, 4096) > plan->second) {
-    return;  // a planned job's budget is full: its executor brings the object up when it fits
-  }
-  if (!WithinTierQuotaLocked(obj.meta.ns, TierKind::kHbm, size).ok()) return;
-  // Room now or not at all (the put is acknowledged already): without room it stays in dram,
-  // as a put into a full hbm does.
-  (void)StartMoveLocked(obj, TierKind::kDram, TierKind::kHbm, MovePriority::kDemand, 0,
-                        /*drop_source=*/true);
-}
-
 Status ObjectStore::Abort(std::uint64_t reservation_id, std::uint64_t owner) {
   std::lock_guard lock(mu_);
   StoredObject* obj = index_.Find(reservation_id);

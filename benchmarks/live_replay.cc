@@ -9,6 +9,9 @@
 #include <thread>
 
 #include "common/checksum.h"
+#ifdef TIERPOOL_HAVE_CUDA
+#include "benchmarks/device_fill.h"
+#endif
 
 namespace tierpool::live {
 
@@ -55,6 +58,21 @@ void Fill(std::byte* p, std::size_t n, std::uint64_t seed, bool all) {
   // A stamp at each end; the middle keeps whatever the extent held.
   for (std::size_t off = 0; off < std::min<std::size_t>(n, 64); ++off) p[off] = Expected(seed, off);
   for (std::size_t off = n > 64 ? n - 64 : 0; off < n; ++off) p[off] = Expected(seed, off);
+}
+// The stamps of a tensor in device memory, read back (always false without CUDA).
+bool CheckOnDevice(const void* p, std::size_t n, std::uint64_t seed, int device) {
+#ifdef TIERPOOL_HAVE_CUDA
+  std::byte head[64], tail[64];
+  if (!ReadStamps(p, n, head, tail, device)) return false;
+  const std::size_t k = std::min<std::size_t>(n, 64);
+  for (std::size_t off = 0; off < k; ++off) {
+    if (head[off] != Expected(seed, off) || tail[off] != Expected(seed, n - k + off)) return false;
+  }
+  return true;
+#else
+  (void)p, (void)n, (void)seed, (void)device;
+  return false;
+#endif
 }
 bool Check(const std::byte* p, std::size_t n, std::uint64_t seed) {
   for (std::size_t off = 0; off < std::min<std::size_t>(n, 64); ++off) {
@@ -155,9 +173,19 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
     PutOptions po;
     po.tier = tier;
     po.kind = kind(t);
+    po.device = o.device && tier == TierKind::kHbm;
     auto w = client.Reserve(key(t), size(t), po);
     if (!w.ok()) return w.status();
     const std::uint64_t seed = Seed(t, ++version[t]);
+    if (w->device_data() != nullptr) {
+#ifdef TIERPOOL_HAVE_CUDA
+      if (!FillOnDevice(w->device_data(), w->size(), seed, w->device())) {
+        return Status::IoError("filling " + key(t) + " on the device");
+      }
+#endif
+      written_sum[t] = 0;  // the commit hashes it on the GPU; views are checked against that
+      return w->Commit();
+    }
     if (size(t) > 0) Fill(w->data(), w->size(), seed, o.verify_all);
     if (o.verify_all) written_sum[t] = Xxh3(w->data(), w->size());
     return w->Commit();
@@ -222,6 +250,7 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
       for (auto t : reads[i]) keys.push_back(key(t));
       GetViewOptions want_hbm;
       want_hbm.tier = o.policy == Policy::kNone ? std::nullopt : std::optional(TierKind::kHbm);
+      want_hbm.device = o.device && want_hbm.tier.has_value();
       auto views = client.GetViews(keys, want_hbm);
       const auto got = Steady::now();
       const double stall = Us(step_start, got);
@@ -252,10 +281,15 @@ Result<LiveReport> RunLive(Client& client, const Schedule& s, const Lifetimes& l
         const ObjectView& v = *views[k];
         if (o.policy != Policy::kNone && v.meta().tier != TierKind::kHbm) ++out.not_in_hbm;
         bool good = v.size() == size(t);
-        if (good && o.verify_all) {
+        const std::uint64_t seed = Seed(t, version[t]);
+        if (good && v.size() > 0 && v.device_data() != nullptr) {
+          // In device memory: its stamps here, and all of it against its checksum on the GPU.
+          good = CheckOnDevice(v.device_data(), v.size(), seed, v.device()) &&
+                 (!o.verify_all || v.Verify().ok());
+        } else if (good && o.verify_all && written_sum[t] != 0) {
           good = v.meta().checksum == written_sum[t] && v.Verify().ok();
         } else if (good && v.size() > 0) {
-          good = Check(v.data(), v.size(), Seed(t, version[t]));
+          good = Check(v.data(), v.size(), seed) && (!o.verify_all || v.Verify().ok());
         }
         if (!good) ++out.wrong_bytes;
       }

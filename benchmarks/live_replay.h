@@ -21,6 +21,11 @@ struct LiveOptions {
   int iterations = 2;                              // repeating schedules: all but the last warm up
   bool verify_all = true;  // every byte read back is compared; else a stamp at each end
   bool record_timeline = false;
+  // The server's hbm is a GPU's memory and this build can use it (-DTIERPOOL_CUDA=ON): tensors
+  // put in hbm are written there in place (device reservations, filled by a kernel, as a job's
+  // outputs are) and read as device views. Their bytes are checked by their checksum on the GPU
+  // (verify_all) and by the stamps at each end.
+  bool device = false;
 };
 
 struct LiveReport {

@@ -33,6 +33,13 @@ using namespace tierpool::prefetch;
 
 namespace {
 
+// Whether this build reads and writes a device hbm in place (device views and reservations).
+#ifdef TIERPOOL_HAVE_CUDA
+constexpr bool kDeviceViews = true;
+#else
+constexpr bool kDeviceViews = false;
+#endif
+
 int Fail(const Status& s) {
   std::cerr << "tierpool replay --live: " << s.ToString() << "\n";
   return 1;
@@ -152,7 +159,8 @@ int main(int argc, char** argv) {
      "all: every byte read back is compared; stamp: 64 bytes at each end")
     ("margin", po::value(&margin)->default_value(margin), "planner prefetch margin")
     ("hbm-device", po::value(&hbm_device)->default_value(-1),
-     "private server: the CUDA device whose memory is its hbm tier (-1: the host stand-in)")
+     "private server: the CUDA device whose memory is its hbm tier (-1: the host stand-in); a "
+     "build with CUDA also writes and reads the job's hbm tensors there in place")
     ("server-log-level", po::value(&server_log_level)->default_value("warn"),
      "private server: its --log-level (debug shows each planned move and each miss)")
     ("json", po::value(&json_path), "write the report (live, simulated, error) here")
@@ -271,7 +279,8 @@ int main(int argc, char** argv) {
                              .plan = plan ? &*plan : nullptr,
                              .iterations = iterations,
                              .verify_all = verify == "all",
-                             .record_timeline = !trace_path.empty()});
+                             .record_timeline = !trace_path.empty(),
+                             .device = hbm_device >= 0 && kDeviceViews});
   if (!live.ok()) return Fail(live.status());
   const ReplayReport& r = live->r;
   std::printf(

@@ -218,6 +218,11 @@ std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const sche
   return r;
 }
 
+// Fewer measured steps of a kind than this leave the base's efficiency for it: a handful of
+// small kernels (ResNet-50's three GEMMs) says more about their fixed cost than about the class,
+// and a profile fitted to them misjudges the large ones of another model (+226% on ViT-B/16).
+constexpr std::uint32_t kMinFitSteps = 8;
+
 ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, double dispatch_us) {
   ProfileFit fit;
   fit.profile = base;
@@ -225,6 +230,7 @@ ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, do
   // Per class: the time the measured steps would take at efficiency 1, and what they took.
   struct Sums {
     double ideal_compute = 0, actual_compute = 0, ideal_memory = 0, actual_memory = 0;
+    std::uint32_t compute_steps = 0, memory_steps = 0;
   };
   std::array<Sums, kOpClasses> sums{};
   const auto kinds = StepKinds(s, base);
@@ -242,18 +248,22 @@ ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, do
     if (modeled.compute_us > modeled.memory_us) {
       sums[c].ideal_compute += modeled.compute_us * base.op(kinds[i].op_class).compute_efficiency;
       sums[c].actual_compute += busy;
+      ++sums[c].compute_steps;
     } else {
       sums[c].ideal_memory += modeled.memory_us * base.op(kinds[i].op_class).memory_efficiency;
       sums[c].actual_memory += busy;
+      ++sums[c].memory_steps;
     }
   }
   for (std::size_t c = 0; c < kOpClasses; ++c) {
     auto clamp = [](double v) { return std::min(1.0, std::max(0.01, v)); };
     auto& o = fit.profile.ops[c];
-    if (sums[c].actual_compute > 0 && sums[c].ideal_compute > 0) {
+    if (sums[c].compute_steps >= kMinFitSteps && sums[c].actual_compute > 0 &&
+        sums[c].ideal_compute > 0) {
       o.compute_efficiency = clamp(sums[c].ideal_compute / sums[c].actual_compute);
     }
-    if (sums[c].actual_memory > 0 && sums[c].ideal_memory > 0) {
+    if (sums[c].memory_steps >= kMinFitSteps && sums[c].actual_memory > 0 &&
+        sums[c].ideal_memory > 0) {
       o.memory_efficiency = clamp(sums[c].ideal_memory / sums[c].actual_memory);
     }
   }

@@ -68,8 +68,9 @@ std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const sche
 // A profile calibrated from measured step times (`tierpool schedule calibrate`): starting from
 // `base`, each op class's compute efficiency becomes what its measured compute-bound steps
 // reached (the FLOPs they did at the base's peak over the time they took, less the fixed
-// per-kernel cost), and its memory efficiency likewise from its memory-bound steps; classes
-// with no measured step keep the base's. dispatch_us > 0 replaces the host's dispatch time.
+// per-kernel cost), and its memory efficiency likewise from its memory-bound steps; a class
+// with fewer than 8 measured steps of a kind keeps the base's efficiency for it. dispatch_us > 0
+// replaces the host's dispatch time.
 struct ClassFit {
   std::uint32_t steps = 0;
   double modeled_us = 0;  // under the base profile

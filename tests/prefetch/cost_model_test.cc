@@ -117,6 +117,45 @@ TEST(CostModel, CostByClassAddsUpToTheIteration) {
   EXPECT_DOUBLE_EQ(conv.total_us, s.steps(0).compute_us());
 }
 
+// A fit takes a class's efficiency only from enough steps of its kind: three slow GEMMs leave
+// the GEMM efficiency as it was, twenty convolutions at half the modeled speed halve it.
+TEST(CostModel, FitsAClassOnlyFromEnoughOfItsSteps) {
+  const DeviceProfile base = *BuiltinProfile("h100");
+  schedule::Schedule s;
+  s.set_format_version(1);
+  auto* in = s.add_tensors();
+  in->set_id(0);
+  in->set_size_bytes(1 << 20);
+  in->set_dtype("bfloat16");
+  in->set_def_step(-1);
+  auto add = [&](const std::string& op, int n, double slowdown) {
+    for (int i = 0; i < n; ++i) {
+      const auto at = static_cast<std::uint32_t>(s.steps_size());
+      auto* st = s.add_steps();
+      st->set_name(op + std::to_string(i));
+      st->set_op_type(op);
+      st->set_flops(2e12);  // compute-bound: a 2 TFLOP step, a few ms at the bf16 peak
+      st->set_bytes_touched(1 << 20);
+      in->add_use_steps(at);
+      schedule::Schedule one = s;
+      one.mutable_steps()->DeleteSubrange(0, static_cast<int>(at));
+      one.mutable_tensors(0)->clear_use_steps();
+      one.mutable_tensors(0)->add_use_steps(0);
+      ApplyCostModel(base, &one);
+      st->set_compute_us(one.steps(0).compute_us() * slowdown);
+      st->set_measured(true);
+    }
+  };
+  add("mm", 3, 10.0);
+  add("convolution", 20, 2.0);
+  const ProfileFit fit = FitProfile(base, s, 0);
+  EXPECT_EQ(fit.profile.op(OpClass::kGemm).compute_efficiency,
+            base.op(OpClass::kGemm).compute_efficiency);
+  EXPECT_NEAR(fit.profile.op(OpClass::kConv).compute_efficiency,
+              base.op(OpClass::kConv).compute_efficiency / 2, 0.01);
+  EXPECT_EQ(fit.by_class[static_cast<std::size_t>(OpClass::kGemm)].steps, 3u);
+}
+
 TEST(DeviceProfileJson, RoundTripsEveryField) {
   auto d = BuiltinProfile("rtx3090");
   ASSERT_TRUE(d.ok());

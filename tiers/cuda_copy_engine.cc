@@ -15,6 +15,12 @@ Status CudaError(const char* what, cudaError_t e) {
   return Status::IoError(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// A completion event: no timing, and a completion thread that waits on it sleeps instead of
+// spinning a core.
+cudaError_t NewEvent(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDisableTiming | cudaEventBlockingSync);
+}
+
 // Result slots for checked copies in flight: more than the mover keeps in flight in practice;
 // when they run out, copies are checked on the host.
 constexpr int kSlots = 1 << 14;
@@ -99,10 +105,7 @@ void CudaCopyEngine::Copy(Direction dir, void* dst, const void* src, std::uint64
     e = cudaMemcpyAsync(dst, src, size, kind, static_cast<cudaStream_t>(lane.stream));
   }
   cudaEvent_t event = nullptr;
-  if (e == cudaSuccess) {
-    // Blocking sync: the completion thread sleeps on the event instead of spinning a core.
-    e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync);
-  }
+  if (e == cudaSuccess) e = NewEvent(&event);
   if (e == cudaSuccess) {
     e = cudaEventRecord(event, static_cast<cudaStream_t>(lane.stream));
     if (e != cudaSuccess) (void)cudaEventDestroy(event);
@@ -177,10 +180,9 @@ bool CudaCopyEngine::CopyChecked(Direction dir, void* dst, const void* src, std:
   }
   // From here the copy is ours to answer. To the device: copy, then hash what landed (the hash
   // stream waits for the copy). Off it: hash the source beside the copy.
-  const auto flags = cudaEventDisableTiming | cudaEventBlockingSync;
   cudaEvent_t copied = nullptr, hashed = nullptr;
-  cudaError_t e = cudaEventCreateWithFlags(&copied, flags);
-  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&hashed, flags);
+  cudaError_t e = NewEvent(&copied);
+  if (e == cudaSuccess) e = NewEvent(&hashed);
   if (e == cudaSuccess && !to_device) e = EnqueueDeviceXxh3(src, size, scratch, hash_stream);
   if (e == cudaSuccess) {
     e = cudaMemcpyAsync(dst, src, size, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,

@@ -63,30 +63,26 @@ Status CudaHbmBackend::Init(std::uint64_t capacity) {
 
 void CudaHbmBackend::CopyIn(std::uint64_t offset, const std::byte* src, std::uint64_t size,
                             IoCompletion done) {
-  if (offset > size_ || size > size_ - offset) {
-    return done(Status::Internal("copy outside the cuda hbm region"));
-  }
+  if (!Inside(offset, size)) return done(Status::Internal("copy outside the cuda hbm region"));
   engine_->Copy(CudaCopyEngine::Direction::kToDevice, base_ + offset, src, size, std::move(done));
 }
 
 void CudaHbmBackend::CopyOut(std::uint64_t offset, std::byte* dst, std::uint64_t size,
                              IoCompletion done) {
-  if (offset > size_ || size > size_ - offset) {
-    return done(Status::Internal("copy outside the cuda hbm region"));
-  }
+  if (!Inside(offset, size)) return done(Status::Internal("copy outside the cuda hbm region"));
   engine_->Copy(CudaCopyEngine::Direction::kToHost, dst, base_ + offset, size, std::move(done));
 }
 
 bool CudaHbmBackend::CopyInChecked(std::uint64_t offset, const std::byte* src, std::uint64_t size,
                                    std::uint64_t checksum, const IoCompletion& done) {
-  if (!device_checks_ || offset > size_ || size > size_ - offset) return false;
+  if (!device_checks_ || !Inside(offset, size)) return false;
   return engine_->CopyChecked(CudaCopyEngine::Direction::kToDevice, base_ + offset, src, size,
                               checksum, done);
 }
 
 bool CudaHbmBackend::CopyOutChecked(std::uint64_t offset, std::byte* dst, std::uint64_t size,
                                     std::uint64_t checksum, const IoCompletion& done) {
-  if (!device_checks_ || offset > size_ || size > size_ - offset) return false;
+  if (!device_checks_ || !Inside(offset, size)) return false;
   return engine_->CopyChecked(CudaCopyEngine::Direction::kToHost, dst, base_ + offset, size,
                               checksum, done);
 }

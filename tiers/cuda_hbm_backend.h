@@ -46,6 +46,10 @@ class CudaHbmBackend final : public HbmBackend {
   }
 
  private:
+  bool Inside(std::uint64_t offset, std::uint64_t size) const {
+    return offset <= size_ && size <= size_ - offset;
+  }
+
   std::shared_ptr<CudaCopyEngine> engine_;
   const bool device_checks_;   // hash on the device where a copy allows it
   std::byte* base_ = nullptr;  // device address; written by Init only

@@ -119,13 +119,28 @@ struct WriteJoin {
 
 }  // namespace
 
+HbmBackend* HbmTier::DeviceCopyOf(const Extent& e, std::uint64_t size, const IoCompletion& done) {
+  if (Status s = CheckExtent(e); !s.ok()) {
+    done(s);
+    return nullptr;
+  }
+  HbmBackend* backend = BackendOf(e.arena_id);
+  if (backend == nullptr) {
+    done(Status::Internal("copy in an unknown hbm region"));
+    return nullptr;
+  }
+  if (size == 0) {
+    done(Status::Ok());
+    return nullptr;
+  }
+  return backend;
+}
+
 void HbmTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
                         IoCompletion done) {
   if (!device_memory()) return ArenaTier::WriteImpl(dst, info, src, std::move(done));
-  if (Status s = CheckExtent(dst); !s.ok()) return done(s);
-  HbmBackend* backend = BackendOf(dst.arena_id);
-  if (backend == nullptr) return done(Status::Internal("write to an unknown hbm region"));
-  if (info.size == 0) return done(Status::Ok());
+  HbmBackend* backend = DeviceCopyOf(dst, info.size, done);
+  if (backend == nullptr) return;
   // Checked on the device where the backend can (the bytes that landed); else the source is
   // checked while the copy engine reads it. Either way a mismatch fails the write and the store
   // frees the extent, so wrong bytes never become an hbm copy.
@@ -146,10 +161,8 @@ void HbmTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::by
 void HbmTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,
                        IoCompletion done) {
   if (!device_memory()) return ArenaTier::ReadImpl(src, info, dst, std::move(done));
-  if (Status s = CheckExtent(src); !s.ok()) return done(s);
-  HbmBackend* backend = BackendOf(src.arena_id);
-  if (backend == nullptr) return done(Status::Internal("read of an unknown hbm region"));
-  if (info.size == 0) return done(Status::Ok());
+  HbmBackend* backend = DeviceCopyOf(src, info.size, done);
+  if (backend == nullptr) return;
   // Checked on the device beside the copy where the backend can; else once the bytes have landed
   // in host memory. Either way before anyone hears they arrived.
   if (backend->CopyOutChecked(src.offset, dst, info.size, info.checksum, done)) return;

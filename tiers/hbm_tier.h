@@ -129,6 +129,9 @@ class HbmTier final : public ArenaTier {
   Status AddBackendRegion(HbmBackend& backend, std::uint32_t arena_id, std::uint64_t size,
                           std::uint32_t pool, std::uint64_t alignment);
   HbmBackend* BackendOf(std::uint32_t arena_id) const;
+  // The backend that copies `size` bytes of extent e of device memory; nullptr once `done` has
+  // been answered (an extent outside every region, or nothing to copy).
+  HbmBackend* DeviceCopyOf(const Extent& e, std::uint64_t size, const IoCompletion& done);
   std::vector<std::unique_ptr<HbmBackend>> backends_;  // the shared pool's first
   // Each region's arena id and backend; written in Create only.
   std::vector<std::pair<std::uint32_t, HbmBackend*>> region_backends_;

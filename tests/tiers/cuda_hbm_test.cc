@@ -225,19 +225,38 @@ TEST_P(CudaHbmChecks, MovesUnderLoadThroughTheMoverKeepEveryByte) {
 INSTANTIATE_TEST_SUITE_P(OnTheDeviceOrTheHost, CudaHbmChecks, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Device" : "Host"; });
 
+// A started store over GPU 0's memory as hbm: 64 MiB of dram, 8 MiB of hbm.
+Result<std::unique_ptr<ObjectStore>> DeviceStore() {
+  ServerConfig config;
+  config.dram.capacity = 64 << 20;
+  config.hbm.capacity = 8 << 20;
+  config.hbm_device = 0;
+  auto store = BuildStore(config);
+  if (store.ok()) (*store)->Start();
+  return store;
+}
+
+std::uint64_t LinkBytes(const StoreStats& s, TierKind from, TierKind to) {
+  for (const auto& l : s.links) {
+    if (l.from == from && l.to == to) return l.bytes;
+  }
+  return 0;
+}
+
+std::uint64_t FailedMoves(const StoreStats& s) {
+  std::uint64_t failed = 0;
+  for (const auto& l : s.links) failed += l.failed;
+  return failed;
+}
+
 // The store over a device hbm: puts land in dram, promotions copy up on the device's engines
 // (the clean dram copy stays), a get that wants hbm makes sure of the device copy and reads the
 // mapped one, and room in hbm is made by dropping clean copies.
 TEST(CudaHbm, TheStoreMovesObjectsOntoTheDeviceAndReadsThemBack) {
   REQUIRE_DEVICE();
-  ServerConfig config;
-  config.dram.capacity = 64 << 20;
-  config.hbm.capacity = 8 << 20;
-  config.hbm_device = 0;
-  auto built = BuildStore(config);
+  auto built = DeviceStore();
   ASSERT_TRUE(built.ok()) << built.status().ToString();
   ObjectStore& store = **built;
-  store.Start();
   constexpr std::uint64_t kOwner = 7;
   const auto a = RandomBytes(5 << 20, 1), b = RandomBytes(5 << 20, 2);
   for (const auto& [key, bytes] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
@@ -263,12 +282,8 @@ TEST(CudaHbm, TheStoreMovesObjectsOntoTheDeviceAndReadsThemBack) {
   EXPECT_EQ(copies->front(), TierKind::kHbm);
   const StoreStats s = store.Stats();
   EXPECT_EQ(s.clean_drops, 1u);
-  std::uint64_t up = 0;
-  for (const auto& l : s.links) {
-    if (l.from == TierKind::kDram && l.to == TierKind::kHbm) up = l.bytes;
-    EXPECT_EQ(l.failed, 0u);
-  }
-  EXPECT_EQ(up, 10u << 20);
+  EXPECT_EQ(FailedMoves(s), 0u);
+  EXPECT_EQ(LinkBytes(s, TierKind::kDram, TierKind::kHbm), 10u << 20);
   ASSERT_TRUE(store.ReadCopy("ns", "a", &out).ok());
   EXPECT_EQ(std::memcmp(out.data(), a.data(), a.size()), 0);
   store.Stop();
@@ -279,14 +294,9 @@ TEST(CudaHbm, TheStoreMovesObjectsOntoTheDeviceAndReadsThemBack) {
 // Without room in hbm now, the put stays in dram.
 TEST(CudaHbm, APutThatWantsDeviceHbmEndsThereAndMovesDownOffTheDevice) {
   REQUIRE_DEVICE();
-  ServerConfig config;
-  config.dram.capacity = 64 << 20;
-  config.hbm.capacity = 8 << 20;
-  config.hbm_device = 0;
-  auto built = BuildStore(config);
+  auto built = DeviceStore();
   ASSERT_TRUE(built.ok()) << built.status().ToString();
   ObjectStore& store = **built;
-  store.Start();
   constexpr std::uint64_t kOwner = 7;
   const auto a = RandomBytes(5 << 20, 1), b = RandomBytes(5 << 20, 2);
   auto put = [&](const char* key, const std::vector<std::byte>& bytes) {
@@ -304,12 +314,9 @@ TEST(CudaHbm, APutThatWantsDeviceHbmEndsThereAndMovesDownOffTheDevice) {
   std::string out;
   ASSERT_TRUE(store.ReadCopy("ns", "a", &out).ok());
   EXPECT_EQ(std::memcmp(out.data(), a.data(), a.size()), 0);
-  std::uint64_t down = 0;
-  for (const auto& l : store.Stats().links) {
-    if (l.from == TierKind::kHbm && l.to == TierKind::kDram) down = l.bytes;
-    EXPECT_EQ(l.failed, 0u);
-  }
-  EXPECT_EQ(down, a.size());
+  const StoreStats s = store.Stats();
+  EXPECT_EQ(FailedMoves(s), 0u);
+  EXPECT_EQ(LinkBytes(s, TierKind::kHbm, TierKind::kDram), a.size());
   store.Stop();
 }
 

@@ -1,0 +1,216 @@
+// Reads: a get's copy made host-mapped (read back from a tier clients do not map), pinned
+// (waiting for a planned prefetch, or bringing the copy up on demand), released, and copied out
+// checked. The class and its locking: store/object_store.h.
+#include <cstring>
+
+#include "common/checksum.h"
+#include "common/logging.h"
+#include "store/object_store.h"
+
+namespace tierpool {
+
+namespace {
+constexpr int kReadAttempts = 3;  // a read-back that fails its check is tried again this often
+}  // namespace
+
+Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
+    std::unique_lock<std::mutex>& lock, const std::string& ns, const std::string& key) {
+  WaitDeadline deadline(config_.room_wait_ms);
+  int read_failures = 0;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    StoredObject* obj = index_.Lookup(ns, key);
+    if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+    if (obj->corrupt)
+      return Status::DataLoss(ns + "/" + key + " is quarantined: " + obj->why_corrupt);
+    if (auto t = TopCopy(*obj, /*mapped_only=*/true)) return std::make_pair(obj, *t);
+    const std::uint64_t id = obj->id;
+    if (obj->move) {
+      // Someone is already bringing it back (or moving it): wait for that move, at demand
+      // priority, instead of starting a second one.
+      if (mapped(obj->move->to)) mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
+      if (!WaitForMoveLocked(lock, id, deadline.get())) {
+        return Status::Unavailable("timed out waiting for " + ns + "/" + key + " to move");
+      }
+      continue;
+    }
+    Status moved = MoveOnDemandLocked(lock, id, TierKind::kDram, false, deadline.get());
+    if (moved.code() == StatusCode::kAborted) continue;
+    if (!moved.ok()) return moved;
+    obj = index_.Find(id);
+    if (obj == nullptr) continue;  // deleted meanwhile: NotFound on the next look
+    if (TopCopy(*obj, true)) continue;
+    // A read error or a checksum mismatch may be transient (a flaky link, a bad DMA): the
+    // record is read again before the caller hears of it. The bytes returned are checked anyway.
+    Status e = obj->last_move_error;
+    if (e.code() == StatusCode::kAborted) continue;  // a copy lost with its peers: read another
+    bool transient = e.code() == StatusCode::kIoError || e.code() == StatusCode::kDataLoss;
+    if (e.ok() || !transient || ++read_failures >= kReadAttempts) {
+      return e.ok() ? Status::Aborted("object kept moving; try again") : e;
+    }
+  }
+  return Status::Aborted("object kept moving; try again");
+}
+
+Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& key,
+                                      std::uint64_t owner, const PinOptions& options) {
+  TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
+  if (options.want &&
+      (!tier(*options.want) || !(mapped(*options.want) || on_device(*options.want)))) {
+    return Status::InvalidArgument("gets may want hbm or dram only");
+  }
+  // A wanted device copy is made sure of, and a mapped copy is what the client reads.
+  const bool want_device = options.want && on_device(*options.want);
+  std::unique_lock lock(mu_);
+  TIERPOOL_RETURN_IF_ERROR(AdmitPinLocked(owner));
+  ++counters_.gets;
+  std::optional<HbmUse> use;
+  const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
+  WaitDeadline deadline(config_.room_wait_ms);
+  Result<std::pair<StoredObject*, TierKind>> found = Status::Aborted("not looked up");
+  bool current = false;  // `found` was resolved with no wait since
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    if (want_device && options.device_ok) {
+      // A client that reads device memory takes the device copy as it is: no host copy made.
+      StoredObject* obj = index_.Lookup(ns, key);
+      if (obj != nullptr && !obj->corrupt && !obj->move && obj->copy(*options.want).present) {
+        found = std::make_pair(obj, *options.want);
+        current = true;
+        break;
+      }
+    }
+    found = EnsureMappedLocked(lock, ns, key);
+    if (!found.ok() || !options.want || found->second == *options.want ||
+        (want_device && found->first->copy(*options.want).present)) {
+      current = true;
+      break;
+    }
+    // It wants another copy than the nearest one (the hbm copy, for a step about to run).
+    StoredObject* obj = found->first;
+    const TierKind want = *options.want;
+    const std::uint64_t id = obj->id;
+    if (obj->move && obj->move->to == want) {
+      if (!use) use = HbmUse::kLate;
+      mover_->Expedite(obj->move->op_id, MovePriority::kDemand, 0);
+      if (!WaitForMoveLocked(lock, id, deadline.get())) break;
+      continue;
+    }
+    if (obj->move) {  // moving elsewhere: let it finish, then look again
+      if (!WaitForMoveLocked(lock, id, deadline.get())) break;
+      continue;
+    }
+    if (!use) use = HbmUse::kMiss;
+    // A planned job's own tensors come up on demand only within its budget.
+    if (want == TierKind::kHbm && !WithinPlanBudgetLocked(lock, ns, obj->meta.size)) break;
+    Status moved = MoveOnDemandLocked(lock, id, want, /*mapped_source_only=*/true, deadline.get());
+    if (moved.code() == StatusCode::kAborted) continue;
+    if (!moved.ok()) break;  // no room can be made: the nearest copy is pinned
+  }
+  if (found.ok() && !current) {
+    // The loop ended on a wait or a move that could not start: look the object up again.
+    StoredObject* obj = index_.Lookup(ns, key);
+    if (obj == nullptr || obj->id != found->first->id) {
+      found = EnsureMappedLocked(lock, ns, key);
+    } else if (options.want && !want_device && obj->copy(*options.want).present) {
+      found = std::make_pair(obj, *options.want);
+    } else {
+      found = EnsureMappedLocked(lock, ns, key);
+    }
+  }
+  if (!found.ok()) {
+    if (found.status().code() == StatusCode::kNotFound) ++counters_.get_misses;
+    return found.status();
+  }
+  auto [obj, t] = *found;
+  if (want_device && options.device_ok && obj->copy(*options.want).present) t = *options.want;
+  ObjectCopy& c = obj->copy(t);
+  ++c.pins;
+  const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner
+                                ? 0
+                                : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
+  std::uint64_t lease_id = index_.AddLease(Lease{obj->id, t, owner, due});
+  index_.Touch(*obj, t);
+  ObjectMeta meta = MetaLocked(*obj);
+  meta.tier = t;
+  PinnedObject pinned{lease_id, meta, c.extent};
+  if (options.want == TierKind::kHbm && observer_) {
+    const HbmUse outcome = use.value_or(HbmUse::kHit);
+    const std::uint64_t waited = clock_->NowMicros() - started_us;
+    if (outcome != HbmUse::kHit) {
+      spdlog::debug("get of {}/{} wanted hbm: {} after {} us (pinned in {})", ns, key,
+                    outcome == HbmUse::kLate ? "late" : "miss", waited, TierName(t));
+    }
+    lock.unlock();
+    observer_(ns, key, outcome, waited);
+  }
+  return pinned;
+}
+
+Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
+  std::lock_guard lock(mu_);
+  const Lease* lease = index_.FindLease(lease_id);
+  if (lease == nullptr) {
+    return Status::NotFound("no lease " + std::to_string(lease_id) + " (expired or released)");
+  }
+  if (lease->owner != owner) {
+    return Status::PermissionDenied("lease belongs to another connection");
+  }
+  const Lease l = *lease;
+  index_.EraseLease(lease_id);
+  UnpinLocked(l.object_id, l.tier);
+  return Status::Ok();
+}
+
+Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& key) {
+  TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
+  std::lock_guard lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  return MetaLocked(*obj);
+}
+
+Result<std::vector<TierKind>> ObjectStore::CopiesOf(const std::string& ns, const std::string& key) {
+  TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
+  std::lock_guard lock(mu_);
+  const StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
+  std::vector<TierKind> copies;
+  for (TierKind k : by_level_) {
+    if (obj->copy(k).present) copies.push_back(k);
+  }
+  return copies;
+}
+
+Status ObjectStore::CopyOut(const PinnedObject& pinned, std::string* out) {
+  const std::uint64_t size = pinned.meta.size;
+  out->resize(size);
+  std::uint64_t sum = Xxh3(nullptr, 0);
+  // Checked in the same pass as the copy: damage is an error, never data.
+  if (size > 0) sum = CopyAndChecksum(out->data(), HostAddress(pinned.extent), size);
+  if (sum == pinned.meta.checksum) return Status::Ok();
+  out->clear();
+  const std::string& ns = pinned.meta.ns;
+  const std::string& key = pinned.meta.key;
+  Status bad =
+      Status::DataLoss(ns + "/" + key + ": bytes in " + std::string(TierName(pinned.meta.tier)) +
+                       " do not match their checksum");
+  std::lock_guard lock(mu_);
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj != nullptr && obj->meta.checksum == pinned.meta.checksum) {
+    ++counters_.corrupt_in_memory;
+    QuarantineLocked(*obj, bad);
+  }
+  return bad;
+}
+
+Result<ObjectMeta> ObjectStore::ReadCopy(const std::string& ns, const std::string& key,
+                                         std::string* out) {
+  auto pinned = Pin(ns, key, kStoreOwner);
+  if (!pinned.ok()) return pinned.status();
+  Status copied = CopyOut(*pinned, out);
+  Status s = Release(pinned->lease_id, kStoreOwner);
+  if (!s.ok()) spdlog::error("releasing internal lease: {}", s.ToString());
+  if (!copied.ok()) return copied;
+  return pinned->meta;
+}
+
+}  // namespace tierpool

@@ -18,9 +18,11 @@ std::string Lower(std::string_view s) {
 }
 
 // Names are matched lower-cased, so "MatMul" and "matmul" are one entry. Sorted for the lookup.
-constexpr std::array<std::pair<std::string_view, OpClass>, 86> kOps = {{
+constexpr std::array<std::pair<std::string_view, OpClass>, 98> kOps = {{
     {"_adaptive_avg_pool2d", OpClass::kReduction},
     {"_adaptive_avg_pool2d_backward", OpClass::kReduction},
+    {"_fused_adam", OpClass::kOptimizer},
+    {"_fused_adamw", OpClass::kOptimizer},
     {"_log_softmax", OpClass::kNorm},
     {"_log_softmax_backward_data", OpClass::kNorm},
     {"_native_batch_norm_legit", OpClass::kNorm},
@@ -28,8 +30,14 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 86> kOps = {{
     {"_native_batch_norm_legit_no_training", OpClass::kElementwise},
     {"_native_multi_head_attention", OpClass::kAttention},
     {"_scaled_dot_product_attention", OpClass::kAttention},
+    {"_scaled_dot_product_cudnn_attention", OpClass::kAttention},
+    {"_scaled_dot_product_cudnn_attention_backward", OpClass::kAttention},
     {"_scaled_dot_product_efficient_attention", OpClass::kAttention},
+    {"_scaled_dot_product_efficient_attention_backward", OpClass::kAttention},
     {"_scaled_dot_product_flash_attention", OpClass::kAttention},
+    {"_scaled_dot_product_flash_attention_backward", OpClass::kAttention},
+    {"_scaled_dot_product_flash_attention_for_cpu", OpClass::kAttention},
+    {"_scaled_dot_product_flash_attention_for_cpu_backward", OpClass::kAttention},
     {"_softmax", OpClass::kNorm},
     {"_softmax_backward_data", OpClass::kNorm},
     {"_to_copy", OpClass::kCopy},
@@ -57,6 +65,8 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 86> kOps = {{
     {"convtranspose", OpClass::kConv},
     {"copy", OpClass::kCopy},
     {"copy_", OpClass::kCopy},
+    {"cudnn_batch_norm", OpClass::kNorm},
+    {"cudnn_batch_norm_backward", OpClass::kNorm},
     {"embedding", OpClass::kCopy},
     {"embedding_dense_backward", OpClass::kCopy},
     {"expand", OpClass::kCopy},
@@ -78,6 +88,8 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 86> kOps = {{
     {"max_pool2d_with_indices_backward", OpClass::kReduction},
     {"maxpool", OpClass::kReduction},
     {"mean", OpClass::kReduction},
+    {"miopen_batch_norm", OpClass::kNorm},
+    {"miopen_batch_norm_backward", OpClass::kNorm},
     {"mm", OpClass::kGemm},
     {"multiheadattention", OpClass::kAttention},
     {"native_batch_norm", OpClass::kNorm},
@@ -123,6 +135,11 @@ bool IsFloating(const std::string& dtype) {
 // Whether a step carries what the model estimates from; others keep the time they were given.
 bool HasCostInputs(const schedule::Step& st) { return st.flops() > 0 || st.bytes_touched() > 0; }
 
+// What a measured step's kernels took: kernel_us once ApplyCostModel has split it off.
+double KernelUs(const schedule::Step& st) {
+  return st.kernel_us() > 0 ? st.kernel_us() : st.compute_us();
+}
+
 }  // namespace
 
 OpClass ClassifyOp(std::string_view op_type) {
@@ -162,8 +179,7 @@ StepTime EstimateStep(const DeviceProfile& d, StepKind kind, double flops, std::
     t.memory_us = static_cast<double>(bytes) / (d.hbm_gbps * 1e9 * c.memory_efficiency) * 1e6;
   }
   t.launch_us = c.launches * d.launch_us;
-  t.dispatch_us = c.launches * d.dispatch_us;
-  t.total_us = std::max(t.device_us(), t.dispatch_us);
+  t.dispatch_us = c.dispatches * d.dispatch_us;
   return t;
 }
 
@@ -189,13 +205,39 @@ std::vector<StepKind> StepKinds(const schedule::Schedule& s, const DeviceProfile
   return kinds;
 }
 
+std::vector<StepSpan> ComposeSteps(const DeviceProfile& d, const schedule::Schedule& s) {
+  const auto kinds = StepKinds(s, d);
+  std::vector<StepSpan> spans(static_cast<std::size_t>(s.steps_size()));
+  double host = 0, device = 0;  // when each has issued / finished the steps so far
+  for (int i = 0; i < s.steps_size(); ++i) {
+    const auto& st = s.steps(i);
+    auto& span = spans[static_cast<std::size_t>(i)];
+    double dispatch = 0;
+    if (HasCostInputs(st) || st.measured()) {
+      const StepTime t = EstimateStep(d, kinds[i], st.flops(), st.bytes_touched());
+      span.device_us = st.measured() ? KernelUs(st) : t.device_us();
+      dispatch = t.dispatch_us;
+    } else {
+      span.device_us = st.compute_us();
+    }
+    host += dispatch;
+    const double wait = std::max(host - device, 0.0);  // for the host to issue it
+    span.wall_us = wait + span.device_us;
+    device += span.wall_us;
+  }
+  return spans;
+}
+
 void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s) {
-  const auto kinds = StepKinds(*s, d);
+  const auto spans = ComposeSteps(d, *s);
   for (int i = 0; i < s->steps_size(); ++i) {
     auto* st = s->mutable_steps(i);
-    // Measured steps, and steps that carry no cost inputs, keep the time they were given.
-    if (st->measured() || !HasCostInputs(*st)) continue;
-    st->set_compute_us(EstimateStep(d, kinds[i], st->flops(), st->bytes_touched()).total_us);
+    if (st->measured()) {
+      if (st->kernel_us() <= 0) st->set_kernel_us(st->compute_us());
+    } else if (!HasCostInputs(*st)) {
+      continue;  // a time given by hand
+    }
+    st->set_compute_us(spans[static_cast<std::size_t>(i)].wall_us);
   }
   s->set_device(d.name);
 }
@@ -203,78 +245,156 @@ void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s) {
 std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const schedule::Schedule& s) {
   std::array<ClassCost, kOpClasses> r{};
   const auto kinds = StepKinds(s, d);
+  const auto spans = ComposeSteps(d, s);
   for (int i = 0; i < s.steps_size(); ++i) {
     const auto& st = s.steps(i);
     if (!HasCostInputs(st)) continue;
     const StepTime t = EstimateStep(d, kinds[i], st.flops(), st.bytes_touched());
+    const StepSpan& span = spans[static_cast<std::size_t>(i)];
     auto& c = r[static_cast<std::size_t>(kinds[i].op_class)];
     c.steps++;
     c.flops += st.flops();
     c.bytes += st.bytes_touched();
-    c.total_us += t.total_us;
+    c.total_us += span.wall_us;
     if (t.compute_us > t.memory_us) c.compute_bound++;
-    if (t.dispatch_bound()) c.dispatch_bound++;
+    if (span.waited()) c.dispatch_bound++;
   }
   return r;
 }
+
+namespace {
 
 // Fewer measured steps of a kind than this leave the base's efficiency for it: a handful of
 // small kernels (ResNet-50's three GEMMs) says more about their fixed cost than about the class,
 // and a profile fitted to them misjudges the large ones of another model (+226% on ViT-B/16).
 constexpr std::uint32_t kMinFitSteps = 8;
 
+// One round of a fit: what the measured steps would take at every efficiency 1 ("ideal"), and
+// what their kernels took, by class and math mode for compute-bound steps, by class for
+// memory-bound ones.
+struct FitSums {
+  struct Part {
+    double ideal = 0, actual = 0;
+    std::uint32_t steps = 0;
+    void Add(double i, double a) { ideal += i, actual += a, ++steps; }
+  };
+  std::array<std::array<Part, kMathModes>, kOpClasses> compute{};
+  std::array<Part, kOpClasses> memory{};
+};
+
+double ClampEfficiency(double v) { return std::min(1.0, std::max(0.01, v)); }
+
+// A class's compute efficiency comes from its steps in one math mode, the first of these with
+// enough of them; TF32 and FP8 steps then fit those modes' factors (math_efficiency), so that
+// ResNet-50's TF32 convolutions do not drag its bf16 ones' efficiency with them.
+constexpr std::array<MathMode, 4> kReferenceModes = {MathMode::kBf16, MathMode::kFp32,
+                                                     MathMode::kFp8, MathMode::kFp64};
+
+void ApplyFit(const FitSums& sums, DeviceProfile* p) {
+  std::array<int, kOpClasses> reference{};
+  for (std::size_t c = 0; c < kOpClasses; ++c) {
+    reference[c] = -1;
+    for (MathMode m : kReferenceModes) {
+      const auto& part = sums.compute[c][static_cast<std::size_t>(m)];
+      if (part.steps < kMinFitSteps || part.actual <= 0 || part.ideal <= 0) continue;
+      reference[c] = static_cast<int>(m);
+      p->ops[c].compute_efficiency = ClampEfficiency(
+          part.ideal / (part.actual * p->math_efficiency[static_cast<std::size_t>(m)]));
+      break;
+    }
+    const auto& mem = sums.memory[c];
+    if (mem.steps >= kMinFitSteps && mem.actual > 0 && mem.ideal > 0) {
+      p->ops[c].memory_efficiency = ClampEfficiency(mem.ideal / mem.actual);
+    }
+  }
+  for (MathMode m : {MathMode::kTf32, MathMode::kFp8}) {
+    const auto mi = static_cast<std::size_t>(m);
+    FitSums::Part all;
+    for (std::size_t c = 0; c < kOpClasses; ++c) {
+      const auto& part = sums.compute[c][mi];
+      if (part.steps == 0 || reference[c] == static_cast<int>(m)) continue;
+      all.ideal += part.ideal / p->ops[c].compute_efficiency;
+      all.actual += part.actual;
+      all.steps += part.steps;
+    }
+    if (all.steps >= kMinFitSteps && all.actual > 0 && all.ideal > 0) {
+      p->math_efficiency[mi] = ClampEfficiency(all.ideal / all.actual);
+    }
+  }
+}
+
+}  // namespace
+
 ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, double dispatch_us) {
   ProfileFit fit;
   fit.profile = base;
   if (dispatch_us > 0) fit.profile.dispatch_us = dispatch_us;
-  // Per class: the time the measured steps would take at efficiency 1, and what they took.
-  struct Sums {
-    double ideal_compute = 0, actual_compute = 0, ideal_memory = 0, actual_memory = 0;
-    std::uint32_t compute_steps = 0, memory_steps = 0;
-  };
-  std::array<Sums, kOpClasses> sums{};
   const auto kinds = StepKinds(s, base);
+  std::vector<int> fitted;  // the measured steps with FLOPs or bytes
   for (int i = 0; i < s.steps_size(); ++i) {
     const auto& st = s.steps(i);
     if (!st.measured() || !HasCostInputs(st)) continue;
-    const auto c = static_cast<std::size_t>(kinds[i].op_class);
-    const StepTime modeled = EstimateStep(base, kinds[i], st.flops(), st.bytes_touched());
-    auto& row = fit.by_class[c];
+    fitted.push_back(i);
+    auto& row = fit.by_class[static_cast<std::size_t>(kinds[i].op_class)];
     row.steps++;
-    row.modeled_us += modeled.total_us;
-    row.measured_us += st.compute_us();
-    // What the kernels themselves took, without their fixed cost.
-    const double busy = std::max(st.compute_us() - modeled.launch_us, 0.05 * st.compute_us());
-    if (modeled.compute_us > modeled.memory_us) {
-      sums[c].ideal_compute += modeled.compute_us * base.op(kinds[i].op_class).compute_efficiency;
-      sums[c].actual_compute += busy;
-      ++sums[c].compute_steps;
-    } else {
-      sums[c].ideal_memory += modeled.memory_us * base.op(kinds[i].op_class).memory_efficiency;
-      sums[c].actual_memory += busy;
-      ++sums[c].memory_steps;
-    }
+    row.modeled_us += EstimateStep(base, kinds[i], st.flops(), st.bytes_touched()).device_us();
+    row.measured_us += KernelUs(st);
   }
-  for (std::size_t c = 0; c < kOpClasses; ++c) {
-    auto clamp = [](double v) { return std::min(1.0, std::max(0.01, v)); };
-    auto& o = fit.profile.ops[c];
-    if (sums[c].compute_steps >= kMinFitSteps && sums[c].actual_compute > 0 &&
-        sums[c].ideal_compute > 0) {
-      o.compute_efficiency = clamp(sums[c].ideal_compute / sums[c].actual_compute);
+  // Whether a step counts as compute- or memory-bound depends on the efficiencies being fitted:
+  // fit, classify again under the result, and stop when no step changes sides. A fit made under
+  // the base's sides alone left GEMMs the fit had made memory-bound 40% slower than measured.
+  std::vector<char> compute_side(fitted.size(), 2);
+  for (int round = 0; round < 10; ++round) {
+    FitSums sums;
+    bool changed = false;
+    for (std::size_t k = 0; k < fitted.size(); ++k) {
+      const int i = fitted[k];
+      const auto& st = s.steps(i);
+      const auto c = static_cast<std::size_t>(kinds[i].op_class);
+      const auto m = static_cast<std::size_t>(kinds[i].math);
+      const StepTime t = EstimateStep(fit.profile, kinds[i], st.flops(), st.bytes_touched());
+      // What the kernels themselves took, without their fixed cost.
+      const double busy = std::max(KernelUs(st) - t.launch_us, 0.05 * KernelUs(st));
+      const char side = t.compute_us > t.memory_us ? 1 : 0;
+      changed |= side != compute_side[k];
+      compute_side[k] = side;
+      if (side) {
+        sums.compute[c][m].Add(
+            t.compute_us * fit.profile.ops[c].compute_efficiency * fit.profile.math_efficiency[m],
+            busy);
+      } else {
+        sums.memory[c].Add(t.memory_us * fit.profile.ops[c].memory_efficiency, busy);
+      }
     }
-    if (sums[c].memory_steps >= kMinFitSteps && sums[c].actual_memory > 0 &&
-        sums[c].ideal_memory > 0) {
-      o.memory_efficiency = clamp(sums[c].ideal_memory / sums[c].actual_memory);
-    }
+    if (!changed) break;
+    ApplyFit(sums, &fit.profile);
   }
   // The calibrated profile's estimate of the same steps, to show how close the fit comes.
-  for (int i = 0; i < s.steps_size(); ++i) {
+  for (const int i : fitted) {
     const auto& st = s.steps(i);
-    if (!st.measured() || !HasCostInputs(st)) continue;
     fit.by_class[static_cast<std::size_t>(kinds[i].op_class)].calibrated_us +=
-        EstimateStep(fit.profile, kinds[i], st.flops(), st.bytes_touched()).total_us;
+        EstimateStep(fit.profile, kinds[i], st.flops(), st.bytes_touched()).device_us();
   }
   return fit;
+}
+
+double FitDispatch(const DeviceProfile& d, const schedule::Schedule& measured, double eager_us) {
+  DeviceProfile p = d;
+  auto iteration = [&](double dispatch_us) {
+    p.dispatch_us = dispatch_us;
+    double total = 0;
+    for (const auto& span : ComposeSteps(p, measured)) total += span.wall_us;
+    return total;
+  };
+  // The iteration grows with the dispatch time, so bisect.
+  if (iteration(0) >= eager_us) return 0;
+  double lo = 0, hi = 1;
+  while (iteration(hi) < eager_us && hi < 1e6) hi *= 2;
+  for (int i = 0; i < 50; ++i) {
+    const double mid = (lo + hi) / 2;
+    (iteration(mid) < eager_us ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
 }
 
 }  // namespace tierpool::prefetch

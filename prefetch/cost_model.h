@@ -1,9 +1,11 @@
-// The cost model: how long each step of a schedule takes on a device. A step's FLOPs run at the
-// peak of its math mode (from its dtype and op) times its op class's efficiency, its bytes at
-// hbm_gbps times the class's memory efficiency (a roofline: the larger of the two), plus a fixed
-// device cost per kernel; in eager mode the host must also issue the kernels, so a step never
-// takes less than its kernels' dispatch time. docs/cost-model.md explains each term and shows
-// the model against published throughput. Pure functions: no state, no locking.
+// The cost model: how long each step of a schedule takes on a device. A step's kernels take its
+// FLOPs at the peak of its math mode (from its dtype and op) times its op class's efficiency, or
+// its bytes at hbm_gbps times the class's memory efficiency (a roofline: the larger of the two),
+// plus a fixed device cost per kernel. In eager mode the host issues the kernels one by one and
+// the device runs them as they arrive: a step waits for the host only when the kernels before it
+// were shorter than their dispatch (ComposeSteps). docs/cost-model.md explains each term and
+// shows the model against published and measured throughput. Pure functions: no state, no
+// locking.
 #pragma once
 
 #include <algorithm>
@@ -37,20 +39,34 @@ MathMode MathModeOf(std::string_view dtype, OpClass c, const DeviceProfile& d);
 // reads (or, if it reads none, the largest it defines).
 std::vector<StepKind> StepKinds(const schedule::Schedule& s, const DeviceProfile& d);
 
-// Time of one step in microseconds, and the parts it is made of.
+// One step's kernels on the device, and the host's time to issue them, in microseconds.
 struct StepTime {
   double compute_us = 0;   // FLOPs at the class's share of the peak
   double memory_us = 0;    // bytes at the class's share of hbm bandwidth
   double launch_us = 0;    // the kernels' fixed device cost
   double dispatch_us = 0;  // the host's time to issue them
-  double total_us = 0;     // device_us(), and at least dispatch
   double device_us() const { return std::max(compute_us, memory_us) + launch_us; }
-  bool dispatch_bound() const { return dispatch_us > device_us(); }
 };
 StepTime EstimateStep(const DeviceProfile& d, StepKind kind, double flops, std::uint64_t bytes);
 
-// Fills compute_us of every step that carries flops or bytes_touched (others keep the time they
-// were given, such as measured times) and records the profile's name in the schedule.
+// A step in eager execution: the host issues the steps' kernels in order, each taking its
+// dispatch time, and the device runs each step when the one before it has ended and the host has
+// issued it. CUDA's launch queue lets the host run ahead of long kernels, so their dispatch is
+// hidden; a run of short kernels leaves the device waiting for the host. The iteration starts
+// with both idle. wall_us is the time from the previous step's end to this one's.
+struct StepSpan {
+  double device_us = 0;  // the kernels' own time (measured, estimated, or as given)
+  double wall_us = 0;    // device_us plus the device's wait for the host
+  bool waited() const { return wall_us > device_us * (1 + 1e-9); }
+};
+// Steps carrying FLOPs or bytes are estimated, measured steps keep their kernels' time, and
+// others (hand-given times) take their compute_us with no dispatch.
+std::vector<StepSpan> ComposeSteps(const DeviceProfile& d, const schedule::Schedule& s);
+
+// Sets compute_us of every step that carries FLOPs or bytes, or was measured, to its wall time
+// under ComposeSteps (a measured step's kernel time moves to kernel_us on the first application,
+// so applying a profile twice changes nothing), and records the profile's name in the schedule.
+// Steps with neither keep the time they were given.
 void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s);
 
 // Where a schedule's estimated time goes on a device, by op class: for `schedule show` and the
@@ -59,9 +75,9 @@ struct ClassCost {
   std::uint32_t steps = 0;
   double flops = 0;
   std::uint64_t bytes = 0;
-  double total_us = 0;
+  double total_us = 0;               // wall time, as ComposeSteps gives it
   std::uint32_t compute_bound = 0;   // steps whose FLOPs take longer than their bytes
-  std::uint32_t dispatch_bound = 0;  // steps the host's dispatch, not the device, limits
+  std::uint32_t dispatch_bound = 0;  // steps that waited for the host to issue them
 };
 std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const schedule::Schedule& s);
 
@@ -70,7 +86,8 @@ std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const sche
 // reached (the FLOPs they did at the base's peak over the time they took, less the fixed
 // per-kernel cost), and its memory efficiency likewise from its memory-bound steps; a class
 // with fewer than 8 measured steps of a kind keeps the base's efficiency for it. dispatch_us > 0
-// replaces the host's dispatch time.
+// replaces the host's dispatch time. The rows compare kernel times: modeled, measured, and
+// under the calibrated profile.
 struct ClassFit {
   std::uint32_t steps = 0;
   double modeled_us = 0;  // under the base profile
@@ -83,5 +100,10 @@ struct ProfileFit {
 };
 ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& measured,
                       double dispatch_us);
+
+// The host's time per kernel that makes the measured schedule's iteration, composed as
+// ComposeSteps does, last `eager_us` (the whole step as the framework ran it). 0 when the
+// kernels alone already take that long.
+double FitDispatch(const DeviceProfile& d, const schedule::Schedule& measured, double eager_us);
 
 }  // namespace tierpool::prefetch

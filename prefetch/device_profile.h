@@ -36,7 +36,10 @@ std::string_view MathModeName(MathMode m);
 struct OpClassCost {
   double compute_efficiency = 0.6;  // share of the math mode's peak its kernels reach
   double memory_efficiency = 0.8;   // share of hbm_gbps its kernels reach
-  double launches = 1;              // kernels one step of this class launches
+  double launches = 1;              // kernels' fixed device costs (launch_us) one step pays
+  // Kernels the host issues per step (dispatch_us each): fewer than `launches` where one call
+  // serves many steps, as a multi-tensor optimizer update serves every parameter.
+  double dispatches = 1;
 };
 
 struct DeviceProfile {

@@ -48,7 +48,8 @@ constexpr const char* kUsage = R"(usage:
                               [--device BASE] [--measured SCHEDULE.json] [--json TABLE.json]
                               [--device-kind cuda|cpu] [--warmup 3] [--repeat 10] [--name N]
                               (and from-torch's --optimizer, --dtype, --inference)
-  tierpool schedule fit-profile MEASURED.json --device BASE --json OUT.json [--dispatch-us X]
+  tierpool schedule fit-profile MEASURED.json --device BASE --json OUT.json
+                              [--dispatch-us X | --eager-ms T: fit it to the whole step]
   tierpool schedule profile [--device NAME] [--json OUT.json]
   tierpool schedule show SCHEDULE [--json OUT.json, or - for standard output]
                               [--device NAME: where the time goes on it, by op class]
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
   unsigned lp_windows = TransferLpOptions{}.max_windows;
   std::string measured, device_kind, name;
   int warmup = 3, repeat = 10;
-  double dispatch = 0;
+  double dispatch = 0, eager_ms = 0;
   po::options_description opts("options");
   // clang-format off
   opts.add_options()
@@ -288,7 +289,9 @@ int main(int argc, char** argv) {
     ("warmup", po::value(&warmup)->default_value(3), "calibrate: untimed runs of each step")
     ("repeat", po::value(&repeat)->default_value(10), "calibrate: timed runs (median kept)")
     ("name", po::value(&name), "calibrate, fit-profile: the new profile's name")
-    ("dispatch-us", po::value(&dispatch)->default_value(0), "fit-profile: measured dispatch time")
+    ("dispatch-us", po::value(&dispatch)->default_value(0), "fit-profile: host time per kernel")
+    ("eager-ms", po::value(&eager_ms)->default_value(0),
+     "fit-profile: the whole step's measured time, to fit the host time per kernel to")
     ("hbm", po::value(&hbm), "hbm budget: a size or a percentage of the no-offload peak")
     ("policy", po::value(&policy)->default_value("planned"), "none, reactive-lru or planned")
     ("trace", po::value(&trace), "replay: Chrome trace (open in Perfetto)")
@@ -397,7 +400,15 @@ int main(int argc, char** argv) {
     auto s = LoadSchedule(args[2]);
     if (!s.ok()) return Fail(s.status());
     if (json.empty()) return Fail(Status::InvalidArgument("fit-profile needs --json OUT.json"));
+    if (dispatch > 0 && eager_ms > 0) {
+      return Fail(
+          Status::InvalidArgument("fit-profile takes --dispatch-us or --eager-ms, not both"));
+    }
+    if (!(eager_ms >= 0 && eager_ms < 1e9) || !(dispatch >= 0 && dispatch < 1e9)) {
+      return Fail(Status::InvalidArgument("fit-profile: --eager-ms and --dispatch-us are >= 0"));
+    }
     ProfileFit fit = FitProfile(*profile, *s, dispatch);
+    if (eager_ms > 0) fit.profile.dispatch_us = FitDispatch(fit.profile, *s, eager_ms * 1000);
     fit.profile.name = name.empty() ? profile->name + "-calibrated" : name;
     if (Status v = fit.profile.validate(); !v.ok()) return Fail(v);
     nlohmann::json rows = nlohmann::json::array();

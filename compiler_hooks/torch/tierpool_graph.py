@@ -90,6 +90,15 @@ def flops_of(op, node, val_of):
         g, w = shape(0), shape(2)
         # grad input and grad weight: about twice the forward's work.
         return 4.0 * numel(g) * numel(w[1:]) if g and w else 0.0
+    if op.startswith("_scaled_dot_product_") or op == "scaled_dot_product_attention":
+        # Q K^T and the weighted sum, 2 B H L S D each; backward recomputes Q K^T and makes
+        # dQ, dK, dV and dP: five of them. Backward ops take grad_out first, then q, k.
+        backward = op.endswith("_backward")
+        q, k = (shape(1), shape(2)) if backward else (shape(0), shape(1))
+        if not q or not k or len(q) < 3 or len(k) < 3:
+            return 0.0
+        per = 2.0 * numel(q[:-1]) * k[-2] * q[-1]
+        return (5 if backward else 2) * per
     if op in ("_native_multi_head_attention", "_transformer_encoder_layer_fwd"):
         # Eval-mode fast paths of nn.MultiheadAttention and nn.TransformerEncoderLayer: the
         # q/k/v and output projections, Q K^T and the weighted sum, and for the layer its MLP.

@@ -67,9 +67,10 @@ TEST(CostModel, AnFp32GemmTakesItsFp32PeakNotTheTensorCorePeak) {
   ApplyCostModel(*d, &bf16);
   ApplyCostModel(*d, &fp32);
   const auto& g = d->op(OpClass::kGemm);
-  EXPECT_NEAR(bf16.steps(0).compute_us(), 1e6 / (989.4 * g.compute_efficiency) + d->launch_us,
-              1e-6);
-  EXPECT_NEAR(fp32.steps(0).compute_us(), 1e6 / (67 * g.compute_efficiency) + d->launch_us, 1e-6);
+  // The device starts once the host has issued the kernel.
+  const double fixed = d->launch_us + g.dispatches * d->dispatch_us;
+  EXPECT_NEAR(bf16.steps(0).compute_us(), 1e6 / (989.4 * g.compute_efficiency) + fixed, 1e-6);
+  EXPECT_NEAR(fp32.steps(0).compute_us(), 1e6 / (67 * g.compute_efficiency) + fixed, 1e-6);
   EXPECT_GT(fp32.steps(0).compute_us() / bf16.steps(0).compute_us(), 14);
   EXPECT_EQ(bf16.device(), "h100");
 }
@@ -82,18 +83,87 @@ TEST(CostModel, MemoryBoundStepsTakeTheirBytesAtTheClassesShareOfBandwidth) {
   auto tn = EstimateStep(*d, norm, 0, bytes);
   auto te = EstimateStep(*d, ew, 0, bytes);
   EXPECT_NEAR(tn.memory_us, bytes / (2039e9 * d->op(OpClass::kNorm).memory_efficiency) * 1e6, 1e-6);
-  EXPECT_GT(tn.total_us, te.total_us);  // two passes over the data reach less of the bandwidth
-  EXPECT_DOUBLE_EQ(te.total_us, te.memory_us + te.launch_us);
+  EXPECT_GT(tn.device_us(), te.device_us());  // two passes over the data reach less bandwidth
+  EXPECT_DOUBLE_EQ(te.device_us(), te.memory_us + te.launch_us);
 }
 
-TEST(CostModel, TinyOpsAreBoundByTheHostsDispatch) {
-  auto d = BuiltinProfile("h100");
+// Measured elementwise steps (one kernel each) with these kernel times.
+schedule::Schedule MeasuredSteps(const std::vector<double>& kernel_us) {
+  schedule::Schedule s;
+  s.set_format_version(1);
+  for (std::size_t i = 0; i < kernel_us.size(); ++i) {
+    auto* st = s.add_steps();
+    st->set_name("s" + std::to_string(i));
+    st->set_op_type("relu");
+    st->set_compute_us(kernel_us[i]);
+    st->set_measured(true);
+  }
+  return s;
+}
+
+double Iteration(const schedule::Schedule& s) {
+  double t = 0;
+  for (const auto& st : s.steps()) t += st.compute_us();
+  return t;
+}
+
+// The host issues kernels while the device runs earlier ones: short kernels after a long one
+// cost their own time only, short kernels before it leave the device waiting for the host. A
+// model that takes each step as the larger of its kernels and its dispatch says 1,360 us for
+// both orders.
+TEST(CostModel, TheHostRunsAheadOfLongKernelsAndShortOnesWaitForIt) {
+  auto d = BuiltinProfile("a100");
   ASSERT_TRUE(d.ok());
-  auto t = EstimateStep(*d, {OpClass::kOptimizer, MathMode::kFp32}, 10, 64);
-  EXPECT_DOUBLE_EQ(t.total_us, d->op(OpClass::kOptimizer).launches * d->dispatch_us);
-  d->dispatch_us = 0;  // CUDA graphs: only the device's fixed cost is left
-  t = EstimateStep(*d, {OpClass::kOptimizer, MathMode::kFp32}, 10, 64);
-  EXPECT_NEAR(t.total_us, d->op(OpClass::kOptimizer).launches * d->launch_us, 0.01);
+  d->dispatch_us = 36;
+  std::vector<double> long_first(11, 3.0), long_last(11, 3.0);
+  long_first.front() = long_last.back() = 1000;
+  auto a = MeasuredSteps(long_first), b = MeasuredSteps(long_last);
+  ApplyCostModel(*d, &a);
+  ApplyCostModel(*d, &b);
+  // Long first: issued at 36, ends at 1,036; the ten short ones were issued meanwhile.
+  EXPECT_NEAR(Iteration(a), 36 + 1000 + 10 * 3, 1e-6);
+  // Long last: each short kernel waits for its dispatch; the long one starts at 11 x 36.
+  EXPECT_NEAR(Iteration(b), 11 * 36 + 1000, 1e-6);
+  const auto spans = ComposeSteps(*d, MeasuredSteps(long_last));
+  EXPECT_TRUE(spans[1].waited());
+  EXPECT_NEAR(spans[1].wall_us, 36, 1e-6);
+  EXPECT_DOUBLE_EQ(spans[1].device_us, 3);
+  d->dispatch_us = 0;  // CUDA graphs: the kernels alone
+  auto c = MeasuredSteps(long_last);
+  ApplyCostModel(*d, &c);
+  EXPECT_NEAR(Iteration(c), 1000 + 10 * 3, 1e-6);
+}
+
+// A measured step's kernel time moves to kernel_us, so a second profile sees the kernels, not
+// the first profile's waits.
+TEST(CostModel, ApplyingAProfileTwiceToMeasuredStepsChangesNothing) {
+  auto d = BuiltinProfile("a100");
+  ASSERT_TRUE(d.ok());
+  d->dispatch_us = 50;
+  auto s = MeasuredSteps({2, 2, 2, 500});
+  ApplyCostModel(*d, &s);
+  const auto once = s;
+  ApplyCostModel(*d, &s);
+  for (int i = 0; i < s.steps_size(); ++i) {
+    EXPECT_DOUBLE_EQ(s.steps(i).compute_us(), once.steps(i).compute_us()) << i;
+  }
+  EXPECT_DOUBLE_EQ(s.steps(0).kernel_us(), 2);
+  EXPECT_NEAR(s.steps(0).compute_us(), 50 + 2, 1e-6);  // issued, then run
+  EXPECT_NEAR(s.steps(1).compute_us(), 50, 1e-6);      // issued while the first ran
+}
+
+TEST(CostModel, FitsTheDispatchTimeThatGivesTheWholeStep) {
+  auto d = BuiltinProfile("a100");
+  ASSERT_TRUE(d.ok());
+  std::vector<double> kernels;
+  for (int i = 0; i < 200; ++i) kernels.push_back(i % 7 == 0 ? 300 : 4 + i % 5);
+  auto s = MeasuredSteps(kernels);
+  d->dispatch_us = 27.5;
+  auto timed = s;
+  ApplyCostModel(*d, &timed);
+  EXPECT_NEAR(FitDispatch(*d, s, Iteration(timed)), 27.5, 0.01);
+  // Kernels that take longer than the whole step: no dispatch time explains it.
+  EXPECT_EQ(FitDispatch(*d, s, 10), 0);
 }
 
 TEST(CostModel, StepsWithoutCostInputsKeepTheirTime) {
@@ -176,9 +246,8 @@ TEST(DeviceProfileJson, StartsFromABuiltinAndOverrides) {
   EXPECT_DOUBLE_EQ(d->hbm_gbps, 3000);
   EXPECT_DOUBLE_EQ(d->peak(MathMode::kBf16), 989.4);
   EXPECT_DOUBLE_EQ(d->op(OpClass::kGemm).compute_efficiency, 0.8);
-  EXPECT_DOUBLE_EQ(
-      d->op(OpClass::kConv).compute_efficiency,
-      DeviceProfile::DefaultOpCosts()[static_cast<std::size_t>(OpClass::kConv)].compute_efficiency);
+  EXPECT_DOUBLE_EQ(d->op(OpClass::kConv).compute_efficiency,
+                   BuiltinProfile("h100")->op(OpClass::kConv).compute_efficiency);
 }
 
 TEST(DeviceProfileJson, ReadsTheFirstFormat) {

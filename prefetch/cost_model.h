@@ -82,12 +82,15 @@ struct ClassCost {
 std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const schedule::Schedule& s);
 
 // A profile calibrated from measured step times (`tierpool schedule calibrate`): starting from
-// `base`, each op class's compute efficiency becomes what its measured compute-bound steps
-// reached (the FLOPs they did at the base's peak over the time they took, less the fixed
-// per-kernel cost), and its memory efficiency likewise from its memory-bound steps; a class
-// with fewer than 8 measured steps of a kind keeps the base's efficiency for it. dispatch_us > 0
-// replaces the host's dispatch time. The rows compare kernel times: modeled, measured, and
-// under the calibrated profile.
+// `base`, each op class's compute efficiency becomes what its measured compute-bound steps in
+// one math mode reached (bf16 if it has enough of them, else fp32, fp8, fp64: the FLOPs they did
+// at the peak over the time they took, less the fixed per-kernel cost), TF32 and FP8 steps of
+// other classes then fit those modes' math_efficiency, and each class's memory efficiency comes
+// from its memory-bound steps. Which side of the roofline a step is on depends on the fitted
+// efficiencies, so the fit is repeated until no step changes side. A class with fewer than 8
+// measured steps of a kind keeps the base's efficiency for it. dispatch_us > 0 replaces the
+// host's dispatch time. The rows compare kernel times: modeled, measured, and under the
+// calibrated profile.
 struct ClassFit {
   std::uint32_t steps = 0;
   double modeled_us = 0;  // under the base profile

@@ -30,6 +30,26 @@ Status ForEachNamed(const nlohmann::json& field, const std::array<std::string_vi
   return Status::Ok();
 }
 
+// An H100 as eager PyTorch 2.11 drives it at batch 32 (bf16, NCHW, cuDNN heuristics, the
+// multi-tensor Adam), fitted to the kernels and whole steps measured on one H100 SXM
+// (docs/cost-model.md, "Measured on an H100"; docs/data/calibration-h100/, fitted with
+// scripts/fit-profile-across.py). Where it differs from the shared defaults: bf16 convolutions
+// in NCHW reach an eighth of the peak, norms a quarter of the bandwidth; TF32 convolutions lose
+// nothing against bf16 ones; the host takes 40 us per op it issues; Adam's update of every
+// parameter is a few multi-tensor kernels, not four per parameter.
+void SetHopperEager(DeviceProfile* d) {
+  d->math_efficiency[static_cast<std::size_t>(MathMode::kTf32)] = 1.0;
+  d->dispatch_us = 40;
+  d->op(OpClass::kGemm) = {0.69, 0.39, 1, 1};
+  d->op(OpClass::kConv) = {0.13, 0.44, 1, 1};
+  d->op(OpClass::kAttention) = {0.25, 0.30, 1, 1};
+  d->op(OpClass::kNorm) = {0.50, 0.24, 1, 1};
+  d->op(OpClass::kElementwise) = {0.50, 0.86, 1, 1};
+  d->op(OpClass::kReduction) = {0.50, 0.32, 1, 1};
+  d->op(OpClass::kOptimizer) = {0.50, 0.21, 1, 0.125};
+  d->op(OpClass::kCopy) = {0.50, 0.53, 1, 1};
+}
+
 }  // namespace
 
 std::string_view OpClassName(OpClass c) { return kOpClassNames[static_cast<std::size_t>(c)]; }
@@ -103,30 +123,6 @@ Status DeviceProfile::validate() const {
   }
   return Status::Ok();
 }
-
-namespace {
-
-// An H100 as eager PyTorch 2.11 drives it at batch 32 (bf16, NCHW, cuDNN heuristics, the
-// multi-tensor Adam), fitted to the kernels and whole steps measured on one H100 SXM
-// (docs/cost-model.md, "Measured on an H100"; docs/data/calibration-h100/, fitted with
-// scripts/fit-profile-across.py). Where it differs from the shared defaults: bf16 convolutions
-// in NCHW reach an eighth of the peak, norms a quarter of the bandwidth; TF32 convolutions lose
-// nothing against bf16 ones; the host takes 40 us per op it issues; Adam's update of every
-// parameter is a few multi-tensor kernels, not four per parameter.
-void SetHopperEager(DeviceProfile* d) {
-  d->math_efficiency[static_cast<std::size_t>(MathMode::kTf32)] = 1.0;
-  d->dispatch_us = 40;
-  d->op(OpClass::kGemm) = {0.69, 0.39, 1, 1};
-  d->op(OpClass::kConv) = {0.13, 0.44, 1, 1};
-  d->op(OpClass::kAttention) = {0.25, 0.30, 1, 1};
-  d->op(OpClass::kNorm) = {0.50, 0.24, 1, 1};
-  d->op(OpClass::kElementwise) = {0.50, 0.86, 1, 1};
-  d->op(OpClass::kReduction) = {0.50, 0.32, 1, 1};
-  d->op(OpClass::kOptimizer) = {0.50, 0.21, 1, 0.125};
-  d->op(OpClass::kCopy) = {0.50, 0.53, 1, 1};
-}
-
-}  // namespace
 
 std::vector<std::string> BuiltinProfileNames() { return {"h100", "gh200", "a100", "rtx3090"}; }
 

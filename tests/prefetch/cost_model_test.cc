@@ -226,6 +226,43 @@ TEST(CostModel, FitsAClassOnlyFromEnoughOfItsSteps) {
   EXPECT_EQ(fit.by_class[static_cast<std::size_t>(OpClass::kGemm)].steps, 3u);
 }
 
+// A class's efficiency comes from its bf16 steps; its TF32 steps fit the TF32 factor. Pooled,
+// bf16 convolutions at half the modeled speed and TF32 ones at the modeled speed would give one
+// efficiency wrong for both.
+TEST(CostModel, FitsTheTf32FactorApartFromTheClassesBf16Efficiency) {
+  DeviceProfile base = *BuiltinProfile("a100");
+  base.math_efficiency[static_cast<std::size_t>(MathMode::kTf32)] = 0.25;
+  schedule::Schedule s;
+  s.set_format_version(1);
+  for (const char* dtype : {"bfloat16", "float32"}) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
+    t->set_size_bytes(1 << 20);
+    t->set_dtype(dtype);
+    t->set_def_step(-1);
+  }
+  auto add = [&](int tensor, int n, double slowdown) {
+    for (int i = 0; i < n; ++i) {
+      const auto at = static_cast<std::uint32_t>(s.steps_size());
+      auto* st = s.add_steps();
+      st->set_name("conv" + std::to_string(at));
+      st->set_op_type("convolution");
+      st->set_flops(2e12);
+      st->set_bytes_touched(1 << 20);
+      s.mutable_tensors(tensor)->add_use_steps(at);
+      const auto kind = StepKinds(s, base)[at];
+      st->set_compute_us(EstimateStep(base, kind, 2e12, 1 << 20).device_us() * slowdown);
+      st->set_measured(true);
+    }
+  };
+  add(0, 20, 2.0);  // bf16
+  add(1, 20, 1.0);  // fp32 convolutions: TF32
+  const ProfileFit fit = FitProfile(base, s, 0);
+  EXPECT_NEAR(fit.profile.op(OpClass::kConv).compute_efficiency,
+              base.op(OpClass::kConv).compute_efficiency / 2, 0.01);
+  EXPECT_NEAR(fit.profile.math_efficiency[static_cast<std::size_t>(MathMode::kTf32)], 0.5, 0.01);
+}
+
 TEST(DeviceProfileJson, RoundTripsEveryField) {
   auto d = BuiltinProfile("rtx3090");
   ASSERT_TRUE(d.ok());

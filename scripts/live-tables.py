@@ -24,11 +24,13 @@ def main():
     names = sorted({os.path.basename(p).split("-")[0] for p in glob.glob(f"{out}/*.json")})
     misses = []
     costs = []
+    errors = {}  # policy -> live ÷ simulated - 1 of each run
     for name in names:
         for device in ("h100", "gh200"):
             none = load(f"{out}/{name}-{device}-none.json")
             if none is None:
                 continue
+            errors.setdefault("none", []).append(none["error"]["time"])
             print(f"\n**{name} on {device}** (calibrated links {none['calibration']['h2d_gbps']:.2f} GB/s, "
                   f"compute x{none['calibration']['compute_stretch']:.0f}); none: live "
                   f"{ms(none['live']['time_us'])} ms, simulated {ms(none['simulated']['time_us'])} ms "
@@ -46,6 +48,7 @@ def main():
                         print(f"| {budget}% | {policy} | - | - | - | - | - | - | - | {why} |")
                         continue
                     runs[policy] = r
+                    errors.setdefault(policy, []).append(r["error"]["time"])
                     live, sim = r["live"], r["simulated"]
                     ex = r["executor"]
                     hlm = f"{ex['hits']} / {ex['late']} / {ex['misses']}" if policy == "planned" else "-"
@@ -78,6 +81,13 @@ def main():
         for name, device, budget, policy, sim_cost, live_cost in costs:
             ratio = f"{live_cost / sim_cost:.2f}" if sim_cost > 1000 else "-"
             print(f"| {name} | {device} | {budget}% | {policy} | {ms(sim_cost)} | {ms(live_cost)} | {ratio} |")
+    if errors:
+        print("\nLive total time against the simulation's prediction, by policy:\n")
+        for policy, e in sorted(errors.items()):
+            e = sorted(e)
+            within = sum(1 for x in e if abs(x) <= 0.10)
+            print(f"- {policy}: within 10% in {within} of {len(e)} runs; error {100 * e[0]:+.1f}% to "
+                  f"{100 * e[-1]:+.1f}%, median {100 * e[len(e) // 2]:+.1f}%")
     if misses:
         print("\nWhere the simulation says planned stall ≤ ½ reactive-lru's and live does not: " + "; ".join(misses))
 

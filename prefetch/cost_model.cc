@@ -205,27 +205,49 @@ std::vector<StepKind> StepKinds(const schedule::Schedule& s, const DeviceProfile
   return kinds;
 }
 
-std::vector<StepSpan> ComposeSteps(const DeviceProfile& d, const schedule::Schedule& s) {
-  const auto kinds = StepKinds(s, d);
-  std::vector<StepSpan> spans(static_cast<std::size_t>(s.steps_size()));
-  double host = 0, device = 0;  // when each has issued / finished the steps so far
+namespace {
+
+// What composing needs of a step: its kernels' time and the host's time to issue them. Apart
+// from the composition so that a search over dispatch times (FitDispatch) estimates each step once.
+struct StepWork {
+  double device_us = 0;
+  double issues = 0;  // kernels the host issues for it (each dispatch_us)
+};
+
+std::vector<StepWork> WorkOf(const DeviceProfile& d, const schedule::Schedule& s,
+                             const std::vector<StepKind>& kinds) {
+  std::vector<StepWork> work(static_cast<std::size_t>(s.steps_size()));
   for (int i = 0; i < s.steps_size(); ++i) {
     const auto& st = s.steps(i);
-    auto& span = spans[static_cast<std::size_t>(i)];
-    double dispatch = 0;
-    if (HasCostInputs(st) || st.measured()) {
-      const StepTime t = EstimateStep(d, kinds[i], st.flops(), st.bytes_touched());
-      span.device_us = st.measured() ? KernelUs(st) : t.device_us();
-      dispatch = t.dispatch_us;
+    auto& w = work[static_cast<std::size_t>(i)];
+    if (st.measured()) {
+      w = {KernelUs(st), d.op(kinds[i].op_class).dispatches};
+    } else if (HasCostInputs(st)) {
+      w = {EstimateStep(d, kinds[i], st.flops(), st.bytes_touched()).device_us(),
+           d.op(kinds[i].op_class).dispatches};
     } else {
-      span.device_us = st.compute_us();
+      w = {st.compute_us(), 0};  // a time given by hand
     }
-    host += dispatch;
+  }
+  return work;
+}
+
+std::vector<StepSpan> Compose(const std::vector<StepWork>& work, double dispatch_us) {
+  std::vector<StepSpan> spans(work.size());
+  double host = 0, device = 0;  // when each has issued / finished the steps so far
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    host += work[i].issues * dispatch_us;
     const double wait = std::max(host - device, 0.0);  // for the host to issue it
-    span.wall_us = wait + span.device_us;
-    device += span.wall_us;
+    spans[i] = {work[i].device_us, wait + work[i].device_us};
+    device += spans[i].wall_us;
   }
   return spans;
+}
+
+}  // namespace
+
+std::vector<StepSpan> ComposeSteps(const DeviceProfile& d, const schedule::Schedule& s) {
+  return Compose(WorkOf(d, s, StepKinds(s, d)), d.dispatch_us);
 }
 
 void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s) {
@@ -245,7 +267,7 @@ void ApplyCostModel(const DeviceProfile& d, schedule::Schedule* s) {
 std::array<ClassCost, kOpClasses> CostByClass(const DeviceProfile& d, const schedule::Schedule& s) {
   std::array<ClassCost, kOpClasses> r{};
   const auto kinds = StepKinds(s, d);
-  const auto spans = ComposeSteps(d, s);
+  const auto spans = Compose(WorkOf(d, s, kinds), d.dispatch_us);
   for (int i = 0; i < s.steps_size(); ++i) {
     const auto& st = s.steps(i);
     if (!HasCostInputs(st)) continue;
@@ -276,7 +298,11 @@ struct FitSums {
   struct Part {
     double ideal = 0, actual = 0;
     std::uint32_t steps = 0;
-    void Add(double i, double a) { ideal += i, actual += a, ++steps; }
+    void Add(double i, double a) {
+      ideal += i;
+      actual += a;
+      ++steps;
+    }
   };
   std::array<std::array<Part, kMathModes>, kOpClasses> compute{};
   std::array<Part, kOpClasses> memory{};
@@ -379,11 +405,10 @@ ProfileFit FitProfile(const DeviceProfile& base, const schedule::Schedule& s, do
 }
 
 double FitDispatch(const DeviceProfile& d, const schedule::Schedule& measured, double eager_us) {
-  DeviceProfile p = d;
+  const auto work = WorkOf(d, measured, StepKinds(measured, d));
   auto iteration = [&](double dispatch_us) {
-    p.dispatch_us = dispatch_us;
     double total = 0;
-    for (const auto& span : ComposeSteps(p, measured)) total += span.wall_us;
+    for (const auto& span : Compose(work, dispatch_us)) total += span.wall_us;
     return total;
   };
   // The iteration grows with the dispatch time, so bisect.

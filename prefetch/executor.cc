@@ -322,8 +322,11 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
     return;
   }
   TensorPlacement p = control_->Placement(job.ns, key);
-  if (!p.exists || !p.in_hbm) {
-    spdlog::debug("job {}: skipped: {} is {}", job.name, key, p.exists ? "not in hbm" : "absent");
+  if (!p.exists || !p.in_hbm || p.leaving_hbm) {
+    spdlog::debug("job {}: skipped: {} is {}", job.name, key,
+                  !p.exists  ? "absent"
+                  : p.in_hbm ? "leaving hbm already"
+                             : "not in hbm");
     ++job.counters.skipped;
     return;
   }
@@ -362,6 +365,13 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t acti
                                    std::uint32_t needed_by) {
   const std::string& key = job.keys[t];
   TensorPlacement p = control_->Placement(job.ns, key);
+  if (p.exists && p.leaving_hbm) {
+    // Its FREE is still waiting for a reader to let go: keeping it costs no transfer and no
+    // budget (its bytes never left).
+    (void)control_->Prefetch(job.ns, key, 0, nullptr);
+    ++job.counters.issued;
+    return;
+  }
   if (!p.exists || p.in_hbm || p.moving_to_hbm) {
     spdlog::debug("job {}: prefetch skipped: {} is {}", job.name, key,
                   !p.exists  ? "absent"
@@ -414,7 +424,10 @@ void Executor::DrainWaitingLocked(Job& job) {
     const std::uint32_t t = it->first.second;
     const std::string& key = job.keys[t];
     TensorPlacement p = control_->Placement(job.ns, key);
-    if (!p.exists || p.in_hbm || p.moving_to_hbm) {
+    if (p.exists && p.leaving_hbm) {
+      (void)control_->Prefetch(job.ns, key, 0, nullptr);  // kept: as in IssuePrefetchLocked
+      ++job.counters.issued;
+    } else if (!p.exists || p.in_hbm || p.moving_to_hbm) {
       ++job.counters.skipped;
     } else {
       const std::uint64_t used = control_->HbmBytes(job.ns);

@@ -20,6 +20,7 @@ struct TensorPlacement {
   bool moving_to_hbm = false;   // a copy on its way into hbm
   bool has_lower_copy = false;  // a copy below hbm (dropping the hbm copy costs no transfer)
   std::uint64_t size = 0;
+  bool leaving_hbm = false;  // the hbm copy goes as its readers let go (a FREE met their pin)
 };
 
 class TierControl {
@@ -36,9 +37,11 @@ class TierControl {
   // runs. Other errors (NOT_FOUND, RESOURCE_EXHAUSTED): nothing happened; done never runs.
   virtual Status Prefetch(const std::string& ns, const std::string& key, std::uint64_t deadline_us,
                           Done done) = 0;
-  // Copies the hbm copy down (unless a lower copy exists) and frees it. Results as Prefetch's.
+  // Copies the hbm copy down (unless a lower copy exists) and frees it, once its readers let go
+  // where it is pinned. Results as Prefetch's. A Prefetch of a copy leaving so keeps it.
   virtual Status Offload(const std::string& ns, const std::string& key, Done done) = 0;
-  // Frees the hbm copy; FAILED_PRECONDITION when it is the only copy.
+  // Frees the hbm copy (as its readers let go, where it is pinned); FAILED_PRECONDITION when it
+  // is the only copy.
   virtual Status Drop(const std::string& ns, const std::string& key) = 0;
   virtual const Clock* clock() const = 0;
 };

@@ -32,7 +32,10 @@ using RecencySet = std::set<std::pair<std::uint64_t, std::uint64_t>>;
 struct ObjectCopy {
   bool present = false;
   Extent extent;
-  std::uint32_t pins = 0;      // read leases on this copy; a pinned copy never moves or frees
+  std::uint32_t pins = 0;  // read leases on this copy; a pinned copy never moves or frees
+  // Wanted gone while pinned (a plan's FREE, a move down that landed): freed when its last
+  // reader lets go, counted as leaving its tier until then; a new reader keeps it.
+  bool free_on_unpin = false;
   std::uint64_t last_use = 0;  // recency, from the index's sequence
   std::uint8_t listed = 0;     // which candidate sets hold it (bit i: CandidateSet i)
   // Where it stands in each set that holds it (valid where `listed` says): leaving a set or

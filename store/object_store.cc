@@ -166,12 +166,33 @@ ObjectMeta ObjectStore::MetaLocked(const StoredObject& obj) const {
 void ObjectStore::FreeCopyLocked(StoredObject& obj, TierKind t) {
   ObjectCopy& c = obj.copy(t);
   if (!c.present) return;
+  KeepCopyLocked(obj, t);  // a free pending on its readers is done now
   if (c.extent.length > 0) {
     Status s = tier(t)->Free(c.extent);
     if (!s.ok()) spdlog::error("freeing a copy of object {}: {}", obj.id, s.ToString());
   }
   index_.ClearCopy(obj, t);
   UpdateTopLocked(obj);
+}
+
+void ObjectStore::FreeCopyWhenUnpinnedLocked(StoredObject& obj, TierKind t) {
+  ObjectCopy& c = obj.copy(t);
+  if (!c.present || c.free_on_unpin) return;
+  if (c.pins == 0) {
+    FreeCopyLocked(obj, t);
+    return;
+  }
+  // Its readers hold its address: it goes when they let go. Until then its bytes count as
+  // leaving, so whoever waits for room here waits for that (a release is a message away).
+  c.free_on_unpin = true;
+  LeavingLocked(t, obj.pool) += obj.meta.size;
+}
+
+void ObjectStore::KeepCopyLocked(StoredObject& obj, TierKind t) {
+  ObjectCopy& c = obj.copy(t);
+  if (!c.free_on_unpin) return;
+  c.free_on_unpin = false;
+  LeavingLocked(t, obj.pool) -= obj.meta.size;
 }
 
 void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
@@ -217,6 +238,17 @@ void ObjectStore::UnpinLocked(std::uint64_t object_id, TierKind t) {
   if (obj == nullptr) return;
   ObjectCopy& c = obj->copy(t);
   if (c.pins > 0) --c.pins;
+  if (c.pins == 0 && c.free_on_unpin) {
+    // The free asked for while it was read. A copy that is now a move's source, or the last
+    // copy left, stays.
+    if (obj->present_copies() >= 2 && !(obj->move && obj->move->from == t)) {
+      FreeCopyLocked(*obj, t);
+      ++counters_.drops_after_unpin;
+      moved_.notify_all();  // room for whoever waits for it
+    } else {
+      KeepCopyLocked(*obj, t);
+    }
+  }
   // A copy kept because it was pinned when a move down landed is now a clean, redundant copy:
   // the policy drops it first when its tier needs room.
   index_.Refresh(*obj);
@@ -278,7 +310,13 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
         extent = *e;
         placed = TierKind::kHbm;
         ok = true;
+      } else {
+        spdlog::debug("put {}/{} ({}) goes to dram: {}", spec.ns, spec.key, FormatBytes(spec.size),
+                      e.status().ToString());
       }
+    } else if (spec.tier_hint == TierKind::kHbm && planned_ns_.count(spec.ns) != 0) {
+      spdlog::debug("put {}/{} ({}) goes to dram: its job's hbm budget is full", spec.ns, spec.key,
+                    FormatBytes(spec.size));
     }
     if (!ok) {
       TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(spec.ns, TierKind::kDram, spec.size));

@@ -142,6 +142,7 @@ struct PinOptions {
 struct ObjectPlacement {
   bool exists = false;
   bool in_hbm = false;
+  bool leaving_hbm = false;  // in hbm, to be freed as its readers let go
   bool moving_to_hbm = false;
   bool has_lower_copy = false;
   std::uint64_t size = 0;
@@ -171,9 +172,13 @@ struct StoreStats {
   std::uint64_t get_misses = 0;
   std::uint64_t deletes = 0;
   std::uint64_t evictions = 0;
-  std::uint64_t demotions = 0;              // copies moved down between memory tiers
-  std::uint64_t promotions = 0;             // copies moved up
-  std::uint64_t clean_drops = 0;            // copies dropped with another copy below: no transfer
+  std::uint64_t demotions = 0;    // copies moved down between memory tiers
+  std::uint64_t promotions = 0;   // copies moved up
+  std::uint64_t clean_drops = 0;  // copies dropped with another copy below: no transfer
+  // Copies wanted gone while a reader held them (a plan's FREE, a move down that landed), freed
+  // when the last reader let go; cancelled: kept instead, read or prefetched again first.
+  std::uint64_t drops_after_unpin = 0;
+  std::uint64_t drops_cancelled = 0;
   std::uint64_t migrations_aborted = 0;     // moves whose object was deleted meanwhile
   std::uint64_t reservations_overdue = 0;   // held past reservation_ttl_ms
   std::uint64_t leases_overdue = 0;         // held past lease_ttl_ms
@@ -288,16 +293,19 @@ class ObjectStore {
   ObjectPlacement PlacementOf(const std::string& ns, const std::string& key);
   // Bytes of the namespace's copies in hbm plus the room held by its moves into hbm.
   std::uint64_t HbmBytesOf(const std::string& ns);
-  // Starts copying the object into hbm at planned priority, ordered by deadline_us. Room comes
+  // Starts copying the object into hbm at planned priority, ordered by deadline_us (an hbm copy
+  // waiting for its readers to let go is kept instead: ALREADY_EXISTS). Room comes
   // only from dropping clean copies: the plan's budget is the executor's to keep. OK: started,
   // and `done` runs when it ends, never before this returns. ALREADY_EXISTS: done at once with
   // no transfer (an empty object); `done` never runs. Other errors: nothing happened.
   Status StartPrefetch(const std::string& ns, const std::string& key, std::uint64_t deadline_us,
                        MoveDone done);
-  // Frees the hbm copy, first copying it down when no copy below exists. Results as for
-  // StartPrefetch (ALREADY_EXISTS: a clean copy was below; the hbm copy went at once).
+  // Frees the hbm copy, first copying it down when no copy below exists; a pinned copy is
+  // freed when its readers let go. Results as for StartPrefetch (ALREADY_EXISTS: a clean copy
+  // was below; the hbm copy went at once, or goes as its readers let go).
   Status StartOffload(const std::string& ns, const std::string& key, MoveDone done);
-  // Frees the hbm copy when a copy below exists; FAILED_PRECONDITION when it is the only one.
+  // Frees the hbm copy when a copy below exists, or as its last reader lets go when it is
+  // pinned; FAILED_PRECONDITION when it is the only copy.
   Status DropHbmCopy(const std::string& ns, const std::string& key);
   // A plan owns the hbm placement of this namespace's objects: the policy leaves them there,
   // and puts into hbm keep the namespace's hbm bytes within hbm_budget (waiting for its
@@ -413,6 +421,11 @@ class ObjectStore {
                                                                 const std::string& ns,
                                                                 const std::string& key);
   void FreeCopyLocked(StoredObject& obj, TierKind t);
+  // Frees obj's copy in t now, or when its last reader lets go (free_on_unpin). The object must
+  // have another copy.
+  void FreeCopyWhenUnpinnedLocked(StoredObject& obj, TierKind t);
+  // Undoes FreeCopyWhenUnpinnedLocked: the copy stays (it is wanted again).
+  void KeepCopyLocked(StoredObject& obj, TierKind t);
   void DoomLocked(StoredObject& obj);
   void MaybeFreeLocked(StoredObject& obj);
   void FreeReservationLocked(std::uint64_t id);

@@ -24,7 +24,7 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
   if (obj.meta.size == 0) {
     // Nothing to copy: the copy exists as soon as it is recorded.
     index_.SetCopy(obj, to, Extent{});
-    if (drop_source && obj.copy(from).pins == 0) FreeCopyLocked(obj, from);
+    if (drop_source) FreeCopyWhenUnpinnedLocked(obj, from);
     UpdateTopLocked(obj);
     moved_.notify_all();
     return Status::Ok();
@@ -156,8 +156,8 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
   } else {
     ++counters_.promotions;
   }
-  // A pinned source stays: its reader holds its address. It is a clean copy now.
-  if (m.drop_source && obj->copy(m.from).pins == 0) FreeCopyLocked(*obj, m.from);
+  // A pinned source stays until its readers let go: they hold its address.
+  if (m.drop_source) FreeCopyWhenUnpinnedLocked(*obj, m.from);
   UpdateTopLocked(*obj);
   index_.Refresh(*obj);
   if (m.then_to && obj->copy(m.from).present && obj->copy(m.from).pins == 0) {
@@ -418,7 +418,7 @@ Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierK
       // A demotion request also drops the unpinned copies above the target.
       for (TierKind k : by_level_) {
         if (rank(k) >= rank(target)) break;
-        if (obj->copy(k).present && obj->copy(k).pins == 0) FreeCopyLocked(*obj, k);
+        FreeCopyWhenUnpinnedLocked(*obj, k);
       }
       index_.Touch(*obj, target);
       return Status::Ok();

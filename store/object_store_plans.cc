@@ -50,6 +50,7 @@ ObjectPlacement ObjectStore::PlacementOf(const std::string& ns, const std::strin
   p.exists = true;
   p.size = obj->meta.size;
   p.in_hbm = obj->copy(TierKind::kHbm).present;
+  p.leaving_hbm = p.in_hbm && obj->copy(TierKind::kHbm).free_on_unpin;
   p.moving_to_hbm = obj->move && obj->move->to == TierKind::kHbm;
   for (TierKind k : by_level_) {
     if (k != TierKind::kHbm && obj->copy(k).present) p.has_lower_copy = true;
@@ -75,7 +76,13 @@ Status ObjectStore::StartPrefetch(const std::string& ns, const std::string& key,
   StoredObject* obj = index_.Lookup(ns, key);
   if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
-  if (obj->copy(TierKind::kHbm).present) return Status::AlreadyExists("already in hbm");
+  if (obj->copy(TierKind::kHbm).present) {
+    if (obj->copy(TierKind::kHbm).free_on_unpin) {
+      KeepCopyLocked(*obj, TierKind::kHbm);  // its FREE had waited for a reader: wanted again
+      ++counters_.drops_cancelled;
+    }
+    return Status::AlreadyExists("already in hbm");
+  }
   if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
   auto from = TopCopy(*obj, false);
   if (!from) return Status::Internal(ns + "/" + key + " has no copy");
@@ -96,18 +103,17 @@ Status ObjectStore::StartOffload(const std::string& ns, const std::string& key, 
   if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   if (!obj->copy(TierKind::kHbm).present) return Status::FailedPrecondition("not in hbm");
   if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
-  if (obj->copy(TierKind::kHbm).pins > 0) {
-    return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm by a reader");
-  }
   Tier* below = policy_->Below(TierKind::kHbm);
   if (below == nullptr) return Status::Unavailable("no tier below hbm takes writes");
   if (obj->present_copies() > 1 || obj->meta.size == 0) {
-    // A clean copy below (or nothing to copy): the hbm copy just goes. As above, `done` is not
-    // called; ALREADY_EXISTS says the object already had its copy below.
-    FreeCopyLocked(*obj, TierKind::kHbm);
-    ++counters_.clean_drops;
-    return Status::AlreadyExists(ns + "/" + key + " left hbm at once (a clean copy is below)");
+    // A clean copy below (or nothing to copy): the hbm copy just goes, or goes as its readers
+    // let go. As above, `done` is not called; ALREADY_EXISTS says the object already had its
+    // copy below.
+    if (obj->copy(TierKind::kHbm).pins == 0) ++counters_.clean_drops;
+    FreeCopyWhenUnpinnedLocked(*obj, TierKind::kHbm);
+    return Status::AlreadyExists(ns + "/" + key + " leaves hbm at once (a clean copy is below)");
   }
+  // Readers of a pinned copy read on while it is copied down; it is freed when they let go.
   return StartMoveLocked(*obj, TierKind::kHbm, below->kind(), MovePriority::kPlanned, 0,
                          /*drop_source=*/true, std::nullopt, std::move(done));
 }
@@ -119,12 +125,13 @@ Status ObjectStore::DropHbmCopy(const std::string& ns, const std::string& key) {
   ObjectCopy& c = obj->copy(TierKind::kHbm);
   if (!c.present) return Status::Ok();
   if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
-  if (c.pins > 0) return Status::FailedPrecondition(ns + "/" + key + " is pinned in hbm");
   if (obj->present_copies() < 2) {
     return Status::FailedPrecondition(ns + "/" + key + " has no copy below hbm");
   }
-  FreeCopyLocked(*obj, TierKind::kHbm);
-  ++counters_.clean_drops;
+  // A reader's pin (the step that used it last, its release still on the way) delays the free
+  // until it lets go; its bytes count as leaving hbm until then.
+  if (c.pins == 0) ++counters_.clean_drops;
+  FreeCopyWhenUnpinnedLocked(*obj, TierKind::kHbm);
   return Status::Ok();
 }
 

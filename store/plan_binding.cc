@@ -8,7 +8,7 @@ namespace tierpool {
 prefetch::TensorPlacement StoreTierControl::Placement(const std::string& ns,
                                                       const std::string& key) {
   ObjectPlacement p = store_->PlacementOf(ns, key);
-  return {p.exists, p.in_hbm, p.moving_to_hbm, p.has_lower_copy, p.size};
+  return {p.exists, p.in_hbm, p.moving_to_hbm, p.has_lower_copy, p.size, p.leaving_hbm};
 }
 
 PlanRegistry::PlanRegistry(ObjectStore* store, std::uint64_t hbm_capacity)

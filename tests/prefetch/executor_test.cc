@@ -20,9 +20,10 @@ class FakeControl final : public TierControl {
     bool in_hbm = false;
     bool moving_in = false;
     bool lower = true;
+    bool leaving = false;  // in hbm, freed as its readers let go
   };
   std::map<std::string, Obj> objs;
-  std::vector<std::string> log;  // "P:key@deadline", "O:key", "D:key"
+  std::vector<std::string> log;  // "P:key@deadline", "O:key", "D:key", "K:key" (kept)
   std::vector<std::pair<std::string, Done>> in_flight;
   std::uint64_t peak = 0;
   ManualClock clock_;
@@ -30,7 +31,12 @@ class FakeControl final : public TierControl {
   TensorPlacement Placement(const std::string&, const std::string& key) override {
     auto it = objs.find(key);
     if (it == objs.end()) return {};
-    return {true, it->second.in_hbm, it->second.moving_in, it->second.lower, it->second.size};
+    return {true,
+            it->second.in_hbm,
+            it->second.moving_in,
+            it->second.lower,
+            it->second.size,
+            it->second.leaving};
   }
   std::uint64_t HbmBytes(const std::string&) override {
     std::uint64_t b = 0;
@@ -39,6 +45,11 @@ class FakeControl final : public TierControl {
   }
   Status Prefetch(const std::string&, const std::string& key, std::uint64_t deadline,
                   Done done) override {
+    if (objs[key].in_hbm && objs[key].leaving) {
+      log.push_back("K:" + key);
+      objs[key].leaving = false;
+      return Status::AlreadyExists("kept in hbm");
+    }
     log.push_back("P:" + key + "@" + std::to_string(deadline - clock_.NowMicros()));
     objs[key].moving_in = true;
     peak = std::max(peak, HbmBytes(""));
@@ -159,6 +170,25 @@ TEST_F(ExecutorTest, CleanCopiesAreDroppedNotCopiedOut) {
   ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0).ok());
   EXPECT_EQ(control_.log, (std::vector<std::string>{"D:a"}));
   EXPECT_EQ(exec_.Jobs()[0].counters.dropped_clean, 1u);
+}
+
+TEST_F(ExecutorTest, ACopyLeavingAsItsReaderLetsGoIsKeptByAPrefetchAndNotFreedTwice) {
+  // b's FREE met a reader's pin: it is in hbm, leaving when the reader lets go. The budget is
+  // full with it counted; a prefetch of b keeps it (no transfer, no wait for room) and a second
+  // FREE is not sent.
+  control_.objs["a"] = {1000, true, false, true};
+  control_.objs["b"] = {1000, true, false, true, /*leaving=*/true};
+  std::uint64_t job = Register({Act(schedule::FREE, 1, 0), Act(schedule::PREFETCH, 1, 1, false, 3)},
+                               /*budget=*/2000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0).ok());
+  EXPECT_TRUE(control_.log.empty());
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 1).ok());
+  EXPECT_EQ(control_.log, (std::vector<std::string>{"K:b"}));
+  EXPECT_FALSE(control_.objs["b"].leaving);
+  const auto c = exec_.Jobs()[0].counters;
+  EXPECT_EQ(c.skipped, 1u);
+  EXPECT_EQ(c.issued, 1u);
+  EXPECT_EQ(c.waited_for_room, 0u);
 }
 
 TEST_F(ExecutorTest, PrefetchesNeverExceedTheBudget) {

@@ -1,10 +1,13 @@
 // The executor driving a real store through the binding: moves that need no transfer (an empty
 // tensor's prefetch, an offload that finds a clean copy below) complete without calling back
-// into the executor while it holds its lock (which deadlocked), and planned moves land.
+// into the executor while it holds its lock (which deadlocked), and planned moves land. A plan's
+// FREE that meets a reader's pin (the step that last used the tensor, its release on another
+// connection still on the way) frees the copy when the reader lets go.
 #include "store/plan_binding.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <future>
 
 #include "tiers/dram_tier.h"
@@ -82,6 +85,124 @@ TEST(PlanBinding, MovesWithoutTransferDoNotCallBackIntoTheExecutor) {
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].counters.issued, 2u);
   EXPECT_EQ(jobs[0].counters.failed, 0u);
+}
+
+std::uint64_t Counter(ObjectStore& store, std::uint64_t StoreStats::*field) {
+  return store.Stats().*field;
+}
+
+// Before: DropHbmCopy refused a pinned copy (FAILED_PRECONDITION) and the executor's FREE was
+// lost, so the job's next put found its budget full and went to dram (a live ResNet-18 replay
+// stalled 2.5 s on reading it back, one run in four).
+TEST(PlanBinding, AFreeThatMeetsAReadersPinFreesTheCopyWhenItIsReleased) {
+  auto store = MakeStore();
+  std::string bytes(2 << 20, 'x');
+  ASSERT_TRUE(
+      store->PutCopy({.ns = "job", .key = "in", .size = bytes.size()}, bytes.data(), 1).ok());
+  ASSERT_TRUE(store->Promote("job", "in", TierKind::kHbm).ok());  // its dram copy stays
+  store->SetPlanned("job", 3 << 20);
+  auto pin = store->Pin("job", "in", 2, {.want = TierKind::kHbm});
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  ASSERT_EQ(pin->meta.tier, TierKind::kHbm);
+
+  ASSERT_TRUE(store->DropHbmCopy("job", "in").ok());
+  EXPECT_EQ(store->CopiesOf("job", "in")->front(), TierKind::kHbm);  // its reader's bytes stay
+  EXPECT_TRUE(store->PlacementOf("job", "in").leaving_hbm);
+  ASSERT_TRUE(store->Release(pin->lease_id, 2).ok());
+  EXPECT_EQ(store->CopiesOf("job", "in")->front(), TierKind::kDram);
+  EXPECT_EQ(Counter(*store, &StoreStats::drops_after_unpin), 1u);
+  EXPECT_EQ(store->HbmBytesOf("job"), 0u);
+
+  // The room is the next put's, within the budget.
+  std::string out(2 << 20, 'y');
+  ASSERT_TRUE(
+      store
+          ->PutCopy({.ns = "job", .key = "out", .size = out.size(), .tier_hint = TierKind::kHbm},
+                    out.data(), 1)
+          .ok());
+  EXPECT_EQ(store->Head("job", "out")->tier, TierKind::kHbm);
+}
+
+TEST(PlanBinding, APendingFreeWaitsForTheReleaseBeforeAPutDecidesItsTier) {
+  auto store = MakeStore();
+  std::string bytes(2 << 20, 'x');
+  ASSERT_TRUE(
+      store->PutCopy({.ns = "job", .key = "in", .size = bytes.size()}, bytes.data(), 1).ok());
+  ASSERT_TRUE(store->Promote("job", "in", TierKind::kHbm).ok());
+  store->SetPlanned("job", 3 << 20);
+  auto pin = store->Pin("job", "in", 2, {.want = TierKind::kHbm});
+  ASSERT_TRUE(pin.ok());
+  ASSERT_TRUE(store->DropHbmCopy("job", "in").ok());
+  // The put would pass the budget with the pinned copy counted: it waits for the copy leaving
+  // (as for a copy-out in flight) instead of going to dram at once.
+  std::string out(2 << 20, 'y');
+  auto put = std::async(std::launch::async, [&] {
+    return store->PutCopy(
+        {.ns = "job", .key = "out", .size = out.size(), .tier_hint = TierKind::kHbm}, out.data(),
+        1);
+  });
+  EXPECT_EQ(put.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  ASSERT_TRUE(store->Release(pin->lease_id, 2).ok());
+  ASSERT_EQ(put.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(put.get().ok());
+  EXPECT_EQ(store->Head("job", "out")->tier, TierKind::kHbm);
+}
+
+TEST(PlanBinding, APendingFreeIsCancelledByANewReaderOrAPrefetch) {
+  auto store = MakeStore();
+  std::string bytes(1 << 20, 'x');
+  for (const char* key : {"a", "b"}) {
+    ASSERT_TRUE(
+        store->PutCopy({.ns = "job", .key = key, .size = bytes.size()}, bytes.data(), 1).ok());
+    ASSERT_TRUE(store->Promote("job", key, TierKind::kHbm).ok());
+  }
+  store->SetPlanned("job", 4 << 20);
+  // a: read again before the first reader lets go.
+  auto first = store->Pin("job", "a", 2, {.want = TierKind::kHbm});
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(store->DropHbmCopy("job", "a").ok());
+  auto second = store->Pin("job", "a", 2, {.want = TierKind::kHbm});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->meta.tier, TierKind::kHbm);
+  ASSERT_TRUE(store->Release(first->lease_id, 2).ok());
+  ASSERT_TRUE(store->Release(second->lease_id, 2).ok());
+  EXPECT_EQ(store->CopiesOf("job", "a")->front(), TierKind::kHbm);
+  // b: prefetched again (the plan wants it back) before its reader lets go.
+  auto pin = store->Pin("job", "b", 2, {.want = TierKind::kHbm});
+  ASSERT_TRUE(pin.ok());
+  ASSERT_TRUE(store->DropHbmCopy("job", "b").ok());
+  EXPECT_EQ(store->StartPrefetch("job", "b", 0, nullptr).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(store->Release(pin->lease_id, 2).ok());
+  EXPECT_EQ(store->CopiesOf("job", "b")->front(), TierKind::kHbm);
+  EXPECT_EQ(Counter(*store, &StoreStats::drops_cancelled), 2u);
+  EXPECT_EQ(Counter(*store, &StoreStats::drops_after_unpin), 0u);
+  EXPECT_EQ(store->HbmBytesOf("job"), 2u << 20);
+}
+
+// Before: an OFFLOAD of a copy a reader held was refused, and the tensor stayed in hbm.
+TEST(PlanBinding, AnOffloadOfAPinnedOnlyCopyCopiesItDownAndFreesItOnRelease) {
+  auto store = MakeStore();
+  std::string bytes(1 << 20, 'z');
+  ASSERT_TRUE(
+      store
+          ->PutCopy({.ns = "job", .key = "act", .size = bytes.size(), .tier_hint = TierKind::kHbm},
+                    bytes.data(), 1)
+          .ok());
+  ASSERT_EQ(store->CopiesOf("job", "act")->size(), 1u);
+  auto pin = store->Pin("job", "act", 2, {.want = TierKind::kHbm});
+  ASSERT_TRUE(pin.ok());
+  std::promise<Status> landed;
+  ASSERT_TRUE(store->StartOffload("job", "act", [&](Status s) { landed.set_value(s); }).ok());
+  auto done = landed.get_future();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(done.get().ok());
+  EXPECT_EQ(*store->CopiesOf("job", "act"),
+            (std::vector<TierKind>{TierKind::kHbm, TierKind::kDram}));
+  // The reader still reads the right bytes in hbm.
+  EXPECT_EQ(std::memcmp(store->HostAddress(pin->extent), bytes.data(), bytes.size()), 0);
+  ASSERT_TRUE(store->Release(pin->lease_id, 2).ok());
+  EXPECT_EQ(*store->CopiesOf("job", "act"), (std::vector<TierKind>{TierKind::kDram}));
+  EXPECT_EQ(Counter(*store, &StoreStats::drops_after_unpin), 1u);
 }
 
 }  // namespace

@@ -230,6 +230,13 @@ void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent
   Refresh(obj);
 }
 
+void ObjectIndex::RelocateCopy(StoredObject& obj, TierKind tier, const Extent& extent) {
+  ObjectCopy& c = obj.copy(tier);
+  std::uint64_t& bytes = ns_tier_bytes_[obj.meta.ns][static_cast<int>(tier)];
+  bytes = bytes - c.extent.length + extent.length;
+  c.extent = extent;
+}
+
 void ObjectIndex::ClearCopy(StoredObject& obj, TierKind tier) {
   ObjectCopy& c = obj.copy(tier);
   UnlistCopy(obj, static_cast<int>(tier));

@@ -136,6 +136,9 @@ class ObjectIndex {
   void Touch(StoredObject& obj, TierKind tier);
   void SetCopy(StoredObject& obj, TierKind tier, const Extent& extent);
   void ClearCopy(StoredObject& obj, TierKind tier);
+  // The copy in `tier` now lives at `extent` (its bytes were moved there): recency and
+  // candidate sets stay as they were.
+  void RelocateCopy(StoredObject& obj, TierKind tier, const Extent& extent);
 
   // Copies in `tier` are split by their object's pool (a tier clients map: tiers/tier.h): a
   // victim search for room in one pool visits only that pool's copies. Set before any object.

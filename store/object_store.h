@@ -179,6 +179,10 @@ struct StoreStats {
   // when the last reader let go; cancelled: kept instead, read or prefetched again first.
   std::uint64_t drops_after_unpin = 0;
   std::uint64_t drops_cancelled = 0;
+  // Copies moved aside within their tier to open a window for an extent the free bytes allowed
+  // but no free extent held (compaction), and their bytes.
+  std::uint64_t relocations = 0;
+  std::uint64_t relocated_bytes = 0;
   std::uint64_t migrations_aborted = 0;     // moves whose object was deleted meanwhile
   std::uint64_t reservations_overdue = 0;   // held past reservation_ttl_ms
   std::uint64_t leases_overdue = 0;         // held past lease_ttl_ms
@@ -376,6 +380,11 @@ class ObjectStore {
   std::uint64_t& LeavingLocked(TierKind kind, std::uint32_t pool);
   // RESOURCE_EXHAUSTED when `bytes` more of ns's copies in `kind` would pass its tier quota.
   Status WithinTierQuotaLocked(const std::string& ns, TierKind kind, std::uint64_t bytes);
+  // Where `pool`'s room in `kind` has `size` free bytes but no free extent that large: moves the
+  // fewest bytes of movable copies aside within the tier (copied and checked under mu_, at
+  // memory speed, never more than one window's worth) and returns an extent of `size` in the
+  // window they left. Host-memory tiers only (object_store_compaction.cc).
+  Result<Extent> OpenWindowLocked(TierKind kind, std::uint32_t pool, std::uint64_t size);
   // Carries out one decision; false when it no longer applies or could not start.
   bool ApplyLocked(const PlacementDecision& d, MovePriority priority);
   // Starts copying obj's copy in `from` to `to` (dst allocated there, or allocated here with

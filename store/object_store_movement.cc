@@ -34,6 +34,7 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
     TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(obj.meta.ns, to, obj.meta.size));
     const AllocationHint hint{-1, obj.pool, obj.meta.durability == Durability::kCache};
     auto e = target->Allocate(obj.meta.size, hint);
+    if (!e.ok()) e = OpenWindowLocked(to, obj.pool, obj.meta.size);
     if (!e.ok()) {
       // Room that costs no transfer (and no wait) only: a move never waits for another.
       for (const auto& d : policy_->MakeRoom(
@@ -302,6 +303,9 @@ Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, T
   for (;;) {
     auto extent = t->Allocate(size, hint);
     if (extent.ok()) return extent;
+    // Free bytes enough, but scattered: moving copies aside in the tier costs a copy at memory
+    // speed, where making room below costs a transfer out and, later, one back.
+    if (auto window = OpenWindowLocked(kind, hint.pool, size); window.ok()) return window;
     const std::uint64_t leaving = LeavingLocked(kind, hint.pool);
     const std::uint64_t want = footprint > leaving ? footprint - leaving : 0;
     bool instant = false;

@@ -103,6 +103,8 @@ void StoreService::Stat(wire::StatReply* reply) {
   add("clean_drops", s.clean_drops);
   add("drops_after_unpin", s.drops_after_unpin);
   add("drops_cancelled", s.drops_cancelled);
+  add("relocations", s.relocations);
+  add("relocated_bytes", s.relocated_bytes);
   add("quarantined", s.quarantined);
   add("copies_lost_with_peers", s.copies_lost_with_peers);
   add("guard_copies", s.guard_copies);

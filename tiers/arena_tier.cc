@@ -68,6 +68,30 @@ Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hin
                                    FormatBytes(size));
 }
 
+std::vector<Extent> ArenaTier::FreeExtents(std::uint32_t pool) const {
+  std::lock_guard lock(mu_);
+  std::vector<Extent> out;
+  for (const auto& r : regions_) {
+    if (r.pool != pool) continue;
+    for (const auto& f : r.allocator.FreeRanges()) out.push_back({r.arena_id, f.offset, f.length});
+  }
+  return out;
+}
+
+Result<Extent> ArenaTier::AllocateAt(const Extent& want) {
+  std::lock_guard lock(mu_);
+  Region* r = FindRegion(want.arena_id);
+  auto range = r == nullptr ? std::nullopt : r->allocator.AllocateAt(want.offset, want.length);
+  if (!range) {
+    return Status::ResourceExhausted(std::string(TierName(kind_)) + ": no free extent at " +
+                                     std::to_string(want.offset) + " of arena " +
+                                     std::to_string(want.arena_id));
+  }
+  used_ += range->length;
+  peak_ = std::max(peak_, used_);
+  return Extent{r->arena_id, range->offset, range->length};
+}
+
 Status ArenaTier::Free(const Extent& extent) {
   std::lock_guard lock(mu_);
   Region* r = FindRegion(extent.arena_id);

@@ -24,6 +24,8 @@ class ArenaTier : public Tier {
   std::uint32_t level() const override { return level_; }
   Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) override;
   Status Free(const Extent& extent) override;
+  std::vector<Extent> FreeExtents(std::uint32_t pool) const override;
+  Result<Extent> AllocateAt(const Extent& want) override;
   std::byte* HostAddress(const Extent& extent) override;
   std::vector<ArenaInfo> Arenas() const override;
   TierStats Stats() const override;

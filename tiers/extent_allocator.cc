@@ -79,6 +79,38 @@ std::optional<AllocatedRange> ExtentAllocator::Allocate(std::uint64_t size) {
   return AllocatedRange{offset, need};
 }
 
+std::optional<AllocatedRange> ExtentAllocator::AllocateAt(std::uint64_t offset,
+                                                          std::uint64_t size) {
+  const std::uint64_t need = RoundUp(size);
+  if (size == 0 || need < size || offset % config_.alignment != 0) return std::nullopt;
+  auto it = free_by_offset_.upper_bound(offset);
+  if (it == free_by_offset_.begin()) return std::nullopt;
+  --it;  // the free extent starting at or before offset
+  const std::uint64_t start = it->first, length = it->second;
+  if (offset + need < offset || offset + need > start + length) return std::nullopt;
+  // What is left on either side stays free.
+  const std::uint64_t before = offset - start, after = start + length - (offset + need);
+  if (before > 0) {
+    MoveFree(it, start, before);
+  } else {
+    EraseFree(it);
+  }
+  if (after > 0) InsertFree(offset + need, after);
+  stats_.used_bytes += need;
+  stats_.free_bytes -= need;
+  ++stats_.allocations;
+  stats_.free_extents = free_by_offset_.size();
+  stats_.largest_free_extent = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  return AllocatedRange{offset, need};
+}
+
+std::vector<AllocatedRange> ExtentAllocator::FreeRanges() const {
+  std::vector<AllocatedRange> out;
+  out.reserve(free_by_offset_.size());
+  for (const auto& [offset, length] : free_by_offset_) out.push_back({offset, length});
+  return out;
+}
+
 Status ExtentAllocator::Free(AllocatedRange range) {
   if (range.length == 0 || range.offset % config_.alignment != 0 ||
       range.length % config_.alignment != 0 || range.offset + range.length > config_.capacity ||

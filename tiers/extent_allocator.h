@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -48,6 +49,11 @@ class ExtentAllocator {
 
   // Returns nullopt when no free extent is large enough. size 0 allocates nothing and fails.
   std::optional<AllocatedRange> Allocate(std::uint64_t size);
+  // The range [offset, offset + RoundUp(size)), which must lie in one free extent (nullopt
+  // otherwise): how a caller that moved what stood there takes the window it opened.
+  std::optional<AllocatedRange> AllocateAt(std::uint64_t offset, std::uint64_t size);
+  // The free extents in address order.
+  std::vector<AllocatedRange> FreeRanges() const;
   // Returns a range from Allocate. Freeing a range that is not allocated is a bug; it is detected
   // (overlap with free space) and reported as an error instead of corrupting the free lists.
   Status Free(AllocatedRange range);

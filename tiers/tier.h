@@ -132,6 +132,13 @@ class Tier {
   // An extent in hint.pool's arenas (a partitioned tier), on hint.numa_node's first.
   virtual Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) = 0;
   virtual Status Free(const Extent& extent) = 0;
+  // For opening a window by moving copies aside (the store's compaction): the pool's free
+  // extents in address order, and an extent taken at a chosen place (want.length bytes at
+  // want.offset, inside one free extent). Tiers that cannot place extents so return none.
+  virtual std::vector<Extent> FreeExtents(std::uint32_t /*pool*/) const { return {}; }
+  virtual Result<Extent> AllocateAt(const Extent& /*want*/) {
+    return Status::Unimplemented(std::string(TierName(kind())) + " does not place extents");
+  }
   // Host address of the extent's first byte; nullptr when the tier is not host-mapped.
   virtual std::byte* HostAddress(const Extent& extent) = 0;
   virtual std::vector<ArenaInfo> Arenas() const = 0;

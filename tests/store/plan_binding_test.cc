@@ -179,6 +179,42 @@ TEST(PlanBinding, APendingFreeIsCancelledByANewReaderOrAPrefetch) {
   EXPECT_EQ(store->HbmBytesOf("job"), 2u << 20);
 }
 
+// A prefetch into hbm whose free bytes are scattered: the policy may not move a plan's copies
+// out, so before this the prefetch failed (RESOURCE_EXHAUSTED) and the tensor's use missed; now
+// copies are moved aside inside hbm to open a window for it.
+TEST(PlanBinding, APrefetchIntoScatteredRoomMovesCopiesAsideInHbm) {
+  auto store = MakeStore();  // hbm 8 MiB
+  store->SetPlanned("job", 8 << 20);
+  std::string one(1 << 20, 'a');
+  for (int i = 0; i < 8; ++i) {
+    one[0] = static_cast<char>('a' + i);
+    ASSERT_TRUE(store
+                    ->PutCopy({.ns = "job",
+                               .key = "k" + std::to_string(i),
+                               .size = one.size(),
+                               .tier_hint = TierKind::kHbm},
+                              one.data(), 1)
+                    .ok());
+  }
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(store->Delete("job", "k" + std::to_string(i)).ok());
+  std::string big(3 << 20, 'b');
+  ASSERT_TRUE(store->PutCopy({.ns = "job", .key = "big", .size = big.size()}, big.data(), 1).ok());
+  std::promise<Status> landed;
+  Status started = store->StartPrefetch("job", "big", 0, [&](Status s) { landed.set_value(s); });
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  auto done = landed.get_future();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(done.get().ok());
+  EXPECT_EQ(store->CopiesOf("job", "big")->front(), TierKind::kHbm);
+  EXPECT_EQ(Counter(*store, &StoreStats::relocations), 1u);  // hole, copy, hole: one moves
+  for (int i = 1; i < 8; i += 2) {
+    std::string out;
+    ASSERT_TRUE(store->ReadCopy("job", "k" + std::to_string(i), &out).ok());
+    EXPECT_EQ(out[0], static_cast<char>('a' + i));
+    EXPECT_EQ(store->CopiesOf("job", "k" + std::to_string(i))->front(), TierKind::kHbm);
+  }
+}
+
 // Before: an OFFLOAD of a copy a reader held was refused, and the tensor stayed in hbm.
 TEST(PlanBinding, AnOffloadOfAPinnedOnlyCopyCopiesItDownAndFreesItOnRelease) {
   auto store = MakeStore();

@@ -57,6 +57,40 @@ TEST(ExtentAllocator, DetectsDoubleAndBogusFrees) {
   EXPECT_EQ(a.stats().used_bytes, 0u);
 }
 
+TEST(ExtentAllocator, AllocatesAtAChosenPlaceInsideOneFreeExtent) {
+  ExtentAllocator a({.capacity = 16 * 4096, .alignment = 4096});
+  auto x = a.Allocate(4 * 4096);  // [0, 4)
+  ASSERT_TRUE(x);
+  // Inside the free tail, leaving free space on both sides.
+  auto mid = a.AllocateAt(8 * 4096, 4096 + 1);
+  ASSERT_TRUE(mid);
+  EXPECT_EQ(mid->offset, 8u * 4096);
+  EXPECT_EQ(mid->length, 2u * 4096);
+  const std::vector<AllocatedRange> free = a.FreeRanges();
+  ASSERT_EQ(free.size(), 2u);
+  EXPECT_EQ(free[0].offset, 4u * 4096);
+  EXPECT_EQ(free[0].length, 4u * 4096);
+  EXPECT_EQ(free[1].offset, 10u * 4096);
+  EXPECT_EQ(free[1].length, 6u * 4096);
+  EXPECT_EQ(a.stats().used_bytes, 6u * 4096);
+  EXPECT_EQ(a.stats().largest_free_extent, 6u * 4096);
+  // Not over allocated bytes, not across two free extents, not unaligned, not past the end.
+  EXPECT_FALSE(a.AllocateAt(2 * 4096, 4096));
+  EXPECT_FALSE(a.AllocateAt(6 * 4096, 4 * 4096));
+  EXPECT_FALSE(a.AllocateAt(4 * 4096 + 1, 4096));
+  EXPECT_FALSE(a.AllocateAt(15 * 4096, 2 * 4096));
+  EXPECT_FALSE(a.AllocateAt(~0ull - 4095, 4096 * 2));
+  // The whole of a free extent, then everything back as one extent.
+  auto hole = a.AllocateAt(4 * 4096, 4 * 4096);
+  ASSERT_TRUE(hole);
+  EXPECT_EQ(a.FreeRanges().size(), 1u);
+  ASSERT_TRUE(a.Free(*x).ok());
+  ASSERT_TRUE(a.Free(*hole).ok());
+  ASSERT_TRUE(a.Free(*mid).ok());
+  EXPECT_EQ(a.FreeRanges().size(), 1u);
+  EXPECT_EQ(a.stats().free_bytes, 16u * 4096);
+}
+
 // Random allocate/free against a model: no two live extents overlap, accounting adds up, and
 // freeing everything leaves one extent.
 TEST(ExtentAllocator, RandomizedAgainstModel) {

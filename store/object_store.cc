@@ -249,8 +249,8 @@ void ObjectStore::UnpinLocked(std::uint64_t object_id, TierKind t) {
       KeepCopyLocked(*obj, t);
     }
   }
-  // A copy kept because it was pinned when a move down landed is now a clean, redundant copy:
-  // the policy drops it first when its tier needs room.
+  // A copy kept (its free cancelled, or the last copy left) is a clean, redundant copy where
+  // another exists: the policy drops it first when its tier needs room.
   index_.Refresh(*obj);
   MaybeFreeLocked(*obj);
 }

@@ -18,6 +18,9 @@ namespace {
 // A piece of a tier's address space: free, or a copy that may be moved aside. What lies
 // between two pieces that do not touch (a pinned copy, a reservation, a move's destination)
 // stays where it is.
+// Windows tried before giving up: each costs a few allocator calls, none copies a byte.
+constexpr std::size_t kMaxWindowsTried = 32;
+
 struct Piece {
   Extent extent;
   std::uint64_t object_id = 0;  // 0: free
@@ -53,10 +56,13 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
            std::tie(b.extent.arena_id, b.extent.offset);
   });
 
-  // The window that moves the fewest bytes: a run of touching pieces at least `size` long. For
-  // each right end the best left end is the last one that keeps the run long enough.
-  std::uint64_t best_moved = std::numeric_limits<std::uint64_t>::max();
-  std::size_t best_first = 0, best_last = 0;
+  // Windows: runs of touching pieces at least `size` long, for each right end the shortest
+  // (the last left end that keeps it long enough), tried fewest bytes to move first.
+  struct Window {
+    std::uint64_t moved;
+    std::size_t first, last;
+  };
+  std::vector<Window> windows;
   std::size_t first = 0;
   std::uint64_t span = 0, moved = 0;
   for (std::size_t last = 0; last < pieces.size(); ++last) {
@@ -71,39 +77,52 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
       if (pieces[first].object_id != 0) moved -= pieces[first].extent.length;
       ++first;
     }
-    if (span >= size && moved < best_moved) {
-      best_moved = moved;
-      best_first = first;
-      best_last = last;
-    }
+    if (span >= size) windows.push_back({moved, first, last});
   }
-  if (best_moved == std::numeric_limits<std::uint64_t>::max()) return none();
+  std::sort(windows.begin(), windows.end(),
+            [](const Window& a, const Window& b) { return a.moved < b.moved; });
 
-  // The window's free pieces are taken first, so that no copy moved aside lands back in it.
+  // A window opens when each copy in it has a place outside it. Its free pieces are taken
+  // first, so that no copy moved aside lands back in it.
   std::vector<Extent> taken;
   std::vector<std::pair<StoredObject*, Extent>> homes;
   auto give_back = [&] {
     for (const Extent& e : taken) (void)t->Free(e);
     for (const auto& h : homes) (void)t->Free(h.second);
+    taken.clear();
+    homes.clear();
   };
-  for (std::size_t k = best_first; k <= best_last; ++k) {
-    if (pieces[k].object_id != 0) continue;
-    auto e = t->AllocateAt(pieces[k].extent);
-    if (!e.ok()) {
-      give_back();
-      return e.status();
+  auto place = [&](const Window& w) {
+    for (std::size_t k = w.first; k <= w.last; ++k) {
+      if (pieces[k].object_id != 0) continue;
+      auto e = t->AllocateAt(pieces[k].extent);
+      if (!e.ok()) return false;
+      taken.push_back(*e);
     }
-    taken.push_back(*e);
+    for (std::size_t k = w.first; k <= w.last; ++k) {
+      if (pieces[k].object_id == 0) continue;
+      StoredObject* obj = index_.Find(pieces[k].object_id);
+      auto e = t->Allocate(obj->meta.size, {-1, pool, obj->meta.durability == Durability::kCache});
+      if (!e.ok()) return false;
+      homes.emplace_back(obj, *e);
+    }
+    return true;
+  };
+  const Window* chosen = nullptr;
+  for (std::size_t i = 0; i < windows.size() && i < kMaxWindowsTried; ++i) {
+    if (place(windows[i])) {
+      chosen = &windows[i];
+      break;
+    }
+    give_back();
   }
-  for (std::size_t k = best_first; k <= best_last; ++k) {
-    if (pieces[k].object_id == 0) continue;
-    StoredObject* obj = index_.Find(pieces[k].object_id);
-    auto e = t->Allocate(obj->meta.size, {-1, pool, obj->meta.durability == Durability::kCache});
-    if (!e.ok()) {  // the copies do not fit elsewhere in pieces small enough: leave all as is
-      give_back();
-      return none();
-    }
-    homes.emplace_back(obj, *e);
+  if (chosen == nullptr) {
+    spdlog::debug(
+        "no window of {} in {}: {} free; {} windows long enough, none whose copies fit "
+        "elsewhere",
+        FormatBytes(size), TierName(kind), FormatBytes(space.capacity - space.used),
+        windows.size());
+    return none();
   }
   // Each copy moves with its checksum checked in the same pass: bytes that no longer match
   // are quarantined where they are (as a move down would find them), and the window stays shut.
@@ -129,9 +148,9 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
   for (const Extent& e : taken) (void)t->Free(e);
   if (!open) return none();
   spdlog::debug("opened a window of {} in {} by moving {} of copies aside", FormatBytes(size),
-                TierName(kind), FormatBytes(best_moved));
+                TierName(kind), FormatBytes(chosen->moved));
   return t->AllocateAt(
-      {pieces[best_first].extent.arena_id, pieces[best_first].extent.offset, size});
+      {pieces[chosen->first].extent.arena_id, pieces[chosen->first].extent.offset, size});
 }
 
 }  // namespace tierpool

@@ -419,11 +419,13 @@ Status ObjectStore::Promote(const std::string& ns, const std::string& key, TierK
       continue;
     }
     if (obj->copy(target).present) {
-      // A demotion request also drops the unpinned copies above the target.
+      // A demotion request also drops the copies above the target (a pinned one as its readers
+      // let go); a promotion keeps a copy there that was to go so.
       for (TierKind k : by_level_) {
         if (rank(k) >= rank(target)) break;
         FreeCopyWhenUnpinnedLocked(*obj, k);
       }
+      KeepCopyLocked(*obj, target);
       index_.Touch(*obj, target);
       return Status::Ok();
     }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -151,6 +152,41 @@ TEST(DataMovement, ScatteredFreeBytesAreJoinedByMovingCopiesAsideNotDown) {
   // The reader's copy never moved under it.
   EXPECT_EQ(std::memcmp(store.HostAddress(pinned->extent), bytes[4].data(), 1 << 20), 0);
   ASSERT_TRUE(store.Release(pinned->lease_id, kOwner).ok());
+}
+
+// The cheapest window holds a copy that fits in no hole outside it: the next window is tried.
+// hbm (7 MiB, in 512 KiB units u): hole 2u, B 3u, hole 2u | pinned X 1u | C 2u, hole 2u, D 2u.
+// A 6u put: [hole, B, hole] moves 3u but B has nowhere to go; [C, hole, D] moves 4u and does.
+TEST(DataMovement, AWindowWhoseCopiesHaveNowhereToGoGivesWayToTheNext) {
+  Rig rig = Make(64 << 20, 7 << 20, 0);
+  ObjectStore& store = *rig.store;
+  constexpr std::size_t u = 512 << 10;
+  const std::vector<std::pair<std::string, std::size_t>> layout = {
+      {"f1", 2 * u}, {"B", 3 * u},  {"f2", 2 * u}, {"X", u},
+      {"C", 2 * u},  {"f3", 2 * u}, {"D", 2 * u}};
+  std::map<std::string, std::string> bytes;
+  for (const auto& [key, n] : layout) {
+    bytes[key] = Bytes(key[0], n);
+    ASSERT_TRUE(Put(store, key, bytes[key], TierKind::kHbm).ok());
+    ASSERT_EQ(store.Head("ns", key)->tier, TierKind::kHbm) << key;
+  }
+  for (const char* key : {"f1", "f2", "f3"}) ASSERT_TRUE(store.Delete("ns", key).ok());
+  auto x = store.Pin("ns", "X", kOwner);
+  ASSERT_TRUE(x.ok());
+  const std::string big = Bytes(77, 6 * u);
+  ASSERT_TRUE(Put(store, "big", big, TierKind::kHbm).ok());
+  EXPECT_EQ(store.Head("ns", "big")->tier, TierKind::kHbm);
+  StoreStats s = store.Stats();
+  EXPECT_EQ(s.demotions, 0u);
+  EXPECT_EQ(s.relocations, 2u);  // C and D, not B
+  EXPECT_EQ(s.relocated_bytes, 4 * u);
+  for (const char* key : {"B", "X", "C", "D", "big"}) {
+    std::string out;
+    ASSERT_TRUE(store.ReadCopy("ns", key, &out).ok()) << key;
+    EXPECT_TRUE(out == (std::string(key) == "big" ? big : bytes[key])) << key;
+    EXPECT_EQ(store.Head("ns", key)->tier, TierKind::kHbm) << key;
+  }
+  ASSERT_TRUE(store.Release(x->lease_id, kOwner).ok());
 }
 
 // Moving a copy aside checks its bytes in the same pass: bytes changed in memory are caught

@@ -381,9 +381,10 @@ class ObjectStore {
   // RESOURCE_EXHAUSTED when `bytes` more of ns's copies in `kind` would pass its tier quota.
   Status WithinTierQuotaLocked(const std::string& ns, TierKind kind, std::uint64_t bytes);
   // Where `pool`'s room in `kind` has `size` free bytes but no free extent that large: moves the
-  // fewest bytes of movable copies aside within the tier (copied and checked under mu_, at
-  // memory speed, never more than one window's worth) and returns an extent of `size` in the
-  // window they left. Host-memory tiers only (object_store_compaction.cc).
+  // fewest bytes of movable copies aside within the tier (one at a time, copied and checked
+  // under mu_ at memory speed, none larger than `size`, so the tier's use never passes where
+  // this allocation leaves it) and returns an extent of `size` in the window they left.
+  // Host-memory tiers only (object_store_compaction.cc).
   Result<Extent> OpenWindowLocked(TierKind kind, std::uint32_t pool, std::uint64_t size);
   // Carries out one decision; false when it no longer applies or could not start.
   bool ApplyLocked(const PlacementDecision& d, MovePriority priority);

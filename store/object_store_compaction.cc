@@ -18,7 +18,7 @@ namespace {
 // A piece of a tier's address space: free, or a copy that may be moved aside. What lies
 // between two pieces that do not touch (a pinned copy, a reservation, a move's destination)
 // stays where it is.
-// Windows tried before giving up: each costs a few allocator calls, none copies a byte.
+// Windows checked before giving up: each check walks the free list, none copies a byte.
 constexpr std::size_t kMaxWindowsTried = 32;
 
 struct Piece {
@@ -82,39 +82,36 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
   std::sort(windows.begin(), windows.end(),
             [](const Window& a, const Window& b) { return a.moved < b.moved; });
 
-  // A window opens when each copy in it has a place outside it. Its free pieces are taken
-  // first, so that no copy moved aside lands back in it.
-  std::vector<Extent> taken;
-  std::vector<std::pair<StoredObject*, Extent>> homes;
-  auto give_back = [&] {
-    for (const Extent& e : taken) (void)t->Free(e);
-    for (const auto& h : homes) (void)t->Free(h.second);
-    taken.clear();
-    homes.clear();
-  };
-  auto place = [&](const Window& w) {
-    for (std::size_t k = w.first; k <= w.last; ++k) {
-      if (pieces[k].object_id != 0) continue;
-      auto e = t->AllocateAt(pieces[k].extent);
-      if (!e.ok()) return false;
-      taken.push_back(*e);
+  // A window opens when each copy in it has a place outside it: checked first on a copy of
+  // the free list (best fit, as the allocator places them), so no byte is copied in vain.
+  auto fits = [&](const Window& w) {
+    std::vector<std::uint64_t> holes;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+      if (pieces[k].object_id == 0 && (k < w.first || k > w.last)) {
+        holes.push_back(pieces[k].extent.length);
+      }
     }
     for (std::size_t k = w.first; k <= w.last; ++k) {
       if (pieces[k].object_id == 0) continue;
-      StoredObject* obj = index_.Find(pieces[k].object_id);
-      auto e = t->Allocate(obj->meta.size, {-1, pool, obj->meta.durability == Durability::kCache});
-      if (!e.ok()) return false;
-      homes.emplace_back(obj, *e);
+      const std::uint64_t need = pieces[k].extent.length;
+      // A copy larger than what is asked for would, held twice while it moves, take the tier
+      // past where the allocation itself leaves it.
+      if (need > AlignUp(size, 4096)) return false;
+      auto best = holes.end();
+      for (auto h = holes.begin(); h != holes.end(); ++h) {
+        if (*h >= need && (best == holes.end() || *h < *best)) best = h;
+      }
+      if (best == holes.end()) return false;
+      *best -= need;
     }
     return true;
   };
   const Window* chosen = nullptr;
   for (std::size_t i = 0; i < windows.size() && i < kMaxWindowsTried; ++i) {
-    if (place(windows[i])) {
+    if (fits(windows[i])) {
       chosen = &windows[i];
       break;
     }
-    give_back();
   }
   if (chosen == nullptr) {
     spdlog::debug(
@@ -124,33 +121,39 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
         windows.size());
     return none();
   }
-  // Each copy moves with its checksum checked in the same pass: bytes that no longer match
-  // are quarantined where they are (as a move down would find them), and the window stays shut.
-  bool open = true;
-  for (auto& [obj, home] : homes) {
+  const Extent& first_piece = pieces[chosen->first].extent;
+  const Extent& last_piece = pieces[chosen->last].extent;
+  const Extent window{first_piece.arena_id, first_piece.offset,
+                      last_piece.offset + last_piece.length - first_piece.offset};
+
+  // One copy at a time: a place outside the window, the bytes copied and checked against their
+  // checksum in the same pass, the old place freed. The tier never holds more than one copy
+  // twice. Bytes that no longer match are quarantined where they are (as a move down would
+  // find them), and the window stays shut; copies already moved stay moved, their bytes right.
+  for (std::size_t k = chosen->first; k <= chosen->last; ++k) {
+    if (pieces[k].object_id == 0) continue;
+    StoredObject* obj = index_.Find(pieces[k].object_id);
+    auto home = t->AllocateOutside(obj->meta.size, pool, window);
+    if (!home.ok()) return none();
     const Extent from = obj->copy(kind).extent;
     const std::uint64_t sum =
-        CopyAndChecksum(t->HostAddress(home), t->HostAddress(from), obj->meta.size);
+        CopyAndChecksum(t->HostAddress(*home), t->HostAddress(from), obj->meta.size);
     if (sum != obj->meta.checksum) {
-      (void)t->Free(home);
+      (void)t->Free(*home);
       ++counters_.corrupt_in_memory;
       QuarantineLocked(
           *obj, Status::DataLoss(obj->meta.ns + "/" + obj->meta.key + ": its bytes in " +
                                  std::string(TierName(kind)) + " no longer match their checksum"));
-      open = false;
-      continue;
+      return none();
     }
-    index_.RelocateCopy(*obj, kind, home);
+    index_.RelocateCopy(*obj, kind, *home);
     (void)t->Free(from);
     ++counters_.relocations;
     counters_.relocated_bytes += obj->meta.size;
   }
-  for (const Extent& e : taken) (void)t->Free(e);
-  if (!open) return none();
   spdlog::debug("opened a window of {} in {} by moving {} of copies aside", FormatBytes(size),
                 TierName(kind), FormatBytes(chosen->moved));
-  return t->AllocateAt(
-      {pieces[chosen->first].extent.arena_id, pieces[chosen->first].extent.offset, size});
+  return t->AllocateAt({window.arena_id, window.offset, size});
 }
 
 }  // namespace tierpool

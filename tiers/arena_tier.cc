@@ -92,6 +92,24 @@ Result<Extent> ArenaTier::AllocateAt(const Extent& want) {
   return Extent{r->arena_id, range->offset, range->length};
 }
 
+Result<Extent> ArenaTier::AllocateOutside(std::uint64_t size, std::uint32_t pool,
+                                          const Extent& avoid) {
+  std::lock_guard lock(mu_);
+  for (auto& r : regions_) {
+    if (r.pool != pool) continue;
+    auto range = r.arena_id == avoid.arena_id
+                     ? r.allocator.AllocateAvoiding(size, avoid.offset, avoid.length)
+                     : r.allocator.Allocate(size);
+    if (range) {
+      used_ += range->length;
+      peak_ = std::max(peak_, used_);
+      return Extent{r.arena_id, range->offset, range->length};
+    }
+  }
+  return Status::ResourceExhausted(std::string(TierName(kind_)) + " has no free extent of " +
+                                   FormatBytes(size) + " outside the window being opened");
+}
+
 Status ArenaTier::Free(const Extent& extent) {
   std::lock_guard lock(mu_);
   Region* r = FindRegion(extent.arena_id);

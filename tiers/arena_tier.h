@@ -26,6 +26,8 @@ class ArenaTier : public Tier {
   Status Free(const Extent& extent) override;
   std::vector<Extent> FreeExtents(std::uint32_t pool) const override;
   Result<Extent> AllocateAt(const Extent& want) override;
+  Result<Extent> AllocateOutside(std::uint64_t size, std::uint32_t pool,
+                                 const Extent& avoid) override;
   std::byte* HostAddress(const Extent& extent) override;
   std::vector<ArenaInfo> Arenas() const override;
   TierStats Stats() const override;

@@ -104,6 +104,28 @@ std::optional<AllocatedRange> ExtentAllocator::AllocateAt(std::uint64_t offset,
   return AllocatedRange{offset, need};
 }
 
+std::optional<AllocatedRange> ExtentAllocator::AllocateAvoiding(std::uint64_t size,
+                                                                std::uint64_t avoid_offset,
+                                                                std::uint64_t avoid_length) {
+  const std::uint64_t need = RoundUp(size);
+  if (size == 0 || need < size) return std::nullopt;
+  const std::uint64_t lo = avoid_offset, hi = avoid_offset + avoid_length;
+  // Smallest first, as Allocate; an extent the window cuts offers its part before or after it.
+  for (auto it = free_by_size_.lower_bound({need, 0}); it != free_by_size_.end(); ++it) {
+    const auto [length, offset] = *it;
+    const std::uint64_t end = offset + length;
+    std::optional<std::uint64_t> at;
+    if (end <= lo || offset >= hi || (lo >= offset && lo - offset >= need)) {
+      at = offset;
+    } else if (end > hi && end - std::max(hi, offset) >= need) {
+      at = (std::max(hi, offset) + config_.alignment - 1) & ~(config_.alignment - 1);
+      if (*at + need > end) at.reset();
+    }
+    if (at) return AllocateAt(*at, size);
+  }
+  return std::nullopt;
+}
+
 std::vector<AllocatedRange> ExtentAllocator::FreeRanges() const {
   std::vector<AllocatedRange> out;
   out.reserve(free_by_offset_.size());

@@ -52,6 +52,9 @@ class ExtentAllocator {
   // The range [offset, offset + RoundUp(size)), which must lie in one free extent (nullopt
   // otherwise): how a caller that moved what stood there takes the window it opened.
   std::optional<AllocatedRange> AllocateAt(std::uint64_t offset, std::uint64_t size);
+  // As Allocate (best fit), with no byte in [avoid_offset, avoid_offset + avoid_length).
+  std::optional<AllocatedRange> AllocateAvoiding(std::uint64_t size, std::uint64_t avoid_offset,
+                                                 std::uint64_t avoid_length);
   // The free extents in address order.
   std::vector<AllocatedRange> FreeRanges() const;
   // Returns a range from Allocate. Freeing a range that is not allocated is a bug; it is detected

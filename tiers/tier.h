@@ -139,6 +139,11 @@ class Tier {
   virtual Result<Extent> AllocateAt(const Extent& /*want*/) {
     return Status::Unimplemented(std::string(TierName(kind())) + " does not place extents");
   }
+  // An extent of `size` in `pool`'s room with no byte inside `avoid`.
+  virtual Result<Extent> AllocateOutside(std::uint64_t /*size*/, std::uint32_t /*pool*/,
+                                         const Extent& /*avoid*/) {
+    return Status::Unimplemented(std::string(TierName(kind())) + " does not place extents");
+  }
   // Host address of the extent's first byte; nullptr when the tier is not host-mapped.
   virtual std::byte* HostAddress(const Extent& extent) = 0;
   virtual std::vector<ArenaInfo> Arenas() const = 0;

@@ -91,6 +91,26 @@ TEST(ExtentAllocator, AllocatesAtAChosenPlaceInsideOneFreeExtent) {
   EXPECT_EQ(a.stats().free_bytes, 16u * 4096);
 }
 
+TEST(ExtentAllocator, AllocatesAvoidingAWindow) {
+  ExtentAllocator a({.capacity = 16 * 4096, .alignment = 4096});
+  auto x = a.AllocateAt(4 * 4096, 4096);  // free: [0, 4) and [5, 16)
+  ASSERT_TRUE(x);
+  // Best fit would take [0, 2); the window [0, 3) leaves [3, 4), too short, so [5, 7) it is.
+  auto y = a.AllocateAvoiding(2 * 4096, 0, 3 * 4096);
+  ASSERT_TRUE(y);
+  EXPECT_EQ(y->offset, 5u * 4096);
+  // Free: [0, 4), [7, 16). A window over [0, 13): the part of the tail after it.
+  auto z = a.AllocateAvoiding(3 * 4096, 0, 13 * 4096);
+  ASSERT_TRUE(z);
+  EXPECT_EQ(z->offset, 13u * 4096);
+  // Free: [0, 4), [7, 13). A window over [1, 16): the part of [0, 4) before it.
+  auto w = a.AllocateAvoiding(4096, 1 * 4096, 15 * 4096);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->offset, 0u);
+  EXPECT_FALSE(a.AllocateAvoiding(8 * 4096, 0, 4096));  // larger than any extent
+  EXPECT_EQ(a.stats().used_bytes, 7u * 4096);
+}
+
 // Random allocate/free against a model: no two live extents overlap, accounting adds up, and
 // freeing everything leaves one extent.
 TEST(ExtentAllocator, RandomizedAgainstModel) {

@@ -47,8 +47,14 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
   for (const Extent& f : t->FreeExtents(pool)) pieces.push_back({f, 0});
   if (pieces.empty()) return none();
   index_.ForEachCandidate(kind, pool, CandidateSet::kMovable, [&](StoredObject& obj) {
-    const Extent& e = obj.copy(kind).extent;
-    if (e.length > 0) pieces.push_back({e, obj.id});
+    // Checked again here: a pin does not refresh the candidate sets (the policy's decisions are
+    // checked as they are applied), and a reader's bytes must never move under it.
+    const ObjectCopy& c = obj.copy(kind);
+    if (!c.present || c.pins > 0 || c.free_on_unpin || obj.move || obj.holds > 0 || obj.doomed ||
+        obj.corrupt || !obj.committed) {
+      return false;
+    }
+    if (c.extent.length > 0) pieces.push_back({c.extent, obj.id});
     return false;
   });
   std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {

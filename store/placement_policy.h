@@ -16,8 +16,10 @@
 // (ObjectIndex::SetNeedsGuard). "Below" follows the store's ranks (StoreConfig::spill_order).
 //
 // Locking: called with the store's mutex held; does not block. Each step visits only eligible
-// candidates (pinned, moving or quarantined copies are not in the candidate sets), so a search
-// costs O(victims), never O(objects).
+// candidates (moving or quarantined copies are not in the candidate sets), so a search costs
+// O(victims), never O(objects). A pin does not refresh the sets (it is on every get's path): a
+// copy pinned since its object was last refreshed may still be listed, and the store checks
+// each decision as it applies it (ObjectStore::ApplyLocked), as compaction checks each copy.
 #pragma once
 
 #include <array>

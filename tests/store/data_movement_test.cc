@@ -160,6 +160,39 @@ TEST(DataMovement, ScatteredFreeBytesAreJoinedByMovingCopiesAsideNotDown) {
   ASSERT_TRUE(store.Release(pinned->lease_id, kOwner).ok());
 }
 
+// A reader's copy never moves, though a pin does not take it out of the candidate sets (the
+// policy checks as it applies). hbm 5 MiB: hole 1, P 1 (pinned), hole 1, A 2. A 2 MiB put: the
+// windows around P would be cheapest; the one over A has nowhere to put A. So nothing moves,
+// and the reader still reads P where it was. Before, P moved, the put landed on its old place,
+// and the soak test's clients read other bytes through their views.
+TEST(DataMovement, APinnedCopyIsNeverMovedAside) {
+  Rig rig = Make(64 << 20, 5 << 20, 0);
+  ObjectStore& store = *rig.store;
+  const std::vector<std::pair<std::string, std::size_t>> layout = {
+      {"f1", 1 << 20}, {"P", 1 << 20}, {"f2", 1 << 20}, {"A", 2 << 20}};
+  std::map<std::string, std::string> bytes;
+  for (const auto& [key, n] : layout) {
+    bytes[key] = Bytes(key[0] + 100, n);
+    ASSERT_TRUE(Put(store, key, bytes[key], TierKind::kHbm).ok());
+  }
+  ASSERT_TRUE(store.Delete("ns", "f1").ok());
+  ASSERT_TRUE(store.Delete("ns", "f2").ok());
+  auto p = store.Pin("ns", "P", kOwner, {.want = TierKind::kHbm});
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->meta.tier, TierKind::kHbm);
+  const std::string big = Bytes(5, 2 << 20);
+  ASSERT_TRUE(Put(store, "big", big, TierKind::kHbm).ok());
+  EXPECT_EQ(store.Stats().relocations, 0u);
+  EXPECT_EQ(std::memcmp(store.HostAddress(p->extent), bytes["P"].data(), 1 << 20), 0)
+      << "the reader's bytes changed under it";
+  ASSERT_TRUE(store.Release(p->lease_id, kOwner).ok());
+  std::string out;
+  for (const char* key : {"P", "A", "big"}) {
+    ASSERT_TRUE(store.ReadCopy("ns", key, &out).ok()) << key;
+    EXPECT_TRUE(out == (std::string(key) == "big" ? big : bytes[key])) << key;
+  }
+}
+
 // The cheapest window holds a copy that fits in no hole outside it: the next window is tried.
 // hbm (7 MiB, in 512 KiB units u): hole 2u, B 3u, hole 2u | pinned X 1u | C 2u, hole 2u, D 2u.
 // A 6u put: [hole, B, hole] moves 3u but B has nowhere to go; [C, hole, D] moves 4u and does.

@@ -365,13 +365,7 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t acti
                                    std::uint32_t needed_by) {
   const std::string& key = job.keys[t];
   TensorPlacement p = control_->Placement(job.ns, key);
-  if (p.exists && p.leaving_hbm) {
-    // Its FREE is still waiting for a reader to let go: keeping it costs no transfer and no
-    // budget (its bytes never left).
-    (void)control_->Prefetch(job.ns, key, 0, nullptr);
-    ++job.counters.issued;
-    return;
-  }
+  if (KeepLeavingLocked(job, key, p)) return;
   if (!p.exists || p.in_hbm || p.moving_to_hbm) {
     spdlog::debug("job {}: prefetch skipped: {} is {}", job.name, key,
                   !p.exists  ? "absent"
@@ -392,6 +386,15 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t acti
     return;
   }
   StartPrefetchLocked(job, key, deadline, p.size, used);
+}
+
+bool Executor::KeepLeavingLocked(Job& job, const std::string& key, const TensorPlacement& p) {
+  if (!p.exists || !p.leaving_hbm) return false;
+  // Its FREE is still waiting for a reader to let go: keeping it costs no transfer and no
+  // budget (its bytes never left).
+  (void)control_->Prefetch(job.ns, key, 0, nullptr);
+  ++job.counters.issued;
+  return true;
 }
 
 void Executor::StartPrefetchLocked(Job& job, const std::string& key, std::uint64_t deadline,
@@ -424,9 +427,8 @@ void Executor::DrainWaitingLocked(Job& job) {
     const std::uint32_t t = it->first.second;
     const std::string& key = job.keys[t];
     TensorPlacement p = control_->Placement(job.ns, key);
-    if (p.exists && p.leaving_hbm) {
-      (void)control_->Prefetch(job.ns, key, 0, nullptr);  // kept: as in IssuePrefetchLocked
-      ++job.counters.issued;
+    if (KeepLeavingLocked(job, key, p)) {
+      // kept in hbm: nothing to move
     } else if (!p.exists || p.in_hbm || p.moving_to_hbm) {
       ++job.counters.skipped;
     } else {

@@ -117,6 +117,9 @@ class Executor {
   void IssuePrefetchLocked(Job& job, std::uint32_t tensor, std::uint32_t action_step,
                            std::uint32_t needed_by);
   void DrainWaitingLocked(Job& job);
+  // A tensor whose hbm copy waits for a reader to let go before its FREE: the copy is kept
+  // (a prefetch with no transfer) and counted as issued. False for any other tensor.
+  bool KeepLeavingLocked(Job& job, const std::string& key, const TensorPlacement& p);
   // Hands one prefetch to the store and counts how that went.
   void StartPrefetchLocked(Job& job, const std::string& key, std::uint64_t deadline,
                            std::uint64_t bytes, std::uint64_t hbm_used);

@@ -169,8 +169,7 @@ void ObjectIndex::Unlist(StoredObject& obj) {
 void ObjectIndex::Refresh(StoredObject& obj) {
   // The sets each copy belongs in now; only the differences touch the sets (a put or a get
   // changes one or two memberships, not all twelve).
-  const bool movable_object = obj.committed && obj.linked && !obj.doomed && !obj.corrupt &&
-                              !obj.move.has_value() && obj.holds == 0;
+  const bool movable_object = MovableObject(obj);
   const int present = movable_object ? obj.present_copies() : 0;
   // Copies that keep a retained object safe alone; dropping one of them must leave another.
   int guarding = 0;

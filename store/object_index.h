@@ -82,6 +82,14 @@ struct StoredObject {
   int present_copies() const;
 };
 
+// Whether obj's copies may move or go at all (each copy also needs to be present and unpinned):
+// committed, named, not deleted, quarantined or moving, and no caller waiting on it. The
+// definition of the movable candidate set.
+inline bool MovableObject(const StoredObject& obj) {
+  return obj.committed && obj.linked && !obj.doomed && !obj.corrupt && !obj.move.has_value() &&
+         obj.holds == 0;
+}
+
 struct Lease {
   std::uint64_t object_id = 0;
   TierKind tier = TierKind::kDram;  // the copy it pins

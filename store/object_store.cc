@@ -195,6 +195,12 @@ void ObjectStore::KeepCopyLocked(StoredObject& obj, TierKind t) {
   LeavingLocked(t, obj.pool) -= obj.meta.size;
 }
 
+void ObjectStore::CancelFreeOnUnpinLocked(StoredObject& obj, TierKind t) {
+  if (!obj.copy(t).free_on_unpin) return;
+  KeepCopyLocked(obj, t);
+  ++counters_.drops_cancelled;
+}
+
 void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
   if (!obj.doomed || obj.pins() > 0 || obj.move.has_value()) return;
   for (TierKind k : by_level_) FreeCopyLocked(obj, k);

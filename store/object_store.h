@@ -436,6 +436,8 @@ class ObjectStore {
   void FreeCopyWhenUnpinnedLocked(StoredObject& obj, TierKind t);
   // Undoes FreeCopyWhenUnpinnedLocked: the copy stays (it is wanted again).
   void KeepCopyLocked(StoredObject& obj, TierKind t);
+  // KeepCopyLocked for a reader or a prefetch that wants the copy again, counted as such.
+  void CancelFreeOnUnpinLocked(StoredObject& obj, TierKind t);
   void DoomLocked(StoredObject& obj);
   void MaybeFreeLocked(StoredObject& obj);
   void FreeReservationLocked(std::uint64_t id);

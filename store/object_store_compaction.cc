@@ -15,12 +15,12 @@ namespace tierpool {
 
 namespace {
 
-// A piece of a tier's address space: free, or a copy that may be moved aside. What lies
-// between two pieces that do not touch (a pinned copy, a reservation, a move's destination)
-// stays where it is.
 // Windows checked before giving up: each check walks the free list, none copies a byte.
 constexpr std::size_t kMaxWindowsTried = 32;
 
+// A piece of a tier's address space: free, or a copy that may be moved aside. What lies
+// between two pieces that do not touch (a pinned copy, a reservation, a move's destination)
+// stays where it is.
 struct Piece {
   Extent extent;
   std::uint64_t object_id = 0;  // 0: free
@@ -50,11 +50,9 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
     // Checked again here: a pin does not refresh the candidate sets (the policy's decisions are
     // checked as they are applied), and a reader's bytes must never move under it.
     const ObjectCopy& c = obj.copy(kind);
-    if (!c.present || c.pins > 0 || c.free_on_unpin || obj.move || obj.holds > 0 || obj.doomed ||
-        obj.corrupt || !obj.committed) {
-      return false;
+    if (MovableObject(obj) && c.present && c.pins == 0 && c.extent.length > 0) {
+      pieces.push_back({c.extent, obj.id});
     }
-    if (c.extent.length > 0) pieces.push_back({c.extent, obj.id});
     return false;
   });
   std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {

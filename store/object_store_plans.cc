@@ -77,10 +77,7 @@ Status ObjectStore::StartPrefetch(const std::string& ns, const std::string& key,
   if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   if (obj->corrupt) return Status::DataLoss(ns + "/" + key + " is quarantined");
   if (obj->copy(TierKind::kHbm).present) {
-    if (obj->copy(TierKind::kHbm).free_on_unpin) {
-      KeepCopyLocked(*obj, TierKind::kHbm);  // its FREE had waited for a reader: wanted again
-      ++counters_.drops_cancelled;
-    }
+    CancelFreeOnUnpinLocked(*obj, TierKind::kHbm);  // its FREE had waited for a reader
     return Status::AlreadyExists("already in hbm");
   }
   if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");

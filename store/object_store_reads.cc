@@ -123,10 +123,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   auto [obj, t] = *found;
   if (want_device && options.device_ok && obj->copy(*options.want).present) t = *options.want;
   ObjectCopy& c = obj->copy(t);
-  if (c.free_on_unpin) {
-    KeepCopyLocked(*obj, t);  // read again before its readers let go: it is wanted
-    ++counters_.drops_cancelled;
-  }
+  CancelFreeOnUnpinLocked(*obj, t);  // read again before its readers let go: it is wanted
   ++c.pins;
   const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner
                                 ? 0

@@ -39,6 +39,12 @@ Status ArenaTier::CheckExtent(const Extent& extent) const {
   return Status::Ok();
 }
 
+Extent ArenaTier::TakenLocked(const Region& r, const AllocatedRange& range) {
+  used_ += range.length;
+  peak_ = std::max(peak_, used_);
+  return Extent{r.arena_id, range.offset, range.length};
+}
+
 Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
   std::lock_guard lock(mu_);
   // Only the pool's regions; the hinted node first, then the others with the most free space
@@ -58,11 +64,7 @@ Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hin
     });
   }
   for (Region* r : order) {
-    if (auto range = r->allocator.Allocate(size)) {
-      used_ += range->length;
-      peak_ = std::max(peak_, used_);
-      return Extent{r->arena_id, range->offset, range->length};
-    }
+    if (auto range = r->allocator.Allocate(size)) return TakenLocked(*r, *range);
   }
   return Status::ResourceExhausted(std::string(TierName(kind_)) + " has no free extent of " +
                                    FormatBytes(size));
@@ -87,9 +89,7 @@ Result<Extent> ArenaTier::AllocateAt(const Extent& want) {
                                      std::to_string(want.offset) + " of arena " +
                                      std::to_string(want.arena_id));
   }
-  used_ += range->length;
-  peak_ = std::max(peak_, used_);
-  return Extent{r->arena_id, range->offset, range->length};
+  return TakenLocked(*r, *range);
 }
 
 Result<Extent> ArenaTier::AllocateOutside(std::uint64_t size, std::uint32_t pool,
@@ -100,11 +100,7 @@ Result<Extent> ArenaTier::AllocateOutside(std::uint64_t size, std::uint32_t pool
     auto range = r.arena_id == avoid.arena_id
                      ? r.allocator.AllocateAvoiding(size, avoid.offset, avoid.length)
                      : r.allocator.Allocate(size);
-    if (range) {
-      used_ += range->length;
-      peak_ = std::max(peak_, used_);
-      return Extent{r.arena_id, range->offset, range->length};
-    }
+    if (range) return TakenLocked(r, *range);
   }
   return Status::ResourceExhausted(std::string(TierName(kind_)) + " has no free extent of " +
                                    FormatBytes(size) + " outside the window being opened");

@@ -69,6 +69,8 @@ class ArenaTier : public Tier {
     RegionDevice device;
   };
   Region* FindRegion(std::uint32_t arena_id);
+  // Counts `range`, just allocated in r, in the tier's use and peak (mu_ held).
+  Extent TakenLocked(const Region& r, const AllocatedRange& range);
   const Region* FindRegion(std::uint32_t arena_id) const;
 
   TierKind kind_;

@@ -53,6 +53,14 @@ void ExtentAllocator::EraseFree(std::map<std::uint64_t, std::uint64_t>::iterator
   free_by_offset_.erase(it);
 }
 
+void ExtentAllocator::CountTaken(std::uint64_t need) {
+  stats_.used_bytes += need;
+  stats_.free_bytes -= need;
+  ++stats_.allocations;
+  stats_.free_extents = free_by_offset_.size();
+  stats_.largest_free_extent = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+}
+
 std::optional<AllocatedRange> ExtentAllocator::Allocate(std::uint64_t size) {
   std::uint64_t need = RoundUp(size);
   if (size == 0 || need < size) {
@@ -71,11 +79,7 @@ std::optional<AllocatedRange> ExtentAllocator::Allocate(std::uint64_t size) {
   } else {
     EraseFree(free_by_offset_.find(offset));
   }
-  stats_.used_bytes += need;
-  stats_.free_bytes -= need;
-  ++stats_.allocations;
-  stats_.free_extents = free_by_offset_.size();
-  stats_.largest_free_extent = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  CountTaken(need);
   return AllocatedRange{offset, need};
 }
 
@@ -96,11 +100,7 @@ std::optional<AllocatedRange> ExtentAllocator::AllocateAt(std::uint64_t offset,
     EraseFree(it);
   }
   if (after > 0) InsertFree(offset + need, after);
-  stats_.used_bytes += need;
-  stats_.free_bytes -= need;
-  ++stats_.allocations;
-  stats_.free_extents = free_by_offset_.size();
-  stats_.largest_free_extent = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  CountTaken(need);
   return AllocatedRange{offset, need};
 }
 
@@ -118,7 +118,7 @@ std::optional<AllocatedRange> ExtentAllocator::AllocateAvoiding(std::uint64_t si
     if (end <= lo || offset >= hi || (lo >= offset && lo - offset >= need)) {
       at = offset;
     } else if (end > hi && end - std::max(hi, offset) >= need) {
-      at = (std::max(hi, offset) + config_.alignment - 1) & ~(config_.alignment - 1);
+      at = RoundUp(std::max(hi, offset));
       if (*at + need > end) at.reset();
     }
     if (at) return AllocateAt(*at, size);

@@ -66,6 +66,8 @@ class ExtentAllocator {
 
  private:
   void InsertFree(std::uint64_t offset, std::uint64_t length);
+  // The stats of `need` bytes taken from the free lists.
+  void CountTaken(std::uint64_t need);
   void EraseFree(std::map<std::uint64_t, std::uint64_t>::iterator it);
   // The free extent at `it` becomes [offset, offset + length), its nodes reused.
   void MoveFree(std::map<std::uint64_t, std::uint64_t>::iterator it, std::uint64_t offset,

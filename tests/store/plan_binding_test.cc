@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <future>
+#include <optional>
 
 #include "tiers/dram_tier.h"
 #include "tiers/hbm_tier.h"
@@ -27,6 +28,13 @@ std::unique_ptr<ObjectStore> MakeStore() {
   auto s = ObjectStore::Create({}, std::move(tiers));
   EXPECT_TRUE(s.ok());
   return std::move(s).value();
+}
+
+// A put into the job's namespace (dram unless `tier` says hbm).
+Status PutJob(ObjectStore& store, const std::string& key, const std::string& bytes,
+              std::optional<TierKind> tier = std::nullopt) {
+  return store.PutCopy({.ns = "job", .key = key, .size = bytes.size(), .tier_hint = tier},
+                       bytes.data(), 1);
 }
 
 prefetch::JobSpec Spec() {
@@ -65,8 +73,7 @@ TEST(PlanBinding, MovesWithoutTransferDoNotCallBackIntoTheExecutor) {
   auto store = MakeStore();
   ASSERT_TRUE(store->PutCopy({.ns = "job", .key = "empty", .size = 0}, "", 1).ok());
   std::string bytes(1 << 20, 'x');
-  ASSERT_TRUE(
-      store->PutCopy({.ns = "job", .key = "clean", .size = bytes.size()}, bytes.data(), 1).ok());
+  ASSERT_TRUE(PutJob(*store, "clean", bytes).ok());
   ASSERT_TRUE(store->Promote("job", "clean", TierKind::kHbm).ok());  // dram copy stays: clean
   StoreTierControl control(store.get());
   prefetch::Executor exec(&control, 8 << 20);
@@ -97,8 +104,7 @@ std::uint64_t Counter(ObjectStore& store, std::uint64_t StoreStats::*field) {
 TEST(PlanBinding, AFreeThatMeetsAReadersPinFreesTheCopyWhenItIsReleased) {
   auto store = MakeStore();
   std::string bytes(2 << 20, 'x');
-  ASSERT_TRUE(
-      store->PutCopy({.ns = "job", .key = "in", .size = bytes.size()}, bytes.data(), 1).ok());
+  ASSERT_TRUE(PutJob(*store, "in", bytes).ok());
   ASSERT_TRUE(store->Promote("job", "in", TierKind::kHbm).ok());  // its dram copy stays
   store->SetPlanned("job", 3 << 20);
   auto pin = store->Pin("job", "in", 2, {.want = TierKind::kHbm});
@@ -115,19 +121,14 @@ TEST(PlanBinding, AFreeThatMeetsAReadersPinFreesTheCopyWhenItIsReleased) {
 
   // The room is the next put's, within the budget.
   std::string out(2 << 20, 'y');
-  ASSERT_TRUE(
-      store
-          ->PutCopy({.ns = "job", .key = "out", .size = out.size(), .tier_hint = TierKind::kHbm},
-                    out.data(), 1)
-          .ok());
+  ASSERT_TRUE(PutJob(*store, "out", out, TierKind::kHbm).ok());
   EXPECT_EQ(store->Head("job", "out")->tier, TierKind::kHbm);
 }
 
 TEST(PlanBinding, APendingFreeWaitsForTheReleaseBeforeAPutDecidesItsTier) {
   auto store = MakeStore();
   std::string bytes(2 << 20, 'x');
-  ASSERT_TRUE(
-      store->PutCopy({.ns = "job", .key = "in", .size = bytes.size()}, bytes.data(), 1).ok());
+  ASSERT_TRUE(PutJob(*store, "in", bytes).ok());
   ASSERT_TRUE(store->Promote("job", "in", TierKind::kHbm).ok());
   store->SetPlanned("job", 3 << 20);
   auto pin = store->Pin("job", "in", 2, {.want = TierKind::kHbm});
@@ -136,11 +137,8 @@ TEST(PlanBinding, APendingFreeWaitsForTheReleaseBeforeAPutDecidesItsTier) {
   // The put would pass the budget with the pinned copy counted: it waits for the copy leaving
   // (as for a copy-out in flight) instead of going to dram at once.
   std::string out(2 << 20, 'y');
-  auto put = std::async(std::launch::async, [&] {
-    return store->PutCopy(
-        {.ns = "job", .key = "out", .size = out.size(), .tier_hint = TierKind::kHbm}, out.data(),
-        1);
-  });
+  auto put =
+      std::async(std::launch::async, [&] { return PutJob(*store, "out", out, TierKind::kHbm); });
   EXPECT_EQ(put.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
   ASSERT_TRUE(store->Release(pin->lease_id, 2).ok());
   ASSERT_EQ(put.wait_for(std::chrono::seconds(10)), std::future_status::ready);
@@ -152,8 +150,7 @@ TEST(PlanBinding, APendingFreeIsCancelledByANewReaderOrAPrefetch) {
   auto store = MakeStore();
   std::string bytes(1 << 20, 'x');
   for (const char* key : {"a", "b"}) {
-    ASSERT_TRUE(
-        store->PutCopy({.ns = "job", .key = key, .size = bytes.size()}, bytes.data(), 1).ok());
+    ASSERT_TRUE(PutJob(*store, key, bytes).ok());
     ASSERT_TRUE(store->Promote("job", key, TierKind::kHbm).ok());
   }
   store->SetPlanned("job", 4 << 20);
@@ -188,17 +185,11 @@ TEST(PlanBinding, APrefetchIntoScatteredRoomMovesCopiesAsideInHbm) {
   std::string one(1 << 20, 'a');
   for (int i = 0; i < 8; ++i) {
     one[0] = static_cast<char>('a' + i);
-    ASSERT_TRUE(store
-                    ->PutCopy({.ns = "job",
-                               .key = "k" + std::to_string(i),
-                               .size = one.size(),
-                               .tier_hint = TierKind::kHbm},
-                              one.data(), 1)
-                    .ok());
+    ASSERT_TRUE(PutJob(*store, "k" + std::to_string(i), one, TierKind::kHbm).ok());
   }
   for (int i = 0; i < 8; i += 2) ASSERT_TRUE(store->Delete("job", "k" + std::to_string(i)).ok());
   std::string big(3 << 20, 'b');
-  ASSERT_TRUE(store->PutCopy({.ns = "job", .key = "big", .size = big.size()}, big.data(), 1).ok());
+  ASSERT_TRUE(PutJob(*store, "big", big).ok());
   std::promise<Status> landed;
   Status started = store->StartPrefetch("job", "big", 0, [&](Status s) { landed.set_value(s); });
   ASSERT_TRUE(started.ok()) << started.ToString();
@@ -219,11 +210,7 @@ TEST(PlanBinding, APrefetchIntoScatteredRoomMovesCopiesAsideInHbm) {
 TEST(PlanBinding, AnOffloadOfAPinnedOnlyCopyCopiesItDownAndFreesItOnRelease) {
   auto store = MakeStore();
   std::string bytes(1 << 20, 'z');
-  ASSERT_TRUE(
-      store
-          ->PutCopy({.ns = "job", .key = "act", .size = bytes.size(), .tier_hint = TierKind::kHbm},
-                    bytes.data(), 1)
-          .ok());
+  ASSERT_TRUE(PutJob(*store, "act", bytes, TierKind::kHbm).ok());
   ASSERT_EQ(store->CopiesOf("job", "act")->size(), 1u);
   auto pin = store->Pin("job", "act", 2, {.want = TierKind::kHbm});
   ASSERT_TRUE(pin.ok());

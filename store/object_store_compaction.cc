@@ -3,7 +3,7 @@
 // out (a transfer down and, later, back up) or placing the object a tier lower. The class and
 // its locking: store/object_store.h.
 #include <algorithm>
-#include <limits>
+#include <set>
 #include <tuple>
 
 #include "common/checksum.h"
@@ -89,10 +89,10 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
   // A window opens when each copy in it has a place outside it: checked first on a copy of
   // the free list (best fit, as the allocator places them), so no byte is copied in vain.
   auto fits = [&](const Window& w) {
-    std::vector<std::uint64_t> holes;
+    std::multiset<std::uint64_t> holes;  // lengths: the smallest that fits is a lookup
     for (std::size_t k = 0; k < pieces.size(); ++k) {
       if (pieces[k].object_id == 0 && (k < w.first || k > w.last)) {
-        holes.push_back(pieces[k].extent.length);
+        holes.insert(pieces[k].extent.length);
       }
     }
     for (std::size_t k = w.first; k <= w.last; ++k) {
@@ -101,12 +101,11 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
       // A copy larger than what is asked for would, held twice while it moves, take the tier
       // past where the allocation itself leaves it.
       if (need > AlignUp(size, 4096)) return false;
-      auto best = holes.end();
-      for (auto h = holes.begin(); h != holes.end(); ++h) {
-        if (*h >= need && (best == holes.end() || *h < *best)) best = h;
-      }
+      auto best = holes.lower_bound(need);
       if (best == holes.end()) return false;
-      *best -= need;
+      const std::uint64_t rest = *best - need;
+      holes.erase(best);
+      if (rest > 0) holes.insert(rest);
     }
     return true;
   };

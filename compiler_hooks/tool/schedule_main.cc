@@ -39,8 +39,8 @@ constexpr const char* kUsage = R"(usage:
                               (a decoder export with past* cache inputs and present* outputs)
   tierpool schedule from-torch --model MODULE:CALLABLE --input SHAPE [--input SHAPE ...]
                               [--optimizer adam|sgd|none] [--dtype float32|bfloat16|float16]
-                              [--inference] -o OUT.pb [--json OUT.json]
-                              [--device NAME] [--python /usr/bin/python3]
+                              [--inference] [--attention fused|decomposed]
+                              -o OUT.pb [--json OUT.json] [--device NAME] [--python /usr/bin/python3]
   tierpool schedule from-torch --model MODULE:CALLABLE --generate PROMPT:NEW_TOKENS [--batch N]
                               [--prefill-chunk N] [--decode-only] [--dtype ...] -o OUT.pb
                               (a decoder called as `logits, present = model(tokens, past)`)
@@ -201,7 +201,8 @@ struct TorchTraceArgs {
   std::string dtype = "float32";
   bool no_repeat = false;
   bool inference = false;
-  std::string generate;  // PROMPT:NEW_TOKENS
+  std::string attention = "fused";  // MultiheadAttention as PyTorch 2 runs it, on any PyTorch
+  std::string generate;             // PROMPT:NEW_TOKENS
   std::int64_t batch = 1;
   std::int64_t prefill_chunk = 0;
   bool decode_only = false;
@@ -209,8 +210,8 @@ struct TorchTraceArgs {
 
 // The arguments from-torch and calibrate pass to the hook's parser.
 std::vector<std::string> TorchArgs(const TorchTraceArgs& t, const std::string& out) {
-  std::vector<std::string> a = {"--model", t.model, "--optimizer", t.optimizer,
-                                "--dtype", t.dtype, "--out",       out};
+  std::vector<std::string> a = {"--model", t.model, "--optimizer", t.optimizer,   "--dtype",
+                                t.dtype,   "--out", out,           "--attention", t.attention};
   if (!t.generate.empty()) {
     a.insert(a.end(), {"--generate", t.generate, "--batch", std::to_string(t.batch),
                        "--prefill-chunk", std::to_string(t.prefill_chunk)});
@@ -277,6 +278,9 @@ int main(int argc, char** argv) {
     ("optimizer", po::value(&torch.optimizer)->default_value("adam"), "from-torch: adam, sgd or none")
     ("dtype", po::value(&torch.dtype)->default_value("float32"), "from-torch: parameter dtype")
     ("inference", po::bool_switch(&torch.inference), "from-torch: the forward pass only (eval mode)")
+    ("attention", po::value(&torch.attention)->default_value("fused"),
+     "from-torch: fused (MultiheadAttention as one op, as PyTorch 2 runs it) or decomposed "
+     "(as this PyTorch traces it)")
     ("generate", po::value(&torch.generate), "PROMPT:NEW_TOKENS: trace a prefill and decodes")
     ("prefill-chunk", po::value(&torch.prefill_chunk)->default_value(0),
      "--generate: prompt tokens per prefill call (0: all at once)")

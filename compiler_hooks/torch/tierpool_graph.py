@@ -201,6 +201,10 @@ class ScheduleBuilder:
                     steps[s]["bytes_touched"] = str(int(steps[s]["bytes_touched"]) + self.size(tid))
                 if (src.name, idx) in base:
                     base[(n.name, None)] = base[(src.name, idx)]
+                elif (src.name, None) in base and src.name not in step_of_node:
+                    # An element of a multi-output view (split, chunk, unbind) that torch 1.13
+                    # traced without a value: the whole op aliased its input, so does each part.
+                    base[(n.name, None)] = base[(src.name, None)]
                 continue
             if op in VIEW_OPS and len(ins) == 1 and not isinstance(v, (tuple, list)):
                 base[(n.name, None)] = ins[0]

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 
+from tierpool_attention import fused_attention  # noqa: E402
 from tierpool_graph import ScheduleBuilder, fail, numel, parse_shape, tracing_api  # noqa: E402
 
 
@@ -35,6 +36,9 @@ def build_parser():
     ap.add_argument("--no-repeat", action="store_true")
     ap.add_argument("--inference", action="store_true",
                     help="trace the forward pass only (model.eval(), no gradients, no optimizer)")
+    ap.add_argument("--attention", default="fused", choices=["fused", "decomposed"],
+                    help="fused: MultiheadAttention's attention as one op with its own backward, as "
+                         "PyTorch 2 runs it (tierpool_attention); decomposed: as this PyTorch traces it")
     ap.add_argument("--generate", metavar="PROMPT:NEW_TOKENS",
                     help="trace generation: a prefill, then decodes with a KV cache (tierpool_generate)")
     ap.add_argument("--batch", type=int, default=1, help="--generate: sequences per call")
@@ -111,8 +115,9 @@ def trace(a):
             return first_tensor(functional_call(model, {**params, **buffers}, tuple(xs)))
 
     try:
-        gm = make_fx(infer_step if a.inference else train_step, tracing_mode="fake")(
-            params, buffers, *inputs)
+        with fused_attention(getattr(a, "attention", "fused") == "fused"):
+            gm = make_fx(infer_step if a.inference else train_step, tracing_mode="fake")(
+                params, buffers, *inputs)
     except Exception as e:  # noqa: BLE001 - any tracing failure is reported, not a traceback
         fail("tracing %s failed: %s: %s" % (a.model, type(e).__name__, e))
 

@@ -15,7 +15,8 @@ and shaped as PyTorch 2's memory-efficient kernel is (out and a float32 logsumex
 dv backward; q, k, v, out and the logsumexp saved between them). Both ops compute real results
 (on any device) so that calibration can run the traced graph; shape-only tracing uses their
 meta kernels. Everything else (weights asked for, bias_k/bias_v, add_zero_attn, static keys,
-unbatched inputs) takes PyTorch's own path. On PyTorch 2 the context changes nothing.
+unbatched inputs, a mask that needs a gradient) takes PyTorch's own path. On PyTorch 2 the
+context changes nothing.
 """
 import contextlib
 import math
@@ -38,8 +39,8 @@ def _scores(torch, q, k, bias):
 
 
 def _dropout_mask(torch, shape, p, seed, device):
-    """The same keep-mask, scaled, for a forward and its backward (seeded as the fused kernels'
-    philox state is)."""
+    """The same keep-mask, scaled, for a forward and its backward: the seed plays the part of
+    the fused kernels' saved random state."""
     g = torch.Generator()
     g.manual_seed(seed)
     keep = (torch.rand(shape, generator=g, dtype=torch.float64) >= p).double() / (1.0 - p)
@@ -160,7 +161,9 @@ def _mha_forward(original, torch, fused):
                       average_attn_weights=average_attn_weights, **more)
         if (need_weights or more or query.dim() != 3 or bias_k is not None or bias_v is not None
                 or add_zero_attn or static_k is not None or static_v is not None
-                or query.shape[2] != embed_dim_to_check or embed_dim_to_check % num_heads):
+                or query.shape[2] != embed_dim_to_check or embed_dim_to_check % num_heads
+                or any(m is not None and m.requires_grad for m in (attn_mask, key_padding_mask))):
+            # The fused op gives no gradient to a mask: a learned one keeps PyTorch's path.
             return original(*args, **kwargs)
         tgt_len, bsz, embed_dim = query.shape
         src_len = key.shape[0]

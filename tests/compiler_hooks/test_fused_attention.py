@@ -80,6 +80,18 @@ def test_pytorchs_own_path_is_kept_where_weights_are_asked_for():
     assert torch.nn.functional.multi_head_attention_forward.__module__ == "torch.nn.functional"
 
 
+@needs_decomposing_torch
+def test_a_mask_that_learns_keeps_its_gradient():
+    torch.manual_seed(5)
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    mask = torch.randn(5, 5, requires_grad=True)
+    with tierpool_attention.fused_attention(True):
+        out, _ = mha(x, x, x, attn_mask=mask, need_weights=False)
+    out.sum().backward()
+    assert mask.grad is not None and mask.grad.abs().sum() > 0
+
+
 def trace_stack(attention, shape="1x256x768"):
     a = tierpool_torch_schedule.build_parser().parse_args(
         ["--model", "tierpool_models:transformer_stack", "--input", shape, "--dtype",

@@ -38,7 +38,7 @@ RemoteTier::RemoteTier(RemoteTierConfig config, transport::PeerAuth auth,
   for (std::uint32_t i = 0; i < config_.io_threads; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
-  maintenance_ = std::thread([this] { MaintenanceLoop(); });
+  if (config_.background_maintenance) maintenance_ = std::thread([this] { MaintenanceLoop(); });
 }
 
 RemoteTier::~RemoteTier() {
@@ -48,7 +48,7 @@ RemoteTier::~RemoteTier() {
   }
   jobs_cv_.notify_all();
   maintenance_cv_.notify_all();
-  maintenance_.join();
+  if (maintenance_.joinable()) maintenance_.join();
   for (auto& w : workers_) w.join();
 }
 

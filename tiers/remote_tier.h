@@ -65,6 +65,10 @@ struct RemoteTierConfig {
   std::uint32_t io_timeout_ms = 2000;       // connect, and each piece of a transfer
   std::uint64_t piece_bytes = 16ull << 20;  // one request's payload
   std::uint32_t maintenance_interval_ms = 200;
+  // false: no maintenance thread at all, and the owner runs every pass with RunMaintenance (tests
+  // that check what a tier looks like between a change and its repair; a membership change would
+  // otherwise wake the thread at once).
+  bool background_maintenance = true;
   std::uint32_t probe_interval_ms = 1000;  // Info to each peer: room, and liveness
   std::uint64_t max_repair_bytes_per_pass = 256ull << 20;
   Status validate() const;

@@ -37,8 +37,8 @@ RemoteTierConfig SmallConfig() {
   c.region_bytes = 8ull << 20;
   c.headroom_regions = 1;
   c.io_timeout_ms = 500;
-  c.piece_bytes = 1ull << 20;          // several pieces per object
-  c.maintenance_interval_ms = 60'000;  // tests run passes themselves
+  c.piece_bytes = 1ull << 20;        // several pieces per object
+  c.background_maintenance = false;  // tests run passes themselves
   c.probe_interval_ms = 0;
   return c;
 }

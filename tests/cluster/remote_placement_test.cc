@@ -39,6 +39,7 @@ std::unique_ptr<Rig> MakeRig(std::uint32_t replicas, std::uint64_t nvme_bytes,
   RemoteTierConfig rc = SmallConfig();
   rc.replicas = replicas;
   rc.headroom_regions = 2;
+  rc.background_maintenance = true;
   rc.maintenance_interval_ms = 10;  // grants kept ahead of the spills
   auto remote = Borrower({&rig->a, &rig->b}, rc);
   rig->remote = remote.get();

@@ -55,6 +55,15 @@ foreach(program tierpool tierpoold)
     message(FATAL_ERROR "${program} --version from a moved prefix failed (${rc}): ${out}")
   endif()
 endforeach()
+# The PyTorch hook's scripts, installed together, import each other from the prefix alone (the
+# installed tool runs them where no source tree is; --help needs every module-level import).
+foreach(script tierpool_torch_schedule.py tierpool_calibrate.py)
+  execute_process(COMMAND /usr/bin/python3 -E ${WORK_DIR}/moved-prefix/share/tierpool/${script} --help
+    WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "usage:")
+    message(FATAL_ERROR "the installed ${script} does not start (${rc}): ${out}")
+  endif()
+endforeach()
 if(PYTHON_DIR)  # the extension finds libtierpool relative to itself too
   execute_process(COMMAND env -u LD_LIBRARY_PATH PYTHONPATH=${WORK_DIR}/moved-prefix/${PYTHON_DIR}
     /usr/bin/python3 -c "import tierpool, sys; sys.stdout.write(tierpool.__file__)"

@@ -19,6 +19,7 @@ unbatched inputs, a mask that needs a gradient) takes PyTorch's own path. On PyT
 context changes nothing.
 """
 import contextlib
+import inspect
 import math
 import random
 
@@ -33,11 +34,6 @@ def _wide(torch, x):
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def _scores(torch, q, k, bias):
-    s = torch.matmul(_wide(torch, q), _wide(torch, k).transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    return s if bias is None else s + _wide(torch, bias)
-
-
 def _dropout_mask(torch, shape, p, seed, device):
     """The same keep-mask, scaled, for a forward and its backward: the seed plays the part of
     the fused kernels' saved random state."""
@@ -47,30 +43,34 @@ def _dropout_mask(torch, shape, p, seed, device):
     return keep.to(device)
 
 
-def _forward(q, k, v, bias, dropout_p, seed):
-    import torch
-    s = _scores(torch, q, k, bias)
+def _attention(torch, q, k, v, bias, dropout_p, seed):
+    """softmax(q k^T / sqrt(d) + bias), dropped out, times v: the output (accumulated wide) and
+    the logsumexp of the scores."""
+    s = torch.matmul(_wide(torch, q), _wide(torch, k).transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + _wide(torch, bias)
     lse = torch.logsumexp(s, -1)
     a = torch.exp(s - lse.unsqueeze(-1))
     if dropout_p > 0:
         a = a * _dropout_mask(torch, a.shape, dropout_p, seed, a.device).to(a.dtype)
-    return torch.matmul(a, _wide(torch, v)).to(q.dtype), lse
+    return torch.matmul(a, _wide(torch, v)), lse
+
+
+def _forward(q, k, v, bias, dropout_p, seed):
+    import torch
+    out, lse = _attention(torch, q, k, v, bias, dropout_p, seed)
+    return out.to(q.dtype), lse
 
 
 def _backward(grad_out, q, k, v, bias, out, lse, dropout_p, seed):
+    """dq, dk, dv: autograd through the forward's own math, recomputed (as the fused backward
+    recomputes the scores) with the same dropout mask."""
     import torch
-    a = torch.exp(_scores(torch, q, k, bias) - lse.unsqueeze(-1))  # softmax, from the saved lse
-    g, vf = _wide(torch, grad_out), _wide(torch, v)
-    ga = torch.matmul(g, vf.transpose(-2, -1))
-    a_kept = a
-    if dropout_p > 0:
-        mask = _dropout_mask(torch, a.shape, dropout_p, seed, a.device).to(a.dtype)
-        a_kept, ga = a * mask, ga * mask
-    gv = torch.matmul(a_kept.transpose(-2, -1), g)
-    gs = a * (ga - (ga * a).sum(-1, keepdim=True)) / math.sqrt(q.shape[-1])
-    gq = torch.matmul(gs, _wide(torch, k))
-    gk = torch.matmul(gs.transpose(-2, -1), _wide(torch, q))
-    return gq.to(q.dtype), gk.to(k.dtype), gv.to(v.dtype)
+    with torch.enable_grad():
+        inputs = [x.detach().requires_grad_(True) for x in (q, k, v)]
+        again, _ = _attention(torch, *inputs, bias, dropout_p, seed)
+        grads = torch.autograd.grad(again, inputs, _wide(torch, grad_out))
+    return tuple(g.to(x.dtype) for g, x in zip(grads, (q, k, v)))
 
 
 def _forward_meta(q, k, v, bias, dropout_p, seed):
@@ -144,47 +144,41 @@ def _additive_mask(torch, attn_mask, key_padding_mask, bsz, heads, tgt_len, src_
 
 def _mha_forward(original, torch, fused):
     F = torch.nn.functional
+    signature = inspect.signature(original)
 
-    def forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
-                bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
-                training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
-                use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
-                v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
-                **more):
-        args = (query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
-                bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias)
-        kwargs = dict(training=training, key_padding_mask=key_padding_mask,
-                      need_weights=need_weights, attn_mask=attn_mask,
-                      use_separate_proj_weight=use_separate_proj_weight,
-                      q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight,
-                      v_proj_weight=v_proj_weight, static_k=static_k, static_v=static_v,
-                      average_attn_weights=average_attn_weights, **more)
-        if (need_weights or more or query.dim() != 3 or bias_k is not None or bias_v is not None
-                or add_zero_attn or static_k is not None or static_v is not None
-                or query.shape[2] != embed_dim_to_check or embed_dim_to_check % num_heads
-                or any(m is not None and m.requires_grad for m in (attn_mask, key_padding_mask))):
+    def forward(*args, **kwargs):
+        a = signature.bind(*args, **kwargs)
+        a.apply_defaults()
+        p = a.arguments
+        query, key, num_heads = p["query"], p["key"], p["num_heads"]
+        masks = (p["attn_mask"], p["key_padding_mask"])
+        if (p["need_weights"] or query.dim() != 3 or p["bias_k"] is not None
+                or p["bias_v"] is not None or p["add_zero_attn"] or p["static_k"] is not None
+                or p["static_v"] is not None or query.shape[2] != p["embed_dim_to_check"]
+                or p["embed_dim_to_check"] % num_heads
+                or any(m is not None and m.requires_grad for m in masks)):
             # The fused op gives no gradient to a mask: a learned one keeps PyTorch's path.
             return original(*args, **kwargs)
         tgt_len, bsz, embed_dim = query.shape
         src_len = key.shape[0]
         head_dim = embed_dim // num_heads
-        if use_separate_proj_weight:
+        value, in_proj_bias = p["value"], p["in_proj_bias"]
+        if p["use_separate_proj_weight"]:
             b_q = b_k = b_v = None
             if in_proj_bias is not None:
                 b_q, b_k, b_v = in_proj_bias.chunk(3)
-            q, k, v = F._in_projection(query, key, value, q_proj_weight, k_proj_weight,
-                                       v_proj_weight, b_q, b_k, b_v)
+            q, k, v = F._in_projection(query, key, value, p["q_proj_weight"], p["k_proj_weight"],
+                                       p["v_proj_weight"], b_q, b_k, b_v)
         else:
-            q, k, v = F._in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
+            q, k, v = F._in_projection_packed(query, key, value, p["in_proj_weight"], in_proj_bias)
         # L x B x E -> B x H x L x D, as PyTorch 2 hands them to scaled_dot_product_attention.
         q = q.view(tgt_len, bsz, num_heads, head_dim).permute(1, 2, 0, 3)
         k = k.view(src_len, bsz, num_heads, head_dim).permute(1, 2, 0, 3)
         v = v.view(src_len, bsz, num_heads, head_dim).permute(1, 2, 0, 3)
-        bias = _additive_mask(torch, attn_mask, key_padding_mask, bsz, num_heads, tgt_len,
-                              src_len, q.dtype)
-        out = fused.apply(q, k, v, bias, dropout_p if training else 0.0)
+        bias = _additive_mask(torch, *masks, bsz, num_heads, tgt_len, src_len, q.dtype)
+        out = fused.apply(q, k, v, bias, p["dropout_p"] if p["training"] else 0.0)
         out = out.permute(2, 0, 1, 3).contiguous().view(tgt_len * bsz, embed_dim)
-        out = F.linear(out, out_proj_weight, out_proj_bias)
+        out = F.linear(out, p["out_proj_weight"], p["out_proj_bias"])
         return out.view(tgt_len, bsz, embed_dim), None
 
     return forward

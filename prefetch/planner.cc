@@ -1,6 +1,7 @@
 #include "prefetch/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -402,9 +403,27 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       double best_free = std::numeric_limits<double>::infinity();
       int looked = 0;
       const double now_start = start[static_cast<std::size_t>(g)];
-      for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < 64;
+      // With a guide every candidate is looked at: the ones it has out may be needed sooner.
+      const int look_limit = config.guide != nullptr ? std::numeric_limits<int>::max() : 64;
+      double best_out = -1;
+      for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < look_limit;
            ++it, ++looked) {
         const auto& c = ts[it->second];
+        if (config.guide != nullptr) {
+          // The guide's least share in hbm until the candidate's next window, in quarters: one
+          // it has (more) out goes before one it keeps, whatever the rules below say. (Exact
+          // shares let the relaxation's noise decide; quarters measured as good as eighths and
+          // better than halves or whole tensors on ResNet-50.)
+          const double out =
+              std::floor(4 * (1.0 - config.guide->LeastInHbm(it->second, g, it->first, n)) + 0.5);
+          if (out < best_out) continue;
+          if (out > best_out) {  // a better class: the rules below start over within it
+            best_out = out;
+            best = -1;
+            best_cheap = false;
+            best_free = std::numeric_limits<double>::infinity();
+          }
+        }
         std::int64_t after = std::max<std::int64_t>(c.last_touch, c.resident_since);
         double until = it->first >= total ? start.back() - now_start + 1e6
                                           : start[static_cast<std::size_t>(it->first)] - now_start;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "prefetch/device_profile.h"
+#include "prefetch/residency_guide.h"
 #include "prefetch/schedule.h"
 
 namespace tierpool::prefetch {
@@ -24,6 +25,9 @@ struct PlannerConfig {
   double prefetch_margin = 1.5;  // windows cover this many times the transfer's estimate
   // Replay each candidate plan and keep the fastest (off: keep the last candidate that fits).
   bool choose_by_replay = true;
+  // When set: an offline optimum's residency (the transfer LP's, transfer_lp.h). Among the
+  // eviction candidates the planner then prefers the tensors the guide has out of hbm.
+  const ResidencyGuide* guide = nullptr;
   Status validate() const;
 };
 

@@ -184,29 +184,55 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
     SweepRow row;
     row.fraction = f;
     row.budget = static_cast<std::uint64_t>(static_cast<double>(out.none.peak_hbm) * f);
-    auto t0 = std::chrono::steady_clock::now();
-    auto plan =
-        BuildPlan(s, lt, d, {.hbm_budget = row.budget, .prefetch_margin = options.prefetch_margin});
-    out.planning_ms_max = std::max(
-        out.planning_ms_max,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     auto reactive = Replay(s, lt, d, {.policy = Policy::kReactiveLru, .hbm_budget = row.budget});
     if (reactive.ok()) row.reactive = std::move(reactive).value();
+    const PlannerConfig config{.hbm_budget = row.budget,
+                               .prefetch_margin = options.prefetch_margin};
+    Status planned_status = Status::Ok();
     if (options.lp_bound) {
-      auto lp = TransferLpStallBound(s, lt, d, row.budget, options.lp);
-      if (!lp.ok()) return lp.status();
-      row.lp = *lp;
+      // The plain plan, the LP's bound and the plan it guides, from one solve.
+      auto g = BuildLpGuidedPlan(s, lt, d, config, options.lp);
+      if (g.ok()) {
+        out.planning_ms_max = std::max(out.planning_ms_max, g->plain_planning_ms);
+        out.guided_planning_ms_max = std::max(out.guided_planning_ms_max, g->guided_planning_ms);
+        row.lp = g->lp;
+        row.guided = g->guided_replay;
+        row.planned = std::move(g->plain_replay);
+        row.planned_ok = true;
+      } else if (g.status().code() == StatusCode::kFailedPrecondition) {
+        planned_status = g.status();
+        auto lp = TransferLpStallBound(s, lt, d, row.budget, options.lp);
+        if (!lp.ok()) return lp.status();
+        row.lp = *lp;
+      } else {
+        return g.status();
+      }
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      auto plan = BuildPlan(s, lt, d, config);
+      out.planning_ms_max = std::max(
+          out.planning_ms_max,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (plan.ok()) {
+        auto planned = Replay(
+            s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &*plan});
+        if (!planned.ok()) return planned.status();
+        row.planned = std::move(planned).value();
+        row.planned_ok = true;
+      } else {
+        planned_status = plan.status();
+      }
     }
-    if (plan.ok()) {
-      auto planned = Replay(
-          s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &plan.value()});
-      if (!planned.ok()) return planned.status();
-      row.planned = std::move(planned).value();
-      row.planned_ok = true;
+    if (row.planned_ok) {
       double overhead = row.planned.time_us / base_time - 1;
       if (overhead <= max_overhead + 1e-12) out.smallest_within = out.rows.size();
+      double best_time = row.planned.time_us;
+      if (row.guided) best_time = std::min(best_time, row.guided->time_us);
+      if (best_time / base_time - 1 <= max_overhead + 1e-12) {
+        out.smallest_within_guided = out.rows.size();
+      }
     } else {
-      row.planned_error = plan.status().message();
+      row.planned_error = planned_status.message();
     }
     out.rows.push_back(std::move(row));
   }
@@ -221,9 +247,9 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
                 s.name().c_str(), d.name.c_str(), FormatBytes(r.none.peak_hbm).c_str(),
                 base / 1000);
   o << buf;
-  std::snprintf(buf, sizeof(buf), "%7s %12s | %12s %9s %10s | %12s %9s %10s | %9s %9s\n", "budget",
-                "bytes", "planned peak", "overhead", "stall ms", "reactive pk", "overhead",
-                "stall ms", "bound ms", "LP ms");
+  std::snprintf(buf, sizeof(buf), "%7s %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9s %9s\n",
+                "budget", "bytes", "planned peak", "overhead", "stall ms", "reactive pk",
+                "overhead", "stall ms", "guided ms", "bound ms", "LP ms");
   o << buf;
   for (const auto& row : r.rows) {
     std::string p_peak = "infeasible", p_over = "-", p_stall = "-";
@@ -244,10 +270,16 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
       std::snprintf(buf, sizeof(buf), "%.3f%s", row.lp->stall_us / 1000, row.lp->proven ? "" : "?");
       lp = buf;
     }
-    std::snprintf(buf, sizeof(buf), "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s | %9.3f %9s\n",
-                  100 * row.fraction, FormatBytes(row.budget).c_str(), p_peak.c_str(),
-                  p_over.c_str(), p_stall.c_str(), FormatBytes(row.reactive.peak_hbm).c_str(),
-                  r_over, r_stall, row.reactive.stall_lower_bound_us / 1000, lp.c_str());
+    std::string guided = "-";  // the LP-guided plan's stall, where one was made
+    if (row.guided) {
+      std::snprintf(buf, sizeof(buf), "%.3f", row.guided->stall_us / 1000);
+      guided = buf;
+    }
+    std::snprintf(
+        buf, sizeof(buf), "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9.3f %9s\n",
+        100 * row.fraction, FormatBytes(row.budget).c_str(), p_peak.c_str(), p_over.c_str(),
+        p_stall.c_str(), FormatBytes(row.reactive.peak_hbm).c_str(), r_over, r_stall,
+        guided.c_str(), row.reactive.stall_lower_bound_us / 1000, lp.c_str());
     o << buf;
   }
   if (r.smallest_within) {
@@ -262,9 +294,16 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
   } else {
     o << "no budget in the sweep stays within the overhead\n";
   }
-  std::uint64_t breaches = 0, worse_half = 0, unreachable = 0;
-  double worst_gap = 0;  // planned stall over the best bound, where the bound is above 0
-  std::size_t worst_gap_row = 0;
+  if (r.smallest_within_guided && r.smallest_within_guided != r.smallest_within) {
+    const auto& row = r.rows[*r.smallest_within_guided];
+    std::snprintf(buf, sizeof(buf), "...with the LP-guided plan where it is faster: %s (%.0f%%)\n",
+                  FormatBytes(row.budget).c_str(), 100 * row.fraction);
+    o << buf;
+  }
+  std::uint64_t breaches = 0, worse_half = 0, unreachable = 0, guided_faster = 0, guided_made = 0;
+  double worst_gap = 0;       // planned stall over the best bound, where the bound is above 0
+  double worst_best_gap = 0;  // the better of planned and guided over the bound
+  std::size_t worst_gap_row = 0, worst_best_gap_row = 0;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     if (!row.planned_ok) continue;
@@ -277,6 +316,16 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
     if (row.stall_bound_us() > 0 && row.planned.stall_us / row.stall_bound_us() > worst_gap) {
       worst_gap = row.planned.stall_us / row.stall_bound_us();
       worst_gap_row = i;
+    }
+    double best_stall = row.planned.stall_us;
+    if (row.guided) {
+      ++guided_made;
+      if (row.guided->stall_us < row.planned.stall_us) ++guided_faster;
+      best_stall = std::min(best_stall, row.guided->stall_us);
+    }
+    if (row.stall_bound_us() > 0 && best_stall / row.stall_bound_us() > worst_best_gap) {
+      worst_best_gap = best_stall / row.stall_bound_us();
+      worst_best_gap_row = i;
     }
   }
   std::snprintf(buf, sizeof(buf),
@@ -292,6 +341,21 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
                   "planned stall over the best lower bound: at most %.2fx (at %.0f%%)\n", worst_gap,
                   100 * r.rows[worst_gap_row].fraction);
     o << buf;
+  }
+  if (guided_made > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "LP-guided plans: less stall at %llu of %llu budgets; slowest %.1f ms (the LP's "
+                  "solve apart)\n",
+                  static_cast<unsigned long long>(guided_faster),
+                  static_cast<unsigned long long>(guided_made), r.guided_planning_ms_max);
+    o << buf;
+    if (worst_best_gap > 0) {
+      std::snprintf(
+          buf, sizeof(buf),
+          "the better plan's stall over the best lower bound: at most %.2fx (at %.0f%%)\n",
+          worst_best_gap, 100 * r.rows[worst_best_gap_row].fraction);
+      o << buf;
+    }
   }
   return o.str();
 }
@@ -312,6 +376,7 @@ std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfi
                        {"rows", row.lp->rows},
                        {"solve_ms", row.lp->solve_ms}};
     }
+    if (row.guided) j["guided"] = ReportObject(*row.guided);
     if (row.planned_ok) {
       j["planned"] = ReportObject(row.planned);
     } else {
@@ -319,9 +384,13 @@ std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfi
     }
     rows.push_back(j);
   }
-  json out = {
-      {"schedule", s.name()},         {"device", d.name}, {"max_overhead", r.max_overhead},
-      {"none", ReportObject(r.none)}, {"rows", rows},     {"planning_ms_max", r.planning_ms_max}};
+  json out = {{"schedule", s.name()},
+              {"device", d.name},
+              {"max_overhead", r.max_overhead},
+              {"none", ReportObject(r.none)},
+              {"rows", rows},
+              {"planning_ms_max", r.planning_ms_max},
+              {"guided_planning_ms_max", r.guided_planning_ms_max}};
   if (r.smallest_within) {
     const auto& row = r.rows[*r.smallest_within];
     out["smallest_budget_within_overhead"] = {
@@ -329,6 +398,11 @@ std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfi
         {"fraction", row.fraction},
         {"peak_reduction",
          1 - static_cast<double>(row.planned.peak_hbm) / static_cast<double>(r.none.peak_hbm)}};
+  }
+  if (r.smallest_within_guided) {
+    const auto& row = r.rows[*r.smallest_within_guided];
+    out["smallest_budget_within_overhead_guided"] = {{"budget_bytes", row.budget},
+                                                     {"fraction", row.fraction}};
   }
   return out.dump(2);
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "prefetch/guided_plan.h"
 #include "prefetch/planner.h"
 #include "prefetch/simulator.h"
 #include "prefetch/transfer_lp.h"
@@ -26,6 +27,9 @@ struct SweepRow {
   ReplayReport planned;
   ReplayReport reactive;
   std::optional<TransferLpBound> lp;  // when the sweep computes it
+  // The plan guided by the LP's residency (guided_plan.h), when the sweep solves the LP and the
+  // plain plan stalls.
+  std::optional<ReplayReport> guided;
   // The best lower bound known at this budget: the step bound or the LP's.
   double stall_bound_us() const {
     return std::max(reactive.stall_lower_bound_us, lp ? lp->stall_us : 0.0);
@@ -37,7 +41,10 @@ struct SweepResult {
   double max_overhead = 0.01;
   std::vector<SweepRow> rows;
   std::optional<std::size_t> smallest_within;  // row index of the smallest budget within overhead
-  double planning_ms_max = 0;                  // slowest plan of the sweep
+  // The same with the better of the plain and the LP-guided plan at each budget.
+  std::optional<std::size_t> smallest_within_guided;
+  double planning_ms_max = 0;         // slowest plan of the sweep
+  double guided_planning_ms_max = 0;  // slowest guided plan (the LP's solve apart)
 };
 
 struct SweepOptions {

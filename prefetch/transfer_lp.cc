@@ -100,7 +100,8 @@ std::vector<std::uint32_t> Boundaries(const Lifetimes& lt, const std::vector<dou
 }
 
 // The LP's optimum; infinity when infeasible, 0 when unsolved in time (0 is always a bound).
-double SolveRelaxation(const LpBuilder& lp, double time_limit_s, bool* proven) {
+double SolveRelaxation(const LpBuilder& lp, double time_limit_s, bool* proven,
+                       std::vector<double>* solution) {
   ClpSimplex model;
   model.setLogLevel(0);
   lp.LoadInto(model);
@@ -110,6 +111,10 @@ double SolveRelaxation(const LpBuilder& lp, double time_limit_s, bool* proven) {
   model.initialSolve();
   *proven = model.isProvenPrimalInfeasible() || model.isProvenOptimal();
   if (model.isProvenPrimalInfeasible()) return std::numeric_limits<double>::infinity();
+  if (solution != nullptr && model.isProvenOptimal()) {
+    solution->assign(model.primalColumnSolution(),
+                     model.primalColumnSolution() + model.numberColumns());
+  }
   return model.isProvenOptimal() ? model.objectiveValue() : 0.0;
 }
 
@@ -149,6 +154,8 @@ struct Pattern {
 struct Group {
   double mib = 0;           // bytes of all members
   std::uint32_t count = 0;  // members
+  std::vector<std::uint32_t> members;
+  std::vector<int> x;  // its x column per boundary in [k0, k1]
 };
 
 }  // namespace
@@ -223,6 +230,7 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
     }
     p.bytes_each = ts.size_bytes();
     Group& g = groups[p];
+    if (options.residency) g.members.push_back(t);
     g.mib += static_cast<double>(ts.size_bytes()) / kMiB;
     ++g.count;
   }
@@ -290,7 +298,7 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
   // coefficient is its members' bytes and latencies, and x, h, g, o count what has crossed of
   // that, so a partly moved tensor pays its share of the latency.
   const double latency_in = d.link_latency_us * h2d, latency_out = d.link_latency_us * d2h;
-  for (const auto& [p, g] : groups) {
+  for (auto& [p, g] : groups) {
     const double cost_in = g.mib + g.count * latency_in, cost_out = g.mib + g.count * latency_out;
     const auto span = static_cast<std::size_t>(p.k1 - p.k0 + 1);
     // out_col's slot 0 is window k0 - 1, where a tensor made inside it may first be copied out.
@@ -298,6 +306,7 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
     for (std::size_t j = 0; j < span; ++j) {
       const int k = p.k0 + static_cast<int>(j);
       x[j] = lp.Col(p.touched[j] ? 1.0 : 0.0, 1.0);
+      if (options.residency) g.x.push_back(x[j]);
       h[j] = lp.Col(0, (j == 0 && p.defined_at_k0) ? 0.0 : 1.0);
       lp.Add({{x[j], 1.0}, {h[j], 1.0}}, 1.0, inf);
       if (over[static_cast<std::size_t>(k)]) {
@@ -357,10 +366,24 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
   out.rows = lp.rows();
 
   // Infinity: no point is feasible. Else the optimum, or an unfinished search's best bound.
+  std::vector<double> solution;
   const double objective = options.integral
                                ? SolveIntegral(lp, options.time_limit_s, &out.proven)
-                               : SolveRelaxation(lp, options.time_limit_s, &out.proven);
+                               : SolveRelaxation(lp, options.time_limit_s, &out.proven,
+                                                 options.residency ? &solution : nullptr);
   out.feasible = !std::isinf(objective);
+  if (!solution.empty()) {
+    out.residency.boundaries = a;
+    out.residency.in_hbm.resize(static_cast<std::size_t>(s.tensors_size()));
+    for (const auto& [p, g] : groups) {
+      std::vector<float> v(static_cast<std::size_t>(K), 1.0f);
+      for (std::size_t j = 0; j < g.x.size(); ++j) {
+        v[static_cast<std::size_t>(p.k0) + j] =
+            static_cast<float>(solution[static_cast<std::size_t>(g.x[j])]);
+      }
+      for (auto t : g.members) out.residency.in_hbm[t] = v;
+    }
+  }
   // The solvers' tolerances: shave what rounding could have added.
   out.stall_us = std::isfinite(objective)
                      ? std::max(0.0, objective - 1e-6 * std::fabs(objective) - 1e-3)

@@ -29,9 +29,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/status.h"
 #include "prefetch/device_profile.h"
+#include "prefetch/residency_guide.h"
 #include "prefetch/schedule.h"
 
 namespace tierpool::prefetch {
@@ -40,6 +42,7 @@ struct TransferLpOptions {
   std::uint32_t max_windows = 64;  // boundaries kept; every step when the schedule has fewer
   bool integral = false;           // 0/1 residency, solved by branch and bound (small schedules)
   double time_limit_s = 60;
+  bool residency = false;  // also return the relaxation's residency per tensor (TransferLpBound)
 
   Status validate() const;
 };
@@ -52,6 +55,9 @@ struct TransferLpBound {
   std::uint32_t tensor_groups = 0;  // modelled tensors after merging identical patterns
   int columns = 0, rows = 0;
   double solve_ms = 0;
+  // With TransferLpOptions::residency and a solved relaxation: the relaxation's optimum, as the
+  // share of each tensor in hbm at each boundary.
+  ResidencyGuide residency;
 };
 
 // Budgets at or above the no-offload peak give 0 without solving.

@@ -22,6 +22,7 @@
 #include "compiler_hooks/onnx_generate.h"
 #include "compiler_hooks/onnx_importer.h"
 #include "prefetch/cost_model.h"
+#include "prefetch/guided_plan.h"
 #include "prefetch/planner.h"
 #include "prefetch/reorder.h"
 #include "prefetch/report.h"
@@ -57,9 +58,11 @@ constexpr const char* kUsage = R"(usage:
   tierpool schedule reorder SCHEDULE -o OUT.pb [--json OUT.json]
                               (each optimizer update right after its gradient, every
                               dependency kept)
-  tierpool plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json]
+  tierpool plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json] [--lp-guided]
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
                               [--json REPORT.json] [--trace TRACE.json] [--svg MEM.svg]
+                              [--lp-guided: solve the LP bound and let its optimum choose
+                              what to evict; kept if it stalls less (seconds, not ms)]
   tierpool replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
                               [--sweep-step 0.05] [--sweep-lowest 0.2]
                               [--lp-windows 64: the LP stall bound's boundaries, 0 to skip it]
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
          margin = PlannerConfig{}.prefetch_margin;
   bool sweep = false;
   unsigned lp_windows = TransferLpOptions{}.max_windows;
+  bool lp_guided = false;
   std::string measured, device_kind, name;
   int warmup = 3, repeat = 10;
   double dispatch = 0, eager_ms = 0;
@@ -301,6 +305,7 @@ int main(int argc, char** argv) {
     ("trace", po::value(&trace), "replay: Chrome trace (open in Perfetto)")
     ("svg", po::value(&svg), "replay: SVG of each tier's use over time")
     ("sweep", po::bool_switch(&sweep), "replay: try budgets from 100% down")
+    ("lp-guided", po::bool_switch(&lp_guided), "plan, replay: guide the planner by the LP bound's optimum")
     ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead")
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
@@ -500,9 +505,27 @@ int main(int argc, char** argv) {
     auto p = ParsePolicy(policy);
     if (!p.ok()) return Fail(p.status());
     if (cmd == "plan" || *p == Policy::kPlanned) {
-      auto built = BuildPlan(*s, lt, *profile, {.hbm_budget = budget, .prefetch_margin = margin});
-      if (!built.ok()) return Fail(built.status());
-      plan = std::move(built).value();
+      const PlannerConfig config{.hbm_budget = budget, .prefetch_margin = margin};
+      if (lp_guided) {
+        auto built =
+            BuildLpGuidedPlan(*s, lt, *profile, config, {.max_windows = std::max(lp_windows, 2u)});
+        if (!built.ok()) return Fail(built.status());
+        char guided[64] = "not made (nothing to guide)";
+        if (built->guided_replay) {
+          std::snprintf(guided, sizeof(guided), "%.3f ms", built->guided_replay->stall_us / 1000);
+        }
+        std::printf(
+            "LP bound %.3f ms%s (%.1f s); stall of the plain plan %.3f ms, guided %s: "
+            "kept the %s one\n",
+            built->lp.stall_us / 1000, built->lp.proven ? "" : " (unproven)",
+            built->lp.solve_ms / 1000, built->plain_replay.stall_us / 1000, guided,
+            built->guided ? "guided" : "plain");
+        plan = std::move(built->plan);
+      } else {
+        auto built = BuildPlan(*s, lt, *profile, config);
+        if (!built.ok()) return Fail(built.status());
+        plan = std::move(built).value();
+      }
     }
     if (cmd == "plan") {
       if (out.empty() && json.empty()) return Fail(Status::InvalidArgument("give -o PLAN.pb"));

@@ -91,6 +91,14 @@ TEST(TorchHook, ReorderedScheduleSweepsWithTheLpBound) {
     if (row.contains("planned")) {
       EXPECT_GE(row["planned"]["stall_us"].get<double>() + 1e-3, lp);
     }
+    if (row.contains("guided")) {  // the LP-guided plan, where the plain one stalls
+      EXPECT_GE(row["guided"]["stall_us"].get<double>() + 1e-3, lp);
+      EXPECT_EQ(row["guided"]["budget_violations"].get<int>() +
+                    row["guided"]["missing_at_use"].get<int>() +
+                    row["guided"]["bad_actions"].get<int>(),
+                0);
+      EXPECT_GT(row["planned"]["stall_us"].get<double>(), 0);
+    }
   }
   EXPECT_GT(sweep["rows"].size(), 3u);
   for (const char* suffix : {".pb", "-ro.pb", ".json"}) ::unlink((base + suffix).c_str());

@@ -7,9 +7,12 @@ decoding with its KV cache, planned by tierpool on a device profile.
 1. For each context (4K, 32K, 128K) and device: `tierpool replay --sweep` of the decode-only
    schedule (the prompt's cache exists; NEW decodes of one token): the lowest budget within 1%
    overhead, planned beside reactive-lru and the stall lower bound.
+   The sweep solves the LP stall bound at each budget and makes the LP-guided plan beside the
+   plain one (`docs/schedules.md`); the table shows the lowest budget within 1% for each, and
+   the highest budget from which the bound itself is over 1% (no policy gets there).
 2. At a fixed hbm budget (the no-offload peak at --base-context): the longest context whose
-   planned replay stays within 1% of its own no-offload step time, against --base-context
-   without offload.
+   planned replay (`--lp-guided` with --lp-guided) stays within 1% of its own no-offload step
+   time, against --base-context without offload.
 """
 import argparse
 import json
@@ -39,6 +42,8 @@ def replay(a, path, device, hbm, policy):
     cmd = [a.tool, "replay", path, "--device", device, "--policy", policy, "--json", out]
     if hbm:
         cmd += ["--hbm", str(hbm)]
+    if policy == "planned" and a.lp_guided:
+        cmd += ["--lp-guided"]
     run(cmd)
     with open(out) as f:
         return json.load(f)
@@ -72,13 +77,16 @@ def main():
     ap.add_argument("--base-context", type=int, default=32768)
     ap.add_argument("--context-step", type=int, default=8192)
     ap.add_argument("--max-context", type=int, default=131072)
+    ap.add_argument("--lp-guided", action="store_true",
+                    help="the context search plans with --lp-guided (seconds per plan)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     devices = a.devices.split(",")
 
     print("| device | context | KV cache | weights | no-offload peak | step ms | lowest budget within 1% "
-          "| lower peak | planned stall at 60% ms | bound at 60% ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| lower peak | with the LP-guided plan | lower peak | bound >1% from "
+          "| planned stall at 60% ms | LP-guided at 60% ms | bound at 60% ms | slowest plan s |")
+    print("| --- " * 15 + "|")
     for context in [int(c) for c in a.contexts.split(",")]:
         path = schedule(a, context)
         for device in devices:
@@ -88,22 +96,43 @@ def main():
                 d = json.load(f)
             none = d["none"]
             base = none["time_us"]
-            best = None
+            best = best_guided = bound_from = None
             at60 = None
             for r in d["rows"]:
-                p = r.get("planned")
+                p, g = r.get("planned"), r.get("guided")
                 if p and p["time_us"] <= base * 1.01 and (best is None or r["budget_bytes"] < best):
                     best = r["budget_bytes"]
+                t = min(x["time_us"] for x in (p, g) if x) if (p or g) else None
+                if t is not None and t <= base * 1.01 and (
+                        best_guided is None or r["budget_bytes"] < best_guided):
+                    best_guided = r["budget_bytes"]
+                lp = r.get("lp_bound", {})
+                bound = max(r["reactive"]["stall_lower_bound_us"],
+                            lp.get("stall_us", 0) if lp.get("feasible", True) else float("inf"))
+                if bound > 0.01 * base and (bound_from is None or r["fraction"] > bound_from):
+                    bound_from = r["fraction"]
                 if abs(r["fraction"] - 0.6) < 1e-6:
                     at60 = r
             kv, weights = cache_and_weights(a, path)
             peak = none["peak_hbm_bytes"]
-            print("| %s | %dK | %s | %s | %s | %.2f | %s | %.1f%% | %s | %s |" % (
-                device, context // 1024, gib(kv), gib(weights), gib(peak),
-                base / 1000 / a.new_tokens, gib(best) if best else "-",
-                100 * (1 - best / peak) if best else 0,
-                "%.3f" % (at60["planned"]["stall_us"] / 1000) if at60 and at60.get("planned") else "-",
-                "%.3f" % (at60["reactive"]["stall_lower_bound_us"] / 1000) if at60 else "-"))
+
+            def ms(row, key, field="stall_us"):
+                return "%.3f" % (row[key][field] / 1000) if row and row.get(key) else "-"
+
+            lp60 = (at60 or {}).get("lp_bound")
+            bound60 = max(at60["reactive"]["stall_lower_bound_us"],
+                          lp60["stall_us"] if lp60 else 0) if at60 else None
+            print("| %s | %dK | %s | %s | %s | %.2f | %s | %.1f%% | %s | %.1f%% | %s | %s | %s | %s "
+                  "| %.1f |" % (
+                      device, context // 1024, gib(kv), gib(weights), gib(peak),
+                      base / 1000 / a.new_tokens, gib(best) if best else "-",
+                      100 * (1 - best / peak) if best else 0,
+                      gib(best_guided) if best_guided else "-",
+                      100 * (1 - best_guided / peak) if best_guided else 0,
+                      "%.0f%%" % (100 * bound_from) if bound_from else "-",
+                      ms(at60, "planned"), ms(at60, "guided"),
+                      "%.3f" % (bound60 / 1000) if bound60 is not None else "-",
+                      max(d["planning_ms_max"], d.get("guided_planning_ms_max", 0)) / 1000))
             sys.stdout.flush()
 
     print()

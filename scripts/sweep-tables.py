@@ -43,13 +43,26 @@ def stall_ratio(p, q):
     return p["stall_us"] / q["stall_us"]
 
 
+def has_guided(d):
+    return any("guided" in r for r in d["rows"])
+
+
+def guided_ms(r):
+    """The LP-guided plan's stall in ms, "-" where the sweep made none (no stall to remove)."""
+    g = r.get("guided")
+    return "-" if g is None else f"{g['stall_us'] / 1000:.3f}"
+
+
 def table(d):
     base = d["none"]["time_us"]
+    guided = has_guided(d)
     out = [f"**{d['device']}**: no-offload peak {gib(d['none']['peak_hbm_bytes'])}, "
            f"iteration {base / 1000:.2f} ms.", "",
            "| budget | planned peak | planned overhead | planned stall ms | reactive-lru peak "
-           "| reactive-lru overhead | reactive-lru stall ms | stall lower bound ms | LP bound ms |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| reactive-lru overhead | reactive-lru stall ms | "
+           + ("LP-guided stall ms | " if guided else "")
+           + "stall lower bound ms | LP bound ms |",
+           "| --- " * (10 if guided else 9) + "|"]
     for r, p, q, _ in rows(d):
         if p is None:
             planned = "infeasible | - | -"
@@ -58,8 +71,11 @@ def table(d):
                        f"{p['stall_us'] / 1000:.3f}")
         out.append(f"| {100 * r['fraction']:.1f}% | {planned} | {gib(q['peak_hbm_bytes'])} | "
                    f"{100 * (q['time_us'] / base - 1):+.2f}% | {q['stall_us'] / 1000:.3f} | "
-                   f"{q['stall_lower_bound_us'] / 1000:.3f} | {lp_ms(r)} |")
-    out += ["", summary(d) + f" Slowest plan: {d['planning_ms_max']:.0f} ms.", ""]
+                   + (f"{guided_ms(r)} | " if guided else "")
+                   + f"{q['stall_lower_bound_us'] / 1000:.3f} | {lp_ms(r)} |")
+    out += ["", summary(d) + f" Slowest plan: {d['planning_ms_max']:.0f} ms"
+            + (f" (LP-guided: {d['guided_planning_ms_max']:.0f} ms, the LP's solve apart)"
+               if guided else "") + ".", ""]
     return "\n".join(out)
 
 
@@ -79,11 +95,44 @@ def summary(d):
             ratio = p["stall_us"] / best_bound_us(r, q)
             gap = ratio if gap is None else max(gap, ratio)
     rng = f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "-"
-    return (f"Smallest budget within {100 * d['max_overhead']:.0f}% overhead: {within}. "
+    text = (f"Smallest budget within {100 * d['max_overhead']:.0f}% overhead: {within}. "
             f"Planned stall ÷ reactive-lru stall: {rng}; above one half at {over} of "
             f"{len(d['rows'])} budgets, at {unreachable} of which half of reactive-lru's stall "
             "is below the lower bound."
             + (f" Planned stall ÷ best lower bound: at most {gap:.2f}." if gap else ""))
+    if has_guided(d):
+        text += " " + guided_summary(d)
+    return text
+
+
+def guided_summary(d):
+    """How the better of the plain and the LP-guided plan does, per budget."""
+    base = d["none"]["time_us"]
+    better = made = 0
+    gap = None
+    within = None
+    for r, p, q, _ in rows(d):
+        if p is None:
+            continue
+        best = p
+        g = r.get("guided")
+        if g is not None:
+            made += 1
+            if g["stall_us"] < p["stall_us"]:
+                better += 1
+                best = g
+        if best["time_us"] / base - 1 <= d["max_overhead"] + 1e-12:
+            within = r
+        if best_bound_us(r, q) > 0:
+            ratio = best["stall_us"] / best_bound_us(r, q)
+            gap = ratio if gap is None else max(gap, ratio)
+    text = f"LP-guided plan stalls less at {better} of {made} budgets where it was made"
+    if within is not None:
+        text += (f"; with it, the smallest budget within {100 * d['max_overhead']:.0f}% is "
+                 f"{100 * within['fraction']:.1f}% of the peak")
+    if gap is not None:
+        text += f"; the better plan's stall ÷ best lower bound: at most {gap:.2f}"
+    return text + "."
 
 
 def main(argv):

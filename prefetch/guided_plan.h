@@ -14,16 +14,29 @@
 
 namespace tierpool::prefetch {
 
+// The LP at one budget and the plan it guides.
+struct LpGuidance {
+  TransferLpBound lp;                  // the bound (its residency cleared)
+  std::optional<schedule::Plan> plan;  // the guided plan, where one was made
+  std::optional<ReplayReport> replay;  // ...and its replay
+  double planning_ms = 0;              // the guided planner's own time, the LP's solve apart
+};
+
+// Solves the LP at config's budget and, where the plain plan's replay (`plain`; null when the
+// planner found the budget infeasible) stalls and the LP gives a guide, plans again with it.
+Result<LpGuidance> GuideByLp(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                             const PlannerConfig& config, const TransferLpOptions& lp,
+                             const ReplayReport* plain);
+
 struct GuidedPlan {
   schedule::Plan plan;  // the faster of the two
   bool guided = false;  // the guided plan was kept
   ReplayReport plain_replay;
-  std::optional<ReplayReport> guided_replay;  // absent when there was no guide to follow
-  TransferLpBound lp;                         // the bound at this budget (its residency cleared)
-  double plain_planning_ms = 0, guided_planning_ms = 0;  // the planner's own time, LP apart
+  LpGuidance guidance;  // the bound, and the guided plan's replay where one was made
 };
 
-// FAILED_PRECONDITION as BuildPlan when the budget is below what a step needs at once.
+// The plain plan, the guidance, and the faster of the two plans. FAILED_PRECONDITION as
+// BuildPlan when the budget is below what a step needs at once.
 Result<GuidedPlan> BuildLpGuidedPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                      const PlannerConfig& config, const TransferLpOptions& lp = {});
 

@@ -586,7 +586,7 @@ void Evaluate(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d, st
   auto r = Replay(
       s, lt, d,
       {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &c->plan, .lower_bound = false});
-  if (!r.ok() || r->missing_at_use + r->budget_violations + r->bad_actions > 0) return;
+  if (!r.ok() || r->breaches() > 0) return;
   c->time_us = r->time_us;
   c->replay = std::move(r).value();
 }

@@ -188,40 +188,27 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
     if (reactive.ok()) row.reactive = std::move(reactive).value();
     const PlannerConfig config{.hbm_budget = row.budget,
                                .prefetch_margin = options.prefetch_margin};
-    Status planned_status = Status::Ok();
-    if (options.lp_bound) {
-      // The plain plan, the LP's bound and the plan it guides, from one solve.
-      auto g = BuildLpGuidedPlan(s, lt, d, config, options.lp);
-      if (g.ok()) {
-        out.planning_ms_max = std::max(out.planning_ms_max, g->plain_planning_ms);
-        out.guided_planning_ms_max = std::max(out.guided_planning_ms_max, g->guided_planning_ms);
-        row.lp = g->lp;
-        row.guided = g->guided_replay;
-        row.planned = std::move(g->plain_replay);
-        row.planned_ok = true;
-      } else if (g.status().code() == StatusCode::kFailedPrecondition) {
-        planned_status = g.status();
-        auto lp = TransferLpStallBound(s, lt, d, row.budget, options.lp);
-        if (!lp.ok()) return lp.status();
-        row.lp = *lp;
-      } else {
-        return g.status();
-      }
+    auto t0 = std::chrono::steady_clock::now();
+    auto plan = BuildPlan(s, lt, d, config);
+    out.planning_ms_max = std::max(
+        out.planning_ms_max,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (plan.ok()) {
+      auto planned =
+          Replay(s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &*plan});
+      if (!planned.ok()) return planned.status();
+      row.planned = std::move(planned).value();
+      row.planned_ok = true;
     } else {
-      auto t0 = std::chrono::steady_clock::now();
-      auto plan = BuildPlan(s, lt, d, config);
-      out.planning_ms_max = std::max(
-          out.planning_ms_max,
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      if (plan.ok()) {
-        auto planned = Replay(
-            s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &*plan});
-        if (!planned.ok()) return planned.status();
-        row.planned = std::move(planned).value();
-        row.planned_ok = true;
-      } else {
-        planned_status = plan.status();
-      }
+      row.planned_error = plan.status().message();
+    }
+    if (options.lp_bound) {
+      // The bound, and the plan it guides where the plain one stalls, from one solve.
+      auto g = GuideByLp(s, lt, d, config, options.lp, row.planned_ok ? &row.planned : nullptr);
+      if (!g.ok()) return g.status();
+      row.lp = std::move(g->lp);
+      row.guided = std::move(g->replay);
+      out.guided_planning_ms_max = std::max(out.guided_planning_ms_max, g->planning_ms);
     }
     if (row.planned_ok) {
       double overhead = row.planned.time_us / base_time - 1;
@@ -231,8 +218,6 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
       if (best_time / base_time - 1 <= max_overhead + 1e-12) {
         out.smallest_within_guided = out.rows.size();
       }
-    } else {
-      row.planned_error = planned_status.message();
     }
     out.rows.push_back(std::move(row));
   }
@@ -307,8 +292,7 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     if (!row.planned_ok) continue;
-    breaches +=
-        row.planned.missing_at_use + row.planned.budget_violations + row.planned.bad_actions;
+    breaches += row.planned.breaches();
     if (row.planned.stall_us > 0.5 * row.reactive.stall_us + 1e-9) {
       ++worse_half;
       if (0.5 * row.reactive.stall_us < row.stall_bound_us()) ++unreachable;

@@ -44,6 +44,7 @@ struct ReplayReport {
   std::uint64_t missing_at_use = 0;
   std::uint64_t budget_violations = 0;
   std::uint64_t bad_actions = 0;
+  std::uint64_t breaches() const { return missing_at_use + budget_violations + bad_actions; }
   std::vector<std::string> problems;  // the first few, spelled out
   // When each step's compute began, from the measured iteration's start: the clock the
   // planner re-plans on, stalls included.

@@ -511,15 +511,13 @@ int main(int argc, char** argv) {
             BuildLpGuidedPlan(*s, lt, *profile, config, {.max_windows = std::max(lp_windows, 2u)});
         if (!built.ok()) return Fail(built.status());
         char guided[64] = "not made (nothing to guide)";
-        if (built->guided_replay) {
-          std::snprintf(guided, sizeof(guided), "%.3f ms", built->guided_replay->stall_us / 1000);
-        }
+        const auto& g = built->guidance;
+        if (g.replay) std::snprintf(guided, sizeof(guided), "%.3f ms", g.replay->stall_us / 1000);
         std::printf(
             "LP bound %.3f ms%s (%.1f s); stall of the plain plan %.3f ms, guided %s: "
             "kept the %s one\n",
-            built->lp.stall_us / 1000, built->lp.proven ? "" : " (unproven)",
-            built->lp.solve_ms / 1000, built->plain_replay.stall_us / 1000, guided,
-            built->guided ? "guided" : "plain");
+            g.lp.stall_us / 1000, g.lp.proven ? "" : " (unproven)", g.lp.solve_ms / 1000,
+            built->plain_replay.stall_us / 1000, guided, built->guided ? "guided" : "plain");
         plan = std::move(built->plan);
       } else {
         auto built = BuildPlan(*s, lt, *profile, config);
@@ -573,7 +571,7 @@ int main(int argc, char** argv) {
       Status st = WriteFile(svg, MemorySvg(*r, s->name() + " on " + profile->name));
       if (!st.ok()) return Fail(st);
     }
-    return r->missing_at_use + r->budget_violations + r->bad_actions == 0 ? 0 : 3;
+    return r->breaches() == 0 ? 0 : 3;
   }
   std::cerr << "tierpool: unknown command\n" << kUsage;
   return 2;

@@ -33,23 +33,7 @@ TEST(ResidencyGuide, ReadsTheBoundaryAtOrAfterAStepAndWrapsToTheNextIteration) {
 // dropped by step 1, and the budget holds one of them. The LP's optimum has all of A out of hbm
 // at step 1 and back at step 2.
 TEST(TransferLpBound, ReportsTheRelaxationsResidency) {
-  Schedule s;
-  s.set_format_version(1);
-  s.set_name("two-tensors");
-  for (double c : {100.0, 200.0, 100.0}) {
-    auto* st = s.add_steps();
-    st->set_name("op" + std::to_string(s.steps_size()));
-    st->set_compute_us(c);
-  }
-  for (int i = 0; i < 2; ++i) {
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(i));
-    t->set_name(i == 0 ? "A" : "B");
-    t->set_size_bytes(55'000'000);
-    t->set_def_step(i);
-    t->set_kind(schedule::ACTIVATION);
-    if (i == 0) t->add_use_steps(2);
-  }
+  Schedule s = TwoTensors();
   auto device = BuiltinProfile("h100");
   ASSERT_TRUE(device.ok());
   Lifetimes lt(s);
@@ -97,13 +81,13 @@ TEST(GuidedPlan, IsNeverWorseThanThePlainPlanAndSometimesBetterOnRandomSchedules
       EXPECT_EQ(kept->missing_at_use + kept->budget_violations + kept->bad_actions, 0u)
           << (kept->problems.empty() ? "" : kept->problems.front());
       EXPECT_LE(kept->time_us, g->plain_replay.time_us + 1e-6);
-      EXPECT_GE(kept->stall_us + 1e-3, g->lp.stall_us);
-      if (!g->guided_replay) continue;
+      EXPECT_GE(kept->stall_us + 1e-3, g->guidance.lp.stall_us);
+      if (!g->guidance.replay) continue;
       ++made;
-      const auto& r = *g->guided_replay;
+      const auto& r = *g->guidance.replay;
       EXPECT_EQ(r.missing_at_use + r.budget_violations + r.bad_actions, 0u)
           << (r.problems.empty() ? "" : r.problems.front());
-      EXPECT_GE(r.stall_us + 1e-3, g->lp.stall_us);
+      EXPECT_GE(r.stall_us + 1e-3, g->guidance.lp.stall_us);
       better += r.stall_us < g->plain_replay.stall_us - 1e-3;
       kept_guided += g->guided;
     }

@@ -61,24 +61,8 @@ TEST(Planner, InvariantsHoldOnRandomSchedules) {
 // holds one of them. A must go out before step 1 with no compute to hide it, and come back
 // during step 1's 200 us: the bound is 1000 us out + (1000 - 200) us in on a 55 GB/s link.
 TEST(StallLowerBound, MatchesAHandWorkedCase) {
-  Schedule s;
-  s.set_format_version(1);
-  s.set_name("two-tensors");
-  for (double c : {100.0, 200.0, 100.0}) {
-    auto* st = s.add_steps();
-    st->set_name("op" + std::to_string(s.steps_size()));
-    st->set_compute_us(c);
-  }
+  Schedule s = TwoTensors();
   constexpr std::uint64_t kBytes = 55'000'000;  // 1000 us on the link
-  for (int i = 0; i < 2; ++i) {
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(i));
-    t->set_name(i == 0 ? "A" : "B");
-    t->set_size_bytes(kBytes);
-    t->set_def_step(i);
-    t->set_kind(schedule::ACTIVATION);
-    if (i == 0) t->add_use_steps(2);
-  }
   ASSERT_TRUE(Validate(s).ok()) << Validate(s).ToString();
   Lifetimes lt(s);
   auto device = BuiltinProfile("h100");

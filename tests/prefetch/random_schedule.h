@@ -1,4 +1,5 @@
-// Random schedules for the planner's and the bounds' property tests.
+// Schedules for the planner's and the bounds' tests: random ones for the property tests, and the
+// hand-worked two-tensor case.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +57,30 @@ inline Schedule RandomSchedule(std::mt19937_64& rng, std::uint32_t steps, bool r
     // A temporary.
     if (i + 1 < steps)
       add(1 + rng() % (1 << 20), static_cast<int>(i), {i + 1}, schedule::ACTIVATION);
+  }
+  return s;
+}
+
+// The hand-worked case: A, made by step 0 and used by step 2, and B, as big (55 MB: 1000 us on
+// h100's 55 GB/s links), made and dropped by step 1; steps of step0_us, 200 and 100 us. A budget
+// of one tensor forces A out for step 1.
+inline Schedule TwoTensors(double step0_us = 100.0) {
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("two-tensors");
+  for (double c : {step0_us, 200.0, 100.0}) {
+    auto* st = s.add_steps();
+    st->set_name("op" + std::to_string(s.steps_size()));
+    st->set_compute_us(c);
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(i));
+    t->set_name(i == 0 ? "A" : "B");
+    t->set_size_bytes(55'000'000);
+    t->set_def_step(i);
+    t->set_kind(schedule::ACTIVATION);
+    if (i == 0) t->add_use_steps(2);
   }
   return s;
 }

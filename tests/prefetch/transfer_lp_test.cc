@@ -13,27 +13,6 @@
 namespace tierpool::prefetch {
 namespace {
 
-Schedule TwoTensors(double step0_us) {
-  Schedule s;
-  s.set_format_version(1);
-  s.set_name("two-tensors");
-  for (double c : {step0_us, 200.0, 100.0}) {
-    auto* st = s.add_steps();
-    st->set_name("op" + std::to_string(s.steps_size()));
-    st->set_compute_us(c);
-  }
-  for (int i = 0; i < 2; ++i) {
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(i));
-    t->set_name(i == 0 ? "A" : "B");
-    t->set_size_bytes(55'000'000);  // 1000 us on h100's 55 GB/s links
-    t->set_def_step(i);
-    t->set_kind(schedule::ACTIVATION);
-    if (i == 0) t->add_use_steps(2);
-  }
-  return s;
-}
-
 // A is made by step 0 and used by step 2; B, as big, is made and dropped by step 1; the budget
 // holds one of them. A leaves after step 0's compute with nothing to hide it (1000 us and the
 // link's 10 us latency) and comes back during step 1's 200 us (810 us more), whatever step 0

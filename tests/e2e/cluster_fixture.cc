@@ -209,10 +209,15 @@ std::unique_ptr<ServerProcess> ThreeNodes::Start(const std::string& node) {
 }
 
 bool ThreeNodes::Joined() const {
-  return a->started() && b->started() && c->started() && a->WaitFor([](const ServerStats& s) {
+  // Every node, not only a: b and c take room from each other ahead of need, in their own time,
+  // and once a has filled a lender nothing is left for them (a test that kills b and expects c to
+  // free what b held would then race b's first grant).
+  auto meshed = [](const ServerStats& s) {
     return s.members.size() == 3 && s.counter("remote_peers_responsive") == 2 &&
            s.counter("remote_grants") >= 2;
-  });
+  };
+  return a->started() && b->started() && c->started() && a->WaitFor(meshed) && b->WaitFor(meshed) &&
+         c->WaitFor(meshed);
 }
 
 void Fill(ServerProcess& node, int count, std::size_t size) {

@@ -71,8 +71,8 @@ Status CheckObject(Client& client, const std::string& key, std::uint64_t seed, s
 // that are not); returns the slowest get in seconds.
 double CheckAll(const ServerProcess& node, int count, std::size_t size);
 
-// An etcd, a shared secret and three nodes a, b, c of `cluster`; once Joined, a borrows from b
-// and c. Without etcd (Debian's etcd-server) nothing starts and ready() is false.
+// An etcd, a shared secret and three nodes a, b, c of `cluster`; once Joined, each borrows from
+// the other two. Without etcd (Debian's etcd-server) nothing starts and ready() is false.
 class ThreeNodes {
  public:
   explicit ThreeNodes(const std::string& cluster, NodeOptions options = {});
@@ -80,7 +80,7 @@ class ThreeNodes {
   EtcdProcess& etcd() { return etcd_; }
   // Another node of the cluster (one of a, b, c back as a new incarnation, say).
   std::unique_ptr<ServerProcess> Start(const std::string& node);
-  // All three up, a seeing the others and granted room on both.
+  // All three up, each seeing the others and granted room on both.
   bool Joined() const;
 
  private:

@@ -29,6 +29,7 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
   ASSERT_TRUE(client.ok());
   EXPECT_GT(Counter(b, "lent_bytes"), 0u);
   EXPECT_GT(Counter(c, "lent_bytes"), 0u);
+  EXPECT_EQ(Counter(c, "lent_borrowers"), 2u);  // a, and b (what c frees once b is gone)
 
   // b dies without a word.
   ::kill(b.pid(), SIGKILL);

@@ -28,12 +28,14 @@ ServerProcess::ServerProcess(std::vector<std::string> extra) {
             ".sock";
   // TIERPOOL_TEST_SERVER runs the suite against another build (to show a test fails before a fix).
   const char* other = std::getenv("TIERPOOL_TEST_SERVER");
+  // TIERPOOL_TEST_LOG_LEVEL (info, debug) shows the servers' logs when chasing a failure.
+  const char* level = std::getenv("TIERPOOL_TEST_LOG_LEVEL");
   std::vector<std::string> args = {other != nullptr ? other : TIERPOOLD_PATH,
                                    "--socket",
                                    socket_,
                                    "--no-populate",
                                    "--log-level",
-                                   "warn"};
+                                   level != nullptr ? level : "warn"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = ::fork();
   if (pid_ == 0) {

@@ -26,6 +26,7 @@
 #include "prefetch/planner.h"
 #include "prefetch/reorder.h"
 #include "prefetch/report.h"
+#include "prefetch/split_updates.h"
 
 namespace po = boost::program_options;
 using namespace tierpool;
@@ -58,7 +59,11 @@ constexpr const char* kUsage = R"(usage:
   tierpool schedule reorder SCHEDULE -o OUT.pb [--json OUT.json]
                               (each optimizer update right after its gradient, every
                               dependency kept)
+  tierpool schedule split-updates SCHEDULE --chunk 16M -o OUT.pb [--json OUT.json]
+                              (each optimizer update larger than the chunk as slices that
+                              stream through hbm one after another)
   tierpool plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json] [--lp-guided]
+                              [--split-updates SIZE: split-updates' slices first; also replay's]
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
                               [--json REPORT.json] [--trace TRACE.json] [--svg MEM.svg]
                               [--lp-guided: solve the LP bound and let its optimum choose
@@ -75,6 +80,13 @@ file (docs/cost-model.md); `schedule profile` prints one to start a file from.
 int Fail(const Status& s) {
   std::cerr << "tierpool: " << s.ToString() << "\n";
   return 1;
+}
+
+// split-updates with a chunk size as the user wrote it ("16M").
+Result<SplitUpdatesResult> SplitUpdates(const Schedule& s, const std::string& chunk) {
+  auto bytes = ParseByteSize(chunk);
+  if (!bytes.ok()) return bytes.status();
+  return SplitOptimizerUpdates(s, *bytes);
 }
 
 // "-" is standard output.
@@ -263,7 +275,7 @@ int main(int argc, char** argv) {
   bool sweep = false;
   unsigned lp_windows = TransferLpOptions{}.max_windows;
   bool lp_guided = false;
-  std::string measured, device_kind, name;
+  std::string measured, device_kind, name, chunk, split_updates;
   int warmup = 3, repeat = 10;
   double dispatch = 0, eager_ms = 0;
   po::options_description opts("options");
@@ -305,6 +317,9 @@ int main(int argc, char** argv) {
     ("trace", po::value(&trace), "replay: Chrome trace (open in Perfetto)")
     ("svg", po::value(&svg), "replay: SVG of each tier's use over time")
     ("sweep", po::bool_switch(&sweep), "replay: try budgets from 100% down")
+    ("chunk", po::value(&chunk), "split-updates: the largest slice of a tensor (e.g. 16M)")
+    ("split-updates", po::value(&split_updates),
+     "plan, replay: split optimizer updates into slices of at most this size first")
     ("lp-guided", po::bool_switch(&lp_guided), "plan, replay: guide the planner by the LP bound's optimum")
     ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead")
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
@@ -458,6 +473,19 @@ int main(int argc, char** argv) {
     Status st = Emit(r->schedule, out, json);
     return st.ok() ? 0 : Fail(st);
   }
+  if (cmd == "schedule" && args.size() == 3 && args[1] == "split-updates") {
+    if (chunk.empty()) return Fail(Status::InvalidArgument("give --chunk SIZE (e.g. 16M)"));
+    auto s = LoadSchedule(args[2]);
+    if (!s.ok()) return Fail(s.status());
+    auto r = SplitUpdates(*s, chunk);
+    if (!r.ok()) return Fail(r.status());
+    std::cout << s->name() << ": " << r->steps_split << " optimizer updates split into "
+              << r->chunk_steps << " slices (" << r->tensors_split << " tensors sliced, "
+              << r->skipped << " large updates left whole); " << s->steps_size() << " -> "
+              << r->schedule.steps_size() << " steps\n";
+    Status st = Emit(r->schedule, out, json);
+    return st.ok() ? 0 : Fail(st);
+  }
   if (cmd == "schedule" && args.size() == 3 && args[1] == "show") {
     auto s = LoadSchedule(args[2]);
     if (!s.ok()) return Fail(s.status());
@@ -474,6 +502,11 @@ int main(int argc, char** argv) {
   if ((cmd == "replay" || cmd == "plan") && args.size() == 2) {
     auto s = LoadSchedule(args[1]);
     if (!s.ok()) return Fail(s.status());
+    if (!split_updates.empty()) {
+      auto r = SplitUpdates(*s, split_updates);
+      if (!r.ok()) return Fail(r.status());
+      *s = std::move(r->schedule);
+    }
     ApplyCostModel(*profile, &*s);
     Lifetimes lt(*s);
     if (cmd == "replay" && sweep) {

@@ -104,6 +104,55 @@ TEST(TorchHook, ReorderedScheduleSweepsWithTheLpBound) {
   for (const char* suffix : {".pb", "-ro.pb", ".json"}) ::unlink((base + suffix).c_str());
 }
 
+// `schedule split-updates` on a traced Adam step: each 256 KiB weight's update (65,536 elements,
+// float32) becomes four slices of 64 KiB, the biases' stay whole, and the replay of the split
+// schedule (`--split-updates`, the same split) keeps every invariant at every budget.
+TEST(TorchHook, SplitUpdatesSlicesTheTracedAdamUpdates) {
+  if (std::system("/usr/bin/python3 -c 'import torch, functorch' 2>/dev/null") != 0) GTEST_SKIP();
+  const std::string base = ::testing::TempDir() + "/mlp-split-" + std::to_string(::getpid());
+  const std::string cli = TIERPOOL_CLI_PATH;
+  std::string cmd = cli + " schedule from-torch --model tierpool_models:mlp --input 16x256 -o " +
+                    base + ".pb > /dev/null 2>&1 && " + cli + " schedule split-updates " + base +
+                    ".pb --chunk 64K -o " + base + "-split.pb > " + base + ".txt && " + cli +
+                    " replay " + base + ".pb --split-updates 64K --device h100 --sweep" +
+                    " --sweep-step 0.2 --lp-windows 0 --json " + base + ".json > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream said(base + ".txt");
+  std::string line;
+  std::getline(said, line);
+  EXPECT_NE(line.find("4 optimizer updates split into 16 slices"), std::string::npos) << line;
+  auto whole = LoadSchedule(base + ".pb");
+  auto split = LoadSchedule(base + "-split.pb");
+  ASSERT_TRUE(whole.ok() && split.ok());
+  EXPECT_EQ(split->steps_size(), whole->steps_size() + 12);
+  int slices = 0;
+  for (const auto& st : split->steps()) {
+    if (ClassifyOp(st.op_type()) != OpClass::kOptimizer) continue;
+    if (st.name().find('[') == std::string::npos) continue;
+    ++slices;
+  }
+  EXPECT_EQ(slices, 16);
+  for (const auto& t : split->tensors()) {
+    if (t.name().find('[') == std::string::npos) continue;
+    EXPECT_LE(t.size_bytes(), 64u << 10) << t.name();
+  }
+  std::ifstream in(base + ".json");
+  auto sweep = nlohmann::json::parse(in);
+  int planned = 0;
+  for (const auto& row : sweep["rows"]) {
+    if (!row.contains("planned")) continue;
+    ++planned;
+    EXPECT_EQ(row["planned"]["budget_violations"].get<int>() +
+                  row["planned"]["missing_at_use"].get<int>() +
+                  row["planned"]["bad_actions"].get<int>(),
+              0)
+        << row.dump();
+  }
+  EXPECT_GT(planned, 2);
+  for (const char* suffix : {".pb", "-split.pb", ".txt", ".json"})
+    ::unlink((base + suffix).c_str());
+}
+
 TEST(TorchHook, InferenceTracesTheForwardPassOnly) {
   if (std::system("/usr/bin/python3 -c 'import torch, functorch' 2>/dev/null") != 0) GTEST_SKIP();
   std::string out = ::testing::TempDir() + "/mlp-inf-" + std::to_string(::getpid()) + ".pb";

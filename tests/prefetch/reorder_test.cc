@@ -12,64 +12,6 @@
 namespace tierpool::prefetch {
 namespace {
 
-// A training step as the torch hook writes one: a forward half, a backward half that makes one
-// gradient per weight (in reverse order), then one Adam update per weight that reads the weight,
-// its gradient and two states and writes the weight and the states.
-Schedule TrainingSchedule(std::mt19937_64& rng, std::uint32_t layers) {
-  Schedule s;
-  s.set_format_version(1);
-  s.set_name("training");
-  s.set_repeats(true);
-  auto step = [&](const std::string& name, const std::string& op) {
-    auto* st = s.add_steps();
-    st->set_name(name);
-    st->set_op_type(op);
-    st->set_compute_us(20 + static_cast<double>(rng() % 200));
-    return static_cast<std::uint32_t>(s.steps_size() - 1);
-  };
-  auto tensor = [&](const std::string& name, std::uint64_t bytes, int def,
-                    schedule::TensorKind kind) {
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
-    t->set_name(name);
-    t->set_size_bytes(bytes);
-    t->set_def_step(def);
-    t->set_kind(kind);
-    return t;
-  };
-  std::vector<std::uint32_t> fwd(layers), bwd(layers);
-  for (std::uint32_t l = 0; l < layers; ++l) fwd[l] = step("fwd" + std::to_string(l), "mm");
-  for (std::uint32_t l = layers; l-- > 0;) bwd[l] = step("bwd" + std::to_string(l), "mm");
-  std::vector<schedule::Tensor*> weights, grads;
-  for (std::uint32_t l = 0; l < layers; ++l) {
-    std::uint64_t wbytes = 1 + rng() % (4 << 20);
-    auto* w = tensor("w" + std::to_string(l), wbytes, -1, schedule::WEIGHT);
-    w->add_use_steps(fwd[l]);
-    w->add_use_steps(bwd[l]);
-    weights.push_back(w);
-    auto* a = tensor("act" + std::to_string(l), 1 + rng() % (8 << 20), static_cast<int>(fwd[l]),
-                     schedule::SAVED_ACTIVATION);
-    a->add_use_steps(bwd[l]);
-    if (l + 1 < layers) a->add_use_steps(fwd[l + 1]);
-    std::sort(a->mutable_use_steps()->begin(), a->mutable_use_steps()->end());
-    grads.push_back(
-        tensor("grad" + std::to_string(l), wbytes, static_cast<int>(bwd[l]), schedule::GRADIENT));
-  }
-  for (std::uint32_t l = layers; l-- > 0;) {
-    auto u = step("adam_update.w" + std::to_string(l), "adam");
-    weights[l]->add_use_steps(u);
-    weights[l]->add_update_steps(u);
-    grads[l]->add_use_steps(u);
-    for (const char* state : {".exp_avg", ".exp_avg_sq"}) {
-      auto* st = tensor("w" + std::to_string(l) + state, weights[l]->size_bytes() * 2, -1,
-                        schedule::OPTIMIZER_STATE);
-      st->add_use_steps(u);
-      st->add_update_steps(u);
-    }
-  }
-  return s;
-}
-
 TEST(Reorder, EachUpdateRunsRightAfterItsGradient) {
   std::mt19937_64 rng(3);
   Schedule s = TrainingSchedule(rng, 6);

@@ -9,6 +9,7 @@ peak reduction a plan gets for free. Then the corpus-wide median and worst again
   scripts/planning-corpus.py --tool build/ci/client/tierpool [--models resnet50,vit_b_16]
       [--dtypes bfloat16,float32] [--devices gh200,h100] [--sweep-step 0.05]
       [--sweep-lowest 0.3] [--jobs 2] [--timeout 900] [--work DIR] [--reuse] [--json OUT.json]
+      [--split-updates 16M]
 
 A sweep's resolution is --sweep-step: "within 1% down to 45%" means 45% passed and 40% did not.
 The LP stall bound is skipped (--lp-windows 0): at several seconds per budget it would take the
@@ -16,6 +17,8 @@ corpus from hours to days; docs/benchmarks.md has it for the figure graphs. A mo
 be traced or planned within --timeout is listed with its error and counted as a failure; the
 exit status is 1 when any failed or any planned replay broke an invariant. --reuse keeps the
 schedules and sweeps already in --work (a long run resumed) instead of making them again.
+--split-updates SIZE plans each schedule with its large optimizer updates as slices of at most
+SIZE (`tierpool schedule split-updates`: they stream through hbm slice by slice).
 """
 import argparse
 import concurrent.futures
@@ -59,11 +62,14 @@ def one(a, name, dtype):
             return [{"model": name, "dtype": dtype, "device": d, "error": "trace: " + err}
                     for d in a.devices]
     for device in a.devices:
-        out = os.path.join(a.work, "sw-%s-%s-%s.json" % (name, dtype, device))
+        split = ["--split-updates", a.split_updates] if a.split_updates else []
+        out = os.path.join(a.work, "sw-%s-%s-%s%s.json" % (
+            name, dtype, device, "-split" + a.split_updates if split else ""))
         if not (a.reuse and os.path.exists(out)):
             ok, err = run([a.tool, "replay", pb, "--device", device, "--sweep",
                            "--sweep-step", str(a.sweep_step), "--sweep-lowest",
-                           str(a.sweep_lowest), "--lp-windows", "0", "--json", out], a.timeout)
+                           str(a.sweep_lowest), "--lp-windows", "0", "--json", out] + split,
+                          a.timeout)
             if not ok:
                 rows.append({"model": name, "dtype": dtype, "device": device,
                              "error": "sweep: " + err})
@@ -74,6 +80,7 @@ def one(a, name, dtype):
         planned = [r["planned"] for r in sw["rows"] if "planned" in r]
         rows.append({
             "model": name, "dtype": dtype, "device": device,
+            "split_updates": a.split_updates,
             "iteration_ms": sw["none"]["time_us"] / 1e3,
             "peak_gib": sw["none"]["peak_hbm_bytes"] / 2**30,
             "fraction": best.get("fraction", 1.0),
@@ -100,6 +107,8 @@ def main():
     ap.add_argument("--work", default="planning-corpus")
     ap.add_argument("--reuse", action="store_true")
     ap.add_argument("--json", default="")
+    ap.add_argument("--split-updates", default="",
+                    help="slice optimizer updates above this size (e.g. 16M) before planning")
     a = ap.parse_args()
     a.devices = a.devices.split(",")
     os.makedirs(a.work, exist_ok=True)

@@ -211,13 +211,11 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
       out.guided_planning_ms_max = std::max(out.guided_planning_ms_max, g->planning_ms);
     }
     if (row.planned_ok) {
-      double overhead = row.planned.time_us / base_time - 1;
-      if (overhead <= max_overhead + 1e-12) out.smallest_within = out.rows.size();
-      double best_time = row.planned.time_us;
-      if (row.guided) best_time = std::min(best_time, row.guided->time_us);
-      if (best_time / base_time - 1 <= max_overhead + 1e-12) {
-        out.smallest_within_guided = out.rows.size();
-      }
+      auto within = [&](const ReplayReport& r) {
+        return r.time_us / base_time - 1 <= max_overhead + 1e-12;
+      };
+      if (within(row.planned)) out.smallest_within = out.rows.size();
+      if (within(row.better_plan())) out.smallest_within_guided = out.rows.size();
     }
     out.rows.push_back(std::move(row));
   }
@@ -301,12 +299,11 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
       worst_gap = row.planned.stall_us / row.stall_bound_us();
       worst_gap_row = i;
     }
-    double best_stall = row.planned.stall_us;
     if (row.guided) {
       ++guided_made;
       if (row.guided->stall_us < row.planned.stall_us) ++guided_faster;
-      best_stall = std::min(best_stall, row.guided->stall_us);
     }
+    const double best_stall = row.better_plan().stall_us;
     if (row.stall_bound_us() > 0 && best_stall / row.stall_bound_us() > worst_best_gap) {
       worst_best_gap = best_stall / row.stall_bound_us();
       worst_best_gap_row = i;

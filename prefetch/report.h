@@ -30,6 +30,10 @@ struct SweepRow {
   // The plan guided by the LP's residency (guided_plan.h), when the sweep solves the LP and the
   // plain plan stalls.
   std::optional<ReplayReport> guided;
+  // The faster of the plain and the LP-guided plan (the plain one where there is no other).
+  const ReplayReport& better_plan() const {
+    return guided && guided->time_us < planned.time_us ? *guided : planned;
+  }
   // The best lower bound known at this budget: the step bound or the LP's.
   double stall_bound_us() const {
     return std::max(reactive.stall_lower_bound_us, lp ? lp->stall_us : 0.0);

@@ -96,16 +96,11 @@ def main():
                 d = json.load(f)
             none = d["none"]
             base = none["time_us"]
-            best = best_guided = bound_from = None
-            at60 = None
+            # The sweep's own answers (the guided one: the better plan at each budget).
+            best = d.get("smallest_budget_within_overhead", {}).get("budget_bytes")
+            best_guided = d.get("smallest_budget_within_overhead_guided", {}).get("budget_bytes")
+            bound_from = at60 = None
             for r in d["rows"]:
-                p, g = r.get("planned"), r.get("guided")
-                if p and p["time_us"] <= base * 1.01 and (best is None or r["budget_bytes"] < best):
-                    best = r["budget_bytes"]
-                t = min(x["time_us"] for x in (p, g) if x) if (p or g) else None
-                if t is not None and t <= base * 1.01 and (
-                        best_guided is None or r["budget_bytes"] < best_guided):
-                    best_guided = r["budget_bytes"]
                 lp = r.get("lp_bound", {})
                 bound = max(r["reactive"]["stall_lower_bound_us"],
                             lp.get("stall_us", 0) if lp.get("feasible", True) else float("inf"))

@@ -107,10 +107,9 @@ def summary(d):
 
 def guided_summary(d):
     """How the better of the plain and the LP-guided plan does, per budget."""
-    base = d["none"]["time_us"]
     better = made = 0
     gap = None
-    within = None
+    within = d.get("smallest_budget_within_overhead_guided")  # the sweep's own answer
     for r, p, q, _ in rows(d):
         if p is None:
             continue
@@ -121,8 +120,6 @@ def guided_summary(d):
             if g["stall_us"] < p["stall_us"]:
                 better += 1
                 best = g
-        if best["time_us"] / base - 1 <= d["max_overhead"] + 1e-12:
-            within = r
         if best_bound_us(r, q) > 0:
             ratio = best["stall_us"] / best_bound_us(r, q)
             gap = ratio if gap is None else max(gap, ratio)

@@ -58,10 +58,8 @@ TEST(GuidedPlan, IsNeverWorseThanThePlainPlanAndSometimesBetterOnRandomSchedules
   const std::uint64_t seed = PrintedSeed("GuidedPlan");
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto device = BuiltinProfile("h100");
+  auto device = H100WithSlowLinks();
   ASSERT_TRUE(device.ok());
-  device->h2d_gbps /= 5;  // as in the LP bound's test: transfers that do not all hide
-  device->d2h_gbps /= 5;
   int made = 0, better = 0, kept_guided = 0;
   for (int round = 0; round < 16; ++round) {
     const auto steps = 16 + static_cast<std::uint32_t>(rng() % 80);
@@ -69,7 +67,7 @@ TEST(GuidedPlan, IsNeverWorseThanThePlainPlanAndSometimesBetterOnRandomSchedules
     Lifetimes lt(s);
     for (double f : {0.8, 0.6, 0.4}) {
       SCOPED_TRACE("round " + std::to_string(round) + " f " + std::to_string(f));
-      auto budget = static_cast<std::uint64_t>(static_cast<double>(lt.peak_bytes()) * f);
+      auto budget = BudgetAt(lt, f);
       auto g = BuildLpGuidedPlan(s, lt, *device, {.hbm_budget = budget});
       if (!g.ok()) {
         EXPECT_EQ(g.status().code(), StatusCode::kFailedPrecondition) << g.status().ToString();

@@ -26,7 +26,7 @@ TEST(Planner, InvariantsHoldOnRandomSchedules) {
     ASSERT_TRUE(Validate(s).ok()) << Validate(s).ToString();
     Lifetimes lt(s);
     for (double f : {1.0, 0.8, 0.6, 0.45, 0.3}) {
-      auto budget = static_cast<std::uint64_t>(static_cast<double>(lt.peak_bytes()) * f);
+      auto budget = BudgetAt(lt, f);
       auto plan = BuildPlan(s, lt, *device, {.hbm_budget = budget});
       if (!plan.ok()) {
         ASSERT_EQ(plan.status().code(), StatusCode::kFailedPrecondition)

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "prefetch/device_profile.h"
 #include "prefetch/schedule.h"
 
 namespace tierpool::prefetch {
@@ -18,6 +19,21 @@ inline std::uint64_t PrintedSeed(const char* test) {
   const std::uint64_t seed = std::random_device{}();
   std::printf("%s seed %llu\n", test, static_cast<unsigned long long>(seed));
   return seed;
+}
+
+// `fraction` of a schedule's no-offload peak, as an hbm budget.
+inline std::uint64_t BudgetAt(const Lifetimes& lt, double fraction) {
+  return static_cast<std::uint64_t>(static_cast<double>(lt.peak_bytes()) * fraction);
+}
+
+// h100 with links a fifth as fast, so that random schedules' transfers do not all hide.
+inline Result<DeviceProfile> H100WithSlowLinks() {
+  auto d = BuiltinProfile("h100");
+  if (d.ok()) {
+    d->h2d_gbps /= 5;
+    d->d2h_gbps /= 5;
+  }
+  return d;
 }
 
 // A random training-like schedule: weights used in a forward and a backward half, activations
@@ -85,6 +101,22 @@ inline Schedule TwoTensors(double step0_us = 100.0) {
   return s;
 }
 
+// Appends a tensor of one dimension, `elements` long, of element_bytes each (bfloat16 when 2,
+// else float32), made by step `def` (-1: before the schedule starts).
+inline schedule::Tensor* AddShapedTensor(Schedule& s, const std::string& name,
+                                         std::uint64_t elements, std::uint64_t element_bytes,
+                                         int def, schedule::TensorKind kind) {
+  auto* t = s.add_tensors();
+  t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
+  t->set_name(name);
+  t->set_size_bytes(elements * element_bytes);
+  t->set_dtype(element_bytes == 2 ? "bfloat16" : "float32");
+  t->add_shape(static_cast<std::int64_t>(elements));
+  t->set_def_step(def);
+  t->set_kind(kind);
+  return t;
+}
+
 // A training step as the torch hook writes one: a forward half, a backward half that makes one
 // gradient per weight (in reverse order), then one Adam update per weight that reads the weight,
 // its gradient and two states and writes the weight and the states. Weights and gradients are
@@ -101,18 +133,6 @@ inline Schedule TrainingSchedule(std::mt19937_64& rng, std::uint32_t layers) {
     st->set_compute_us(20 + static_cast<double>(rng() % 200));
     return static_cast<std::uint32_t>(s.steps_size() - 1);
   };
-  auto tensor = [&](const std::string& name, std::uint64_t elements, std::uint64_t element_bytes,
-                    int def, schedule::TensorKind kind) {
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
-    t->set_name(name);
-    t->set_size_bytes(elements * element_bytes);
-    t->set_dtype(element_bytes == 2 ? "bfloat16" : "float32");
-    t->add_shape(static_cast<std::int64_t>(elements));
-    t->set_def_step(def);
-    t->set_kind(kind);
-    return t;
-  };
   std::vector<std::uint32_t> fwd(layers), bwd(layers);
   for (std::uint32_t l = 0; l < layers; ++l) fwd[l] = step("fwd" + std::to_string(l), "mm");
   for (std::uint32_t l = layers; l-- > 0;) bwd[l] = step("bwd" + std::to_string(l), "mm");
@@ -120,17 +140,17 @@ inline Schedule TrainingSchedule(std::mt19937_64& rng, std::uint32_t layers) {
   std::vector<std::uint64_t> welements(layers);
   for (std::uint32_t l = 0; l < layers; ++l) {
     welements[l] = 1 + rng() % (4 << 20) / 2;  // up to 4 MiB
-    auto* w = tensor("w" + std::to_string(l), welements[l], 2, -1, schedule::WEIGHT);
+    auto* w = AddShapedTensor(s, "w" + std::to_string(l), welements[l], 2, -1, schedule::WEIGHT);
     w->add_use_steps(fwd[l]);
     w->add_use_steps(bwd[l]);
     weights.push_back(w);
-    auto* a = tensor("act" + std::to_string(l), 1 + rng() % (8 << 20) / 2, 2,
-                     static_cast<int>(fwd[l]), schedule::SAVED_ACTIVATION);
+    auto* a = AddShapedTensor(s, "act" + std::to_string(l), 1 + rng() % (8 << 20) / 2, 2,
+                              static_cast<int>(fwd[l]), schedule::SAVED_ACTIVATION);
     a->add_use_steps(bwd[l]);
     if (l + 1 < layers) a->add_use_steps(fwd[l + 1]);
     std::sort(a->mutable_use_steps()->begin(), a->mutable_use_steps()->end());
-    grads.push_back(tensor("grad" + std::to_string(l), welements[l], 2, static_cast<int>(bwd[l]),
-                           schedule::GRADIENT));
+    grads.push_back(AddShapedTensor(s, "grad" + std::to_string(l), welements[l], 2,
+                                    static_cast<int>(bwd[l]), schedule::GRADIENT));
   }
   for (std::uint32_t l = layers; l-- > 0;) {
     auto u = step("adam_update.w" + std::to_string(l), "adam");
@@ -138,8 +158,8 @@ inline Schedule TrainingSchedule(std::mt19937_64& rng, std::uint32_t layers) {
     weights[l]->add_update_steps(u);
     grads[l]->add_use_steps(u);
     for (const char* state : {".exp_avg", ".exp_avg_sq"}) {
-      auto* st =
-          tensor("w" + std::to_string(l) + state, welements[l], 4, -1, schedule::OPTIMIZER_STATE);
+      auto* st = AddShapedTensor(s, "w" + std::to_string(l) + state, welements[l], 4, -1,
+                                 schedule::OPTIMIZER_STATE);
       st->add_use_steps(u);
       st->add_update_steps(u);
     }

@@ -73,7 +73,7 @@ TEST(Reorder, ReorderedRandomSchedulesPlanWithoutBreaches) {
     Lifetimes lt(r->schedule);
     EXPECT_LE(lt.peak_bytes(), Lifetimes(s).peak_bytes());
     for (double f : {0.8, 0.5}) {
-      auto budget = static_cast<std::uint64_t>(static_cast<double>(lt.peak_bytes()) * f);
+      auto budget = BudgetAt(lt, f);
       auto plan = BuildPlan(r->schedule, lt, *device, {.hbm_budget = budget});
       if (!plan.ok()) continue;
       auto replay = Replay(r->schedule, lt, *device,

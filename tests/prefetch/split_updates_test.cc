@@ -37,20 +37,16 @@ Schedule OneLayer(std::uint64_t elements) {
     st->set_bytes_touched(6000);
   }
   auto tensor = [&](const char* name, std::uint64_t element_bytes, int def,
-                    std::vector<std::uint32_t> uses, std::vector<std::uint32_t> updates) {
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
-    t->set_name(name);
-    t->set_size_bytes(elements * element_bytes);
-    t->add_shape(static_cast<std::int64_t>(elements));
-    t->set_def_step(def);
+                    schedule::TensorKind kind, std::vector<std::uint32_t> uses,
+                    std::vector<std::uint32_t> updates) {
+    auto* t = AddShapedTensor(s, name, elements, element_bytes, def, kind);
     for (auto u : uses) t->add_use_steps(u);
     for (auto u : updates) t->add_update_steps(u);
   };
-  tensor("w", 2, -1, {0, 1, 2, 3}, {2});
-  tensor("g", 2, 1, {2}, {});
-  tensor("m", 4, -1, {2}, {2});
-  tensor("v", 4, -1, {2}, {2});
+  tensor("w", 2, -1, schedule::WEIGHT, {0, 1, 2, 3}, {2});
+  tensor("g", 2, 1, schedule::GRADIENT, {2}, {});
+  tensor("m", 4, -1, schedule::OPTIMIZER_STATE, {2}, {2});
+  tensor("v", 4, -1, schedule::OPTIMIZER_STATE, {2}, {2});
   return s;
 }
 
@@ -192,7 +188,7 @@ TEST(SplitUpdates, RandomTrainingSchedulesPlanWithoutBreaches) {
     for (const Schedule* plan_for : {&r->schedule, &reordered->schedule}) {
       Lifetimes lt(*plan_for);
       for (double f : {0.8, 0.5}) {
-        auto budget = static_cast<std::uint64_t>(static_cast<double>(lt.peak_bytes()) * f);
+        auto budget = BudgetAt(lt, f);
         auto plan = BuildPlan(*plan_for, lt, *device, {.hbm_budget = budget});
         if (!plan.ok()) continue;
         auto replay = Replay(*plan_for, lt, *device,

@@ -55,11 +55,8 @@ TEST(TransferLpBound, IsBelowEveryPolicysStallOnRandomSchedules) {
   const std::uint64_t seed = PrintedSeed("TransferLpBound");
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto device = BuiltinProfile("h100");
+  auto device = H100WithSlowLinks();
   ASSERT_TRUE(device.ok());
-  // Links a fifth as fast, so that the random schedules' transfers do not all hide.
-  device->h2d_gbps /= 5;
-  device->d2h_gbps /= 5;
   int checked = 0, positive = 0, tighter = 0, stalled = 0;
   for (int round = 0; round < 14; ++round) {
     const auto steps = 8 + static_cast<std::uint32_t>(rng() % 56);
@@ -67,7 +64,7 @@ TEST(TransferLpBound, IsBelowEveryPolicysStallOnRandomSchedules) {
     Lifetimes lt(s);
     for (double f : {0.8, 0.6, 0.4}) {
       SCOPED_TRACE("round " + std::to_string(round) + " f " + std::to_string(f));
-      auto budget = static_cast<std::uint64_t>(static_cast<double>(lt.peak_bytes()) * f);
+      auto budget = BudgetAt(lt, f);
       auto fine = TransferLpStallBound(s, lt, *device, budget);
       auto coarse = TransferLpStallBound(s, lt, *device, budget, {.max_windows = 6});
       ASSERT_TRUE(fine.ok() && coarse.ok());

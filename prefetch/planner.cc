@@ -1,10 +1,16 @@
 #include "prefetch/planner.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <map>
+#include <memory_resource>
 #include <set>
+#include <span>
+#include <thread>
 #include <tuple>
 
 #include "common/units.h"
@@ -63,28 +69,29 @@ struct WindowOverride {
   std::int64_t step;
   double delay_us;
 };
-// By tensor, then by use: a tensor has a few reloads at most, and a pass looks them up for every
-// occurrence of every tensor (a hash map of all of them missed the cache on nearly every look).
+// By tensor, then by use (ascending): a pass looks them up for every occurrence of every tensor
+// (a hash map of all of them missed the cache on nearly every look, and a tensor used in every
+// step of five iterations has dozens).
 class WindowOverrides {
  public:
   WindowOverrides() = default;
   explicit WindowOverrides(std::size_t tensors) : by_tensor_(tensors) {}
   void Set(std::uint32_t tensor, std::int64_t use, WindowOverride o) {
     auto& v = by_tensor_[tensor];
-    for (auto& [u, existing] : v) {
-      if (u == use) {
-        existing = o;
-        return;
-      }
+    auto it = std::lower_bound(v.begin(), v.end(), use,
+                               [](const auto& e, std::int64_t u) { return e.first < u; });
+    if (it != v.end() && it->first == use) {
+      it->second = o;
+    } else {
+      v.emplace(it, use, o);
     }
-    v.emplace_back(use, o);
   }
   const WindowOverride* Find(std::uint32_t tensor, std::int64_t use) const {
     if (tensor >= by_tensor_.size()) return nullptr;
-    for (const auto& [u, o] : by_tensor_[tensor]) {
-      if (u == use) return &o;
-    }
-    return nullptr;
+    const auto& v = by_tensor_[tensor];
+    auto it = std::lower_bound(v.begin(), v.end(), use,
+                               [](const auto& e, std::int64_t u) { return e.first < u; });
+    return it != v.end() && it->first == use ? &it->second : nullptr;
   }
 
  private:
@@ -93,6 +100,33 @@ class WindowOverrides {
 struct Reload {
   std::uint32_t tensor;
   std::int64_t use;
+};
+
+// Tensors listed by step, in the order they were added: one array for all steps instead of a
+// vector per step (a pass over five iterations of a large graph allocated ~100,000 of them).
+class StepLists {
+ public:
+  void Add(std::int64_t step, std::uint32_t tensor) { added_.emplace_back(step, tensor); }
+  // Sorts what was added by step (stably); call once, before At.
+  void Build(std::int64_t steps) {
+    offset_.assign(static_cast<std::size_t>(steps) + 1, 0);
+    for (const auto& [step, t] : added_) ++offset_[static_cast<std::size_t>(step) + 1];
+    for (std::size_t i = 1; i < offset_.size(); ++i) offset_[i] += offset_[i - 1];
+    items_.resize(added_.size());
+    std::vector<std::uint32_t> fill(offset_.begin(), offset_.end() - 1);
+    for (const auto& [step, t] : added_) items_[fill[static_cast<std::size_t>(step)]++] = t;
+    added_.clear();
+    added_.shrink_to_fit();
+  }
+  std::span<const std::uint32_t> At(std::int64_t step) const {
+    const auto i = static_cast<std::size_t>(step);
+    return {items_.data() + offset_[i], items_.data() + offset_[i + 1]};
+  }
+
+ private:
+  std::vector<std::pair<std::int64_t, std::uint32_t>> added_;
+  std::vector<std::uint32_t> offset_;
+  std::vector<std::uint32_t> items_;
 };
 
 // A repeating schedule is planned over five iterations and the middle one is kept: the cold
@@ -159,7 +193,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   // Optimizer states are read in a burst of short update steps: if each got a window sized for
   // its own transfer, all would start together and arrive late. Their windows are instead laid
   // out on one link, back to back, as late as possible, walking back from the last update.
-  std::map<std::pair<std::uint32_t, std::int64_t>, std::int64_t> burst_window;
+  // (tensor, global use, window), sorted: looked up once per occurrence.
+  std::vector<std::tuple<std::uint32_t, std::int64_t, std::int64_t>> burst_window;
   {
     std::vector<std::pair<std::int64_t, std::uint32_t>> uses;  // (global use, tensor)
     for (std::size_t t = 0; t < nt; ++t) {
@@ -176,15 +211,24 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       double xfer = d.InUs(s.tensors(static_cast<int>(t)).size_bytes());
       double end = std::min(start[static_cast<std::size_t>(use)], link_free);
       link_free = end - xfer;
-      burst_window[{t, use}] = StepAt(start, use, link_free);
+      burst_window.emplace_back(t, use, StepAt(start, use, link_free));
     }
+    std::sort(burst_window.begin(), burst_window.end());
   }
+  auto burst_window_of = [&](std::uint32_t t, std::int64_t use) -> const std::int64_t* {
+    auto it = std::lower_bound(burst_window.begin(), burst_window.end(),
+                               std::make_tuple(t, use, std::numeric_limits<std::int64_t>::min()));
+    if (it == burst_window.end() || std::get<0>(*it) != t || std::get<1>(*it) != use) {
+      return nullptr;
+    }
+    return &std::get<2>(*it);
+  };
 
   std::vector<TensorState> ts(nt);
-  std::vector<std::vector<std::uint32_t>> windows_at(static_cast<std::size_t>(total));
-  std::vector<std::vector<std::uint32_t>> defs_at(static_cast<std::size_t>(total));
-  std::vector<std::vector<std::uint32_t>> touch_at(static_cast<std::size_t>(total));
-  std::vector<std::vector<std::uint32_t>> update_at(static_cast<std::size_t>(n));
+  // Windows opening at each step; a window the last resort moves (always to the next step) goes
+  // to `moved_windows` and is taken after the step's own.
+  StepLists windows_at, defs_at, touch_at, update_at;
+  std::vector<std::uint32_t> moved_windows, moving_windows;
   for (std::size_t t = 0; t < nt; ++t) {
     const auto& tensor = s.tensors(static_cast<int>(t));
     auto& st = ts[t];
@@ -194,15 +238,14 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       if (!lt.persistent(static_cast<std::uint32_t>(t))) {
         std::int64_t def = base + lt.def(static_cast<std::uint32_t>(t));
         st.occ.push_back({def, def});
-        defs_at[static_cast<std::size_t>(def)].push_back(static_cast<std::uint32_t>(t));
+        defs_at.Add(def, static_cast<std::uint32_t>(t));
         prev = def;
       }
       for (auto u : lt.uses(static_cast<std::uint32_t>(t))) {
         std::int64_t g = base + u;
         std::int64_t w = window_for(tensor.size_bytes(), g, prev);
-        if (auto b = burst_window.find({static_cast<std::uint32_t>(t), g});
-            b != burst_window.end()) {
-          w = std::max<std::int64_t>(std::min(w, b->second), prev + 1);
+        if (const auto* b = burst_window_of(static_cast<std::uint32_t>(t), g)) {
+          w = std::max<std::int64_t>(std::min(w, *b), prev + 1);
         }
         if (const auto* o = overrides.Find(static_cast<std::uint32_t>(t), g)) {
           w = std::max<std::int64_t>(o->step, prev + 1);
@@ -214,12 +257,16 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     }
     for (const auto& o : st.occ) {
       if (o.window != o.step || lt.persistent(static_cast<std::uint32_t>(t))) {
-        windows_at[static_cast<std::size_t>(o.window)].push_back(static_cast<std::uint32_t>(t));
+        windows_at.Add(o.window, static_cast<std::uint32_t>(t));
       }
-      touch_at[static_cast<std::size_t>(o.step)].push_back(static_cast<std::uint32_t>(t));
+      touch_at.Add(o.step, static_cast<std::uint32_t>(t));
     }
-    for (auto u : tensor.update_steps()) update_at[u].push_back(static_cast<std::uint32_t>(t));
+    for (auto u : tensor.update_steps()) update_at.Add(u, static_cast<std::uint32_t>(t));
   }
+  windows_at.Build(total);
+  defs_at.Build(total);
+  touch_at.Build(total);
+  update_at.Build(n);
 
   schedule::Plan plan;
   plan.set_format_version(1);
@@ -242,7 +289,9 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   std::vector<Pending> pending;
 
   // Resident tensors keyed by the start of their next window: the largest is the eviction victim.
-  std::set<std::pair<std::int64_t, std::uint32_t>> by_next;
+  // Its nodes come from a pool: every touch of a resident tensor erases and inserts one.
+  std::pmr::unsynchronized_pool_resource by_next_nodes;
+  std::pmr::set<std::pair<std::int64_t, std::uint32_t>> by_next(&by_next_nodes);
   auto key = [&](std::uint32_t t) {
     const auto& st = ts[t];
     return st.next < st.occ.size() ? st.occ[st.next].window : kNever;
@@ -277,7 +326,15 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   };
   auto unlist = [&](std::uint32_t t) { by_next.erase({key(t), t}); };
   std::uint64_t occupancy = 0;
-  auto size_of = [&](std::uint32_t t) { return s.tensors(static_cast<int>(t)).size_bytes(); };
+  // Sizes and copy-out times by tensor, read for every candidate of every eviction (through the
+  // schedule's messages they missed the cache).
+  std::vector<std::uint64_t> bytes(nt);
+  std::vector<double> out_us(nt);
+  for (std::size_t t = 0; t < nt; ++t) {
+    bytes[t] = s.tensors(static_cast<int>(t)).size_bytes();
+    out_us[t] = d.OutUs(bytes[t]);
+  }
+  auto size_of = [&](std::uint32_t t) { return bytes[t]; };
   auto make_resident = [&](std::uint32_t t, std::int64_t g, bool dirty) {
     auto& st = ts[t];
     st.resident = true;
@@ -297,7 +354,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   LinkCalendar d2h;
   // Where a dirty tensor last touched at step `after` would start its copy-out if placed now.
   auto out_from = [&](std::uint32_t t, std::int64_t after) {
-    return d2h.Place(start[static_cast<std::size_t>(after + 1)], d.OutUs(size_of(t)));
+    return d2h.Place(start[static_cast<std::size_t>(after + 1)], out_us[t]);
   };
   // Copies out (or drops, if clean) a victim last touched at step `after`, whose room step g
   // needs.
@@ -307,7 +364,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       return;
     }
     double from = out_from(t, after);
-    d2h.Reserve(from, from + d.OutUs(size_of(t)));
+    d2h.Reserve(from, from + out_us[t]);
     // Issued at its place on the calendar: a step and a delay into it. One that cannot start
     // before step g (the link is busy until then) is issued as g starts, so that the room g
     // waits for is on its way.
@@ -322,11 +379,15 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   auto use_of = [&](std::uint32_t t) { return ts[t].occ[ts[t].next].step; };
   for (std::int64_t g = 0; g < total; ++g) {
     // 1. What must be resident from this step on: windows opening, tensors defined.
-    for (auto t : windows_at[static_cast<std::size_t>(g)]) {
+    for (auto t : windows_at.At(g)) {
       if (!ts[t].resident) waiting.Add(t, use_of(t), size_of(t));
     }
+    for (auto t : moved_windows) {
+      if (!ts[t].resident) waiting.Add(t, use_of(t), size_of(t));
+    }
+    moved_windows.clear();
     std::uint64_t defining = 0;
-    for (auto t : defs_at[static_cast<std::size_t>(g)]) defining += size_of(t);
+    for (auto t : defs_at.At(g)) defining += size_of(t);
     std::uint64_t adding = waiting.bytes() + defining;
     // 2. Make room: evict what is needed farthest in the future. When nothing can go, the loads
     // for the latest uses wait a step (their prefetches start later, and may stall) until the
@@ -383,7 +444,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
             drop(late, after);
           }
           ls.occ[ls.next].window = g + 1;
-          windows_at[static_cast<std::size_t>(g + 1)].push_back(late);
+          moving_windows.push_back(late);
           continue;
         }
         return Status::FailedPrecondition("hbm budget " + FormatBytes(config.hbm_budget) +
@@ -430,8 +491,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         double score = static_cast<double>(size_of(it->second)) * std::max(until, 1.0);
         bool dirty = c.dirty && after >= 0;
         if (dirty && best_cheap && score <= best) continue;  // cannot win: skip the calendar
-        double free_at =
-            dirty ? out_from(it->second, after) + d.OutUs(size_of(it->second)) : now_start;
+        double free_at = dirty ? out_from(it->second, after) + out_us[it->second] : now_start;
         bool cheap = free_at <= now_start + 1e-6;
         bool better = cheap != best_cheap ? cheap
                       : cheap             ? score > best
@@ -464,18 +524,19 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       reloads->push_back({t, use});
       make_resident(t, g, false);
     }
-    for (auto t : defs_at[static_cast<std::size_t>(g)]) make_resident(t, g, true);
+    for (auto t : defs_at.At(g)) make_resident(t, g, true);
+    std::swap(moved_windows, moving_windows);  // for step g + 1
     // 3. The step runs; touched tensors move on to their next occurrence.
-    for (auto t : touch_at[static_cast<std::size_t>(g)]) {
+    for (auto t : touch_at.At(g)) {
       auto& st = ts[t];
       if (st.resident) unlist(t);
       while (st.next < st.occ.size() && st.occ[st.next].step <= g) ++st.next;
       st.last_touch = g;
       if (st.resident) list(t);
     }
-    for (auto t : update_at[static_cast<std::size_t>(g % n)]) ts[t].dirty = true;
+    for (auto t : update_at.At(g % n)) ts[t].dirty = true;
     // 4. Dead tensors (last touch of this instance) are freed after the step.
-    for (auto t : touch_at[static_cast<std::size_t>(g)]) {
+    for (auto t : touch_at.At(g)) {
       auto& st = ts[t];
       if (lt.persistent(t) || !st.resident) continue;
       // Each iteration defines a fresh instance: this one is done when nothing of it is left in
@@ -574,6 +635,15 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   return plan;
 }
 
+// Cores this process may run on (its affinity mask, which taskset and container limits set;
+// hardware_concurrency counts the machine's).
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 // A plan and what its replay showed (time infinite when the replay found a breach).
 struct Candidate {
   schedule::Plan plan;
@@ -654,17 +724,27 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   for (const auto& st : s.steps()) compute += st.compute_us();
   auto stalls = [&] { return best->time_us - compute > 0.01 * compute; };
   // Planning for a little less than the budget leaves room for prefetches to land early and
-  // copy-outs to finish late; the plan still holds the real budget.
-  auto with_headroom = [&](double headroom) {
+  // copy-outs to finish late; the plan still holds the real budget. Two headrooms are tried in
+  // turn, the second only while the plan still stalls; it rarely stops after the first, so with
+  // a second core both are planned at once (independent rounds; the same plan either way).
+  auto headroom_round = [&](double headroom) {
     PlannerConfig tighter = config;
     tighter.hbm_budget = static_cast<std::uint64_t>(static_cast<double>(budget) * headroom);
-    auto next = PlanRound(s, lt, d, tighter, budget, StepStarts(s, n, total), 3);
+    return PlanRound(s, lt, d, tighter, budget, StepStarts(s, n, total), 3);
+  };
+  auto with_headrooms = [&](double first, double second) {
+    if (!stalls()) return;
+    std::future<Result<Candidate>> later;
+    if (UsableCores() > 1) {
+      later = std::async(std::launch::async, headroom_round, second);
+    }
+    auto next = headroom_round(first);
+    if (next.ok() && next->time_us < best->time_us) best = std::move(next);
+    if (!stalls()) return;  // `later`'s destructor waits for it; its plan is not needed
+    next = later.valid() ? later.get() : headroom_round(second);
     if (next.ok() && next->time_us < best->time_us) best = std::move(next);
   };
-  for (double headroom : {0.97, 0.94}) {
-    if (!stalls()) break;
-    with_headroom(headroom);
-  }
+  with_headrooms(0.97, 0.94);
   for (int round = 0; round < 3 && stalls(); ++round) {
     auto next = PlanRound(s, lt, d, config, budget, StepStarts(s, n, total, &best->replay), 2);
     if (!next.ok() || next->time_us >= best->time_us) break;
@@ -675,10 +755,7 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   // ConvNeXt-T on gh200 stalled 1.8% at 70% and 0 at 65%). Tried last, and kept only when it
   // replays faster, so that no plan gets worse for it; deeper in, where nothing hides the
   // link, it is not tried.
-  for (double headroom : {0.90, 0.85}) {
-    if (!stalls() || best->time_us - compute > 0.05 * compute) break;
-    with_headroom(headroom);
-  }
+  if (best->time_us - compute <= 0.05 * compute) with_headrooms(0.90, 0.85);
   return std::move(best->plan);
 }
 

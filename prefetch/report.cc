@@ -1,10 +1,12 @@
 #include "prefetch/report.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/units.h"
 
@@ -167,6 +169,7 @@ Status SweepOptions::validate() const {
     return Status::InvalidArgument("sweep step and lowest fraction must be in (0, 1)");
   }
   if (!(max_overhead >= 0)) return Status::InvalidArgument("sweep overhead must be >= 0");
+  if (jobs < 1 || jobs > 256) return Status::InvalidArgument("sweep jobs must be in [1, 256]");
   return lp_bound ? lp.validate() : Status::Ok();
 }
 
@@ -180,7 +183,16 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
   if (!none.ok()) return none.status();
   out.none = std::move(none).value();
   const double base_time = out.none.time_us;
-  for (double f = 1.0; f >= options.lowest - 1e-9; f -= options.step) {
+  std::vector<double> fractions;
+  for (double f = 1.0; f >= options.lowest - 1e-9; f -= options.step) fractions.push_back(f);
+
+  // One budget's row; budgets share nothing but the (read-only) schedule and profile.
+  struct Worked {
+    Result<SweepRow> row = Status::Internal("not worked on");
+    double planning_ms = 0, guided_planning_ms = 0;
+  };
+  auto work = [&](double f) {
+    Worked w;
     SweepRow row;
     row.fraction = f;
     row.budget = static_cast<std::uint64_t>(static_cast<double>(out.none.peak_hbm) * f);
@@ -190,13 +202,15 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
                                .prefetch_margin = options.prefetch_margin};
     auto t0 = std::chrono::steady_clock::now();
     auto plan = BuildPlan(s, lt, d, config);
-    out.planning_ms_max = std::max(
-        out.planning_ms_max,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    w.planning_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (plan.ok()) {
       auto planned =
           Replay(s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &*plan});
-      if (!planned.ok()) return planned.status();
+      if (!planned.ok()) {
+        w.row = planned.status();
+        return w;
+      }
       row.planned = std::move(planned).value();
       row.planned_ok = true;
     } else {
@@ -205,11 +219,34 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
     if (options.lp_bound) {
       // The bound, and the plan it guides where the plain one stalls, from one solve.
       auto g = GuideByLp(s, lt, d, config, options.lp, row.planned_ok ? &row.planned : nullptr);
-      if (!g.ok()) return g.status();
+      if (!g.ok()) {
+        w.row = g.status();
+        return w;
+      }
       row.lp = std::move(g->lp);
       row.guided = std::move(g->replay);
-      out.guided_planning_ms_max = std::max(out.guided_planning_ms_max, g->planning_ms);
+      w.guided_planning_ms = g->planning_ms;
     }
+    w.row = std::move(row);
+    return w;
+  };
+  std::vector<Worked> worked(fractions.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < fractions.size(); i = next++) worked[i] = work(fractions[i]);
+  };
+  {
+    std::vector<std::jthread> helpers;
+    const std::size_t extra = std::min<std::size_t>(options.jobs, fractions.size()) - 1;
+    for (std::size_t j = 0; j < extra; ++j) helpers.emplace_back(worker);
+    worker();
+  }  // the helpers are joined here
+
+  for (auto& w : worked) {
+    if (!w.row.ok()) return w.row.status();
+    SweepRow row = std::move(w.row).value();
+    out.planning_ms_max = std::max(out.planning_ms_max, w.planning_ms);
+    out.guided_planning_ms_max = std::max(out.guided_planning_ms_max, w.guided_planning_ms);
     if (row.planned_ok) {
       auto within = [&](const ReplayReport& r) {
         return r.time_us / base_time - 1 <= max_overhead + 1e-12;

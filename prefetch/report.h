@@ -58,6 +58,10 @@ struct SweepOptions {
   double prefetch_margin = PlannerConfig{}.prefetch_margin;
   bool lp_bound = true;  // solve the transfer LP at each budget (transfer_lp.h)
   TransferLpOptions lp;
+  // Budgets worked on at once, each on its own thread (the rows are the same whatever the
+  // number; the planning times are each budget's own wall time, so more jobs than free cores
+  // inflate them).
+  std::uint32_t jobs = 1;
 
   Status validate() const;
 };

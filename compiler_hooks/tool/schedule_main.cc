@@ -71,6 +71,7 @@ constexpr const char* kUsage = R"(usage:
   tierpool replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
                               [--sweep-step 0.05] [--sweep-lowest 0.2]
                               [--lp-windows 64: the LP stall bound's boundaries, 0 to skip it]
+                              [--jobs 1: budgets worked on at once, a thread each]
 
 SCHEDULE is a .pb or .json schedule. BUDGET is a size (40G) or a share of the no-offload
 peak (60%). NAME is a built-in device profile (h100, gh200, a100, rtx3090) or a JSON profile
@@ -273,7 +274,7 @@ int main(int argc, char** argv) {
   double max_overhead = 0.01, sweep_step = 0.05, sweep_lowest = 0.2,
          margin = PlannerConfig{}.prefetch_margin;
   bool sweep = false;
-  unsigned lp_windows = TransferLpOptions{}.max_windows;
+  unsigned lp_windows = TransferLpOptions{}.max_windows, sweep_jobs = 1;
   bool lp_guided = false;
   std::string measured, device_kind, name, chunk, split_updates;
   int warmup = 3, repeat = 10;
@@ -326,6 +327,7 @@ int main(int argc, char** argv) {
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
     ("lp-windows", po::value(&lp_windows)->default_value(TransferLpOptions{}.max_windows),
      "sweep: boundaries of the LP stall bound (0: skip it)")
+    ("jobs", po::value(&sweep_jobs)->default_value(1), "sweep: budgets worked on at once")
     ("prefetch-margin", po::value(&margin)->default_value(PlannerConfig{}.prefetch_margin),
      "plan: prefetch windows cover this many times a transfer's estimated time")
     ("args", po::value(&args), "positional");
@@ -516,7 +518,8 @@ int main(int argc, char** argv) {
                       .lowest = sweep_lowest,
                       .prefetch_margin = margin,
                       .lp_bound = lp_windows > 0,
-                      .lp = {.max_windows = std::max(lp_windows, 2u)}});
+                      .lp = {.max_windows = std::max(lp_windows, 2u)},
+                      .jobs = sweep_jobs});
       if (!r.ok()) return Fail(r.status());
       std::cout << SweepTable(*r, *s, *profile);
       if (!json.empty()) {

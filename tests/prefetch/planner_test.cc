@@ -152,6 +152,30 @@ TEST(Report, TraceAndSvgAreWellFormed) {
     EXPECT_GE(row.reactive.stall_us + 1e-3, row.lp->stall_us);
   }
   EXPECT_FALSE(Sweep(s, lt, *device, {.lp = {.max_windows = 1}}).ok());
+  EXPECT_FALSE(Sweep(s, lt, *device, {.jobs = 0}).ok());
+}
+
+TEST(Report, SweepWithSeveralJobsGivesTheSameRows) {
+  std::mt19937_64 rng(11);
+  Schedule s = RandomSchedule(rng, 40, true);
+  Lifetimes lt(s);
+  auto device = BuiltinProfile("h100");
+  auto one = Sweep(s, lt, *device, {.step = 0.1, .lowest = 0.3});
+  auto three = Sweep(s, lt, *device, {.step = 0.1, .lowest = 0.3, .jobs = 3});
+  ASSERT_TRUE(one.ok() && three.ok());
+  ASSERT_EQ(one->rows.size(), three->rows.size());
+  for (std::size_t i = 0; i < one->rows.size(); ++i) {
+    const auto &a = one->rows[i], &b = three->rows[i];
+    EXPECT_EQ(a.budget, b.budget) << "row " << i;
+    EXPECT_EQ(a.planned_ok, b.planned_ok) << "row " << i;
+    EXPECT_EQ(a.planned.time_us, b.planned.time_us) << "row " << i;
+    EXPECT_EQ(a.reactive.time_us, b.reactive.time_us) << "row " << i;
+    ASSERT_TRUE(a.lp && b.lp);
+    EXPECT_EQ(a.lp->stall_us, b.lp->stall_us) << "row " << i;
+    EXPECT_EQ(a.guided.has_value(), b.guided.has_value()) << "row " << i;
+  }
+  EXPECT_EQ(one->smallest_within, three->smallest_within);
+  EXPECT_EQ(one->smallest_within_guided, three->smallest_within_guided);
 }
 
 }  // namespace

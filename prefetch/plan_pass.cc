@@ -1,0 +1,561 @@
+#include "prefetch/plan_pass.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory_resource>
+#include <set>
+#include <span>
+#include <tuple>
+
+#include "common/units.h"
+#include "prefetch/link_calendar.h"
+#include "prefetch/waiting_loads.h"
+
+namespace tierpool::prefetch {
+namespace {
+
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+struct Occurrence {
+  std::int64_t window;  // first step it must be resident for this occurrence
+  std::int64_t step;    // the use (or def)
+};
+
+struct TensorState {
+  std::vector<Occurrence> occ;  // over the whole planned timeline, ascending
+  std::size_t next = 0;         // index of the next occurrence not yet reached
+  bool resident = false;
+  bool dirty = false;  // hbm holds the only current copy
+  std::int64_t last_touch = -1;
+  std::int64_t resident_since = -1;
+  std::vector<std::pair<std::int64_t, std::int64_t>> intervals;  // [from, to] steps resident
+};
+
+// Tensors listed by step, in the order they were added: one array for all steps instead of a
+// vector per step (a pass over five iterations of a large graph allocated ~100,000 of them).
+class StepLists {
+ public:
+  void Add(std::int64_t step, std::uint32_t tensor) { added_.emplace_back(step, tensor); }
+  // Sorts what was added by step (stably); call once, before At.
+  void Build(std::int64_t steps) {
+    offset_.assign(static_cast<std::size_t>(steps) + 1, 0);
+    for (const auto& [step, t] : added_) ++offset_[static_cast<std::size_t>(step) + 1];
+    for (std::size_t i = 1; i < offset_.size(); ++i) offset_[i] += offset_[i - 1];
+    items_.resize(added_.size());
+    std::vector<std::uint32_t> fill(offset_.begin(), offset_.end() - 1);
+    for (const auto& [step, t] : added_) items_[fill[static_cast<std::size_t>(step)]++] = t;
+    added_.clear();
+    added_.shrink_to_fit();
+  }
+  std::span<const std::uint32_t> At(std::int64_t step) const {
+    const auto i = static_cast<std::size_t>(step);
+    return {items_.data() + offset_[i], items_.data() + offset_[i + 1]};
+  }
+
+ private:
+  std::vector<std::pair<std::int64_t, std::uint32_t>> added_;
+  std::vector<std::uint32_t> offset_;
+  std::vector<std::uint32_t> items_;
+};
+
+}  // namespace
+
+int PlannedIterations(const Schedule& s) { return s.repeats() ? 5 : 1; }
+
+std::vector<double> StepStarts(const Schedule& s, std::int64_t n, std::int64_t total,
+                               const ReplayReport* replayed) {
+  std::vector<double> dur(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    dur[static_cast<std::size_t>(i)] = s.steps(static_cast<int>(i)).compute_us();
+  }
+  if (replayed != nullptr && replayed->compute_start_us.size() == static_cast<std::size_t>(n)) {
+    const auto& cs = replayed->compute_start_us;
+    for (std::size_t i = 0; i + 1 < cs.size(); ++i) dur[i] = cs[i + 1] - cs[i];
+    dur.back() = replayed->time_us - cs.back() + cs.front();
+  }
+  std::vector<double> start(static_cast<std::size_t>(total) + 1, 0.0);
+  for (std::int64_t g = 0; g < total; ++g) {
+    start[static_cast<std::size_t>(g + 1)] =
+        start[static_cast<std::size_t>(g)] + dur[static_cast<std::size_t>(g % n)];
+  }
+  return start;
+}
+
+std::int64_t StepAt(const std::vector<double>& start, std::int64_t limit, double t) {
+  auto it = std::upper_bound(start.begin(), start.begin() + limit + 1, t);
+  return std::max<std::int64_t>(0, static_cast<std::int64_t>(it - start.begin()) - 1);
+}
+
+void SortUnique(std::vector<Reload>* r) {
+  std::sort(r->begin(), r->end(), [](const Reload& a, const Reload& b) {
+    return a.use != b.use ? a.use > b.use : a.tensor < b.tensor;
+  });
+  r->erase(std::unique(r->begin(), r->end(),
+                       [](const Reload& a, const Reload& b) {
+                         return a.use == b.use && a.tensor == b.tensor;
+                       }),
+           r->end());
+}
+
+Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                const PlannerConfig& config, const std::vector<double>& start,
+                                const WindowOverrides& overrides, std::vector<Reload>* reloads) {
+  const std::int64_t n = lt.steps();
+  const int iterations = PlannedIterations(s);
+  const int kept = iterations / 2;
+  const std::int64_t total = n * iterations;
+  const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
+  // Sizes and copy-out times by tensor, read for every candidate of every eviction (through the
+  // schedule's messages they missed the cache).
+  std::vector<std::uint64_t> bytes(nt);
+  std::vector<double> out_us(nt);
+  for (std::size_t t = 0; t < nt; ++t) {
+    bytes[t] = s.tensors(static_cast<int>(t)).size_bytes();
+    out_us[t] = d.OutUs(bytes[t]);
+  }
+  auto size_of = [&](std::uint32_t t) { return bytes[t]; };
+  auto window_for = [&](std::uint64_t size, std::int64_t use, std::int64_t prev) {
+    double need = d.InUs(size) * config.prefetch_margin;
+    // Latest step w with start[use] - start[w] >= need.
+    std::int64_t w = StepAt(start, use, start[static_cast<std::size_t>(use)] - need);
+    return std::max<std::int64_t>(w, prev + 1);
+  };
+
+  // Optimizer states are read in a burst of short update steps: if each got a window sized for
+  // its own transfer, all would start together and arrive late. Their windows are instead laid
+  // out on one link, back to back, as late as possible, walking back from the last update.
+  // (tensor, global use, window), sorted: looked up once per occurrence.
+  std::vector<std::tuple<std::uint32_t, std::int64_t, std::int64_t>> burst_window;
+  {
+    std::vector<std::pair<std::int64_t, std::uint32_t>> uses;  // (global use, tensor)
+    for (std::size_t t = 0; t < nt; ++t) {
+      if (s.tensors(static_cast<int>(t)).kind() != schedule::OPTIMIZER_STATE) continue;
+      for (int k = 0; k < iterations; ++k) {
+        for (auto u : lt.uses(static_cast<std::uint32_t>(t))) {
+          uses.emplace_back(static_cast<std::int64_t>(k) * n + u, static_cast<std::uint32_t>(t));
+        }
+      }
+    }
+    std::sort(uses.rbegin(), uses.rend());
+    double link_free = std::numeric_limits<double>::infinity();
+    for (auto [use, t] : uses) {
+      double xfer = d.InUs(bytes[t]);
+      double end = std::min(start[static_cast<std::size_t>(use)], link_free);
+      link_free = end - xfer;
+      burst_window.emplace_back(t, use, StepAt(start, use, link_free));
+    }
+    std::sort(burst_window.begin(), burst_window.end());
+  }
+  auto burst_window_of = [&](std::uint32_t t, std::int64_t use) -> const std::int64_t* {
+    auto it = std::lower_bound(burst_window.begin(), burst_window.end(),
+                               std::make_tuple(t, use, std::numeric_limits<std::int64_t>::min()));
+    if (it == burst_window.end() || std::get<0>(*it) != t || std::get<1>(*it) != use) {
+      return nullptr;
+    }
+    return &std::get<2>(*it);
+  };
+
+  std::vector<TensorState> ts(nt);
+  // Windows opening at each step; a window the last resort moves (always to the next step) goes
+  // to `moved_windows` and is taken after the step's own.
+  StepLists windows_at, defs_at, touch_at, update_at;
+  std::vector<std::uint32_t> moved_windows, moving_windows;
+  for (std::size_t t = 0; t < nt; ++t) {
+    const auto& tensor = s.tensors(static_cast<int>(t));
+    auto& st = ts[t];
+    std::int64_t prev = -1;
+    for (int k = 0; k < iterations; ++k) {
+      std::int64_t base = static_cast<std::int64_t>(k) * n;
+      if (!lt.persistent(static_cast<std::uint32_t>(t))) {
+        std::int64_t def = base + lt.def(static_cast<std::uint32_t>(t));
+        st.occ.push_back({def, def});
+        defs_at.Add(def, static_cast<std::uint32_t>(t));
+        prev = def;
+      }
+      for (auto u : lt.uses(static_cast<std::uint32_t>(t))) {
+        std::int64_t g = base + u;
+        std::int64_t w = window_for(bytes[t], g, prev);
+        if (const auto* b = burst_window_of(static_cast<std::uint32_t>(t), g)) {
+          w = std::max<std::int64_t>(std::min(w, *b), prev + 1);
+        }
+        if (const auto* o = overrides.Find(static_cast<std::uint32_t>(t), g)) {
+          w = std::max<std::int64_t>(o->step, prev + 1);
+        }
+        st.occ.push_back({w, g});
+        prev = g;
+      }
+      if (!lt.persistent(static_cast<std::uint32_t>(t))) prev = -1;  // a fresh instance
+    }
+    for (const auto& o : st.occ) {
+      if (o.window != o.step || lt.persistent(static_cast<std::uint32_t>(t))) {
+        windows_at.Add(o.window, static_cast<std::uint32_t>(t));
+      }
+      touch_at.Add(o.step, static_cast<std::uint32_t>(t));
+    }
+    for (auto u : tensor.update_steps()) update_at.Add(u, static_cast<std::uint32_t>(t));
+  }
+  windows_at.Build(total);
+  defs_at.Build(total);
+  touch_at.Build(total);
+  update_at.Build(n);
+
+  schedule::Plan plan;
+  plan.set_format_version(1);
+  plan.set_schedule(s.name());
+  plan.set_hbm_budget_bytes(config.hbm_budget);
+  plan.set_device(d.name);
+  const std::int64_t keep_from = kept * n, keep_to = keep_from + n;
+
+  // Actions belong to the kept iteration when the use they serve (prefetch) or the point they
+  // take effect (offload, free) falls in it; a prefetch whose window opens in the previous
+  // iteration is issued at that step of every iteration, for the next one's use.
+  struct Pending {
+    schedule::ActionKind kind;
+    std::uint32_t tensor;
+    std::int64_t at;   // the step it is issued at (global)
+    std::int64_t use;  // prefetch: the use it serves; else == at
+    double delay_us = 0;
+    bool after = false;  // issued when step `at` ends instead of when it starts
+  };
+  std::vector<Pending> pending;
+
+  // Resident tensors keyed by the start of their next window: the largest is the eviction victim.
+  // Its nodes come from a pool: every touch of a resident tensor erases and inserts one.
+  std::pmr::unsynchronized_pool_resource by_next_nodes;
+  std::pmr::set<std::pair<std::int64_t, std::uint32_t>> by_next(&by_next_nodes);
+  auto key = [&](std::uint32_t t) {
+    const auto& st = ts[t];
+    return st.next < st.occ.size() ? st.occ[st.next].window : kNever;
+  };
+  // The same tensors by their next use, as a max-heap (ties to the smallest window, then
+  // tensor): the last resort below takes the resident tensor used latest without scanning every
+  // resident one. Lazy: built at the first last resort (many plans never need one), then
+  // listing pushes an entry, and entries whose tensor has left or moved on are dropped when they
+  // reach the top (cheaper than a second ordered set on every touch).
+  using UseKey = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
+  std::vector<UseKey> by_use;
+  bool by_use_built = false;
+  auto use_key = [&](std::uint32_t t) {
+    const auto& st = ts[t];
+    return UseKey(st.occ[st.next].step, -st.occ[st.next].window, -static_cast<std::int64_t>(t));
+  };
+  auto current = [&](const UseKey& k) {
+    const auto t = static_cast<std::uint32_t>(-std::get<2>(k));
+    return ts[t].resident && ts[t].next < ts[t].occ.size() && use_key(t) == k;
+  };
+  auto list = [&](std::uint32_t t) {
+    by_next.insert({key(t), t});
+    if (!by_use_built || ts[t].next >= ts[t].occ.size()) return;
+    if (by_use.size() > 4 * nt + 1024) {  // mostly stale: keep only the current entries
+      by_use.erase(std::remove_if(by_use.begin(), by_use.end(),
+                                  [&](const UseKey& k) { return !current(k); }),
+                   by_use.end());
+      std::make_heap(by_use.begin(), by_use.end());
+    }
+    by_use.push_back(use_key(t));
+    std::push_heap(by_use.begin(), by_use.end());
+  };
+  auto unlist = [&](std::uint32_t t) { by_next.erase({key(t), t}); };
+  std::uint64_t occupancy = 0;
+  auto make_resident = [&](std::uint32_t t, std::int64_t g, bool dirty) {
+    auto& st = ts[t];
+    st.resident = true;
+    st.dirty = dirty;
+    st.resident_since = g;
+    occupancy += size_of(t);
+    list(t);
+  };
+  auto drop = [&](std::uint32_t t, std::int64_t after_step) {
+    auto& st = ts[t];
+    unlist(t);
+    st.resident = false;
+    occupancy -= size_of(t);
+    st.intervals.emplace_back(st.resident_since, after_step);
+  };
+
+  LinkCalendar d2h;
+  // Where a dirty tensor last touched at step `after` would start its copy-out if placed now.
+  auto out_from = [&](std::uint32_t t, std::int64_t after) {
+    return d2h.Place(start[static_cast<std::size_t>(after + 1)], out_us[t]);
+  };
+  // Copies out (or drops, if clean) a victim last touched at step `after`, whose room step g
+  // needs.
+  auto send_out = [&](std::uint32_t t, std::int64_t after, std::int64_t g) {
+    if (!ts[t].dirty) {
+      pending.push_back({schedule::FREE, t, after, after, 0, true});
+      return;
+    }
+    double from = out_from(t, after);
+    d2h.Reserve(from, from + out_us[t]);
+    // Issued at its place on the calendar: a step and a delay into it. One that cannot start
+    // before step g (the link is busy until then) is issued as g starts, so that the room g
+    // waits for is on its way.
+    std::int64_t at = std::clamp<std::int64_t>(StepAt(start, g, from), after + 1, g);
+    double delay = at == g ? 0.0 : std::max(0.0, from - start[static_cast<std::size_t>(at)]);
+    pending.push_back({schedule::OFFLOAD, t, at, at, delay, false});
+  };
+
+  // Loads whose window has opened, by the use they serve: a load that finds no room waits here
+  // from step to step.
+  WaitingLoads waiting(total, nt);
+  auto use_of = [&](std::uint32_t t) { return ts[t].occ[ts[t].next].step; };
+  for (std::int64_t g = 0; g < total; ++g) {
+    // 1. What must be resident from this step on: windows opening, tensors defined.
+    for (auto t : windows_at.At(g)) {
+      if (!ts[t].resident) waiting.Add(t, use_of(t), size_of(t));
+    }
+    for (auto t : moved_windows) {
+      if (!ts[t].resident) waiting.Add(t, use_of(t), size_of(t));
+    }
+    moved_windows.clear();
+    std::uint64_t defining = 0;
+    for (auto t : defs_at.At(g)) defining += size_of(t);
+    std::uint64_t adding = waiting.bytes() + defining;
+    // 2. Make room: evict what is needed farthest in the future. When nothing can go, the loads
+    // for the latest uses wait a step (their prefetches start later, and may stall) until the
+    // rest fit; only what this step itself needs cannot wait. The loads from `issue_end` wait.
+    auto issue_end = waiting.end();
+    bool cut = false;
+    while (occupancy + adding > config.hbm_budget) {
+      if (by_next.empty() || by_next.rbegin()->first <= g) {
+        if (!cut) {
+          cut = true;
+          const auto room = static_cast<std::int64_t>(config.hbm_budget) -
+                            static_cast<std::int64_t>(occupancy + defining);
+          issue_end = waiting.Cut(room, g);
+          adding = waiting.BytesBefore(issue_end) + defining;
+          continue;
+        }
+        // Last resort: a resident tensor already in its prefetch window but not used by this
+        // step goes out and comes back later (its window reopens next step; it may stall).
+        if (!by_use_built) {
+          for (const auto& [k, t] : by_next) {
+            if (ts[t].next < ts[t].occ.size()) by_use.push_back(use_key(t));
+          }
+          std::make_heap(by_use.begin(), by_use.end());
+          by_use_built = true;
+        }
+        while (!by_use.empty() && !current(by_use.front())) {
+          std::pop_heap(by_use.begin(), by_use.end());
+          by_use.pop_back();
+        }
+        std::uint32_t late = static_cast<std::uint32_t>(nt);
+        if (!by_use.empty() && std::get<0>(by_use.front()) > g) {
+          late = static_cast<std::uint32_t>(-std::get<2>(by_use.front()));
+        }
+        if (late < nt) {
+          auto& ls = ts[late];
+          bool prefetched_unused = ls.resident_since > ls.last_touch && !ls.dirty;
+          if (prefetched_unused) {
+            // It came in for this use and has not been used: take the prefetch back instead.
+            for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
+              if (it->tensor == late && it->kind == schedule::PREFETCH &&
+                  it->at == ls.resident_since) {
+                pending.erase(std::next(it).base());
+                break;
+              }
+            }
+            unlist(late);
+            ls.resident = false;
+            occupancy -= size_of(late);
+          } else {
+            std::int64_t after = std::max<std::int64_t>(ls.last_touch, ls.resident_since);
+            if (after < 0) after = g - 1;
+            if (after >= 0) send_out(late, after, g);
+            ls.dirty = false;
+            drop(late, after);
+          }
+          ls.occ[ls.next].window = g + 1;
+          moving_windows.push_back(late);
+          continue;
+        }
+        return Status::FailedPrecondition("hbm budget " + FormatBytes(config.hbm_budget) +
+                                          " is below what step " + std::to_string(g % n) + " (" +
+                                          s.steps(static_cast<int>(g % n)).name() +
+                                          ") needs at once: " + FormatBytes(occupancy + adding));
+      }
+      // Among the farthest-needed candidates, the one freeing the most bytes for the longest
+      // (size x time until its window: GreedyDual-Size's rule; many small transfers cost a link
+      // latency each and crowd the big ones), preferring a cheap one: its room is free by the
+      // time this step starts, because it is clean or its copy-out fits in a gap of the link
+      // since its last touch. When none is, the one whose room comes free soonest (the step
+      // waits for it).
+      std::uint32_t victim = by_next.rbegin()->second;
+      double best = -1;
+      bool best_cheap = false;
+      double best_free = std::numeric_limits<double>::infinity();
+      int looked = 0;
+      const double now_start = start[static_cast<std::size_t>(g)];
+      // With a guide every candidate is looked at: the ones it has out may be needed sooner.
+      const int look_limit = config.guide != nullptr ? std::numeric_limits<int>::max() : 64;
+      double best_out = -1;
+      for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < look_limit;
+           ++it, ++looked) {
+        const auto& c = ts[it->second];
+        if (config.guide != nullptr) {
+          // The guide's least share in hbm until the candidate's next window, in quarters: one
+          // it has (more) out goes before one it keeps, whatever the rules below say. (Exact
+          // shares let the relaxation's noise decide; quarters measured as good as eighths and
+          // better than halves or whole tensors on ResNet-50.)
+          const double out =
+              std::floor(4 * (1.0 - config.guide->LeastInHbm(it->second, g, it->first, n)) + 0.5);
+          if (out < best_out) continue;
+          if (out > best_out) {  // a better class: the rules below start over within it
+            best_out = out;
+            best = -1;
+            best_cheap = false;
+            best_free = std::numeric_limits<double>::infinity();
+          }
+        }
+        std::int64_t after = std::max<std::int64_t>(c.last_touch, c.resident_since);
+        double until = it->first >= total ? start.back() - now_start + 1e6
+                                          : start[static_cast<std::size_t>(it->first)] - now_start;
+        double score = static_cast<double>(size_of(it->second)) * std::max(until, 1.0);
+        bool dirty = c.dirty && after >= 0;
+        if (dirty && best_cheap && score <= best) continue;  // cannot win: skip the calendar
+        double free_at = dirty ? out_from(it->second, after) + out_us[it->second] : now_start;
+        bool cheap = free_at <= now_start + 1e-6;
+        bool better = cheap != best_cheap ? cheap
+                      : cheap             ? score > best
+                              : free_at < best_free || (free_at == best_free && score > best);
+        if (better) {
+          best = score;
+          best_cheap = cheap;
+          best_free = free_at;
+          victim = it->second;
+        }
+      }
+      auto& vs = ts[victim];
+      std::int64_t after = std::max<std::int64_t>(vs.last_touch, vs.resident_since);
+      if (after < 0) after = g - 1;  // resident before anything touched it: drop now
+      if (after >= 0) send_out(victim, after, g);
+      vs.dirty = false;  // the host holds a current copy now
+      drop(victim, after);
+    }
+    for (auto it = waiting.begin(); it != issue_end;) {
+      const std::uint32_t t = it->second;
+      it = waiting.Erase(it);
+      const std::int64_t use = use_of(t);
+      // Its window is where it is issued: later than it opened when it waited.
+      ts[t].occ[ts[t].next].window = std::max(ts[t].occ[ts[t].next].window, g);
+      double delay = 0;
+      if (const auto* o = overrides.Find(t, use); o != nullptr && o->step == g) {
+        delay = o->delay_us;  // issued where the link timeline put it, not at step start
+      }
+      pending.push_back({schedule::PREFETCH, t, g, use, delay});
+      reloads->push_back({t, use});
+      make_resident(t, g, false);
+    }
+    for (auto t : defs_at.At(g)) make_resident(t, g, true);
+    std::swap(moved_windows, moving_windows);  // for step g + 1
+    // 3. The step runs; touched tensors move on to their next occurrence.
+    for (auto t : touch_at.At(g)) {
+      auto& st = ts[t];
+      if (st.resident) unlist(t);
+      while (st.next < st.occ.size() && st.occ[st.next].step <= g) ++st.next;
+      st.last_touch = g;
+      if (st.resident) list(t);
+    }
+    for (auto t : update_at.At(g % n)) ts[t].dirty = true;
+    // 4. Dead tensors (last touch of this instance) are freed after the step.
+    for (auto t : touch_at.At(g)) {
+      auto& st = ts[t];
+      if (lt.persistent(t) || !st.resident) continue;
+      // Each iteration defines a fresh instance: this one is done when nothing of it is left in
+      // this iteration.
+      if (st.next >= st.occ.size() || st.occ[st.next].step / n != g / n) drop(t, g);
+    }
+  }
+  for (const auto& [use, t] : waiting) ts[t].occ[ts[t].next].window = total;  // never issued
+  for (std::size_t t = 0; t < nt; ++t) {
+    if (ts[t].resident) ts[t].intervals.emplace_back(ts[t].resident_since, total);
+  }
+  std::stable_sort(pending.begin(), pending.end(),
+                   [](const Pending& a, const Pending& b) { return a.at < b.at; });
+  for (const auto& pa : pending) {
+    if (pa.use < keep_from || pa.use >= keep_to) continue;
+    auto* a = plan.add_actions();
+    a->set_kind(pa.kind);
+    a->set_tensor(pa.tensor);
+    a->set_step(static_cast<std::uint32_t>(pa.at % n));
+    a->set_after(pa.after);
+    if (pa.delay_us > 0) a->set_delay_us(pa.delay_us);
+    if (pa.kind == schedule::PREFETCH) a->set_needed_by(static_cast<std::uint32_t>(pa.use % n));
+  }
+
+  // Occupancy over the kept iteration, and what is resident when it starts.
+  std::vector<std::int64_t> delta(static_cast<std::size_t>(total) + 2, 0);
+  for (std::size_t t = 0; t < nt; ++t) {
+    for (auto [from, to] : ts[t].intervals) {
+      auto sz = static_cast<std::int64_t>(size_of(static_cast<std::uint32_t>(t)));
+      delta[static_cast<std::size_t>(from)] += sz;
+      delta[static_cast<std::size_t>(to) + 1] -= sz;
+      if (from < keep_from && to >= keep_from) {
+        plan.add_resident_at_start(static_cast<std::uint32_t>(t));
+      }
+    }
+  }
+  // Make the plan periodic by construction: walk the kept iteration from its start state with
+  // its own actions. A persistent tensor that ends out of hbm but started in it starts out
+  // instead and comes in at its window before its first use; one that ends in but started out
+  // goes after its last use. Both only lower hbm use, so the budget still holds.
+  // At one step: what is issued as it starts before what is issued as it ends, and room made
+  // before what needs it comes in.
+  auto by_step = [](const schedule::Action& a, const schedule::Action& b) {
+    if (a.step() != b.step()) return a.step() < b.step();
+    if (a.after() != b.after()) return !a.after();
+    return a.kind() != schedule::PREFETCH && b.kind() == schedule::PREFETCH;
+  };
+  std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), by_step);
+  if (s.repeats()) {
+    std::vector<char> in(nt, 0), at_start(nt, 0);
+    for (auto t : plan.resident_at_start()) in[t] = at_start[t] = 1;
+    for (const auto& a : plan.actions()) {
+      in[a.tensor()] = a.kind() == schedule::PREFETCH ? 1 : 0;  // actions are in step order
+    }
+    std::vector<std::uint32_t> keep_start;
+    for (std::uint32_t t = 0; t < nt; ++t) {
+      if (!lt.persistent(t) || lt.uses(t).empty()) {
+        if (at_start[t]) keep_start.push_back(t);
+        continue;
+      }
+      if (at_start[t] && !in[t]) {
+        std::uint32_t first = lt.uses(t).front();
+        const auto& o = ts[t].occ;
+        std::int64_t w = 0;
+        for (const auto& x : o) {
+          if (x.step == keep_from + first) w = std::max<std::int64_t>(x.window, keep_from);
+        }
+        auto* a = plan.add_actions();
+        a->set_kind(schedule::PREFETCH);
+        a->set_tensor(t);
+        a->set_step(static_cast<std::uint32_t>(w % n));
+        a->set_needed_by(first);
+      } else if (!at_start[t] && in[t]) {
+        auto* a = plan.add_actions();
+        a->set_kind(s.tensors(static_cast<int>(t)).update_steps_size() > 0 ? schedule::OFFLOAD
+                                                                           : schedule::FREE);
+        a->set_tensor(t);
+        a->set_step(lt.uses(t).back());
+        a->set_after(true);
+        if (at_start[t]) keep_start.push_back(t);
+      } else if (at_start[t]) {
+        keep_start.push_back(t);
+      }
+    }
+    plan.clear_resident_at_start();
+    for (auto t : keep_start) plan.add_resident_at_start(t);
+    std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), by_step);
+  }
+
+  std::int64_t running = 0, peak = 0;
+  for (std::int64_t g = 0; g < keep_to; ++g) {
+    running += delta[static_cast<std::size_t>(g)];
+    if (g >= keep_from) peak = std::max(peak, running);
+  }
+  plan.set_predicted_peak_bytes(static_cast<std::uint64_t>(peak));
+  return plan;
+}
+
+}  // namespace tierpool::prefetch

@@ -1,0 +1,84 @@
+// One pass of the offload planner (planner.h): the walk over the planned iterations that makes a
+// plan on a given clock, with given prefetch windows, and the helpers that lay those windows
+// out. The planner's rounds (planner.cc) call it many times and choose among its plans by replay;
+// nothing outside prefetch/ uses it.
+//
+// Locking: none; a pass owns everything it builds, and passes on separate threads share only
+// their const inputs.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "prefetch/planner.h"
+#include "prefetch/simulator.h"
+
+namespace tierpool::prefetch {
+
+// Window starts (and how far into that step the transfer should start), by (tensor, global use).
+struct WindowOverride {
+  std::int64_t step;
+  double delay_us;
+};
+// By tensor, then by use (ascending): a pass looks them up for every occurrence of every tensor
+// (a hash map of all of them missed the cache on nearly every look, and a tensor used in every
+// step of five iterations has dozens).
+class WindowOverrides {
+ public:
+  WindowOverrides() = default;
+  explicit WindowOverrides(std::size_t tensors) : by_tensor_(tensors) {}
+  void Set(std::uint32_t tensor, std::int64_t use, WindowOverride o) {
+    auto& v = by_tensor_[tensor];
+    auto it = std::lower_bound(v.begin(), v.end(), use,
+                               [](const auto& e, std::int64_t u) { return e.first < u; });
+    if (it != v.end() && it->first == use) {
+      it->second = o;
+    } else {
+      v.emplace(it, use, o);
+    }
+  }
+  const WindowOverride* Find(std::uint32_t tensor, std::int64_t use) const {
+    if (tensor >= by_tensor_.size()) return nullptr;
+    const auto& v = by_tensor_[tensor];
+    auto it = std::lower_bound(v.begin(), v.end(), use,
+                               [](const auto& e, std::int64_t u) { return e.first < u; });
+    return it != v.end() && it->first == use ? &it->second : nullptr;
+  }
+
+ private:
+  std::vector<std::vector<std::pair<std::int64_t, WindowOverride>>> by_tensor_;
+};
+
+struct Reload {
+  std::uint32_t tensor;
+  std::int64_t use;
+};
+
+// A repeating schedule is planned over five iterations and the middle one is kept: the cold
+// start is two iterations behind it, and every decision that takes effect in it (evictions are
+// decided later, when room is needed) still sees two iterations of real future.
+int PlannedIterations(const Schedule& s);
+
+// Start time of every step on the planned timeline, from the compute estimates; one more entry
+// for the end.
+// With `replayed` (a replay of an earlier plan), each step lasts as long as it did there, stalls
+// included; the planner then plans on the clock its plans actually run to.
+std::vector<double> StepStarts(const Schedule& s, std::int64_t n, std::int64_t total,
+                               const ReplayReport* replayed = nullptr);
+
+// The step running at moment t: the latest step w <= limit with start[w] <= t (0 if none).
+std::int64_t StepAt(const std::vector<double>& start, std::int64_t limit, double t);
+
+// Latest use first (then by tensor), each (tensor, use) once: the order the link layout walks.
+void SortUnique(std::vector<Reload>* r);
+
+// One plan for config's budget on the clock `start` (StepStarts), each prefetch window where
+// `overrides` puts it or else sized from the link; the loads it issues are appended to
+// `reloads`. FAILED_PRECONDITION when a step needs more than the budget at once.
+Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                const PlannerConfig& config, const std::vector<double>& start,
+                                const WindowOverrides& overrides, std::vector<Reload>* reloads);
+
+}  // namespace tierpool::prefetch

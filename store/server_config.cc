@@ -113,7 +113,10 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "puts and gets of objects up to this size carry the bytes in the frame")
     ("io-threads", po::value(&c.transport.io_threads)->default_value(1), "I/O threads")
     ("busy-poll-us", po::value(&c.transport.busy_poll_us)->default_value(50),
-     "poll this long after each request before sleeping (0: never spin)")
+     "poll at least this long after each request before sleeping (0: never spin)")
+    ("busy-poll-max-us", po::value(&c.transport.busy_poll_max_us)->default_value(500),
+     "poll up to this long when clients' requests have come further apart (a large put's "
+     "copy between its reserve and its commit); at or below --busy-poll-us: a fixed window")
     ("max-connections", po::value(&c.transport.max_connections)->default_value(1024),
      "connections served at once")
     ("max-connections-per-process", po::value(&c.transport.max_connections_per_process)->default_value(256),

@@ -82,6 +82,7 @@ void StoreService::Stat(wire::StatReply* reply) {
     add("requests_on_workers", t.requests_on_workers);
     add("frame_bytes_buffered", t.frame_bytes_buffered);
     add("frame_buffer_waits", t.frame_buffer_waits);
+    add("io_wakeups", t.io_wakeups);
   }
   if (const Cluster* cluster = cluster_.load()) {
     cluster->VisitCounters(add);

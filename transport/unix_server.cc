@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "common/logging.h"
+#include "transport/poll_window.h"
 #include "transport/unix_session.h"
 
 namespace tierpool::transport {
@@ -58,6 +59,9 @@ Status UnixServerConfig::validate() const {
   }
   if (max_connections == 0) return Status::InvalidArgument("max connections must be > 0");
   if (busy_poll_us > 10'000) return Status::InvalidArgument("busy poll must be at most 10000 us");
+  if (busy_poll_max_us > 10'000) {
+    return Status::InvalidArgument("busy poll max must be at most 10000 us");
+  }
   if (worker_threads < 1 || worker_threads > 256) {
     return Status::InvalidArgument("worker threads must be in [1, 256]");
   }
@@ -75,22 +79,34 @@ struct UnixServer::Impl {
   std::atomic<std::uint64_t> next_session{1};
   bool started = false;
 
-  // io.run(), with a bounded busy-poll after each handler (see busy_poll_us).
+  // io.run(), with a bounded busy-poll after each burst of handlers whose length follows the
+  // gaps between bursts (poll_window.h).
   void RunLoop() {
     if (shared.config.busy_poll_us == 0) {
       io.run();
       return;
     }
-    const auto window = std::chrono::microseconds(shared.config.busy_poll_us);
-    auto last_work = std::chrono::steady_clock::now();
+    using Clock = std::chrono::steady_clock;
+    PollWindow poll(std::chrono::microseconds(shared.config.busy_poll_us),
+                    std::chrono::microseconds(shared.config.busy_poll_max_us));
+    auto last_work = Clock::now();
+    bool polled_empty = false;  // a poll since the last work found nothing
     while (!io.stopped()) {
+      const auto before = Clock::now();
       if (io.poll_one() > 0) {
-        last_work = std::chrono::steady_clock::now();
+        if (polled_empty) poll.OnWorkAfter(before - last_work);
+        polled_empty = false;
+        last_work = Clock::now();
         continue;
       }
-      if (std::chrono::steady_clock::now() - last_work < window) continue;
+      polled_empty = true;
+      if (before - last_work < poll.window()) continue;
       if (io.run_one() == 0) return;
-      last_work = std::chrono::steady_clock::now();
+      ++shared.counters.io_wakeups;
+      const auto woke = Clock::now();
+      poll.OnWorkAfter(woke - last_work);
+      polled_empty = false;
+      last_work = woke;
     }
   }
 
@@ -256,6 +272,7 @@ TransportStats UnixServer::stats() const {
   s.requests_on_workers = c.on_workers.load();
   s.frame_bytes_buffered = c.buffered.load();
   s.frame_buffer_waits = c.buffer_waits.load();
+  s.io_wakeups = c.io_wakeups.load();
   return s;
 }
 

@@ -81,9 +81,13 @@ struct UnixServerConfig {
   std::uint32_t frame_timeout_ms = 30'000;
   // Bytes of partly read frames held across all connections; past it, reads wait.
   std::uint64_t max_buffered_bytes = 1ull << 30;
-  // After each burst of work, an I/O thread polls for this long before it blocks, so a client's
-  // next request does not pay a thread wakeup. 0 turns it off.
+  // After each burst of work, an I/O thread polls for at least this long before it blocks, so a
+  // client's next request does not pay a thread wakeup. 0 turns polling off.
   std::uint32_t busy_poll_us = 50;
+  // ...and up to this long when the gaps between its bursts have been longer (a client copying
+  // a large object between a reserve's reply and its commit: poll_window.h). At or below
+  // busy_poll_us: a fixed window.
+  std::uint32_t busy_poll_max_us = 500;
   Status validate() const;
 };
 
@@ -103,6 +107,7 @@ struct TransportStats {
   std::uint64_t requests_on_workers = 0;   // requests the handler said may wait
   std::uint64_t frame_bytes_buffered = 0;  // now, across connections
   std::uint64_t frame_buffer_waits = 0;    // reads that waited for the server-wide bound
+  std::uint64_t io_wakeups = 0;  // times an I/O thread blocked with no work and woke to some
 };
 
 class UnixServer {

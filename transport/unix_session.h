@@ -27,7 +27,8 @@ namespace tierpool::transport {
 struct TransportCounters {
   std::atomic<std::uint64_t> accepted{0}, active{0}, refused{0}, refused_process{0},
       refused_user{0}, frames{0}, bad_frames{0}, malformed{0}, unknown{0}, handshake_timeouts{0},
-      idle_timeouts{0}, frame_timeouts{0}, on_workers{0}, buffered{0}, buffer_waits{0};
+      idle_timeouts{0}, frame_timeouts{0}, on_workers{0}, buffered{0}, buffer_waits{0},
+      io_wakeups{0};
 };
 
 // Connections per process and per user, for the per-client limits.

@@ -68,6 +68,7 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
         {"--bogus"},
         {"--max-frame", "2K"},
         {"--io-threads", "0"},
+        {"--busy-poll-max-us", "20000"},
         {"--spill-order", "nvme,nvme"},
         {"--spill-order", "dram"},
         {"--spill-order", ""},
@@ -86,15 +87,17 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
 
 TEST(ServerConfig, ReadsATomlConfigFile) {
   std::string path = ::testing::TempDir() + "/tierpoold.toml";
-  std::ofstream(path) << "# a comment\ndram = \"32M\"\nhbm = \"8M\"\nio-threads = 3\n"
-                         "hbm-high-watermark = 0.8\nno-populate = true\n"
-                         "verify-commits = true\nmetrics-listen = \"off\"\n";
+  std::ofstream(path)
+      << "# a comment\ndram = \"32M\"\nhbm = \"8M\"\nio-threads = 3\n"
+         "hbm-high-watermark = 0.8\nno-populate = true\n"
+         "verify-commits = true\nmetrics-listen = \"off\"\nbusy-poll-max-us = 200\n";
   bool exit_now;
   auto c = Parse({"--config", path.c_str(), "--hbm", "4M"}, &exit_now);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->dram.capacity, 32ull << 20);
   EXPECT_EQ(c->hbm.capacity, 4ull << 20);  // the flag wins over the file
   EXPECT_EQ(c->transport.io_threads, 3u);
+  EXPECT_EQ(c->transport.busy_poll_max_us, 200u);
   EXPECT_DOUBLE_EQ(c->hbm_watermarks.high, 0.8);
   EXPECT_FALSE(c->dram.populate);
   EXPECT_TRUE(c->store.verify_commits);

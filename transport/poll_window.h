@@ -25,7 +25,7 @@ class PollWindow {
   PollWindow(Duration base, Duration max) : base_(base), max_(std::max(base, max)) {}
 
   // How long to poll after the last work before blocking.
-  Duration window() const { return window_; }
+  Duration window() const { return std::clamp(2 * average_, base_, max_); }
 
   // Work came `gap` after the previous burst ended (found while polling, or after blocking).
   void OnWorkAfter(Duration gap) {
@@ -33,17 +33,13 @@ class PollWindow {
       average_ = Duration::zero();
     } else if (2 * gap >= base_) {
       average_ = average_ == Duration::zero() ? gap : average_ + (gap - average_) / 4;
-    } else {
-      return;
     }
-    window_ = std::clamp(2 * average_, base_, max_);
   }
 
  private:
   const Duration base_;
   const Duration max_;
   Duration average_{0};  // running average of the think-time gaps (0: none since the last quiet)
-  Duration window_{base_};
 };
 
 }  // namespace tierpool::transport

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "common/logging.h"
 #include "transport/poll_window.h"
@@ -89,24 +90,21 @@ struct UnixServer::Impl {
     using Clock = std::chrono::steady_clock;
     PollWindow poll(std::chrono::microseconds(shared.config.busy_poll_us),
                     std::chrono::microseconds(shared.config.busy_poll_max_us));
-    auto last_work = Clock::now();
-    bool polled_empty = false;  // a poll since the last work found nothing
+    // When the first poll after some work came up empty: the end of that burst.
+    std::optional<Clock::time_point> idle_since;
     while (!io.stopped()) {
-      const auto before = Clock::now();
+      const auto now = Clock::now();
       if (io.poll_one() > 0) {
-        if (polled_empty) poll.OnWorkAfter(before - last_work);
-        polled_empty = false;
-        last_work = Clock::now();
+        if (idle_since) poll.OnWorkAfter(now - *idle_since);
+        idle_since.reset();
         continue;
       }
-      polled_empty = true;
-      if (before - last_work < poll.window()) continue;
+      if (!idle_since) idle_since = now;
+      if (now - *idle_since < poll.window()) continue;
       if (io.run_one() == 0) return;
       ++shared.counters.io_wakeups;
-      const auto woke = Clock::now();
-      poll.OnWorkAfter(woke - last_work);
-      polled_empty = false;
-      last_work = woke;
+      poll.OnWorkAfter(Clock::now() - *idle_since);
+      idle_since.reset();
     }
   }
 

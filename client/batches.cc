@@ -213,12 +213,15 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     get->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
     if (options.tier) get->set_want_tier(static_cast<wire::Tier>(*options.tier));
     p.got = k == 0 ? &messages.response() : messages.New<wire::Response>();
-    p.sent = exchange.Send(*p.get);
+    if (parts.size() > 1) p.sent = exchange.Send(*p.get);
   }
   // Each part's bytes copied out as its reply arrives; one release for every pin at the end.
   wire::Request& release = *messages.New<wire::Request>();
   for (GetPart& p : parts) {
-    Status s = p.sent.ok() ? exchange.Receive(*p.get, p.got) : p.sent;
+    // A batch in one part is one call (through the ring when the connection has one).
+    Status s = parts.size() == 1 ? exchange.Call(*p.get, p.got)
+               : p.sent.ok()     ? exchange.Receive(*p.get, p.got)
+                                 : p.sent;
     if (s.ok() && p.got->get().items_size() != static_cast<int>(p.end - p.begin)) {
       s = Status::Internal("bad get reply");
     }

@@ -218,7 +218,7 @@ struct PooledConnection {
     if (Forked()) return;
     std::lock_guard lock(mu);
     req.set_id(next_id++);
-    (void)conn->Send(req);  // a dead connection's pins are released by the server anyway
+    (void)conn->SendOneWay(req);  // a dead connection's pins are released by the server anyway
   }
 };
 
@@ -236,6 +236,13 @@ class PipelinedExchange {
     req.set_id(c_.next_id++);
     return c_.conn->Send(req);
   }
+  // Send and Receive in one (through the connection's ring when it has one): for a request
+  // sent alone.
+  Status Call(wire::Request& req, wire::Response* resp) {
+    if (c_.Forked()) return ForkedStatus(c_.owner_pid);
+    req.set_id(c_.next_id++);
+    return c_.conn->Call(req, resp);
+  }
   Status Receive(const wire::Request& req, wire::Response* resp) {
     return c_.conn->ReceiveReply(req, resp);
   }
@@ -243,7 +250,7 @@ class PipelinedExchange {
   void SendOneWay(wire::Request& req) {
     if (c_.Forked()) return;
     req.set_id(c_.next_id++);
-    (void)c_.conn->Send(req);
+    (void)c_.conn->SendOneWay(req);
   }
 
  private:
@@ -320,6 +327,22 @@ class ClientCore {
     tasks_.reset();
   }
 
+  // Asks for a request ring; a server that offers none (an older one, rings off, all taken)
+  // leaves the connection on its socket. Errors only when the connection broke.
+  Status OpenRing(PooledConnection& pc) {
+    wire::Request req;
+    req.mutable_open_ring();
+    req.set_id(pc.next_id++);
+    wire::Response resp;
+    std::vector<UniqueFd> fds;
+    Status s = pc.conn->Call(req, &resp, &fds);
+    if (pc.conn->broken()) return s;
+    if (s.ok() && resp.has_ring() && fds.size() == 1) {
+      (void)pc.conn->EnableRing(std::move(fds[0]), resp.ring());
+    }
+    return Status::Ok();
+  }
+
   Result<std::shared_ptr<PooledConnection>> Open(bool first) {
     if (Forked()) return ForkedStatus(owner_pid);
     auto conn = transport::BlockingConnection::Connect(options.socket_path);
@@ -347,6 +370,7 @@ class ClientCore {
     }
     pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
     pc->conn->set_busy_poll_us(options.busy_poll_us);
+    if (options.request_ring) TIERPOOL_RETURN_IF_ERROR(OpenRing(*pc));
     return pc;
   }
 

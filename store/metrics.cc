@@ -17,7 +17,12 @@ namespace {
 
 // Server counters that are levels, not counts since start.
 const std::set<std::string_view> kGauges = {
-    "objects", "reservations_open", "leases_open", "connections_active", "frame_bytes_buffered",
+    "objects",
+    "reservations_open",
+    "leases_open",
+    "connections_active",
+    "frame_bytes_buffered",
+    "request_rings_open",
 };
 // Counter names whose unit is not at an end of the name.
 const std::map<std::string_view, std::string_view> kRenamed = {

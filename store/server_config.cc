@@ -117,6 +117,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("busy-poll-max-us", po::value(&c.transport.busy_poll_max_us)->default_value(500),
      "poll up to this long when clients' requests have come further apart (a large put's "
      "copy between its reserve and its commit); at or below --busy-poll-us: a fixed window")
+    ("max-request-rings", po::value(&c.transport.max_request_rings)->default_value(256),
+     "connections that may have a shared-memory request ring (132 KiB each), through which "
+     "requests go without a syscall while both ends poll (0: off)")
     ("max-connections", po::value(&c.transport.max_connections)->default_value(1024),
      "connections served at once")
     ("max-connections-per-process", po::value(&c.transport.max_connections_per_process)->default_value(256),

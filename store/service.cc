@@ -444,6 +444,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       ToWire(plans_->Unregister(req.unregister_plan().job_id(), session), resp->mutable_status());
       return true;
     }
+    case wire::Request::kOpenRing:  // the transport's own (unix_session.cc)
     case wire::Request::BODY_NOT_SET:
       break;
   }

@@ -83,6 +83,9 @@ void StoreService::Stat(wire::StatReply* reply) {
     add("frame_bytes_buffered", t.frame_bytes_buffered);
     add("frame_buffer_waits", t.frame_buffer_waits);
     add("io_wakeups", t.io_wakeups);
+    add("request_rings_open", t.request_rings_open);
+    add("ring_requests", t.ring_requests);
+    add("ring_doorbells", t.ring_doorbells);
   }
   if (const Cluster* cluster = cluster_.load()) {
     cluster->VisitCounters(add);

@@ -39,12 +39,15 @@ Status BlockingConnection::SendRaw(const void* data, std::size_t size) {
     }
     p += n;
     size -= static_cast<std::size_t>(n);
+    socket_sent_ += static_cast<std::uint64_t>(n);
   }
   return Status::Ok();
 }
 
 Status BlockingConnection::Send(const wire::Request& request) {
   if (broken_) return Status::Unavailable("connection to tierpoold is broken");
+  // After a one-way request in the ring, the server must take it before this frame.
+  TIERPOOL_RETURN_IF_ERROR(SettleRing());
   TIERPOOL_RETURN_IF_ERROR(EncodeFrameInto(request, max_frame_bytes_, &send_buffer_));
   Status s = SendRaw(send_buffer_.data(), send_buffer_.size());
   if (send_buffer_.size() > kKeptBufferBytes) std::string().swap(send_buffer_);
@@ -117,8 +120,100 @@ Status BlockingConnection::Receive(wire::Response* response, std::vector<UniqueF
 
 Status BlockingConnection::Call(const wire::Request& request, wire::Response* response,
                                 std::vector<UniqueFd>* fds) {
+  if (ring_) {
+    const std::size_t size = request.ByteSizeLong();
+    if (size <= kRingAreaBytes) return RingCall(request, size, response, fds);
+  }
   TIERPOOL_RETURN_IF_ERROR(Send(request));
   return ReceiveReply(request, response, fds);
+}
+
+Status BlockingConnection::EnableRing(UniqueFd fd, const wire::OpenRingReply& reply) {
+  if (reply.layout_version() != kRingLayoutVersion ||
+      reply.request_offset() != kRingRequestOffset || reply.reply_offset() != kRingReplyOffset ||
+      reply.area_bytes() != kRingAreaBytes) {
+    return Status::FailedPrecondition(
+        "the server's request ring has a layout this client does "
+        "not know");
+  }
+  auto ring = RequestRing::Map(std::move(fd), reply.ring_bytes());
+  if (!ring.ok()) return ring.status();
+  ring_ = std::make_unique<RequestRing>(std::move(ring).value());
+  ring_seq_ = ring_->control().request_seq.load();
+  return Status::Ok();
+}
+
+bool BlockingConnection::HungUp() {
+  pollfd p{fd_.get(), POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+Status BlockingConnection::SendOneWay(const wire::Request& request) {
+  if (ring_) {
+    const std::size_t size = request.ByteSizeLong();
+    if (size <= kRingAreaBytes) {
+      TIERPOOL_RETURN_IF_ERROR(RingPost(request, size));
+      ring_unsettled_ = true;
+      return Status::Ok();
+    }
+  }
+  return Send(request);
+}
+
+Status BlockingConnection::RingPost(const wire::Request& request, std::size_t size) {
+  if (broken_) return Status::Unavailable("connection to tierpoold is broken");
+  TIERPOOL_RETURN_IF_ERROR(SettleRing());
+  RingControl& c = ring_->control();
+  request.SerializeWithCachedSizesToArray(reinterpret_cast<std::uint8_t*>(ring_->request_area()));
+  c.request_len.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);
+  c.socket_bytes.store(socket_sent_, std::memory_order_relaxed);
+  c.request_seq.store(++ring_seq_);
+  if (c.server_polling.load() == 0) {
+    // No I/O thread polls rings: an empty frame wakes one.
+    std::uint8_t doorbell[kFrameHeaderSize];
+    EncodeFrameHeader(0, doorbell);
+    TIERPOOL_RETURN_IF_ERROR(SendRaw(doorbell, sizeof(doorbell)));
+  }
+  return Status::Ok();
+}
+
+Status BlockingConnection::AwaitRing(std::uint32_t seq) {
+  ring_unsettled_ = false;
+  RingControl& c = ring_->control();
+  // Poll for the reply as Receive does, then sleep on it; a closed socket ends the wait.
+  const auto spin_until = SteadyClock::now() + std::chrono::microseconds(busy_poll_us_);
+  while (c.reply_seq.load(std::memory_order_acquire) != seq) {
+    if (SteadyClock::now() < spin_until) continue;
+    c.client_waiting.store(1);
+    const std::uint32_t seen = c.reply_seq.load();
+    if (seen != seq) FutexWait(&c.reply_seq, seen, 20'000);
+    c.client_waiting.store(0);
+    if (c.reply_seq.load(std::memory_order_acquire) != seq && HungUp()) {
+      broken_ = true;
+      return Status::Unavailable("tierpoold closed the connection");
+    }
+  }
+  return Status::Ok();
+}
+
+Status BlockingConnection::RingCall(const wire::Request& request, std::size_t size,
+                                    wire::Response* response, std::vector<UniqueFd>* fds) {
+  TIERPOOL_RETURN_IF_ERROR(RingPost(request, size));
+  TIERPOOL_RETURN_IF_ERROR(AwaitRing(ring_seq_));
+  RingControl& c = ring_->control();
+  const std::uint32_t len = c.reply_len.load(std::memory_order_relaxed);
+  if (len == kReplyOnSocket) return ReceiveReply(request, response, fds);
+  if (len > kRingAreaBytes ||
+      !response->ParseFromArray(ring_->reply_area(), static_cast<int>(len))) {
+    broken_ = true;
+    return Status::DataLoss("malformed response from tierpoold in the request ring");
+  }
+  if (response->id() != request.id()) {
+    broken_ = true;
+    return Status::Internal("reply " + std::to_string(response->id()) +
+                            " does not answer request " + std::to_string(request.id()));
+  }
+  return FromWire(response->status());
 }
 
 Status BlockingConnection::ReceiveReply(const wire::Request& request, wire::Response* response,

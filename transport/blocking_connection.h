@@ -1,5 +1,7 @@
 // The client side of a connection: blocking I/O on a Unix stream socket, one frame at a time,
-// receiving file descriptors passed with a frame (SCM_RIGHTS). Not thread-safe: callers serialize.
+// receiving file descriptors passed with a frame (SCM_RIGHTS); with a request ring
+// (request_ring.h), Call goes through shared memory instead when the request fits. Not
+// thread-safe: callers serialize.
 #pragma once
 
 #include <memory>
@@ -8,6 +10,7 @@
 
 #include "common/posix.h"
 #include "transport/framing.h"
+#include "transport/request_ring.h"
 
 namespace tierpool::transport {
 
@@ -17,10 +20,14 @@ class BlockingConnection {
   static Result<std::unique_ptr<BlockingConnection>> Connect(const std::string& socket_path);
 
   Status Send(const wire::Request& request);
+  // A request with no reply: through the ring when there is one and it fits (the next use of
+  // the connection first waits for the server to have taken it), else Send.
+  Status SendOneWay(const wire::Request& request);
   // Reads one frame. Descriptors passed with it are appended to fds (when fds is not null; else
   // closed).
   Status Receive(wire::Response* response, std::vector<UniqueFd>* fds = nullptr);
-  // Send, then ReceiveReply.
+  // Send, then ReceiveReply; through the ring when there is one and the request fits it (the
+  // reply then comes through the ring, or as a frame when the server says so).
   Status Call(const wire::Request& request, wire::Response* response,
               std::vector<UniqueFd>* fds = nullptr);
   // Receive, checking that the reply answers `request` (sent earlier: requests may be sent back
@@ -40,6 +47,10 @@ class BlockingConnection {
   // may be in flight before a send blocks until the server reads.
   std::size_t send_buffer_bytes() const { return send_buffer_bytes_; }
   bool broken() const { return broken_; }
+  // Calls go through this ring (the server's OpenRingReply and the memfd passed with it) from
+  // now on. FAILED_PRECONDITION for a layout this client does not know (the socket stays).
+  Status EnableRing(UniqueFd fd, const wire::OpenRingReply& reply);
+  bool has_ring() const { return ring_ != nullptr; }
   // True when the server has closed its end (an idle connection it timed out): a poll, no
   // blocking. A connection found closed is marked broken.
   bool PeerClosed();
@@ -47,6 +58,16 @@ class BlockingConnection {
  private:
   explicit BlockingConnection(UniqueFd fd);
   Status ReadFull(void* data, std::size_t size, std::vector<UniqueFd>* fds, bool spin);
+  Status RingCall(const wire::Request& request, std::size_t size, wire::Response* response,
+                  std::vector<UniqueFd>* fds);
+  // Writes a request into the ring and rings the doorbell when no server thread polls.
+  Status RingPost(const wire::Request& request, std::size_t size);
+  // Waits until the server has answered ring request `seq`.
+  Status AwaitRing(std::uint32_t seq);
+  // Waits for a one-way ring request to be taken, if one is outstanding.
+  Status SettleRing() { return ring_unsettled_ ? AwaitRing(ring_seq_) : Status::Ok(); }
+  // The server's end is closed (a poll, no blocking; pending reply bytes do not count).
+  bool HungUp();
 
   UniqueFd fd_;
   std::uint32_t max_frame_bytes_ = kDefaultMaxFrameBytes + (1u << 20);
@@ -57,6 +78,10 @@ class BlockingConnection {
   std::size_t send_buffer_bytes_ = 0;
   bool broken_ = false;
   std::uint32_t busy_poll_us_ = 0;
+  std::uint64_t socket_sent_ = 0;  // bytes sent on the socket (the ring's socket_bytes)
+  std::unique_ptr<RequestRing> ring_;
+  std::uint32_t ring_seq_ = 0;
+  bool ring_unsettled_ = false;  // the last ring request was one-way and may not be taken yet
 };
 
 }  // namespace tierpool::transport

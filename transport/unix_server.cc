@@ -63,6 +63,9 @@ Status UnixServerConfig::validate() const {
   if (busy_poll_max_us > 10'000) {
     return Status::InvalidArgument("busy poll max must be at most 10000 us");
   }
+  if (max_request_rings > 65'536) {
+    return Status::InvalidArgument("max request rings must be at most 65536");
+  }
   if (worker_threads < 1 || worker_threads > 256) {
     return Status::InvalidArgument("worker threads must be in [1, 256]");
   }
@@ -82,11 +85,15 @@ struct UnixServer::Impl {
 
   // io.run(), with a bounded busy-poll after each burst of handlers whose length follows the
   // gaps between bursts (poll_window.h).
+  // Request rings are polled on each turn of the loop, and told when no thread polls them
+  // (ring_registry.h).
   void RunLoop() {
     if (shared.config.busy_poll_us == 0) {
       io.run();
       return;
     }
+    RingRegistry* rings = shared.rings.get();
+    if (rings) rings->Wake();
     using Clock = std::chrono::steady_clock;
     PollWindow poll(std::chrono::microseconds(shared.config.busy_poll_us),
                     std::chrono::microseconds(shared.config.busy_poll_max_us));
@@ -94,6 +101,7 @@ struct UnixServer::Impl {
     std::optional<Clock::time_point> idle_since;
     while (!io.stopped()) {
       const auto now = Clock::now();
+      if (rings) rings->Poll();  // what it hands to sessions, the poll_one below runs
       if (io.poll_one() > 0) {
         if (idle_since) poll.OnWorkAfter(now - *idle_since);
         idle_since.reset();
@@ -101,7 +109,12 @@ struct UnixServer::Impl {
       }
       if (!idle_since) idle_since = now;
       if (now - *idle_since < poll.window()) continue;
+      if (rings && rings->Sleep()) {
+        rings->Wake();  // a request came as this thread stopped polling
+        continue;
+      }
       if (io.run_one() == 0) return;
+      if (rings) rings->Wake();
       ++shared.counters.io_wakeups;
       poll.OnWorkAfter(Clock::now() - *idle_since);
       idle_since.reset();
@@ -229,6 +242,9 @@ Status UnixServer::Start() {
   impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::IoError("listen " + path + ": " + ec.message());
   impl_->shared.workers = std::make_unique<asio::thread_pool>(impl_->shared.config.worker_threads);
+  if (impl_->shared.config.max_request_rings > 0 && impl_->shared.config.busy_poll_us > 0) {
+    impl_->shared.rings = std::make_unique<RingRegistry>(impl_->shared.config.max_request_rings);
+  }
   impl_->Accept();
   for (int i = 0; i < impl_->shared.config.io_threads; ++i) {
     impl_->threads.emplace_back([this] { impl_->RunLoop(); });
@@ -271,6 +287,9 @@ TransportStats UnixServer::stats() const {
   s.frame_bytes_buffered = c.buffered.load();
   s.frame_buffer_waits = c.buffer_waits.load();
   s.io_wakeups = c.io_wakeups.load();
+  s.request_rings_open = impl_->shared.rings ? impl_->shared.rings->size() : 0;
+  s.ring_requests = c.ring_requests.load();
+  s.ring_doorbells = c.ring_doorbells.load();
   return s;
 }
 

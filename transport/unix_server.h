@@ -88,6 +88,10 @@ struct UnixServerConfig {
   // a large object between a reserve's reply and its commit: poll_window.h). At or below
   // busy_poll_us: a fixed window.
   std::uint32_t busy_poll_max_us = 500;
+  // Connections that may have a shared-memory request ring (request_ring.h), each 132 KiB; past
+  // it, clients keep to the socket. 0, or busy_poll_us 0 (nobody would poll them), turns rings
+  // off.
+  std::uint32_t max_request_rings = 256;
   Status validate() const;
 };
 
@@ -108,6 +112,9 @@ struct TransportStats {
   std::uint64_t frame_bytes_buffered = 0;  // now, across connections
   std::uint64_t frame_buffer_waits = 0;    // reads that waited for the server-wide bound
   std::uint64_t io_wakeups = 0;  // times an I/O thread blocked with no work and woke to some
+  std::uint64_t request_rings_open = 0;
+  std::uint64_t ring_requests = 0;   // requests that came through a ring
+  std::uint64_t ring_doorbells = 0;  // of them, the ones whose client had to wake an I/O thread
 };
 
 class UnixServer {

@@ -2,11 +2,13 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "common/logging.h"
+#include "transport/request_ring.h"
 
 namespace tierpool::transport {
 
@@ -108,9 +110,11 @@ void UnixSession::ReadHeader() {
                      if (ec) return self->Close();
                      self->OnHeader();
                    });
+  if (ring_) TakeRing();  // one that waited for the socket's request
 }
 
 void UnixSession::OnHeader() {
+  socket_read_ += kFrameHeaderSize;
   auto h = DecodeFrameHeader(header_, shared_->config.max_frame_bytes);
   if (!h.ok()) {
     ++shared_->counters.bad_frames;
@@ -164,6 +168,7 @@ void UnixSession::ReadBody() {
                           [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
                             if (ec) return self->Close();
                             self->received_ += n;
+                            self->socket_read_ += n;
                             if (self->received_ == self->expected_) return self->OnBody();
                             self->ReadBody();
                           });
@@ -172,7 +177,22 @@ void UnixSession::ReadBody() {
 void UnixSession::OnBody() {
   ++shared_->counters.frames;
   spoke_ = true;
+  if (ring_ && expected_ == 0) {
+    // An empty frame on a session with a ring is its doorbell: a request is in the ring and no
+    // I/O thread was polling.
+    ++shared_->counters.ring_doorbells;
+    ReadHeader();  // which takes it
+    return;
+  }
   SetState(State::kBusy);
+  if (ring_busy_) {
+    frame_waiting_ = true;  // served when the ring's request is done
+    return;
+  }
+  Serve();
+}
+
+void UnixSession::Serve() {
   const bool parsed = messages_.request().ParseFromArray(body_.data(), static_cast<int>(expected_));
   ReleaseBuffer();
   if (!parsed) {
@@ -188,6 +208,7 @@ void UnixSession::OnBody() {
            messages_.response().mutable_status());
     return Reply(true);
   }
+  if (messages_.request().body_case() == wire::Request::kOpenRing) return OpenRing();
   if (shared_->handler->MayBlock(id_, messages_.request())) {
     ++shared_->counters.on_workers;
     asio::post(*shared_->workers, [self = shared_from_this()] {
@@ -199,6 +220,153 @@ void UnixSession::OnBody() {
     return;
   }
   Reply(shared_->handler->Handle(id_, peer_, messages_.request(), &messages_.response(), &fds_));
+}
+
+void UnixSession::OpenRing() {
+  wire::Response& response = messages_.response();
+  if (ring_) {
+    ToWire(Status::FailedPrecondition("this connection has a request ring already"),
+           response.mutable_status());
+  } else if (!shared_->rings) {
+    ToWire(Status::Unimplemented("request rings are off on this server (--max-request-rings 0 "
+                                 "or --busy-poll-us 0)"),
+           response.mutable_status());
+  } else {
+    auto entry = shared_->rings->Open([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->QueueTakeRing();
+    });
+    if (!entry.ok()) {
+      ToWire(entry.status(), response.mutable_status());
+    } else {
+      ring_ = std::move(entry).value();
+      auto* r = response.mutable_ring();
+      r->set_layout_version(kRingLayoutVersion);
+      r->set_ring_bytes(kRingBytes);
+      r->set_request_offset(kRingRequestOffset);
+      r->set_reply_offset(kRingReplyOffset);
+      r->set_area_bytes(kRingAreaBytes);
+      fds_.push_back(ring_->ring.fd());
+    }
+  }
+  Reply(true);
+}
+
+void UnixSession::QueueTakeRing() {
+  // At most one queued per session: a client bumping its sequence without end must not fill the
+  // I/O thread's queue ahead of everyone else's handlers.
+  if (ring_take_queued_.exchange(true)) return;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->ring_take_queued_ = false;
+    self->TakeRing();
+  });
+}
+
+void UnixSession::TakeRing() {
+  if (closed_ || ring_busy_) return;
+  // Not beside a socket request (one being read is not yet served): again when it is done.
+  if (state_ != State::kIdle && state_ != State::kReading) return;
+  RingControl& c = ring_->ring.control();
+  const std::uint32_t seq = c.request_seq.load(std::memory_order_acquire);
+  if (seq == ring_done_) return;
+  // Socket bytes sent before this request and not yet read: when they are, ReadHeader comes
+  // back here.
+  if (c.socket_bytes.load(std::memory_order_relaxed) > socket_read_) return;
+  ring_busy_ = true;
+  ring_done_ = seq;
+  ++shared_->counters.ring_requests;
+  wire::Request& request = messages_.request();
+  wire::Response& response = messages_.response();
+  // Read once, bounded, and parsed from a private copy: the client can write the area at any
+  // time.
+  const std::uint32_t len = c.request_len.load(std::memory_order_relaxed);
+  bool parsed = false;
+  if (len <= kRingAreaBytes) {
+    ring_in_.assign(reinterpret_cast<const char*>(ring_->ring.request_area()), len);
+    parsed = request.ParseFromArray(ring_in_.data(), static_cast<int>(len));
+  }
+  if (!parsed) {
+    ++shared_->counters.malformed;
+    ToWire(Status::InvalidArgument("malformed request in the ring: " + std::to_string(len) +
+                                   " bytes that are not a tierpool Request (the area holds " +
+                                   std::to_string(kRingAreaBytes) + ")"),
+           response.mutable_status());
+    return FinishRing(true);
+  }
+  if (request.body_case() == wire::Request::BODY_NOT_SET ||
+      request.body_case() == wire::Request::kOpenRing) {
+    ++shared_->counters.unknown;
+    ToWire(Status::Unimplemented("not a request the ring carries"), response.mutable_status());
+    return FinishRing(true);
+  }
+  if (shared_->handler->MayBlock(id_, request)) {
+    ++shared_->counters.on_workers;
+    asio::post(*shared_->workers, [self = shared_from_this()] {
+      const bool reply =
+          self->shared_->handler->Handle(self->id_, self->peer_, self->messages_.request(),
+                                         &self->messages_.response(), &self->fds_);
+      asio::post(self->socket_.get_executor(), [self, reply] { self->FinishRing(reply); });
+    });
+    return;
+  }
+  FinishRing(shared_->handler->Handle(id_, peer_, request, &response, &fds_));
+}
+
+void UnixSession::FinishRing(bool reply) {
+  if (closed_) return;
+  RingControl& c = ring_->ring.control();
+  if (!reply) {
+    // One-way: reply_seq alone tells the client the request was taken (it waits for that
+    // before it uses the connection again).
+    messages_.Reset();
+    fds_.clear();
+    c.reply_len.store(0, std::memory_order_relaxed);
+    c.reply_seq.store(ring_done_);
+    if (c.client_waiting.load() != 0) FutexWakeAll(&c.reply_seq);
+    return OnRingWritten();
+  }
+  wire::Response& response = messages_.response();
+  response.set_id(messages_.request().id());
+  const std::size_t size = response.ByteSizeLong();
+  std::uint32_t len = kReplyOnSocket;
+  if (fds_.empty() && size <= kRingAreaBytes) {
+    response.SerializeWithCachedSizesToArray(
+        reinterpret_cast<std::uint8_t*>(ring_->ring.reply_area()));
+    len = static_cast<std::uint32_t>(size);
+  } else if (Status s = EncodeFrameInto(response, shared_->config.max_frame_bytes, &ring_out_);
+             !s.ok()) {
+    wire::Response err;
+    err.set_id(messages_.request().id());
+    ToWire(Status::ResourceExhausted("reply too large for one frame: " + s.message()),
+           err.mutable_status());
+    (void)EncodeFrameInto(err, shared_->config.max_frame_bytes, &ring_out_);
+    fds_.clear();
+  }
+  messages_.Reset();
+  c.reply_len.store(len, std::memory_order_relaxed);
+  c.reply_seq.store(ring_done_);
+  if (c.client_waiting.load() != 0) FutexWakeAll(&c.reply_seq);
+  if (len != kReplyOnSocket) return OnRingWritten();
+  // Descriptors to pass, or a reply larger than the area: it goes as a frame; the client, told
+  // so by reply_len, reads it from the socket.
+  ring_write_since_ = std::chrono::steady_clock::now();
+  if (!fds_.empty()) return SendWithFds(&ring_out_, true);
+  WriteOut(&ring_out_, true);
+}
+
+void UnixSession::OnRingWritten() {
+  ring_busy_ = false;
+  ring_write_since_.reset();
+  since_ = std::chrono::steady_clock::now();  // activity, for the idle timeout
+  if (ring_out_.size() > kFirstChunk) std::string().swap(ring_out_);
+  if (frame_waiting_) {
+    frame_waiting_ = false;
+    return Serve();
+  }
+  // The client may have written another request meanwhile (it cannot, waiting for this reply,
+  // unless it misbehaves): posted, so that a client bumping its sequence cannot recurse here.
+  if (ring_->ring.control().request_seq.load(std::memory_order_acquire) != ring_done_) {
+    QueueTakeRing();
+  }
 }
 
 void UnixSession::Reply(bool reply) {
@@ -222,14 +390,15 @@ void UnixSession::Reply(bool reply) {
   // What a large message needed beyond the arena's first block goes back here.
   messages_.Reset();
   SetState(State::kWriting);
-  if (!fds_.empty()) return SendWithFds();
-  WriteOut();
+  if (!fds_.empty()) return SendWithFds(&out_, false);
+  WriteOut(&out_, false);
 }
 
-void UnixSession::WriteOut() {
-  asio::async_write(socket_, asio::buffer(out_),
-                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+void UnixSession::WriteOut(std::string* out, bool ring) {
+  asio::async_write(socket_, asio::buffer(*out),
+                    [self = shared_from_this(), ring](boost::system::error_code ec, std::size_t) {
                       if (ec) return self->Close();
+                      if (ring) return self->OnRingWritten();
                       if (self->out_.size() > kFirstChunk) std::string().swap(self->out_);
                       self->ReadHeader();
                     });
@@ -238,9 +407,9 @@ void UnixSession::WriteOut() {
 // Descriptors ride on the first byte of the frame (SCM_RIGHTS); Asio has no API for that, so
 // this sends with sendmsg on the non-blocking socket and waits for writability through Asio
 // when the socket is full. The rest of the frame goes out with async_write.
-void UnixSession::SendWithFds() {
+void UnixSession::SendWithFds(std::string* out, bool ring) {
   std::vector<char> control(CMSG_SPACE(sizeof(int) * fds_.size()));
-  iovec iov{out_.data(), out_.size()};
+  iovec iov{out->data(), out->size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -258,15 +427,15 @@ void UnixSession::SendWithFds() {
   if (n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Close();
     socket_.async_wait(Socket::wait_write,
-                       [self = shared_from_this()](boost::system::error_code ec) {
+                       [self = shared_from_this(), out, ring](boost::system::error_code ec) {
                          if (ec) return self->Close();
-                         self->SendWithFds();
+                         self->SendWithFds(out, ring);
                        });
     return;
   }
   fds_.clear();
-  out_.erase(0, static_cast<std::size_t>(n));
-  WriteOut();  // the rest, if any; an empty write completes at once
+  out->erase(0, static_cast<std::size_t>(n));
+  WriteOut(out, ring);  // the rest, if any; an empty write completes at once
 }
 
 void UnixSession::CloseAfterWrite(const Status& why) {
@@ -304,6 +473,19 @@ void UnixSession::ArmTimer(std::chrono::steady_clock::time_point when) {
 
 void UnixSession::OnTimer() {
   const auto now = std::chrono::steady_clock::now();
+  if (ring_busy_) {
+    // A ring request runs (no timeout, as a socket request's), or its reply is being written
+    // on the socket (the frame timeout, as any reply's).
+    const UnixServerConfig& c = shared_->config;
+    if (ring_write_since_ && c.frame_timeout_ms != 0 &&
+        now - *ring_write_since_ > std::chrono::milliseconds(c.frame_timeout_ms)) {
+      ++shared_->counters.frame_timeouts;
+      spdlog::debug("session {}: a reply took longer than allowed; closing", id_);
+      return Close();
+    }
+    const std::uint32_t later = std::max({c.idle_timeout_ms, c.frame_timeout_ms, 1000u});
+    return ArmTimer(now + std::chrono::milliseconds(later));
+  }
   const auto due = Deadline();
   if (!due) {
     // Nothing is due in this state (a request running, or a timeout off): look again later,
@@ -344,6 +526,10 @@ void UnixSession::Close() {
   std::string().swap(body_);
   --shared_->counters.active;
   shared_->peers.Remove(peer_);
+  if (ring_) {
+    shared_->rings->Close(ring_.get());
+    FutexWakeAll(&ring_->ring.control().reply_seq);  // a client asleep on it looks at the socket
+  }
   shared_->handler->OnDisconnect(id_);
 }
 

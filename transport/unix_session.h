@@ -2,6 +2,11 @@
 // request (inline, or on a worker when the handler says it may wait), writes the reply, and only
 // then reads the next frame: one request at a time per connection.
 //
+// A session may also have a request ring (request_ring.h): its requests are served one at a time
+// too, never beside one from the socket (a frame that completes while a ring request runs waits
+// for it, and a ring request waits for the socket's), and only after every socket byte the
+// client sent before it, so the handler sees one ordered stream.
+//
 // Locking: every handler of a session runs on its strand (socket and timer share it), so the
 // session's own state needs no lock. ServerShared's counters are atomic; its per-client
 // connection table has its own mutex.
@@ -9,6 +14,7 @@
 
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without it
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +26,7 @@
 #include <vector>
 
 #include "transport/message_arena.h"
+#include "transport/ring_registry.h"
 #include "transport/unix_server.h"
 
 namespace tierpool::transport {
@@ -28,7 +35,7 @@ struct TransportCounters {
   std::atomic<std::uint64_t> accepted{0}, active{0}, refused{0}, refused_process{0},
       refused_user{0}, frames{0}, bad_frames{0}, malformed{0}, unknown{0}, handshake_timeouts{0},
       idle_timeouts{0}, frame_timeouts{0}, on_workers{0}, buffered{0}, buffer_waits{0},
-      io_wakeups{0};
+      io_wakeups{0}, ring_requests{0}, ring_doorbells{0};
 };
 
 // Connections per process and per user, for the per-client limits.
@@ -52,6 +59,7 @@ struct ServerShared {
   TransportCounters counters;
   PeerTable peers;
   std::unique_ptr<boost::asio::thread_pool> workers;
+  std::unique_ptr<RingRegistry> rings;  // null when rings are off
 };
 
 class UnixSession : public std::enable_shared_from_this<UnixSession> {
@@ -69,10 +77,19 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   void OnHeader();
   void ReadBody();
   void OnBody();
-  void Dispatch();
+  void Serve();  // the frame in body_
   void Reply(bool reply);
-  void WriteOut();
-  void SendWithFds();
+  // The reply in *out (and fds_) onto the socket; then ReadHeader, or OnRingWritten for a ring
+  // request's reply.
+  void WriteOut(std::string* out, bool ring);
+  void SendWithFds(std::string* out, bool ring);
+  void OpenRing();
+  // Serves the ring's request when there is one and nothing else runs.
+  void TakeRing();
+  // TakeRing posted onto the session's executor, unless it is queued already (any thread).
+  void QueueTakeRing();
+  void FinishRing(bool reply);
+  void OnRingWritten();
   void CloseAfterWrite(const Status& why);
   // The buffer grows to at most `want` bytes when the server-wide bound allows; false when it
   // must wait (a timer retries).
@@ -106,6 +123,16 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   std::vector<int> fds_;
   std::string out_;
   bool closed_ = false;
+  std::uint64_t socket_read_ = 0;  // bytes read from the socket
+
+  std::shared_ptr<RingRegistry::Entry> ring_;
+  std::atomic<bool> ring_take_queued_{false};
+  bool ring_busy_ = false;       // a ring request is being served (or its reply written)
+  std::uint32_t ring_done_ = 0;  // the last request_seq taken
+  bool frame_waiting_ = false;   // a socket frame waits for the ring request to finish
+  std::string ring_in_;          // the ring request, copied out of the client's reach
+  std::string ring_out_;         // a ring reply that goes through the socket
+  std::optional<std::chrono::steady_clock::time_point> ring_write_since_;
 };
 
 }  // namespace tierpool::transport

@@ -69,6 +69,7 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
         {"--max-frame", "2K"},
         {"--io-threads", "0"},
         {"--busy-poll-max-us", "20000"},
+        {"--max-request-rings", "70000"},
         {"--spill-order", "nvme,nvme"},
         {"--spill-order", "dram"},
         {"--spill-order", ""},

@@ -1,0 +1,56 @@
+// The server's request rings (request_ring.h), which its I/O threads poll between handlers.
+// A ring's new request is handed to its session (the session's wake callback, which posts onto
+// the session's executor); whether no I/O thread polls is written into every ring, so that
+// clients ring the doorbell exactly when one is needed.
+//
+// Locking: mu_ guards the ring list and the count of polling threads. Poll, Sleep and Wake run
+// on I/O threads; Open and Close on the sessions' executors (I/O threads too).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/request_ring.h"
+
+namespace tierpool::transport {
+
+class RingRegistry {
+ public:
+  struct Entry {
+    explicit Entry(RequestRing r) : ring(std::move(r)) {}
+    RequestRing ring;
+    // The last request_seq handed to the session (so that each is handed once).
+    std::atomic<std::uint32_t> handed{0};
+    std::function<void()> wake;  // tells the session a request is in its ring
+  };
+
+  explicit RingRegistry(std::uint32_t max_rings) : max_rings_(max_rings) {}
+
+  // A new ring for a session; RESOURCE_EXHAUSTED when max_rings are open (the client then
+  // keeps to the socket).
+  Result<std::shared_ptr<Entry>> Open(std::function<void()> wake);
+  void Close(const Entry* entry);
+  std::size_t size() const { return count_.load(std::memory_order_relaxed); }
+
+  // Hands every ring's new request to its session; true when there was one.
+  bool Poll();
+  // The calling I/O thread stops polling before it blocks. True when a request arrived that no
+  // thread will see (the caller then calls Wake and keeps going instead of blocking).
+  bool Sleep();
+  // The calling I/O thread polls again.
+  void Wake();
+
+ private:
+  const std::uint32_t max_rings_;
+  std::atomic<std::size_t> count_{0};
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Entry>> entries_;  // guarded by mu_
+  int polling_threads_ = 0;                      // guarded by mu_
+};
+
+}  // namespace tierpool::transport

@@ -208,28 +208,27 @@ Status BlockingConnection::RingCall(const wire::Request& request, std::size_t si
     broken_ = true;
     return Status::DataLoss("malformed response from tierpoold in the request ring");
   }
-  if (response->id() != request.id()) {
-    broken_ = true;
-    return Status::Internal("reply " + std::to_string(response->id()) +
-                            " does not answer request " + std::to_string(request.id()));
-  }
-  return FromWire(response->status());
+  return Answer(request, *response);
 }
 
 Status BlockingConnection::ReceiveReply(const wire::Request& request, wire::Response* response,
                                         std::vector<UniqueFd>* fds) {
   TIERPOOL_RETURN_IF_ERROR(Receive(response, fds));
-  if (response->id() == 0 && response->status().code() != 0 && request.id() != 0) {
+  return Answer(request, *response);
+}
+
+Status BlockingConnection::Answer(const wire::Request& request, const wire::Response& response) {
+  if (response.id() == 0 && response.status().code() != 0 && request.id() != 0) {
     // The server's word on the connection itself (refused, or a frame it could not take).
     broken_ = true;
-    return FromWire(response->status());
+    return FromWire(response.status());
   }
-  if (response->id() != request.id()) {
+  if (response.id() != request.id()) {
     broken_ = true;
-    return Status::Internal("reply " + std::to_string(response->id()) +
-                            " does not answer request " + std::to_string(request.id()));
+    return Status::Internal("reply " + std::to_string(response.id()) + " does not answer request " +
+                            std::to_string(request.id()));
   }
-  return FromWire(response->status());
+  return FromWire(response.status());
 }
 
 BlockingConnection::BlockingConnection(UniqueFd fd) : fd_(std::move(fd)) {

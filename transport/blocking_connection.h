@@ -58,6 +58,8 @@ class BlockingConnection {
  private:
   explicit BlockingConnection(UniqueFd fd);
   Status ReadFull(void* data, std::size_t size, std::vector<UniqueFd>* fds, bool spin);
+  // The reply's status, once it is checked to answer `request` (else the connection breaks).
+  Status Answer(const wire::Request& request, const wire::Response& response);
   Status RingCall(const wire::Request& request, std::size_t size, wire::Response* response,
                   std::vector<UniqueFd>* fds);
   // Writes a request into the ring and rings the doorbell when no server thread polls.

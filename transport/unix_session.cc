@@ -209,17 +209,22 @@ void UnixSession::Serve() {
     return Reply(true);
   }
   if (messages_.request().body_case() == wire::Request::kOpenRing) return OpenRing();
+  Handle(&UnixSession::Reply);
+}
+
+void UnixSession::Handle(void (UnixSession::*done)(bool reply)) {
   if (shared_->handler->MayBlock(id_, messages_.request())) {
     ++shared_->counters.on_workers;
-    asio::post(*shared_->workers, [self = shared_from_this()] {
+    asio::post(*shared_->workers, [self = shared_from_this(), done] {
       const bool reply =
           self->shared_->handler->Handle(self->id_, self->peer_, self->messages_.request(),
                                          &self->messages_.response(), &self->fds_);
-      asio::post(self->socket_.get_executor(), [self, reply] { self->Reply(reply); });
+      asio::post(self->socket_.get_executor(), [self, done, reply] { ((*self).*done)(reply); });
     });
     return;
   }
-  Reply(shared_->handler->Handle(id_, peer_, messages_.request(), &messages_.response(), &fds_));
+  (this->*done)(
+      shared_->handler->Handle(id_, peer_, messages_.request(), &messages_.response(), &fds_));
 }
 
 void UnixSession::OpenRing() {
@@ -298,48 +303,29 @@ void UnixSession::TakeRing() {
     ToWire(Status::Unimplemented("not a request the ring carries"), response.mutable_status());
     return FinishRing(true);
   }
-  if (shared_->handler->MayBlock(id_, request)) {
-    ++shared_->counters.on_workers;
-    asio::post(*shared_->workers, [self = shared_from_this()] {
-      const bool reply =
-          self->shared_->handler->Handle(self->id_, self->peer_, self->messages_.request(),
-                                         &self->messages_.response(), &self->fds_);
-      asio::post(self->socket_.get_executor(), [self, reply] { self->FinishRing(reply); });
-    });
-    return;
-  }
-  FinishRing(shared_->handler->Handle(id_, peer_, request, &response, &fds_));
+  Handle(&UnixSession::FinishRing);
 }
 
 void UnixSession::FinishRing(bool reply) {
   if (closed_) return;
   RingControl& c = ring_->ring.control();
+  // One-way: reply_seq alone (len 0) tells the client the request was taken (it waits for
+  // that before it uses the connection again).
+  std::uint32_t len = 0;
   if (!reply) {
-    // One-way: reply_seq alone tells the client the request was taken (it waits for that
-    // before it uses the connection again).
-    messages_.Reset();
     fds_.clear();
-    c.reply_len.store(0, std::memory_order_relaxed);
-    c.reply_seq.store(ring_done_);
-    if (c.client_waiting.load() != 0) FutexWakeAll(&c.reply_seq);
-    return OnRingWritten();
-  }
-  wire::Response& response = messages_.response();
-  response.set_id(messages_.request().id());
-  const std::size_t size = response.ByteSizeLong();
-  std::uint32_t len = kReplyOnSocket;
-  if (fds_.empty() && size <= kRingAreaBytes) {
-    response.SerializeWithCachedSizesToArray(
-        reinterpret_cast<std::uint8_t*>(ring_->ring.reply_area()));
-    len = static_cast<std::uint32_t>(size);
-  } else if (Status s = EncodeFrameInto(response, shared_->config.max_frame_bytes, &ring_out_);
-             !s.ok()) {
-    wire::Response err;
-    err.set_id(messages_.request().id());
-    ToWire(Status::ResourceExhausted("reply too large for one frame: " + s.message()),
-           err.mutable_status());
-    (void)EncodeFrameInto(err, shared_->config.max_frame_bytes, &ring_out_);
-    fds_.clear();
+  } else {
+    wire::Response& response = messages_.response();
+    response.set_id(messages_.request().id());
+    const std::size_t size = response.ByteSizeLong();
+    if (fds_.empty() && size <= kRingAreaBytes) {
+      response.SerializeWithCachedSizesToArray(
+          reinterpret_cast<std::uint8_t*>(ring_->ring.reply_area()));
+      len = static_cast<std::uint32_t>(size);
+    } else {
+      EncodeReplyFrame(&ring_out_);
+      len = kReplyOnSocket;
+    }
   }
   messages_.Reset();
   c.reply_len.store(len, std::memory_order_relaxed);
@@ -376,22 +362,25 @@ void UnixSession::Reply(bool reply) {
     fds_.clear();
     return ReadHeader();
   }
-  wire::Response& response = messages_.response();
-  response.set_id(messages_.request().id());
+  messages_.response().set_id(messages_.request().id());
   // out_ keeps its capacity from the last reply (WriteOut lets go of large ones).
-  if (Status s = EncodeFrameInto(response, shared_->config.max_frame_bytes, &out_); !s.ok()) {
-    wire::Response err;
-    err.set_id(messages_.request().id());
-    ToWire(Status::ResourceExhausted("reply too large for one frame: " + s.message()),
-           err.mutable_status());
-    (void)EncodeFrameInto(err, shared_->config.max_frame_bytes, &out_);
-    fds_.clear();
-  }
+  EncodeReplyFrame(&out_);
   // What a large message needed beyond the arena's first block goes back here.
   messages_.Reset();
   SetState(State::kWriting);
   if (!fds_.empty()) return SendWithFds(&out_, false);
   WriteOut(&out_, false);
+}
+
+void UnixSession::EncodeReplyFrame(std::string* out) {
+  const Status s = EncodeFrameInto(messages_.response(), shared_->config.max_frame_bytes, out);
+  if (s.ok()) return;
+  wire::Response err;
+  err.set_id(messages_.request().id());
+  ToWire(Status::ResourceExhausted("reply too large for one frame: " + s.message()),
+         err.mutable_status());
+  (void)EncodeFrameInto(err, shared_->config.max_frame_bytes, out);
+  fds_.clear();
 }
 
 void UnixSession::WriteOut(std::string* out, bool ring) {

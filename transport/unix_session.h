@@ -78,7 +78,12 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   void ReadBody();
   void OnBody();
   void Serve();  // the frame in body_
+  // Runs messages_'s request (on a worker when the handler says it may wait), then `done`
+  // (Reply or FinishRing) on the session's executor.
+  void Handle(void (UnixSession::*done)(bool reply));
   void Reply(bool reply);
+  // messages_'s response as a frame into *out; an error reply instead when it is too large.
+  void EncodeReplyFrame(std::string* out);
   // The reply in *out (and fds_) onto the socket; then ReadHeader, or OnRingWritten for a ring
   // request's reply.
   void WriteOut(std::string* out, bool ring);

@@ -22,12 +22,6 @@ namespace {
 using transport::BlockingConnection;
 using transport::RequestRing;
 
-std::uint64_t Counter(Client& c, std::string_view name) {
-  auto stat = c.ServerStat();
-  EXPECT_TRUE(stat.ok()) << stat.status().ToString();
-  return stat.ok() ? stat->counter(name) : ~0ull;
-}
-
 void ExpectServes(const ServerProcess& server) {
   auto c = server.Connect();
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -46,8 +40,8 @@ TEST(RequestRing, CallsGoThroughTheRingAndTheSocketStaysForTheRest) {
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
   Client& c = **client;
-  EXPECT_EQ(Counter(c, "request_rings_open"), 1u);
-  const std::uint64_t before = Counter(c, "ring_requests");
+  EXPECT_EQ(ServerCounter(c, "request_rings_open"), 1u);
+  const std::uint64_t before = ServerCounter(c, "ring_requests");
   for (std::size_t size : {std::size_t{0}, std::size_t{100}, std::size_t{4096},
                            std::size_t{256 * 1024}, std::size_t{4 << 20}}) {
     const std::string key = "k" + std::to_string(size), data = Pattern(size, size);
@@ -62,19 +56,19 @@ TEST(RequestRing, CallsGoThroughTheRingAndTheSocketStaysForTheRest) {
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(view->data()), view->size()), data);
   }
   // Each put, get and view (and the views' releases) went through the ring.
-  EXPECT_GE(Counter(c, "ring_requests") - before, 15u);
+  EXPECT_GE(ServerCounter(c, "ring_requests") - before, 15u);
 
   // A client that asks for no ring gets none and keeps to the socket.
   ClientOptions plain = options;
   plain.request_ring = false;
   auto other = Client::Connect(plain);
   ASSERT_TRUE(other.ok());
-  const std::uint64_t rings = Counter(c, "ring_requests");
+  const std::uint64_t rings = ServerCounter(c, "ring_requests");
   ASSERT_TRUE((*other)->Put("plain", "bytes", 5).ok());
   char buf[5];
   ASSERT_TRUE((*other)->Get("plain", buf, 5).ok());
-  EXPECT_EQ(Counter(**other, "request_rings_open"), 1u);
-  EXPECT_EQ(Counter(c, "ring_requests") - rings, 1u);  // c's own stat
+  EXPECT_EQ(ServerCounter(**other, "request_rings_open"), 1u);
+  EXPECT_EQ(ServerCounter(c, "ring_requests") - rings, 1u);  // c's own stat
 }
 
 // A release sent one-way (a view's end) is served before the connection's next request,
@@ -93,9 +87,9 @@ TEST(RequestRing, OneWayMessagesAreServedInOrder) {
     {
       auto view = c.GetView("v");
       ASSERT_TRUE(view.ok());
-      ASSERT_EQ(Counter(c, "leases_open"), 1u) << i;
+      ASSERT_EQ(ServerCounter(c, "leases_open"), 1u) << i;
     }
-    ASSERT_EQ(Counter(c, "leases_open"), 0u) << i;
+    ASSERT_EQ(ServerCounter(c, "leases_open"), 0u) << i;
   }
 }
 
@@ -111,7 +105,7 @@ TEST(RequestRing, BothEndsAsleepStillAnswer) {
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
   Client& c = **client;
-  const std::uint64_t doorbells = Counter(c, "ring_doorbells");
+  const std::uint64_t doorbells = ServerCounter(c, "ring_doorbells");
   for (int i = 0; i < 100; ++i) {
     const std::string key = "k" + std::to_string(i), data = Pattern(i, 1000 + i);
     ASSERT_TRUE(c.Put(key, data.data(), data.size()).ok()) << i;
@@ -121,7 +115,7 @@ TEST(RequestRing, BothEndsAsleepStillAnswer) {
     ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
     EXPECT_TRUE(out == data) << i;
   }
-  EXPECT_GT(Counter(c, "ring_doorbells"), doorbells);
+  EXPECT_GT(ServerCounter(c, "ring_doorbells"), doorbells);
 }
 
 // Replies larger than the ring's area (a long listing) come as frames on the socket.
@@ -157,7 +151,8 @@ TEST(RequestRing, ClientsPastTheLimitKeepToTheSocket) {
       char buf[5];
       ASSERT_TRUE(c->Get("k", buf, 5).ok());
     }
-    EXPECT_EQ(Counter(**a, "request_rings_open"), std::string(limit) == "1" ? 1u : 0u) << limit;
+    EXPECT_EQ(ServerCounter(**a, "request_rings_open"), std::string(limit) == "1" ? 1u : 0u)
+        << limit;
   }
 }
 

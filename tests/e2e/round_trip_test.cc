@@ -80,20 +80,6 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RoundTrip,
                          ::testing::Values(0, 1, 4096, 64 * 1024 + 1, 64 * 1024 * 1024),
                          [](const auto& p) { return "bytes_" + std::to_string(p.param); });
 
-// A counter of the server's stat reply, through `c` (a failed stat fails the test).
-// "requests": the requests the server received, through the socket or a request ring (a ring's
-// doorbell is a frame but no request).
-std::uint64_t ServerCounter(Client& c, std::string_view name) {
-  auto stat = c.ServerStat();
-  EXPECT_TRUE(stat.ok());
-  if (!stat.ok()) return ~0ull;
-  if (name == "requests") {
-    return stat->counter("frames_received") - stat->counter("ring_doorbells") +
-           stat->counter("ring_requests");
-  }
-  return stat->counter(name);
-}
-
 TEST(RoundTripBatch, SixtyFourBlocksInOneCall) {
   ServerProcess server({"--dram", "64M", "--hbm", "0"});
   ASSERT_TRUE(server.started());

@@ -35,6 +35,11 @@ class ServerProcess {
   bool started_ = false;
 };
 
+// A counter of the server's stat reply, through `c` (a failed stat fails the test).
+// "requests": the requests the server received, through the socket or a request ring (a ring's
+// doorbell is a frame but no request).
+std::uint64_t ServerCounter(Client& c, std::string_view name);
+
 // Runs a shell command; returns what it printed (stdout and stderr) and sets *rc to its exit
 // status.
 std::string RunShell(const std::string& cmd, int* rc);

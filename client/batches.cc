@@ -261,7 +261,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
             continue;
           }
         } else {
-          std::memcpy(it.buffer, src, size);
+          CopyBytes(it.buffer, src, size);
         }
       }
       out.emplace_back(static_cast<std::size_t>(size));

@@ -300,7 +300,7 @@ Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
   std::vector<std::byte> out(view->size());
   if (out.empty()) return out;
   if (!core_->options.verify_checksums) {
-    std::memcpy(out.data(), view->data(), out.size());
+    CopyBytes(out.data(), view->data(), out.size());
     return out;
   }
   // Checked in the same pass as the copy: damage is an error, never data.

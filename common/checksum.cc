@@ -5,25 +5,13 @@
 
 #include <cstring>
 
-#include "common/checksum_simd.h"
+#include "common/copy_simd.h"
 
 namespace tierpool {
 
-namespace {
-#if defined(__x86_64__)
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-#else
-constexpr bool kHaveAvx2 = false;
-#endif
-// Into a warm buffer: below this, destination lines are worth keeping in cache; above,
-// streaming stores win. Into fresh memory they win from 64 KiB (see CopyTarget).
-constexpr std::size_t kStreamingThreshold = 1 << 20;
-constexpr std::size_t kFreshStreamingThreshold = 64 << 10;
-}  // namespace
-
 std::uint64_t Xxh3(const void* data, std::size_t size) {
 #if defined(__x86_64__)
-  if (kHaveAvx2 && size >= 4096) return simd::Xxh3Avx2(data, size);
+  if (copy_detail::HaveVectorCopy() && size >= 4096) return simd::Xxh3Avx2(data, size);
 #endif
   return XXH3_64bits(data, size);
 }
@@ -41,11 +29,9 @@ void Xxh3Stream::Update(const void* data, std::size_t size) {
 std::uint64_t Xxh3Stream::Digest() const { return XXH3_64bits_digest(state_->s); }
 
 std::uint64_t CopyAndChecksum(void* dst, const void* src, std::size_t size, CopyTarget target) {
-#if defined(__x86_64__)
-  const std::size_t streaming_from =
-      target == CopyTarget::kFresh ? kFreshStreamingThreshold : kStreamingThreshold;
-  if (kHaveAvx2 && size >= streaming_from) return simd::CopyAndChecksumAvx2(dst, src, size);
-#endif
+  if (size >= copy_detail::kVectorCopyFrom && copy_detail::HaveVectorCopy()) {
+    return simd::CopyAndChecksumAvx2(dst, src, size, copy_detail::StreamStores(size, target));
+  }
   std::memcpy(dst, src, size);
   return Xxh3(src, size);
 }

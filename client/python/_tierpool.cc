@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client/stats_json.h"
+#include "common/checksum.h"
 #include "tierpool/client.h"
 
 namespace py = pybind11;
@@ -322,8 +323,13 @@ class PyClient {
     if (b == nullptr) throw py::error_already_set();
     *out = py::reinterpret_steal<py::bytes>(b);
     return WithoutGil([&] {
-      std::memcpy(PyBytes_AS_STRING(b), v.data(), v.size());
-      Status s = verify_ ? v.Verify() : Status::Ok();
+      // One pass: the copy checks the bytes as it goes when verify_ is set.
+      Status s = Status::Ok();
+      if (!verify_) {
+        CopyBytes(PyBytes_AS_STRING(b), v.data(), v.size());
+      } else if (CopyAndChecksum(PyBytes_AS_STRING(b), v.data(), v.size()) != v.meta().checksum) {
+        s = Status::DataLoss("checksum mismatch for '" + v.meta().key + "'");
+      }
       v.Release();
       return s;
     });

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -29,6 +30,51 @@ TEST(Checksum, MatchesReferenceXxh3AtEverySize) {
       stream.Update(s, n / 2);
       stream.Update(s + n / 2, n - n / 2);
       EXPECT_EQ(stream.Digest(), want);
+    }
+  }
+}
+
+// CopyBytes and CopyAndChecksum with source and destination at offsets within a cache line that
+// match and that do not (each takes another path), at sizes around the vector threshold, the
+// 128-byte step, the 16 KiB chunk and the 64 KiB streaming threshold, into both kinds of
+// destination: the bytes land exactly, nothing outside the destination range is touched, and the
+// checksum is XXH3-64's.
+TEST(Copy, ExactAtAnyAlignmentAndSize) {
+  std::mt19937_64 rng(11);
+  const std::size_t sizes[] = {0,
+                               1,
+                               2047,
+                               2048,
+                               2049,
+                               2175,
+                               4096 + 31,
+                               (16 << 10) + 1,
+                               (64 << 10) + 129,
+                               256 << 10,
+                               (1 << 20) + 77};
+  for (std::size_t size : sizes) {
+    std::vector<unsigned char> src(size + 64);
+    for (auto& b : src) b = static_cast<unsigned char>(rng());
+    std::vector<unsigned char> dst(size + 128);
+    for (std::size_t src_off : {0ul, 8ul, 33ul}) {
+      for (std::size_t dst_off : {0ul, 1ul, 8ul, 16ul, 31ul, 40ul}) {
+        for (CopyTarget target : {CopyTarget::kWarm, CopyTarget::kFresh}) {
+          const unsigned char* s = src.data() + src_off;
+          for (int checked = 0; checked < 2; ++checked) {
+            std::fill(dst.begin(), dst.end(), 0xA5);
+            unsigned char* d = dst.data() + dst_off;
+            if (checked) {
+              EXPECT_EQ(CopyAndChecksum(d, s, size, target), XXH3_64bits(s, size)) << size;
+            } else {
+              CopyBytes(d, s, size, target);
+            }
+            ASSERT_EQ(std::memcmp(d, s, size), 0)
+                << size << " from +" << src_off << " to +" << dst_off << " checked " << checked;
+            for (std::size_t i = 0; i < dst_off; ++i) ASSERT_EQ(dst[i], 0xA5) << size;
+            for (std::size_t i = dst_off + size; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xA5);
+          }
+        }
+      }
     }
   }
 }

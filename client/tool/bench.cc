@@ -19,6 +19,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Buffers that start on a cache line, as PyTorch's CPU allocator places tensors. Where source and
+// destination start relative to each other decides how fast glibc's memcpy copies on some CPUs
+// (common/copy.h: 2-28x slower a few bytes apart modulo 4 KiB), so neither the memcpy
+// references nor tierpool's rows may depend on where malloc happened to put the buffers.
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  LineAligned() = default;
+  template <class U>
+  explicit LineAligned(const LineAligned<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, kAlign); }
+  bool operator==(const LineAligned&) const = default;
+};
+using Bytes = std::vector<std::byte, LineAligned<std::byte>>;
+
 struct Sample {
   std::vector<double> micros;  // one entry per operation (or per batch)
   double total_seconds = 0;    // wall time of the measured loop (all threads together)
@@ -132,10 +149,10 @@ std::uint64_t LastLevelCacheBytes() {
   return l3 > 0 ? static_cast<std::uint64_t>(l3) : 32ull << 20;
 }
 
-Result<MemcpyReference> MeasureMemcpy(std::uint64_t size, const std::vector<std::byte>& src,
-                                      double budget, int min_iters, nlohmann::json& rows) {
+Result<MemcpyReference> MeasureMemcpy(std::uint64_t size, const Bytes& src, double budget,
+                                      int min_iters, nlohmann::json& rows) {
   MemcpyReference ref;
-  std::vector<std::byte> dst(size);
+  Bytes dst(size);
   std::memset(dst.data(), 0, size);
   auto warm = Measure(budget, min_iters, [&] {
     std::memcpy(dst.data(), src.data(), size);
@@ -149,7 +166,7 @@ Result<MemcpyReference> MeasureMemcpy(std::uint64_t size, const std::vector<std:
   const std::uint64_t pool_bytes =
       std::min<std::uint64_t>(std::max(4 * LastLevelCacheBytes(), 4 * size), 1ull << 30);
   const std::uint64_t slots = std::max<std::uint64_t>(pool_bytes / size, 2);
-  std::vector<std::byte> pool(slots * size);
+  Bytes pool(slots * size);
   std::memset(pool.data(), 1, pool.size());  // pre-faulted, as the server's arenas are
   std::uint64_t next = 0;
   auto fresh = Measure(budget, min_iters, [&] {
@@ -187,8 +204,8 @@ void AddRatios(nlohmann::json& rows, const char* name,
   }
 }
 
-std::vector<std::byte> Pattern(std::uint64_t size, unsigned seed) {
-  std::vector<std::byte> v(size);
+Bytes Pattern(std::uint64_t size, unsigned seed) {
+  Bytes v(size);
   for (std::size_t i = 0; i < size; ++i) v[i] = static_cast<std::byte>(i * 131 + seed);
   return v;
 }
@@ -218,8 +235,8 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
   const double budget = options.seconds_per_case;
   for (std::uint64_t size : sizes) {
     // Pre-faulted buffers, so neither side pays page faults inside the timed loop.
-    const std::vector<std::byte> src = Pattern(size, 7);
-    std::vector<std::byte> dst(size);
+    const Bytes src = Pattern(size, 7);
+    Bytes dst(size);
     std::memset(dst.data(), 0, size);
     const int min_iters = size >= (64u << 20) ? 10 : 50;
     auto ref = MeasureMemcpy(size, src, budget, min_iters, rows);
@@ -304,7 +321,7 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
   constexpr std::uint64_t kSize = 4096;
   const int max_threads = std::max(1, options.threads);
   struct Batch {
-    std::vector<std::byte> src, dst;
+    Bytes src, dst;
     std::vector<std::string> keys;
     std::vector<PutItem> puts;
     std::vector<GetItem> gets;

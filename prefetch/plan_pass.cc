@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory_resource>
-#include <set>
 #include <span>
 #include <tuple>
 
 #include "common/units.h"
 #include "prefetch/link_calendar.h"
+#include "prefetch/resident_by_window.h"
 #include "prefetch/waiting_loads.h"
 
 namespace tierpool::prefetch {
@@ -221,9 +220,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   std::vector<Pending> pending;
 
   // Resident tensors keyed by the start of their next window: the largest is the eviction victim.
-  // Its nodes come from a pool: every touch of a resident tensor erases and inserts one.
-  std::pmr::unsynchronized_pool_resource by_next_nodes;
-  std::pmr::set<std::pair<std::int64_t, std::uint32_t>> by_next(&by_next_nodes);
+  ResidentByWindow by_next(total);
   auto key = [&](std::uint32_t t) {
     const auto& st = ts[t];
     return st.next < st.occ.size() ? st.occ[st.next].window : kNever;
@@ -245,7 +242,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     return ts[t].resident && ts[t].next < ts[t].occ.size() && use_key(t) == k;
   };
   auto list = [&](std::uint32_t t) {
-    by_next.insert({key(t), t});
+    by_next.Insert(key(t), t);
     if (!by_use_built || ts[t].next >= ts[t].occ.size()) return;
     if (by_use.size() > 4 * nt + 1024) {  // mostly stale: keep only the current entries
       by_use.erase(std::remove_if(by_use.begin(), by_use.end(),
@@ -256,7 +253,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     by_use.push_back(use_key(t));
     std::push_heap(by_use.begin(), by_use.end());
   };
-  auto unlist = [&](std::uint32_t t) { by_next.erase({key(t), t}); };
+  auto unlist = [&](std::uint32_t t) { by_next.Erase(key(t), t); };
   std::uint64_t occupancy = 0;
   auto make_resident = [&](std::uint32_t t, std::int64_t g, bool dirty) {
     auto& st = ts[t];
@@ -318,7 +315,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     auto issue_end = waiting.end();
     bool cut = false;
     while (occupancy + adding > config.hbm_budget) {
-      if (by_next.empty() || by_next.rbegin()->first <= g) {
+      if (by_next.empty() || by_next.Latest().window() <= g) {
         if (!cut) {
           cut = true;
           const auto room = static_cast<std::int64_t>(config.hbm_budget) -
@@ -330,9 +327,9 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         // Last resort: a resident tensor already in its prefetch window but not used by this
         // step goes out and comes back later (its window reopens next step; it may stall).
         if (!by_use_built) {
-          for (const auto& [k, t] : by_next) {
+          by_next.ForEach([&](std::int64_t, std::uint32_t t) {
             if (ts[t].next < ts[t].occ.size()) by_use.push_back(use_key(t));
-          }
+          });
           std::make_heap(by_use.begin(), by_use.end());
           by_use_built = true;
         }
@@ -381,7 +378,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       // time this step starts, because it is clean or its copy-out fits in a gap of the link
       // since its last touch. When none is, the one whose room comes free soonest (the step
       // waits for it).
-      std::uint32_t victim = by_next.rbegin()->second;
+      std::uint32_t victim = by_next.Latest().tensor();
       double best = -1;
       bool best_cheap = false;
       double best_free = std::numeric_limits<double>::infinity();
@@ -390,16 +387,20 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       // With a guide every candidate is looked at: the ones it has out may be needed sooner.
       const int look_limit = config.guide != nullptr ? std::numeric_limits<int>::max() : 64;
       double best_out = -1;
-      for (auto it = by_next.rbegin(); it != by_next.rend() && it->first > g && looked < look_limit;
-           ++it, ++looked) {
-        const auto& c = ts[it->second];
+      for (auto it = by_next.Latest(); !it.done() && it.window() > g && looked < look_limit;
+           it.Next(), ++looked) {
+        const std::int64_t window = it.window();
+        double until = window >= total ? start.back() - now_start + 1e6
+                                       : start[static_cast<std::size_t>(window)] - now_start;
+        const std::uint32_t t = it.tensor();
+        const auto& c = ts[t];
         if (config.guide != nullptr) {
           // The guide's least share in hbm until the candidate's next window, in quarters: one
           // it has (more) out goes before one it keeps, whatever the rules below say. (Exact
           // shares let the relaxation's noise decide; quarters measured as good as eighths and
           // better than halves or whole tensors on ResNet-50.)
           const double out =
-              std::floor(4 * (1.0 - config.guide->LeastInHbm(it->second, g, it->first, n)) + 0.5);
+              std::floor(4 * (1.0 - config.guide->LeastInHbm(t, g, window, n)) + 0.5);
           if (out < best_out) continue;
           if (out > best_out) {  // a better class: the rules below start over within it
             best_out = out;
@@ -409,12 +410,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           }
         }
         std::int64_t after = std::max<std::int64_t>(c.last_touch, c.resident_since);
-        double until = it->first >= total ? start.back() - now_start + 1e6
-                                          : start[static_cast<std::size_t>(it->first)] - now_start;
-        double score = static_cast<double>(size_of(it->second)) * std::max(until, 1.0);
+        double score = static_cast<double>(size_of(t)) * std::max(until, 1.0);
         bool dirty = c.dirty && after >= 0;
         if (dirty && best_cheap && score <= best) continue;  // cannot win: skip the calendar
-        double free_at = dirty ? out_from(it->second, after) + out_us[it->second] : now_start;
+        double free_at = dirty ? out_from(t, after) + out_us[t] : now_start;
         bool cheap = free_at <= now_start + 1e-6;
         bool better = cheap != best_cheap ? cheap
                       : cheap             ? score > best
@@ -423,7 +422,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           best = score;
           best_cheap = cheap;
           best_free = free_at;
-          victim = it->second;
+          victim = t;
         }
       }
       auto& vs = ts[victim];

@@ -1,0 +1,58 @@
+#include "prefetch/resident_by_window.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace tierpool::prefetch {
+namespace {
+
+// Walked from the latest window down, the set gives the entries in the order a std::set of
+// (window, tensor) gives walked backwards (the order eviction candidates were always looked at
+// in), after any mix of inserts and erases, with windows spread over more than one bitmap word
+// and summary word, and with tensors that have no next window.
+TEST(ResidentByWindow, WalksDownInTheOrderOfAnOrderedSetOfPairs) {
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 300; ++round) {
+    const std::int64_t steps = 1 + static_cast<std::int64_t>(rng() % (round % 3 == 0 ? 9000 : 200));
+    const std::uint32_t tensors = 1 + static_cast<std::uint32_t>(rng() % 300);
+    ResidentByWindow set(steps);
+    std::set<std::pair<std::int64_t, std::uint32_t>> want;
+    std::vector<std::int64_t> window_of(tensors, -1);  // -1: not in
+    for (int op = 0; op < 2000; ++op) {
+      const auto t = static_cast<std::uint32_t>(rng() % tensors);
+      if (window_of[t] != -1) {
+        set.Erase(window_of[t], t);
+        want.erase({window_of[t], t});
+        window_of[t] = -1;
+      } else {
+        const std::int64_t w = rng() % 10 == 0 ? ResidentByWindow::kNoWindow
+                                               : static_cast<std::int64_t>(rng() % steps);
+        set.Insert(w, t);
+        want.insert({w, t});
+        window_of[t] = w;
+      }
+      if (op % 97 != 0 && op != 1999) continue;
+      ASSERT_EQ(set.empty(), want.empty());
+      auto it = set.Latest();
+      for (auto w = want.rbegin(); w != want.rend(); ++w, it.Next()) {
+        ASSERT_FALSE(it.done()) << "round " << round;
+        ASSERT_EQ(it.window(), w->first) << "round " << round;
+        ASSERT_EQ(it.tensor(), w->second) << "round " << round;
+      }
+      ASSERT_TRUE(it.done());
+      std::size_t seen = 0;
+      set.ForEach([&](std::int64_t, std::uint32_t listed) {
+        ++seen;
+        EXPECT_NE(window_of[listed], -1);
+      });
+      ASSERT_EQ(seen, want.size());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tierpool::prefetch

@@ -45,6 +45,19 @@ def test_put_get_round_trips_every_buffer_kind(client):
     assert client.stat("bf16").dtype == "bfloat16"
 
 
+def test_get_with_checksums_verified_copies_and_checks_in_one_pass(server, request):
+    # verify_checksums: a get's bytes are copied into the bytes object and hashed in the same
+    # pass (CopyAndChecksum); every size and start offset must come back exact.
+    ns = request.node.name[:60]
+    with tierpool.Client(server, ns, verify_checksums=True) as c:
+        data = os.urandom(1_100_000)
+        for size in (1, 2047, 2048, 4096 + 7, 65_536 + 129, 262_144, 1_048_576 + 3):
+            for offset in (0, 8, 17):
+                key = f"v{size}-{offset}"
+                c.put(key, memoryview(data)[offset:offset + size])
+                assert c.get(key) == data[offset:offset + size], key
+
+
 def test_get_into_numpy_tensor_and_bytearray(client):
     t = torch.randn(128, 128)
     client.put("t", t, kind="activation", durability="retained")

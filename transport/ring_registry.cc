@@ -32,16 +32,18 @@ void RingRegistry::Close(const Entry* entry) {
 
 bool RingRegistry::Poll() {
   if (count_.load(std::memory_order_relaxed) == 0) return false;
-  bool any = false;
-  std::lock_guard lock(mu_);
-  for (const auto& e : entries_) {
-    const std::uint32_t seq = e->ring.control().request_seq.load(std::memory_order_acquire);
-    std::uint32_t handed = e->handed.load(std::memory_order_relaxed);
-    if (seq != handed && e->handed.compare_exchange_strong(handed, seq)) {
-      e->wake();
-      any = true;
+  // Woken outside the lock: a session served inline may close its ring.
+  std::vector<std::shared_ptr<Entry>> woken;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& e : entries_) {
+      const std::uint32_t seq = e->ring.control().request_seq.load(std::memory_order_acquire);
+      std::uint32_t handed = e->handed.load(std::memory_order_relaxed);
+      if (seq != handed && e->handed.compare_exchange_strong(handed, seq)) woken.push_back(e);
     }
   }
+  const bool any = !woken.empty();
+  for (const auto& e : woken) e->wake();
   return any;
 }
 

@@ -1,7 +1,8 @@
 // The server's request rings (request_ring.h), which its I/O threads poll between handlers.
-// A ring's new request is handed to its session (the session's wake callback, which posts onto
-// the session's executor); whether no I/O thread polls is written into every ring, so that
-// clients ring the doorbell exactly when one is needed.
+// A ring's new request is handed to its session (the session's wake callback, which serves it
+// at once when there is one I/O thread, else posts onto the session's strand); whether no I/O
+// thread polls is written into every ring, so that clients ring the doorbell exactly when one is
+// needed.
 //
 // Locking: mu_ guards the ring list and the count of polling threads. Poll, Sleep and Wake run
 // on I/O threads; Open and Close on the sessions' executors (I/O threads too).
@@ -37,7 +38,8 @@ class RingRegistry {
   void Close(const Entry* entry);
   std::size_t size() const { return count_.load(std::memory_order_relaxed); }
 
-  // Hands every ring's new request to its session; true when there was one.
+  // Hands every ring's new request to its session, outside mu_ (a session served at once may
+  // close its ring); true when there was one.
   bool Poll();
   // The calling I/O thread stops polling before it blocks. True when a request arrived that no
   // thread will see (the caller then calls Wake and keeps going instead of blocking).

@@ -101,8 +101,8 @@ struct UnixServer::Impl {
     std::optional<Clock::time_point> idle_since;
     while (!io.stopped()) {
       const auto now = Clock::now();
-      if (rings) rings->Poll();  // what it hands to sessions, the poll_one below runs
-      if (io.poll_one() > 0) {
+      const bool handed = rings && rings->Poll();  // served inline, or posted for poll_one
+      if (io.poll_one() > 0 || handed) {
         if (idle_since) poll.OnWorkAfter(now - *idle_since);
         idle_since.reset();
         continue;

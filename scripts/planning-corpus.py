@@ -9,11 +9,15 @@ peak reduction a plan gets for free. Then the corpus-wide median and worst again
   scripts/planning-corpus.py --tool build/ci/client/tierpool [--models resnet50,vit_b_16]
       [--dtypes bfloat16,float32] [--devices gh200,h100] [--sweep-step 0.05]
       [--sweep-lowest 0.3] [--jobs 2] [--timeout 900] [--work DIR] [--reuse] [--json OUT.json]
-      [--split-updates 16M]
+      [--split-updates 16M] [--lp-windows 64]
 
 A sweep's resolution is --sweep-step: "within 1% down to 45%" means 45% passed and 40% did not.
-The LP stall bound is skipped (--lp-windows 0): at several seconds per budget it would take the
-corpus from hours to days; docs/benchmarks.md has it for the figure graphs. A model that cannot
+The LP stall bound is skipped unless --lp-windows N (N > 0) asks for it: at several seconds per
+budget it takes the corpus from minutes to hours. With it, each sweep also makes the LP-guided
+plan where the planned one stalls, and each row gets the smallest budget within 1% with the
+better of the two plans, and the better plan's worst stall over the bound (budgets whose bound
+is above 0 and whose better plan stalls more than 1% of the iteration; where the bound is 0 the
+ratio says nothing). A model that cannot
 be traced or planned within --timeout is listed with its error and counted as a failure; the
 exit status is 1 when any failed or any planned replay broke an invariant. --reuse keeps the
 schedules and sweeps already in --work (a long run resumed) instead of making them again.
@@ -63,12 +67,14 @@ def one(a, name, dtype):
                     for d in a.devices]
     for device in a.devices:
         split = ["--split-updates", a.split_updates] if a.split_updates else []
-        out = os.path.join(a.work, "sw-%s-%s-%s%s.json" % (
-            name, dtype, device, "-split" + a.split_updates if split else ""))
+        out = os.path.join(a.work, "sw-%s-%s-%s%s%s.json" % (
+            name, dtype, device, "-split" + a.split_updates if split else "",
+            "-lp%d" % a.lp_windows if a.lp_windows else ""))
         if not (a.reuse and os.path.exists(out)):
             ok, err = run([a.tool, "replay", pb, "--device", device, "--sweep",
                            "--sweep-step", str(a.sweep_step), "--sweep-lowest",
-                           str(a.sweep_lowest), "--lp-windows", "0", "--json", out] + split,
+                           str(a.sweep_lowest), "--lp-windows", str(a.lp_windows), "--json",
+                           out] + split,
                           a.timeout)
             if not ok:
                 rows.append({"model": name, "dtype": dtype, "device": device,
@@ -89,9 +95,37 @@ def one(a, name, dtype):
                             for p in planned),
             "planning_ms_max": sw.get("planning_ms_max", 0.0),
         })
+        if a.lp_windows:
+            rows[-1].update(lp_columns(sw))
     for r in rows:
         r["seconds"] = round(time.time() - t0, 1)
     return rows
+
+
+def lp_columns(sw):
+    """What a sweep with the LP bound adds to a corpus row (see the docstring)."""
+    guided = sw.get("smallest_budget_within_overhead_guided") or sw.get(
+        "smallest_budget_within_overhead") or {}
+    iteration = sw["none"]["time_us"]
+    worst_planned = worst_better = 0.0
+    within, counted = 0, 0
+    for r in sw["rows"]:
+        bound = (r.get("lp_bound") or {}).get("stall_us", 0.0)
+        if "planned" not in r:
+            continue
+        planned = r["planned"]["stall_us"]
+        better = min(planned, r["guided"]["stall_us"]) if "guided" in r else planned
+        if bound <= 0 or better <= 0.01 * iteration:
+            continue
+        counted += 1
+        within += better <= 1.25 * bound
+        worst_planned = max(worst_planned, planned / bound)
+        worst_better = max(worst_better, better / bound)
+    fraction = guided.get("fraction", 1.0)
+    return {"fraction_better": fraction,
+            "peak_reduction_better": guided.get("peak_reduction", 1.0 - fraction),
+            "worst_planned_over_bound": worst_planned, "worst_better_over_bound": worst_better,
+            "budgets_over_bound": counted, "budgets_within_1_25": within}
 
 
 def main():
@@ -107,6 +141,8 @@ def main():
     ap.add_argument("--work", default="planning-corpus")
     ap.add_argument("--reuse", action="store_true")
     ap.add_argument("--json", default="")
+    ap.add_argument("--lp-windows", type=int, default=0,
+                    help="solve the LP bound with this many windows and plan with its guide")
     ap.add_argument("--split-updates", default="",
                     help="slice optimizer updates above this size (e.g. 16M) before planning")
     a = ap.parse_args()
@@ -152,6 +188,32 @@ def main():
                 device, dtype, len(good), len(sel) - len(good),
                 100 * statistics.median(red), 100 * worst["peak_reduction"], worst["model"],
                 sum(1 for x in red if x >= 0.3), sum(r["breaches"] for r in good)))
+    if a.lp_windows:
+        print()
+        print("| profile | dtype | graphs | median lower peak within 1%: planned / better plan | "
+              "at least 30% lower: planned / better | better plan ÷ bound: median of each "
+              "graph's worst / worst | budgets within 1.25x of the bound |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for device in a.devices:
+            for dtype in a.dtypes.split(","):
+                good = [r for r in rows if r["device"] == device and r["dtype"] == dtype
+                        and "error" not in r]
+                if not good:
+                    continue
+                red = [r["peak_reduction"] for r in good]
+                better = [r["peak_reduction_better"] for r in good]
+                ratios = [r["worst_better_over_bound"] for r in good
+                          if r["budgets_over_bound"]]
+                worst = max(good, key=lambda r: r["worst_better_over_bound"])
+                print("| %s | %s | %d | %.1f%% / %.1f%% | %d / %d | %s | %d of %d |" % (
+                    device, dtype, len(good), 100 * statistics.median(red),
+                    100 * statistics.median(better), sum(1 for x in red if x >= 0.3),
+                    sum(1 for x in better if x >= 0.3),
+                    "%.2f / %.2f (%s)" % (statistics.median(ratios),
+                                          worst["worst_better_over_bound"], worst["model"])
+                    if ratios else "-",
+                    sum(r["budgets_within_1_25"] for r in good),
+                    sum(r["budgets_over_bound"] for r in good)))
     return 1 if failed_any else 0
 
 

@@ -121,9 +121,10 @@ def lp_columns(sw):
         within += better <= 1.25 * bound
         worst_planned = max(worst_planned, planned / bound)
         worst_better = max(worst_better, better / bound)
-    fraction = guided.get("fraction", 1.0)
+    # Budgets are steps of the peak (0.7000000000000001 is 70%): rounded, so that 30% counts.
+    fraction = round(guided.get("fraction", 1.0), 6)
     return {"fraction_better": fraction,
-            "peak_reduction_better": guided.get("peak_reduction", 1.0 - fraction),
+            "peak_reduction_better": round(guided.get("peak_reduction", 1.0 - fraction), 6),
             "worst_planned_over_bound": worst_planned, "worst_better_over_bound": worst_better,
             "budgets_over_bound": counted, "budgets_within_1_25": within}
 

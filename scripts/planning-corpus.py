@@ -129,6 +129,16 @@ def lp_columns(sw):
             "budgets_over_bound": counted, "budgets_within_1_25": within}
 
 
+def graphs(rows, device, dtype):
+    """The rows of one profile and dtype, and those of them that planned."""
+    sel = [r for r in rows if r["device"] == device and r["dtype"] == dtype]
+    return sel, [r for r in sel if "error" not in r]
+
+
+def at_least(xs, share):
+    return sum(1 for x in xs if x >= share)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tool", required=True)
@@ -178,8 +188,7 @@ def main():
     failed_any = False
     for device in a.devices:
         for dtype in a.dtypes.split(","):
-            sel = [r for r in rows if r["device"] == device and r["dtype"] == dtype]
-            good = [r for r in sel if "error" not in r]
+            sel, good = graphs(rows, device, dtype)
             failed_any |= len(good) < len(sel) or any(r["breaches"] for r in good)
             red = sorted(r["peak_reduction"] for r in good)
             if not red:
@@ -188,7 +197,7 @@ def main():
             print("| %s | %s | %d | %d | %.1f%% | %.1f%% (%s) | %d | %d |" % (
                 device, dtype, len(good), len(sel) - len(good),
                 100 * statistics.median(red), 100 * worst["peak_reduction"], worst["model"],
-                sum(1 for x in red if x >= 0.3), sum(r["breaches"] for r in good)))
+                at_least(red, 0.3), sum(r["breaches"] for r in good)))
     if a.lp_windows:
         print()
         print("| profile | dtype | graphs | median lower peak within 1%: planned / better plan | "
@@ -197,8 +206,7 @@ def main():
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for device in a.devices:
             for dtype in a.dtypes.split(","):
-                good = [r for r in rows if r["device"] == device and r["dtype"] == dtype
-                        and "error" not in r]
+                good = graphs(rows, device, dtype)[1]
                 if not good:
                     continue
                 red = [r["peak_reduction"] for r in good]
@@ -208,8 +216,7 @@ def main():
                 worst = max(good, key=lambda r: r["worst_better_over_bound"])
                 print("| %s | %s | %d | %.1f%% / %.1f%% | %d / %d | %s | %d of %d |" % (
                     device, dtype, len(good), 100 * statistics.median(red),
-                    100 * statistics.median(better), sum(1 for x in red if x >= 0.3),
-                    sum(1 for x in better if x >= 0.3),
+                    100 * statistics.median(better), at_least(red, 0.3), at_least(better, 0.3),
                     "%.2f / %.2f (%s)" % (statistics.median(ratios),
                                           worst["worst_better_over_bound"], worst["model"])
                     if ratios else "-",

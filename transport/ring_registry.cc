@@ -32,10 +32,8 @@ void RingRegistry::Close(const Entry* entry) {
 
 bool RingRegistry::Poll() {
   if (count_.load(std::memory_order_relaxed) == 0) return false;
-  // Woken outside the lock: a session served inline may close its ring. The list's storage is
-  // kept per thread between turns (no allocation per request), moved out while in use.
-  thread_local std::vector<std::shared_ptr<Entry>> spare;
-  std::vector<std::shared_ptr<Entry>> woken = std::move(spare);
+  // Woken outside the lock: a session served inline may close its ring.
+  std::vector<std::shared_ptr<Entry>> woken;
   {
     std::lock_guard lock(mu_);
     for (const auto& e : entries_) {
@@ -46,8 +44,6 @@ bool RingRegistry::Poll() {
   }
   const bool any = !woken.empty();
   for (const auto& e : woken) e->wake();
-  woken.clear();
-  spare = std::move(woken);
   return any;
 }
 

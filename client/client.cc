@@ -195,6 +195,10 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 
 const std::string& Client::ns() const { return core_->options.ns; }
 
+int Client::hbm_device() const {
+  return detail::DeviceArenas::Supported() ? core_->devices->Device() : -1;
+}
+
 Status Client::Put(std::string_view key, const void* data, std::size_t size,
                    const PutOptions& options) {
   if (data == nullptr && size > 0) return Status::InvalidArgument("null data");

@@ -29,6 +29,11 @@ bool DeviceArenas::Holds(std::uint32_t arena_id) {
   return arenas_.count(arena_id) != 0;
 }
 
+int DeviceArenas::Device() {
+  std::lock_guard lock(mu_);
+  return arenas_.empty() ? -1 : arenas_.begin()->second.device;
+}
+
 #ifdef TIERPOOL_HAVE_CUDA
 
 bool DeviceArenas::Supported() { return true; }

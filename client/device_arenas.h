@@ -29,6 +29,9 @@ class DeviceArenas {
   void Record(const wire::HelloReply& hello);
   // Whether the arena is one of the server's device arenas.
   bool Holds(std::uint32_t arena_id);
+  // The CUDA device of the server's device arenas (its hbm with --hbm-device), or -1 when it
+  // described none.
+  int Device();
   // The device address of the extent's first byte, opening its arena on first use; *device is
   // the CUDA device it is on.
   Result<void*> Address(const wire::Extent& e, int* device);

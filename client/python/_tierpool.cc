@@ -99,17 +99,34 @@ py::dict MetaDict(const ObjectMeta& m) {
   return d;
 }
 
-// A pinned object, exported read-only through the buffer protocol. Python code never releases
-// it by hand: it goes (and the pin with it) when the last memoryview or array made from it does.
+// A pinned object: a host view exported read-only through the buffer protocol, a device view
+// (the copy in a GPU's memory) through __cuda_array_interface__. It goes, and the pin with it,
+// when the last memoryview or tensor made from it does, or at release().
 struct View {
   ObjectView view;
+  bool released = false;
 };
 
-// Reserved shared memory, exported writable until commit or abort.
+// Reserved room, exported writable until commit or abort: shared memory through the buffer
+// protocol, or device memory through __cuda_array_interface__ (a device reservation).
 struct Reservation {
   WriteReservation reservation;
   bool open = true;
 };
+
+// CUDA Array Interface (version 3) of n bytes at a device address: a 1-D uint8 array. No
+// stream: the bytes are ready when the view or reservation is handed out. Always marked
+// writable: PyTorch refuses read-only arrays, so a device view is read-only by contract only
+// (a write would show as a checksum mismatch when the server next moves or checks the copy).
+py::dict CudaArrayInterface(const void* address, std::size_t n) {
+  py::dict d;
+  d["shape"] = py::make_tuple(n);
+  d["typestr"] = "|u1";
+  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(address), false);
+  d["version"] = 3;
+  d["strides"] = py::none();
+  return d;
+}
 
 struct Plan {
   PlanHandle handle;
@@ -181,18 +198,23 @@ class PyClient {
         WithoutGil([&] { return c.Get(key, reinterpret_cast<void*>(address), capacity, o); }));
   }
 
-  View* GetView(const std::string& key, int tier) {
+  View* GetView(const std::string& key, int tier, bool device) {
     Client& c = client();
     GetViewOptions o = MakeGetOptions(tier);
+    o.device = device;
     return new View{Value(WithoutGil([&] { return c.GetView(key, o); }))};
   }
 
   Reservation* Reserve(const std::string& key, std::size_t size, int kind, int durability, int tier,
-                       const std::string& dtype, const std::vector<std::int64_t>& shape) {
+                       const std::string& dtype, const std::vector<std::int64_t>& shape,
+                       bool device) {
     Client& c = client();
     PutOptions o = MakePutOptions(kind, durability, tier, dtype, shape);
+    o.device = device;
     return new Reservation{Value(WithoutGil([&] { return c.Reserve(key, size, o); }))};
   }
+
+  int hbm_device() { return client().hbm_device(); }
 
   void Delete(const std::string& key) {
     Client& c = client();
@@ -354,6 +376,10 @@ PYBIND11_MODULE(_tierpool, m) {
 
   py::class_<View>(m, "View", py::buffer_protocol())
       .def_buffer([](View& v) {
+        if (v.released) throw py::buffer_error("the view is released");
+        if (v.view.device_data() != nullptr) {
+          throw py::buffer_error("a device view has no host bytes: use __cuda_array_interface__");
+        }
         return py::buffer_info(const_cast<std::byte*>(v.view.data()), 1,
                                py::format_descriptor<std::uint8_t>::format(), 1,
                                {static_cast<py::ssize_t>(v.view.size())}, {1}, /*readonly=*/true);
@@ -365,11 +391,41 @@ PYBIND11_MODULE(_tierpool, m) {
       .def_property_readonly("checksum", [](const View& v) { return v.view.meta().checksum; })
       .def_property_readonly("dtype", [](const View& v) { return v.view.meta().dtype; })
       .def_property_readonly("shape", [](const View& v) { return v.view.meta().shape; })
-      .def("verify", [](const View& v) { Check(WithoutGil([&] { return v.view.Verify(); })); });
+      .def_property_readonly("device", [](const View& v) { return v.view.device(); })
+      .def_property_readonly("__cuda_array_interface__",
+                             [](const View& v) {
+                               if (v.released || v.view.device_data() == nullptr) {
+                                 throw py::attribute_error("not a device view");
+                               }
+                               return CudaArrayInterface(v.view.device_data(), v.view.size());
+                             })
+      .def("verify",
+           [](const View& v) {
+             if (v.released) Raise(Status::FailedPrecondition("the view is released"));
+             Check(WithoutGil([&] { return v.view.Verify(); }));
+           })
+      .def("release", [](View& v) {
+        // Device views only: a memoryview made from a host view would keep pointing at bytes
+        // no longer pinned (a host view goes with its last memoryview). The caller makes sure
+        // that no kernel still reads a device view it releases.
+        if (v.released) return;
+        if (v.view.device_data() == nullptr) {
+          Raise(Status::FailedPrecondition("only a device view is released by hand"));
+        }
+        v.released = true;
+        WithoutGil([&] {
+          v.view.Release();
+          return 0;
+        });
+      });
 
   py::class_<Reservation>(m, "Reservation", py::buffer_protocol())
       .def_buffer([](Reservation& r) {
         if (!r.open) throw py::value_error("the reservation is already committed or aborted");
+        if (r.reservation.device_data() != nullptr) {
+          throw py::buffer_error(
+              "a device reservation has no host bytes: use __cuda_array_interface__");
+        }
         return py::buffer_info(r.reservation.data(), 1,
                                py::format_descriptor<std::uint8_t>::format(), 1,
                                {static_cast<py::ssize_t>(r.reservation.size())}, {1},
@@ -377,6 +433,17 @@ PYBIND11_MODULE(_tierpool, m) {
       })
       .def_property_readonly("size", [](const Reservation& r) { return r.reservation.size(); })
       .def_property_readonly("open", [](const Reservation& r) { return r.open; })
+      .def_property_readonly("device", [](const Reservation& r) { return r.reservation.device(); })
+      .def_property_readonly(
+          "tier", [](const Reservation& r) { return static_cast<int>(r.reservation.tier()); })
+      .def_property_readonly("__cuda_array_interface__",
+                             [](Reservation& r) {
+                               if (!r.open || r.reservation.device_data() == nullptr) {
+                                 throw py::attribute_error("not an open device reservation");
+                               }
+                               return CudaArrayInterface(r.reservation.device_data(),
+                                                         r.reservation.size());
+                             })
       .def("commit",
            [](Reservation& r) {
              if (!r.open)
@@ -404,6 +471,7 @@ PYBIND11_MODULE(_tierpool, m) {
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("namespace", &PyClient::ns)
+      .def_property_readonly("hbm_device", &PyClient::hbm_device)
       .def("set_verify", &PyClient::set_verify)
       .def("put", &PyClient::Put)
       .def("put_address", &PyClient::PutAddress)
@@ -411,8 +479,11 @@ PYBIND11_MODULE(_tierpool, m) {
       .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buffer"), py::arg("tier") = -1)
       .def("get_into_address", &PyClient::GetIntoAddress, py::arg("key"), py::arg("address"),
            py::arg("capacity"), py::arg("tier") = -1)
-      .def("view", &PyClient::GetView, py::return_value_policy::take_ownership)
-      .def("reserve", &PyClient::Reserve, py::return_value_policy::take_ownership)
+      .def("view", &PyClient::GetView, py::arg("key"), py::arg("tier"), py::arg("device") = false,
+           py::return_value_policy::take_ownership)
+      .def("reserve", &PyClient::Reserve, py::arg("key"), py::arg("size"), py::arg("kind"),
+           py::arg("durability"), py::arg("tier"), py::arg("dtype"), py::arg("shape"),
+           py::arg("device") = false, py::return_value_policy::take_ownership)
       .def("delete", &PyClient::Delete)
       .def("promote", &PyClient::Promote)
       .def("stat_object", &PyClient::StatObject)

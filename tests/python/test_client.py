@@ -276,3 +276,29 @@ os.kill(os.getpid(), signal.SIGKILL)
         assert c.stat("held").pins == 0
         with pytest.raises(tierpool.NotFound):
             c.get("half-written")
+
+
+def test_device_views_and_reservations_fall_back_or_refuse_without_a_gpu_hbm(client):
+    assert client.hbm_device is None  # hbm is the host stand-in here
+    client.put("d/1", b"abc", tier="hbm")
+    try:
+        v = client.view("d/1", tier="hbm", device=True)
+    except tierpool.Unimplemented as e:
+        assert "TIERPOOL_CUDA" in str(e)  # a package built without CUDA says what it needs
+    else:
+        assert isinstance(v, memoryview) and bytes(v) == b"abc"  # the host copy
+        v.release()
+    try:
+        r = client.reserve("d/2", 3, tier="hbm", device=True)
+    except tierpool.Unimplemented as e:
+        assert "TIERPOOL_CUDA" in str(e)
+    else:
+        assert r.device == -1 and r.buffer is not None
+        r.buffer[:] = b"xyz"
+        r.commit()
+        assert client.get("d/2") == b"xyz"
+    # A host view has no device bytes and is not released by hand.
+    with client.view("d/1") as mv:
+        assert not hasattr(mv.obj, "__cuda_array_interface__")
+        with pytest.raises(tierpool.FailedPrecondition):
+            mv.obj.release()

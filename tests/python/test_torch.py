@@ -288,3 +288,11 @@ def test_plan_progress_brings_activations_up_before_backward(client, mlp_plan):
     assert planned["hits"] + planned["late"] >= 0.8 * (planned["hits"] + planned["late"] +
                                                        planned["misses"]), planned
     assert planned["failed"] == 0, planned
+
+
+def test_without_a_gpu_hbm_tensors_go_through_host_memory(client):
+    acts = tt.offload_activations(client)
+    assert acts.hbm_device is None  # every saved tensor is put from host memory, as before
+    client.put("w", torch.arange(4.0))
+    with pytest.raises(tierpool.FailedPrecondition, match="hbm-device"):
+        tt.view_tensor(client, "w")

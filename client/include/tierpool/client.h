@@ -287,6 +287,10 @@ class TIERPOOL_EXPORT Client {
   Client& operator=(const Client&) = delete;
 
   const std::string& ns() const;
+  // The CUDA device whose memory holds the server's hbm tier (tierpoold --hbm-device) when this
+  // client can use it (built with -DTIERPOOL_CUDA=ON), else -1. Device views and reservations
+  // (GetViewOptions::device, PutOptions::device) are in that device's memory.
+  int hbm_device() const;
 
   // Copies size bytes from data. Replaces an object of the same key.
   Status Put(std::string_view key, const void* data, std::size_t size,

@@ -13,12 +13,12 @@
 from ._errors import (Aborted, AlreadyExists, DataLoss, DeadlineExceeded, FailedPrecondition,
                       Internal, InvalidArgument, IoError, NotFound, PermissionDenied,
                       ResourceExhausted, TierpoolError, Unavailable, Unimplemented)
-from .client import Client, Durability, Kind, ObjectInfo, Plan, Reservation, Tier
+from .client import Client, DeviceView, Durability, Kind, ObjectInfo, Plan, Reservation, Tier
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Reservation", "Plan", "ObjectInfo", "Tier", "Kind", "Durability",
+    "Client", "Reservation", "DeviceView", "Plan", "ObjectInfo", "Tier", "Kind", "Durability",
     "TierpoolError", "InvalidArgument", "NotFound", "AlreadyExists", "ResourceExhausted",
     "FailedPrecondition", "Unavailable", "DataLoss", "Internal", "DeadlineExceeded",
     "Unimplemented", "IoError", "Aborted", "PermissionDenied",

@@ -145,18 +145,35 @@ class Reservation:
     """Room for one object in shared memory: write the bytes into ``buffer`` (a writable
     memoryview), then ``commit()``. As a context manager it commits on a clean exit and aborts
     on an exception. Arrays or slices made from ``buffer`` must be gone by commit: a write after
-    it would change a published object."""
+    it would change a published object.
+
+    A device reservation (``reserve(..., tier="hbm", device=True)`` on a server whose hbm is a
+    GPU's memory) has ``device`` >= 0 and no ``buffer``: its room is in that GPU's memory, given
+    by ``__cuda_array_interface__`` (``tierpool.torch.reservation_tensor``). Every kernel or copy
+    writing it must have finished by ``commit()``, which checksums the bytes on the GPU."""
 
     def __init__(self, impl, key):
         self._impl = impl
         self.key = key
-        self.buffer = memoryview(impl)
+        self.device = impl.device
+        self.buffer = memoryview(impl) if self.device < 0 else None
 
     @property
     def size(self):
         return self._impl.size
 
+    @property
+    def tier(self):
+        """Where the room is: ``Tier.HBM`` or ``Tier.DRAM`` (hbm had no room)."""
+        return Tier(self._impl.tier)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._impl.__cuda_array_interface__  # AttributeError for host room
+
     def _release_buffer(self):
+        if self.buffer is None:
+            return
         try:
             self.buffer.release()
         except BufferError:
@@ -176,19 +193,60 @@ class Reservation:
 
     def abort(self):
         try:
-            self.buffer.release()
+            if self.buffer is not None:
+                self.buffer.release()
         except BufferError:
             pass
         self._impl.abort()
 
     def __enter__(self):
-        return self.buffer
+        return self.buffer if self.buffer is not None else self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self.commit()
         else:
             self.abort()
+        return False
+
+
+class DeviceView:
+    """A pinned object's copy in a GPU's memory (``Client.view(key, tier="hbm", device=True)``
+    on a server whose hbm is that GPU's): ``__cuda_array_interface__`` gives its bytes, read
+    only, to PyTorch (``tierpool.torch.view_tensor``), CuPy or Numba without a copy. The pin
+    holds until ``release()``, or until this object and every array made from it are gone.
+    Release it by hand only once no kernel still reads the bytes."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    key = property(lambda self: self._impl.key)
+    size = property(lambda self: self._impl.size)
+    dtype = property(lambda self: self._impl.dtype)
+    shape = property(lambda self: list(self._impl.shape))
+    checksum = property(lambda self: self._impl.checksum)
+    device = property(lambda self: self._impl.device)
+
+    @property
+    def tier(self):
+        return Tier(self._impl.tier)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._impl.__cuda_array_interface__
+
+    def verify(self):
+        """Checks the bytes against the object's XXH3-64 checksum, on the GPU."""
+        self._impl.verify()
+
+    def release(self):
+        self._impl.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
         return False
 
 
@@ -284,6 +342,21 @@ class Client:
         return self._impl.namespace
 
     @property
+    def hbm_device(self):
+        """The CUDA device whose memory holds the server's hbm tier (``tierpoold --hbm-device``),
+        when this package can use it (built with ``-DTIERPOOL_CUDA=ON``); else None."""
+        d = self._c.hbm_device
+        return None if d < 0 else d
+
+    def _device_for(self, t, tier):
+        """Whether a CUDA tensor's bytes go to or come from the server's device hbm directly:
+        it asks for hbm, and that is this tensor's GPU."""
+        if t.device.type != "cuda" or tier is None or _enum(Tier, tier, "tier") != Tier.HBM:
+            return False
+        d = self.hbm_device
+        return d is not None and d == t.device.index
+
+    @property
     def closed(self):
         return self._impl.closed
 
@@ -314,6 +387,10 @@ class Client:
         d = 1 if durability is None else _enum(Durability, durability, "durability")
         t = _enum(Tier, tier, "tier")
         if _is_tensor(data):
+            if self._device_for(data, tier):
+                from .torch import _device  # torch is loaded: data is a tensor
+                return _device.put_device(self, key, data, kind=kind, durability=durability,
+                                          dtype=dtype, shape=shape)
             data = _host_tensor(data, "data")
             tdtype, tshape = _tensor_meta(data)
             c.put_address(key, data.data_ptr(), data.element_size() * data.numel(), k, d, t,
@@ -324,13 +401,15 @@ class Client:
         c.put(key, data, k, d, t, dtype or "", list(shape or ()))
 
     def reserve(self, key, size, *, kind=None, durability=None, tier=None, dtype=None,
-                shape=None):
+                shape=None, device=False):
         """Reserves ``size`` bytes of shared memory for ``key``: write into the returned
-        ``Reservation``'s ``buffer`` and ``commit()`` (or use it as a context manager)."""
+        ``Reservation``'s ``buffer`` and ``commit()`` (or use it as a context manager).
+        ``device=True`` with ``tier="hbm"``: the room is in the GPU memory of the server's hbm
+        where it has room there (``Reservation.device`` >= 0), else in host memory as without."""
         c = self._c
         impl = c.reserve(key, int(size), 0 if kind is None else _enum(Kind, kind, "kind"),
                          1 if durability is None else _enum(Durability, durability, "durability"),
-                         _enum(Tier, tier, "tier"), dtype or "", list(shape or ()))
+                         _enum(Tier, tier, "tier"), dtype or "", list(shape or ()), bool(device))
         return Reservation(impl, key)
 
     def put_batch(self, items, *, kind=None, durability=None, tier=None, strict=True):
@@ -361,6 +440,9 @@ class Client:
         c = self._c
         t = _enum(Tier, tier, "tier")
         if _is_tensor(buffer):
+            if self._device_for(buffer, tier):
+                from .torch import _device
+                return _device.get_into_device(self, key, buffer)
             if buffer.device.type != "cpu":
                 host = buffer.new_empty(buffer.shape, device="cpu", pin_memory=True)
                 n = self.get_into(key, host, tier=tier)
@@ -371,14 +453,21 @@ class Client:
                                       buffer.element_size() * buffer.numel(), t)
         return c.get_into(key, buffer, t)
 
-    def view(self, key, *, tier=None):
+    def view(self, key, *, tier=None, device=False):
         """Zero copy: a read-only ``memoryview`` of the object's bytes in shared memory. The
         object is pinned (never moved or freed) for as long as the memoryview, or anything made
         from it (``numpy.frombuffer``, ``torch.frombuffer``), is alive; ``with client.view(k) as
         mv:`` releases it at the end of the block. ``mv.obj`` has the object's ``key``, ``size``,
         ``tier``, ``dtype``, ``shape``, ``checksum`` and ``verify()``. ``tier="hbm"`` asks for
-        the hbm copy (waiting for a prefetch or bringing it up)."""
-        return memoryview(self._c.view(key, _enum(Tier, tier, "tier")))
+        the hbm copy (waiting for a prefetch or bringing it up).
+
+        ``device=True`` with ``tier="hbm"`` on a server whose hbm is a GPU's memory: a
+        ``DeviceView`` of the copy there (``tierpool.torch.view_tensor`` makes a CUDA tensor of
+        it), or a memoryview of a host copy when the object could not be brought into hbm."""
+        impl = self._c.view(key, _enum(Tier, tier, "tier"), bool(device))
+        if device and impl.device >= 0:
+            return DeviceView(impl)
+        return memoryview(impl)
 
     def get_batch(self, keys, *, strict=True):
         """The bytes of several objects in one round trip: a list of bytes, or exceptions in

@@ -8,7 +8,8 @@ import weakref
 
 import torch
 
-from . import _tensors
+from . import _device, _tensors
+from ..client import DeviceView
 from .plans import ActivationPlan, _Matcher
 
 _contexts = itertools.count()
@@ -18,7 +19,7 @@ class _Saved:
     """What autograd keeps instead of a saved tensor: its key and how to rebuild it."""
 
     __slots__ = ("ctx", "key", "shape", "dtype", "device", "order", "nbytes", "index", "slot",
-                 "iteration", "pending", "fetched", "used", "last", "__weakref__")
+                 "iteration", "pending", "fetched", "used", "last", "on_device", "__weakref__")
 
     def __del__(self):
         ctx = self.ctx
@@ -45,14 +46,25 @@ class offload_activations:
     backward. ``plan_keys`` and ``plan_steps`` give the same by hand: one key and one (saving
     step, first backward step) per offloaded tensor, in saving order.
 
+    On a server whose hbm is the GPU's own memory (``tierpoold --hbm-device N``, this package
+    built with ``-DTIERPOOL_CUDA=ON``), CUDA tensors on that GPU go into the server's device
+    arena (``device_hbm``, default True): the GPU copies each into a device reservation, the
+    server moves them to dram and back on the GPU's copy engines as hbm fills and backward
+    asks for them, and backward's reads are device-to-device copies. No byte of them crosses
+    the host in this process.
+
     Parameters (leaf tensors that require grad, and views of them) are never offloaded: they
     stay in memory anyway. Objects are deleted from tierpool when autograd frees them.
     """
 
     def __init__(self, client, min_bytes=1 << 20, plan=None, *, schedule=None, plan_keys=None,
                  plan_steps=None, prefix=None, prefetch_bytes=64 << 20, inflight_bytes=64 << 20,
-                 durability="retained"):
+                 durability="retained", device_hbm=True):
         self.client = client
+        # The CUDA device whose tensors go to the server's device hbm; None: every tensor
+        # through host memory.
+        self.hbm_device = client.hbm_device if device_hbm else None
+        self._releasing = []      # (event, device view): released once the copy from it is done
         self.min_bytes = int(min_bytes)
         self.plan = plan
         if schedule is not None and plan_keys is not None:
@@ -105,6 +117,7 @@ class offload_activations:
         """Waits for the puts in flight and deletes what autograd has freed."""
         for s in list(self._inflight):
             self._wait_put(s)
+        self._release_views(wait=True)
         self._collect(force=True)
 
     # ---- hooks ----
@@ -142,16 +155,21 @@ class offload_activations:
             self.unplanned += 1
         s.key = self._key(s)
         s.fetched = None
+        s.pending = None
         s.used = False
         self._report(s, 0)
-        if t.device.type != "cpu":
-            stored = stored.to("cpu")
         # A planned tensor starts where the plan has it, in hbm; the executor offloads it when
         # the plan says so (and keeps those it can afford there).
         planned = self._planned(s)
-        s.pending = (self.client.put_async(s.key, stored, kind="activation",
-                                           durability=self.durability,
-                                           tier="hbm" if planned else None), stored)
+        s.on_device = False
+        if t.device.type == "cuda" and t.device.index == self.hbm_device:
+            s.pending = self._put_device(s, stored)
+        if s.pending is None:
+            if t.device.type != "cpu":
+                stored = stored.to("cpu")
+            s.pending = (self.client.put_async(s.key, stored, kind="activation",
+                                               durability=self.durability,
+                                               tier="hbm" if planned else None), stored)
         tid = id(t)
         self._saved_of[tid] = (weakref.ref(t, lambda _, tid=tid: self._saved_of.pop(tid, None)),
                                t._version, weakref.ref(s))
@@ -177,8 +195,11 @@ class offload_activations:
         host = fut.result() if fut is not None else self._fetch(s)
         self._report_ahead(s)
         self._prefetch_before(s.index)
+        if isinstance(host, tuple):  # a device copy: the current stream waits for it
+            host = _device.ready(*host)
+            self._release_views()
         out = host if s.order is None else host.permute(_tensors.inverse(s.order))
-        if s.device.type != "cpu":
+        if out.device != s.device:
             out = out.to(s.device, non_blocking=True)
         s.last = weakref.ref(out)
         return out
@@ -217,7 +238,65 @@ class offload_activations:
         if i < len(self._use_steps) and self._use_steps[i] - 1 > use:
             self.plan.report_progress(s.iteration, self._use_steps[i] - 1)
 
+    def _put_device(self, s, stored):
+        """Starts a put into the server's device hbm (s.pending), or returns None when hbm has
+        no room there (then the tensor goes through host memory)."""
+        r = self.client.reserve(s.key, s.nbytes, kind="activation", durability=self.durability,
+                                tier="hbm", dtype=str(s.dtype).replace("torch.", ""),
+                                shape=list(s.shape), device=True)
+        if r.device < 0:
+            r.abort()
+            return None
+        try:
+            done = _device.write_device(r, stored)
+        except BaseException:
+            r.abort()
+            raise
+        s.on_device = True
+        return (self.client.submit(_device.commit_after, done, r), None)
+
+    def _fetch_device(self, s):
+        """Copies the object's device copy into a new tensor on the GPU (the server brings it
+        up first where it went down to dram): (bytes tensor, event), or a host tensor where it
+        could not be brought into hbm."""
+        v = self.client.view(s.key, tier="hbm", device=True)
+        if not isinstance(v, DeviceView):
+            host = _tensors.host_copy_target(s.shape, s.dtype, s.device)
+            with v:
+                _device.host_bytes_into(v, host)
+            self.fetched_bytes += s.nbytes
+            return host
+        try:
+            flat, done = _device.read_device(v, s.nbytes, s.device)
+        except BaseException:
+            v.release()
+            raise
+        with self._lock:
+            self._releasing.append((done, v))
+        self.fetched_bytes += s.nbytes
+        shaped = flat.view(s.dtype).view(s.shape) if s.nbytes > 0 else flat.new_empty(
+            s.shape, dtype=s.dtype)
+        return shaped, done
+
+    def _release_views(self, wait=False):
+        """Releases the device views whose copies are done (every one, waiting, with wait)."""
+        with self._lock:
+            pending, self._releasing = self._releasing, []
+        keep = []
+        for done, v in pending:
+            if wait:
+                done.synchronize()
+            if wait or done.query():
+                v.release()
+            else:
+                keep.append((done, v))
+        if keep:
+            with self._lock:
+                self._releasing[:0] = keep
+
     def _fetch(self, s):
+        if s.on_device:
+            return self._fetch_device(s)
         host = _tensors.host_copy_target(s.shape, s.dtype, s.device)
         # Under a plan, backward's read is the step's use of the hbm copy the executor prefetched.
         self.client.get_into(s.key, host, tier="hbm" if self._planned(s) else None)

@@ -85,21 +85,79 @@ Status DeviceArenas::CopyToHost(void* dst, const void* src, std::size_t n, int d
   return Status::Ok();
 }
 
+namespace {
+
+// What a thread's device checksums reuse: a stream that does not serialize with other streams
+// and scratch memory kept between calls. A cudaMalloc and cudaFree per checksum made every commit
+// wait for all the work queued on the GPU (cudaFree synchronizes the device), and a kernel on
+// the legacy default stream held back the work issued after it.
+struct ChecksumScratch {
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t issued = nullptr;  // work issued to the default stream before the checksum
+  void* scratch = nullptr;
+  std::uint64_t bytes = 0;
+
+  ~ChecksumScratch() { Reset(); }
+  void Reset() {
+    if (device < 0) return;
+    (void)cudaSetDevice(device);
+    if (scratch != nullptr) (void)cudaFree(scratch);
+    if (issued != nullptr) (void)cudaEventDestroy(issued);
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    device = -1;
+    stream = nullptr;
+    issued = nullptr;
+    scratch = nullptr;
+    bytes = 0;
+  }
+  cudaError_t Prepare(int d, std::uint64_t need) {
+    if (device != d) {
+      Reset();
+      device = d;
+      cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      if (err == cudaSuccess) {
+        err = cudaEventCreateWithFlags(&issued, cudaEventDisableTiming);
+      }
+      if (err != cudaSuccess) return err;
+    }
+    if (bytes < need) {
+      if (scratch != nullptr) (void)cudaFree(scratch);
+      scratch = nullptr;
+      bytes = 0;
+      cudaError_t err = cudaMalloc(&scratch, need);
+      if (err != cudaSuccess) return err;
+      bytes = need;
+    }
+    return cudaSuccess;
+  }
+};
+
+}  // namespace
+
 Result<std::uint64_t> DeviceArenas::Checksum(const void* src, std::size_t n, int device) {
   if (n < kDeviceXxh3MinBytes || reinterpret_cast<std::uintptr_t>(src) % 8 != 0) {
     std::string host(n, '\0');
     TIERPOOL_RETURN_IF_ERROR(CopyToHost(host.data(), src, n, device));
     return Xxh3(host.data(), host.size());
   }
-  void* scratch = nullptr;
+  thread_local ChecksumScratch t;
   std::uint64_t sum = 0;
   cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) err = cudaMalloc(&scratch, DeviceXxh3ScratchBytes(n));
-  if (err == cudaSuccess) err = EnqueueDeviceXxh3(src, n, scratch, nullptr);
-  if (err == cudaSuccess) err = cudaMemcpy(&sum, scratch, sizeof(sum), cudaMemcpyDeviceToHost);
-  if (scratch != nullptr) (void)cudaFree(scratch);
+  if (err == cudaSuccess) err = t.Prepare(device, DeviceXxh3ScratchBytes(n));
+  // Ordered after what the caller issued to the legacy default stream, which itself follows
+  // every blocking stream's earlier work (a writer that did not synchronize still gets hashed
+  // after it), without holding back the work issued after the checksum.
+  if (err == cudaSuccess) err = cudaEventRecord(t.issued, nullptr);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(t.stream, t.issued, 0);
+  if (err == cudaSuccess) err = EnqueueDeviceXxh3(src, n, t.scratch, t.stream);
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(&sum, t.scratch, sizeof(sum), cudaMemcpyDeviceToHost, t.stream);
+  }
+  if (err == cudaSuccess) err = cudaStreamSynchronize(t.stream);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
+    t.Reset();
     return Status::IoError(std::string("checksum on the device: ") + cudaGetErrorString(err));
   }
   return sum;

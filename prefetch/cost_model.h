@@ -24,6 +24,12 @@ namespace tierpool::prefetch {
 // know (the long tail of ops is pointwise and memory-bound).
 OpClass ClassifyOp(std::string_view op_type);
 
+// Whether a step runs no kernel in any runtime: an ONNX alias of its input's memory (Reshape,
+// Identity, Flatten, Squeeze, Unsqueeze), a Constant, or a shape query (Shape, Size) answered on
+// the host. The PyTorch hook leaves views out of its schedules; an ONNX schedule keeps these
+// steps, and they take no time and no dispatch. A measured step keeps its measured time.
+bool RunsNoKernel(const schedule::Step& st);
+
 // What a step computes with: its op's class and the dtype its arithmetic reads.
 struct StepKind {
   OpClass op_class = OpClass::kElementwise;

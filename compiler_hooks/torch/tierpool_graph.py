@@ -177,9 +177,11 @@ class ScheduleBuilder:
             if n.op != "call_function":
                 continue
             op = op_name(n.target)
-            if op == "native_batch_norm" and len(n.args) > 5 and n.args[5] is False:
+            if op in ("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm") \
+                    and len(n.args) > 5 and n.args[5] is False:
                 # Eval mode: one pass that scales and shifts, not the training op's statistics
-                # pass and normalisation; newer PyTorch gives it this name.
+                # pass and normalisation; newer PyTorch gives it this name (PyTorch 2 traces
+                # fp32 eval batch norm on CUDA as cudnn_batch_norm, training=False).
                 op = "_native_batch_norm_legit_no_training"
             v = n.meta.get("val")
             ins = []

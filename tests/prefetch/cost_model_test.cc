@@ -39,6 +39,9 @@ TEST(CostModel, ClassifiesAtenAndOnnxNames) {
   EXPECT_EQ(ClassifyOp("_native_multi_head_attention"), OpClass::kAttention);
   EXPECT_EQ(ClassifyOp("adam"), OpClass::kOptimizer);
   EXPECT_EQ(ClassifyOp("sync"), OpClass::kSync);
+  // One pass over the bytes (rows stay on chip): the H100's 2.5 TB/s, not a norm's share.
+  EXPECT_EQ(ClassifyOp("Softmax"), OpClass::kElementwise);
+  EXPECT_EQ(ClassifyOp("_softmax_backward_data"), OpClass::kElementwise);
   EXPECT_EQ(ClassifyOp("ReduceMean"), OpClass::kReduction);
   EXPECT_EQ(ClassifyOp("some_op_nobody_knows"), OpClass::kElementwise);
 }
@@ -173,6 +176,36 @@ TEST(CostModel, StepsWithoutCostInputsKeepTheirTime) {
   s.mutable_steps(0)->set_compute_us(123.5);  // e.g. measured by `schedule calibrate`
   ApplyCostModel(*d, &s);
   EXPECT_DOUBLE_EQ(s.steps(0).compute_us(), 123.5);
+}
+
+// ONNX steps that run no kernel (aliases, constants, shape queries) take no time and hold no
+// dispatch: a Relu after an Identity waits for the host as it would right after the Conv.
+TEST(CostModel, OnnxAliasesTakeNoTimeAndNoDispatch) {
+  auto d = BuiltinProfile("h100");
+  ASSERT_TRUE(d.ok());
+  schedule::Schedule with = OneStep("Relu", "float32", 0, 1 << 20);
+  schedule::Schedule without = with;
+  for (const char* op : {"Identity", "Reshape", "Constant", "Unsqueeze"}) {
+    auto* st = with.mutable_steps()->Add();
+    st->set_name(op);
+    st->set_op_type(op);
+    st->set_bytes_touched(1 << 20);
+    with.mutable_steps()->SwapElements(0, with.steps_size() - 1);  // before the Relu
+  }
+  ApplyCostModel(*d, &with);
+  ApplyCostModel(*d, &without);
+  double total = 0;
+  for (const auto& st : with.steps()) {
+    if (st.op_type() != "Relu") {
+      EXPECT_TRUE(RunsNoKernel(st));
+      EXPECT_EQ(st.compute_us(), 0) << st.op_type();
+    }
+    total += st.compute_us();
+  }
+  EXPECT_DOUBLE_EQ(total, without.steps(0).compute_us());
+  schedule::Schedule measured = OneStep("Identity", "float32", 0, 1 << 20);
+  measured.mutable_steps(0)->set_measured(true);
+  EXPECT_FALSE(RunsNoKernel(measured.steps(0)));  // what was measured stands
 }
 
 TEST(CostModel, CostByClassAddsUpToTheIteration) {

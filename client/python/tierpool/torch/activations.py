@@ -257,8 +257,8 @@ class offload_activations:
 
     def _fetch_device(self, s):
         """Copies the object's device copy into a new tensor on the GPU (the server brings it
-        up first where it went down to dram): (bytes tensor, event), or a host tensor where it
-        could not be brought into hbm."""
+        up first where it went down to dram): (the tensor, the copy's event), or a host tensor
+        where it could not be brought into hbm."""
         v = self.client.view(s.key, tier="hbm", device=True)
         if not isinstance(v, DeviceView):
             host = _tensors.host_copy_target(s.shape, s.dtype, s.device)

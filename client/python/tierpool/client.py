@@ -149,7 +149,7 @@ class Reservation:
 
     A device reservation (``reserve(..., tier="hbm", device=True)`` on a server whose hbm is a
     GPU's memory) has ``device`` >= 0 and no ``buffer``: its room is in that GPU's memory, given
-    by ``__cuda_array_interface__`` (``tierpool.torch.reservation_tensor``). Every kernel or copy
+    by ``__cuda_array_interface__`` (``torch.as_tensor(r, device="cuda")``). Every kernel or copy
     writing it must have finished by ``commit()``, which checksums the bytes on the GPU."""
 
     def __init__(self, impl, key):
@@ -350,8 +350,8 @@ class Client:
 
     def _device_for(self, t, tier):
         """Whether a CUDA tensor's bytes go to or come from the server's device hbm directly:
-        it asks for hbm, and that is this tensor's GPU."""
-        if t.device.type != "cuda" or tier is None or _enum(Tier, tier, "tier") != Tier.HBM:
+        it asks for hbm (``tier``, as _enum gives it), and that is this tensor's GPU."""
+        if t.device.type != "cuda" or tier != Tier.HBM:
             return False
         d = self.hbm_device
         return d is not None and d == t.device.index
@@ -387,7 +387,7 @@ class Client:
         d = 1 if durability is None else _enum(Durability, durability, "durability")
         t = _enum(Tier, tier, "tier")
         if _is_tensor(data):
-            if self._device_for(data, tier):
+            if self._device_for(data, t):
                 from .torch import _device  # torch is loaded: data is a tensor
                 return _device.put_device(self, key, data, kind=kind, durability=durability,
                                           dtype=dtype, shape=shape)
@@ -440,7 +440,7 @@ class Client:
         c = self._c
         t = _enum(Tier, tier, "tier")
         if _is_tensor(buffer):
-            if self._device_for(buffer, tier):
+            if self._device_for(buffer, t):
                 from .torch import _device
                 return _device.get_into_device(self, key, buffer)
             if buffer.device.type != "cpu":

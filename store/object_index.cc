@@ -43,7 +43,7 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
   ++reservations_;
   if (expiry_us != 0) reservations_by_expiry_.emplace(expiry_us, ref.id);
   reservations_by_owner_.emplace(owner, ref.id);
-  Count(owner, 1, static_cast<std::int64_t>(ref.meta.size), 0);
+  Count(owner, 1, static_cast<std::int64_t>(ref.meta.size));
   CountNs(ref.meta.ns, static_cast<std::int64_t>(ref.meta.size), 0);
   objects_.emplace(ref.id, std::move(obj));
   return ref;
@@ -57,7 +57,7 @@ void ObjectIndex::EraseReservation(std::uint64_t id) {
   --reservations_;
   reservations_by_expiry_.erase({obj.expiry_us, id});
   reservations_by_owner_.erase({obj.owner, id});
-  Count(obj.owner, -1, -static_cast<std::int64_t>(obj.meta.size), 0);
+  Count(obj.owner, -1, -static_cast<std::int64_t>(obj.meta.size));
 }
 
 void ObjectIndex::ClearReservationDeadline(std::uint64_t id) {
@@ -67,13 +67,11 @@ void ObjectIndex::ClearReservationDeadline(std::uint64_t id) {
   it->second->expiry_us = 0;
 }
 
-void ObjectIndex::Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes,
-                        std::int64_t leases) {
+void ObjectIndex::Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes) {
   OwnerHoldings& h = holdings_[owner];
   h.reservations += static_cast<std::uint64_t>(reservations);
   h.reserved_bytes += static_cast<std::uint64_t>(bytes);
-  h.leases += static_cast<std::uint64_t>(leases);
-  if (h.reservations == 0 && h.leases == 0) holdings_.erase(owner);
+  if (h.reservations == 0) holdings_.erase(owner);
 }
 
 void ObjectIndex::CountNs(const std::string& ns, std::int64_t bytes, std::int64_t objects) {
@@ -110,7 +108,7 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj) {
   }
   obj.linked = true;
   for (int t = 0; t < kTierKindCount; ++t) {
-    if (obj.copies[t].present) obj.copies[t].last_use = ++use_seq_;
+    if (obj.copies[t].present) obj.copies[t].last_use = NextUse();
   }
   Refresh(obj);
   return replaced;
@@ -180,7 +178,7 @@ void ObjectIndex::Refresh(StoredObject& obj) {
   for (int t = 0; t < kTierKindCount; ++t) {
     ObjectCopy& c = obj.copies[t];
     std::uint8_t want = 0;
-    if (movable_object && c.present && c.pins == 0) {
+    if (movable_object && c.present) {
       want |= 1u << static_cast<int>(CandidateSet::kMovable);
       if (obj.meta.durability == Durability::kCache) {
         want |= 1u << static_cast<int>(CandidateSet::kCache);
@@ -196,7 +194,7 @@ void ObjectIndex::Refresh(StoredObject& obj) {
         // Most copies are listed as they are used, newest of all: the end is where they go,
         // and a correct hint spares the search.
         RecencySet& listed = SetOf(obj, t, set);
-        c.listed_at[set] = listed.insert(listed.end(), {c.last_use, obj.id});
+        c.listed_at[set] = listed.insert(listed.end(), {c.last_use.load(), obj.id});
       }
     }
     c.listed = want;
@@ -205,15 +203,28 @@ void ObjectIndex::Refresh(StoredObject& obj) {
 
 void ObjectIndex::Touch(StoredObject& obj, TierKind tier) {
   ObjectCopy& c = obj.copy(tier);
-  c.last_use = ++use_seq_;
+  const std::uint64_t use = NextUse();
+  c.last_use = use;
   // Re-key the copy's entries under its new recency (no allocation: the nodes move).
   for (int set = 0; set < 3; ++set) {
     if (!(c.listed & (1u << set))) continue;
     auto& s = SetOf(obj, static_cast<int>(tier), set);
     auto node = s.extract(c.listed_at[set]);
-    node.value() = {c.last_use, obj.id};
+    node.value() = {use, obj.id};
     c.listed_at[set] = s.insert(s.end(), std::move(node));  // the newest: the end, no search
   }
+}
+
+bool ObjectIndex::Rekeyed(StoredObject& obj, int t, int set, RecencySet& s,
+                          RecencySet::iterator here, RecencySet::iterator next) {
+  ObjectCopy& c = obj.copies[t];
+  const std::uint64_t use = c.last_use.load(std::memory_order_relaxed);
+  if (here->first >= use) return false;
+  // Used since it was listed: its place is later in the order (no allocation: the node moves).
+  auto node = s.extract(here);
+  node.value() = {use, obj.id};
+  c.listed_at[set] = s.insert(next, std::move(node));
+  return next != s.end() && *next < *c.listed_at[set];
 }
 
 void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent) {
@@ -225,7 +236,7 @@ void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent
   bytes += extent.length;
   c.present = true;
   c.extent = extent;
-  c.last_use = ++use_seq_;
+  c.last_use = NextUse();
   Refresh(obj);
 }
 
@@ -259,36 +270,6 @@ std::uint64_t ObjectIndex::TierBytesOf(const std::string& ns, TierKind tier) con
   return it == ns_tier_bytes_.end() ? 0 : it->second[static_cast<int>(tier)];
 }
 
-std::uint64_t ObjectIndex::AddLease(const Lease& lease) {
-  std::uint64_t id = NextId();
-  leases_.emplace(id, lease);
-  if (lease.expiry_us != 0) leases_by_expiry_.emplace(lease.expiry_us, id);
-  leases_by_owner_.emplace(lease.owner, id);
-  Count(lease.owner, 0, 0, 1);
-  return id;
-}
-
-const Lease* ObjectIndex::FindLease(std::uint64_t lease_id) const {
-  auto it = leases_.find(lease_id);
-  return it == leases_.end() ? nullptr : &it->second;
-}
-
-void ObjectIndex::EraseLease(std::uint64_t lease_id) {
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) return;
-  leases_by_expiry_.erase({it->second.expiry_us, lease_id});
-  leases_by_owner_.erase({it->second.owner, lease_id});
-  Count(it->second.owner, 0, 0, -1);
-  leases_.erase(it);
-}
-
-void ObjectIndex::ClearLeaseDeadline(std::uint64_t lease_id) {
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) return;
-  leases_by_expiry_.erase({it->second.expiry_us, lease_id});
-  it->second.expiry_us = 0;
-}
-
 namespace {
 std::vector<std::uint64_t> UpTo(const std::set<std::pair<std::uint64_t, std::uint64_t>>& set,
                                 std::uint64_t now_us) {
@@ -312,14 +293,8 @@ std::vector<std::uint64_t> Of(const std::set<std::pair<std::uint64_t, std::uint6
 std::vector<std::uint64_t> ObjectIndex::ExpiredReservations(std::uint64_t now_us) const {
   return UpTo(reservations_by_expiry_, now_us);
 }
-std::vector<std::uint64_t> ObjectIndex::ExpiredLeases(std::uint64_t now_us) const {
-  return UpTo(leases_by_expiry_, now_us);
-}
 std::vector<std::uint64_t> ObjectIndex::ReservationsOf(std::uint64_t owner) const {
   return Of(reservations_by_owner_, owner);
-}
-std::vector<std::uint64_t> ObjectIndex::LeasesOf(std::uint64_t owner) const {
-  return Of(leases_by_owner_, owner);
 }
 
 }  // namespace tierpool

@@ -2,11 +2,14 @@
 // read leases, and the candidate sets the placement policy picks victims from. It moves no bytes
 // and makes no decisions; it keeps the bookkeeping consistent and every lookup cheap.
 //
-// Locking: not thread-safe by itself. The ObjectStore guards it with its mutex; every method
-// must be called with that mutex held. Nothing here blocks.
+// Locking: not thread-safe by itself. The ObjectStore guards it with its reader-writer mutex:
+// every method must be called with that mutex held exclusively, except Lookup, Find and
+// TouchShared, which a get calls with it held shared (several at once). What a shared holder
+// writes is atomic: a copy's pins and last use, and the recency sequence. Nothing here blocks.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/lease_table.h"
 #include "store/mover.h"
 #include "tierpool/types.h"
 #include "tiers/tier.h"
@@ -32,12 +36,18 @@ using RecencySet = std::set<std::pair<std::uint64_t, std::uint64_t>>;
 struct ObjectCopy {
   bool present = false;
   Extent extent;
-  std::uint32_t pins = 0;  // read leases on this copy; a pinned copy never moves or frees
+  // Read leases on this copy; a pinned copy never moves or frees. Taken and let go under the
+  // store's mutex held shared (a get, a release) or exclusive; the store's decisions to move or
+  // free a copy read it under the exclusive lock, when no shared holder can change it.
+  std::atomic<std::uint32_t> pins{0};
   // Wanted gone while pinned (a plan's FREE, a move down that landed): freed when its last
   // reader lets go, counted as leaving its tier until then; a new reader keeps it.
   bool free_on_unpin = false;
-  std::uint64_t last_use = 0;  // recency, from the index's sequence
-  std::uint8_t listed = 0;     // which candidate sets hold it (bit i: CandidateSet i)
+  // Recency, from the index's sequence. A get under the shared lock sets it without moving the
+  // copy in its candidate sets (TouchShared); a victim search re-keys such entries as it meets
+  // them, so the sets are visited in this order.
+  std::atomic<std::uint64_t> last_use{0};
+  std::uint8_t listed = 0;  // which candidate sets hold it (bit i: CandidateSet i)
   // Where it stands in each set that holds it (valid where `listed` says): leaving a set or
   // moving to its end costs no search through it.
   std::array<RecencySet::iterator, 3> listed_at{};
@@ -90,16 +100,10 @@ inline bool MovableObject(const StoredObject& obj) {
          obj.holds == 0;
 }
 
-struct Lease {
-  std::uint64_t object_id = 0;
-  TierKind tier = TierKind::kDram;  // the copy it pins
-  std::uint64_t owner = 0;
-  std::uint64_t expiry_us = 0;
-};
-
 // Which copies a victim search may take, in least recently used order:
-//   kMovable: any copy that may be moved or dropped (committed, linked, unpinned, not moving,
-//             not quarantined);
+//   kMovable: any copy that may be moved or dropped (committed, linked, not moving, not
+//             quarantined). Pins do not change membership (a get takes one under the shared
+//             lock, where the sets cannot change): whoever acts on a candidate checks its pins;
 //   kCache:   the movable copies of `cache` objects;
 //   kRedundant: movable copies whose object has another copy: dropping one costs no transfer
 //             (a retained object's last copy in a tier that keeps it alone is not redundant).
@@ -113,11 +117,11 @@ struct NamespaceUsage {
   std::array<std::uint64_t, kTierKindCount> tier_bytes{};  // its copies' extents, by tier
 };
 
-// What one owner (a connection) holds open: the per-client limits are checked against it.
+// What one owner (a connection) holds open: the per-client limits are checked against it. (Its
+// leases are counted by the LeaseTable.)
 struct OwnerHoldings {
   std::uint64_t reservations = 0;
   std::uint64_t reserved_bytes = 0;
-  std::uint64_t leases = 0;
 };
 
 class ObjectIndex {
@@ -142,6 +146,10 @@ class ObjectIndex {
   void Refresh(StoredObject& obj);
   // The copy in `tier` was used: it becomes the most recently used.
   void Touch(StoredObject& obj, TierKind tier);
+  // The same under the shared lock: only its recency is set; a victim search moves its entries.
+  void TouchShared(StoredObject& obj, TierKind tier) {
+    obj.copy(tier).last_use.store(NextUse(), std::memory_order_relaxed);
+  }
   void SetCopy(StoredObject& obj, TierKind tier, const Extent& extent);
   void ClearCopy(StoredObject& obj, TierKind tier);
   // The copy in `tier` now lives at `extent` (its bytes were moved there): recency and
@@ -165,8 +173,10 @@ class ObjectIndex {
     if (p >= sets_.size()) return;
     auto& s = sets_[p][t][static_cast<int>(set)];
     for (auto it = s.begin(); it != s.end();) {
-      std::uint64_t id = (it++)->second;  // visit may refresh this object
-      if (visit(*objects_.at(id))) return;
+      auto here = it++;
+      StoredObject& obj = *objects_.at(here->second);
+      if (Rekeyed(obj, t, static_cast<int>(set), s, here, it)) continue;  // met again later
+      if (visit(obj)) return;  // visit may refresh this object
     }
   }
   std::uint64_t candidates(TierKind tier, CandidateSet set) const {
@@ -175,23 +185,15 @@ class ObjectIndex {
     return n;
   }
 
-  // Leases.
-  std::uint64_t AddLease(const Lease& lease);
-  const Lease* FindLease(std::uint64_t lease_id) const;
-  void EraseLease(std::uint64_t lease_id);
-
-  // Reservations and leases whose deadline is at or before now_us (ids), oldest first.
+  // Reservations whose deadline is at or before now_us (ids), oldest first.
   std::vector<std::uint64_t> ExpiredReservations(std::uint64_t now_us) const;
-  std::vector<std::uint64_t> ExpiredLeases(std::uint64_t now_us) const;
   // The deadline was dealt with: the record stays, no longer due.
   void ClearReservationDeadline(std::uint64_t id);
-  void ClearLeaseDeadline(std::uint64_t lease_id);
   // Zeroes for an owner that holds nothing.
   OwnerHoldings HoldingsOf(std::uint64_t owner) const;
   NamespaceUsage UsageOf(const std::string& ns) const;
   // Everything `owner` holds.
   std::vector<std::uint64_t> ReservationsOf(std::uint64_t owner) const;
-  std::vector<std::uint64_t> LeasesOf(std::uint64_t owner) const;
   void EraseReservation(std::uint64_t id);  // the record only; the caller frees the object
 
   // Visits linked objects in name order from the first name not before `from` until visit
@@ -204,7 +206,6 @@ class ObjectIndex {
   }
   std::uint64_t objects() const { return names_.size(); }
   std::uint64_t reservations() const { return reservations_; }
-  std::uint64_t leases() const { return leases_.size(); }
   std::uint64_t copies_in(TierKind t) const { return copies_in_[static_cast<int>(t)]; }
   // Bytes (extent lengths) of a namespace's copies in a tier.
   std::uint64_t TierBytesOf(const std::string& ns, TierKind tier) const;
@@ -218,6 +219,12 @@ class ObjectIndex {
   void Unlist(StoredObject& obj);
   void UnlistCopy(StoredObject& obj, int tier);
   void EraseName(const StoredObject& obj);
+  std::uint64_t NextUse() { return use_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  // An entry of set `set` of tier t listed under an older use than its copy's (a get under the
+  // shared lock touched it) moves to where its use puts it. True if that is at or after `next`
+  // (a walk from `next` meets it again); false if it is still the oldest not yet visited.
+  bool Rekeyed(StoredObject& obj, int t, int set, RecencySet& s, RecencySet::iterator here,
+               RecencySet::iterator next);
 
   // Names in order (listing walks them), looked up by view: a lookup builds no strings (a key
   // past the short string size would cost an allocation per get and per put).
@@ -237,11 +244,10 @@ class ObjectIndex {
   std::array<bool, kTierKindCount> needs_guard_{};
   std::array<std::uint64_t, kTierKindCount> copies_in_{};
   std::unordered_map<std::string, std::array<std::uint64_t, kTierKindCount>> ns_tier_bytes_;
-  std::uint64_t use_seq_ = 0;
+  std::atomic<std::uint64_t> use_seq_{0};
   std::uint64_t next_id_ = 1;
 
-  void Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes,
-             std::int64_t leases);
+  void Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes);
 
   std::unordered_map<std::uint64_t, OwnerHoldings> holdings_;  // owners holding anything
   std::unordered_map<std::string, NamespaceUsage> ns_usage_;   // namespaces holding anything
@@ -249,9 +255,6 @@ class ObjectIndex {
   std::uint64_t reservations_ = 0;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_expiry_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_owner_;
-  std::unordered_map<std::uint64_t, Lease> leases_;
-  std::set<std::pair<std::uint64_t, std::uint64_t>> leases_by_expiry_;
-  std::set<std::pair<std::uint64_t, std::uint64_t>> leases_by_owner_;
 };
 
 }  // namespace tierpool

@@ -244,6 +244,13 @@ void ObjectStore::UnpinLocked(std::uint64_t object_id, TierKind t) {
   if (obj == nullptr) return;
   ObjectCopy& c = obj->copy(t);
   if (c.pins > 0) --c.pins;
+  SettleUnpinnedLocked(object_id, t);
+}
+
+void ObjectStore::SettleUnpinnedLocked(std::uint64_t object_id, TierKind t) {
+  StoredObject* obj = index_.Find(object_id);
+  if (obj == nullptr) return;
+  ObjectCopy& c = obj->copy(t);
   if (c.pins == 0 && c.free_on_unpin) {
     // The free asked for while it was read. A copy that is now a move's source, or the last
     // copy left, stays.
@@ -487,11 +494,9 @@ void ObjectStore::ReleaseOwner(std::uint64_t owner) {
   std::lock_guard lock(mu_);
   auto reservations = index_.ReservationsOf(owner);
   for (std::uint64_t id : reservations) FreeReservationLocked(id);
-  auto leases = index_.LeasesOf(owner);
+  auto leases = leases_.Of(owner);
   for (std::uint64_t lease_id : leases) {
-    const Lease l = *index_.FindLease(lease_id);
-    index_.EraseLease(lease_id);
-    UnpinLocked(l.object_id, l.tier);
+    if (auto l = leases_.Take(lease_id, owner); l.ok()) UnpinLocked(l->object_id, l->tier);
   }
   if (overdue_.erase(owner) != 0) overdue_count_.store(overdue_.size());
   if (!reservations.empty() || !leases.empty()) {
@@ -546,6 +551,8 @@ StoreStats ObjectStore::Stats() const {
   {
     std::lock_guard lock(mu_);
     s = counters_;
+    s.gets = gets_.Sum();
+    s.get_misses = get_misses_.Sum();
     for (int k = 0; k < kTierKindCount; ++k) {
       if (!tiers_[k]) continue;
       s.tiers.push_back({tiers_[k]->Stats(), index_.copies_in(static_cast<TierKind>(k)),
@@ -553,7 +560,7 @@ StoreStats ObjectStore::Stats() const {
     }
     s.objects = index_.objects();
     s.reservations_open = index_.reservations();
-    s.leases_open = index_.leases();
+    s.leases_open = leases_.size();
   }
   mover_->VisitLinks([&](const LinkStats& l) { s.links.push_back(l); });
   return s;

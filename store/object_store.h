@@ -13,12 +13,17 @@
 // Namespace pools (store/namespace_policy.h): an object lives in its namespace's pool's arenas
 // in every partitioned tier (tiers/tier.h), and room for it is made from its pool's objects only.
 //
-// Locking: one mutex (mu_) guards the index and the counters. No bytes are copied under it
-// except a small inline put's own copy (PutCopy) and ReadCopy's copy out of a pinned extent.
-// Calls that may wait (Reserve and PutCopy when room must be made, Pin of an object only on
-// nvme, Promote) wait on a condition variable with mu_ released, and only for moves they
-// started or joined. Move completions run on mover threads and take mu_. Lock order: mu_, then
-// the mover's lock; never the reverse.
+// Locking: one reader-writer mutex (mu_, writer-preferring: common/shared_mutex.h) guards the
+// index and the counters. A get of a copy that is already where it is wanted (the common case)
+// and the release of its lease take mu_ shared, so gets from several I/O threads run at once;
+// what they write is atomic or has a lock of its own (a copy's pins and recency, the sharded
+// lease table and get counters). Everything else, and any get that must wait, move or change
+// more, takes it exclusively. No bytes are copied under it except a small inline put's own copy
+// (PutCopy) and ReadCopy's copy out of a pinned extent. Calls that may wait (Reserve and
+// PutCopy when room must be made, Pin of an object only on nvme, Promote) wait on a condition
+// variable with mu_ released, and only for moves they started or joined. Move completions run
+// on mover threads and take mu_. Lock order: mu_, then a lease table shard's lock or the
+// mover's lock; never the reverse.
 #pragma once
 
 #include <array>
@@ -30,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -37,6 +43,8 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/sharded_counter.h"
+#include "common/shared_mutex.h"
 #include "common/status.h"
 #include "store/mover.h"
 #include "store/namespace_policy.h"
@@ -329,6 +337,7 @@ class ObjectStore {
   const StoreConfig& config() const { return config_; }
 
  private:
+  using StoreLock = std::unique_lock<SharedMutex>;
   using Steady = std::chrono::steady_clock;
   // How long a call may wait for room or a move: room_wait_ms from the first time it is asked
   // for. Most gets and puts never wait, and reading the clock up front for each of them was a
@@ -369,9 +378,8 @@ class ObjectStore {
   // Allocates in `pool`'s room in `kind`, making room by the policy's decisions. With
   // may_wait, it starts moves down at `priority` and waits for them (mu_ released) up to
   // room_wait_ms.
-  Result<Extent> AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
-                                std::uint64_t size, AllocationHint hint, bool may_wait,
-                                MovePriority priority);
+  Result<Extent> AllocateLocked(StoreLock& lock, TierKind kind, std::uint64_t size,
+                                AllocationHint hint, bool may_wait, MovePriority priority);
   std::uint32_t PoolOfLocked(const std::string& ns) const { return tierpool::PoolOf(pools_, ns); }
   std::uint32_t PoolCount() const { return static_cast<std::uint32_t>(pools_.size() + 1); }
   // "dram" or "namespace pool bob's dram", for messages.
@@ -406,8 +414,8 @@ class ObjectStore {
   // mapped_source_only), making room there and waiting for the move. OK: the move ran (its
   // outcome is the copy's presence, or last_move_error); ABORTED: the object changed meanwhile,
   // look again; other errors: no room, or the move could not start.
-  Status MoveOnDemandLocked(std::unique_lock<std::mutex>& lock, std::uint64_t id, TierKind to,
-                            bool mapped_source_only, Steady::time_point deadline);
+  Status MoveOnDemandLocked(StoreLock& lock, std::uint64_t id, TierKind to, bool mapped_source_only,
+                            Steady::time_point deadline);
   // Clears obj.move and undoes what starting it counted (bytes leaving, room incoming); the
   // caller frees or keeps its destination extent.
   ObjectMove EndMoveLocked(StoredObject& obj);
@@ -419,15 +427,13 @@ class ObjectStore {
   bool PlanOwnedLocked(const StoredObject& obj, TierKind tier) const;
   // For a planned namespace: true when `size` more bytes in hbm keep it within the job's budget,
   // waiting (mu_ released) while copies are leaving hbm. True for other namespaces.
-  bool WithinPlanBudgetLocked(std::unique_lock<std::mutex>& lock, const std::string& ns,
-                              std::uint64_t size);
+  bool WithinPlanBudgetLocked(StoreLock& lock, const std::string& ns, std::uint64_t size);
   // Waits (mu_ released) until obj has no move in flight or the deadline passes. False on
   // timeout. obj may be freed meanwhile: callers look it up again by id.
-  bool WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
-                         Steady::time_point deadline);
+  bool WaitForMoveLocked(StoreLock& lock, std::uint64_t object_id, Steady::time_point deadline);
   // Makes sure the named object has a copy clients can map (bringing it back from nvme if it
   // must), and returns it with that copy's tier.
-  Result<std::pair<StoredObject*, TierKind>> EnsureMappedLocked(std::unique_lock<std::mutex>& lock,
+  Result<std::pair<StoredObject*, TierKind>> EnsureMappedLocked(StoreLock& lock,
                                                                 const std::string& ns,
                                                                 const std::string& key);
   void FreeCopyLocked(StoredObject& obj, TierKind t);
@@ -443,6 +449,14 @@ class ObjectStore {
   void FreeReservationLocked(std::uint64_t id);
   void QuarantineLocked(StoredObject& obj, const Status& why);
   void UnpinLocked(std::uint64_t object_id, TierKind tier);
+  // What a copy's last reader letting go may leave to do (a free asked for while it was read, a
+  // deleted object to free); a release under the shared lock that finds either comes back here
+  // with mu_ held exclusively.
+  void SettleUnpinnedLocked(std::uint64_t object_id, TierKind tier);
+  // A get taken under mu_ held shared: the pinned copy, or nothing when the get needs the
+  // exclusive path (anything to wait for, move, or change besides the pin).
+  std::optional<Result<PinnedObject>> TryPinShared(const std::string& ns, const std::string& key,
+                                                   std::uint64_t owner, const PinOptions& options);
   // Per-connection and per-namespace limits (object_store_admission.cc).
   Status AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner);
   // The limits every put spec must keep; named: a key is required (else it must be empty).
@@ -467,8 +481,12 @@ class ObjectStore {
   // done before anything they use goes away; declared after the tiers it copies between.
   std::unique_ptr<Mover> mover_;
 
-  mutable std::mutex mu_;
-  ObjectIndex index_;  // guarded by mu_
+  mutable SharedMutex mu_;
+  ObjectIndex index_;  // guarded by mu_ (see its header for what a shared holder may do)
+  LeaseTable leases_;  // its own locks; taken with mu_ held, shared or exclusive
+  // Gets and gets of names that do not exist: counted by shared holders too (StoreStats reports
+  // them with the rest).
+  ShardedCounter gets_, get_misses_;
   // guarded by mu_: bytes moving out, by pool (kSharedPool only, for tiers not partitioned)
   std::vector<std::array<std::uint64_t, kTierKindCount>> leaving_{1};
   std::vector<NamespacePool> pools_;  // guarded by mu_
@@ -485,9 +503,9 @@ class ObjectStore {
   std::atomic<std::uint64_t> overdue_count_{0};  // overdue_.size(), read without mu_
   std::uint64_t max_reserved_bytes_ = 0;         // per client, from the fraction and the tiers
   UseObserver observer_;                         // set before serving
-  std::condition_variable moved_;                // a move ended
+  std::condition_variable_any moved_;            // a move ended
   std::thread maintenance_;
-  std::condition_variable wake_;
+  std::condition_variable_any wake_;
   bool stopping_ = false;  // guarded by mu_
 };
 

@@ -1,6 +1,8 @@
 // Admission: what a connection and a namespace may hold, and for how long. The limits are
 // checked under mu_ where a reservation or a pin is taken; the probes (PinMayWait,
 // ReserveMayWait) let the service keep requests that may wait off the transport's I/O thread.
+#include <shared_mutex>
+
 #include "common/logging.h"
 #include "common/units.h"
 #include "store/object_store.h"
@@ -48,7 +50,7 @@ Status ObjectStore::AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner)
 
 Status ObjectStore::AdmitPinLocked(std::uint64_t owner) {
   if (owner != kStoreOwner && config_.max_leases_per_client != 0 &&
-      index_.HoldingsOf(owner).leases >= config_.max_leases_per_client) {
+      leases_.CountOf(owner) >= config_.max_leases_per_client) {
     ++counters_.client_limit_refusals;
     return Status::ResourceExhausted("this connection holds " +
                                      std::to_string(config_.max_leases_per_client) +
@@ -122,16 +124,17 @@ std::uint64_t ObjectStore::ReservedBytes(const std::vector<std::uint64_t>& reser
 }
 
 bool ObjectStore::Holds(std::uint64_t owner) const {
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   const OwnerHoldings h = index_.HoldingsOf(owner);
   // Staged room is idle by design: it does not keep the connection from timing out.
   auto staged = staged_of_.find(owner);
-  return h.reservations != (staged == staged_of_.end() ? 0 : staged->second) || h.leases != 0;
+  return h.reservations != (staged == staged_of_.end() ? 0 : staged->second) ||
+         leases_.CountOf(owner) != 0;
 }
 
 bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,
                              std::optional<TierKind> want) {
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   StoredObject* obj = index_.Lookup(ns, key);
   if (obj == nullptr || obj->corrupt) return false;  // answered at once
   if (want && tier(*want) != nullptr && !obj->copy(*want).present) return true;
@@ -174,9 +177,9 @@ void ObjectStore::ExpireLocked(std::uint64_t now_us) {
     index_.ClearReservationDeadline(id);
     ++counters_.reservations_overdue;
   }
-  for (std::uint64_t lease_id : index_.ExpiredLeases(now_us)) {
-    mark(index_.FindLease(lease_id)->owner, "pin", lease_id);
-    index_.ClearLeaseDeadline(lease_id);
+  for (std::uint64_t lease_id : leases_.Due(now_us)) {
+    if (auto l = leases_.Find(lease_id)) mark(l->owner, "pin", lease_id);
+    leases_.ClearDeadline(lease_id);
     ++counters_.leases_overdue;
   }
 }

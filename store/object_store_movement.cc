@@ -285,7 +285,7 @@ std::uint64_t& ObjectStore::LeavingLocked(TierKind kind, std::uint32_t pool) {
   return leaving_[p][static_cast<int>(kind)];
 }
 
-Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, TierKind kind,
+Result<Extent> ObjectStore::AllocateLocked(StoreLock& lock, TierKind kind,
                                            std::uint64_t size, AllocationHint hint, bool may_wait,
                                            MovePriority priority) {
   Tier* t = tier(kind);
@@ -334,7 +334,7 @@ Result<Extent> ObjectStore::AllocateLocked(std::unique_lock<std::mutex>& lock, T
   }
 }
 
-bool ObjectStore::WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uint64_t object_id,
+bool ObjectStore::WaitForMoveLocked(StoreLock& lock, std::uint64_t object_id,
                                     Steady::time_point deadline) {
   StoredObject* obj = index_.Find(object_id);
   if (obj == nullptr) return true;
@@ -355,7 +355,7 @@ bool ObjectStore::WaitForMoveLocked(std::unique_lock<std::mutex>& lock, std::uin
   return in_time;
 }
 
-Status ObjectStore::MoveOnDemandLocked(std::unique_lock<std::mutex>& lock, std::uint64_t id,
+Status ObjectStore::MoveOnDemandLocked(StoreLock& lock, std::uint64_t id,
                                        TierKind to, bool mapped_source_only,
                                        Steady::time_point deadline) {
   StoredObject* obj = index_.Find(id);

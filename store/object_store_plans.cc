@@ -8,7 +8,7 @@ namespace tierpool {
 
 // --- moves a plan asks for ------------------------------------------------------------------
 
-bool ObjectStore::WithinPlanBudgetLocked(std::unique_lock<std::mutex>& lock, const std::string& ns,
+bool ObjectStore::WithinPlanBudgetLocked(StoreLock& lock, const std::string& ns,
                                          std::uint64_t size) {
   if (planned_ns_.empty() || planned_ns_.count(ns) == 0) return true;
   const auto deadline = Steady::now() + std::chrono::milliseconds(config_.room_wait_ms);

@@ -2,6 +2,7 @@
 // (waiting for a planned prefetch, or bringing the copy up on demand), released, and copied out
 // checked. The class and its locking: store/object_store.h.
 #include <cstring>
+#include <shared_mutex>
 
 #include "common/checksum.h"
 #include "common/logging.h"
@@ -13,8 +14,9 @@ namespace {
 constexpr int kReadAttempts = 3;  // a read-back that fails its check is tried again this often
 }  // namespace
 
-Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(
-    std::unique_lock<std::mutex>& lock, const std::string& ns, const std::string& key) {
+Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(StoreLock& lock,
+                                                                           const std::string& ns,
+                                                                           const std::string& key) {
   WaitDeadline deadline(config_.room_wait_ms);
   int read_failures = 0;
   for (int attempt = 0; attempt < 1000; ++attempt) {
@@ -58,11 +60,12 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
       (!tier(*options.want) || !(mapped(*options.want) || on_device(*options.want)))) {
     return Status::InvalidArgument("gets may want hbm or dram only");
   }
+  if (auto pinned = TryPinShared(ns, key, owner, options)) return std::move(*pinned);
   // A wanted device copy is made sure of, and a mapped copy is what the client reads.
   const bool want_device = options.want && on_device(*options.want);
-  std::unique_lock lock(mu_);
+  StoreLock lock(mu_);
   TIERPOOL_RETURN_IF_ERROR(AdmitPinLocked(owner));
-  ++counters_.gets;
+  gets_.Add(owner);
   std::optional<HbmUse> use;
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
   WaitDeadline deadline(config_.room_wait_ms);
@@ -117,7 +120,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     }
   }
   if (!found.ok()) {
-    if (found.status().code() == StatusCode::kNotFound) ++counters_.get_misses;
+    if (found.status().code() == StatusCode::kNotFound) get_misses_.Add(owner);
     return found.status();
   }
   auto [obj, t] = *found;
@@ -128,7 +131,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner
                                 ? 0
                                 : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
-  std::uint64_t lease_id = index_.AddLease(Lease{obj->id, t, owner, due});
+  std::uint64_t lease_id = leases_.Add(Lease{obj->id, t, owner, due});
   index_.Touch(*obj, t);
   ObjectMeta meta = MetaLocked(*obj);
   meta.tier = t;
@@ -146,24 +149,73 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   return pinned;
 }
 
+std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string& ns,
+                                                              const std::string& key,
+                                                              std::uint64_t owner,
+                                                              const PinOptions& options) {
+  // Only a get of the copy a client reads as it is: the top mapped one, which is the wanted
+  // tier's if it names one. A device copy, a copy to bring up or back, a free to cancel, a
+  // refusal to count: the exclusive path.
+  if (options.want && !mapped(*options.want)) return std::nullopt;
+  const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
+  std::shared_lock lock(mu_);
+  if (owner != kStoreOwner && config_.max_leases_per_client != 0 &&
+      leases_.CountOf(owner) >= config_.max_leases_per_client) {
+    return std::nullopt;
+  }
+  StoredObject* obj = index_.Lookup(ns, key);
+  if (obj == nullptr) {
+    gets_.Add(owner);
+    get_misses_.Add(owner);
+    return Result<PinnedObject>(Status::NotFound("no object " + ns + "/" + key));
+  }
+  if (obj->corrupt) return std::nullopt;
+  const std::optional<TierKind> t = TopCopy(*obj, /*mapped_only=*/true);
+  if (!t || (options.want && *t != *options.want)) return std::nullopt;
+  ObjectCopy& c = obj->copy(*t);
+  if (c.free_on_unpin) return std::nullopt;
+  gets_.Add(owner);
+  c.pins.fetch_add(1);
+  const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner
+                                ? 0
+                                : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
+  const std::uint64_t lease_id = leases_.Add(Lease{obj->id, *t, owner, due});
+  index_.TouchShared(*obj, *t);
+  ObjectMeta meta = MetaLocked(*obj);
+  meta.tier = *t;
+  PinnedObject pinned{lease_id, std::move(meta), c.extent};
+  lock.unlock();
+  if (options.want == TierKind::kHbm && observer_) {
+    observer_(ns, key, HbmUse::kHit, clock_->NowMicros() - started_us);
+  }
+  return Result<PinnedObject>(std::move(pinned));
+}
+
 Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
+  Lease l;
+  {
+    // Letting go of a pin is a decrement under the shared lock, unless it was the copy's last
+    // and something waits on that (a free asked for while it was read, a deleted object).
+    std::shared_lock lock(mu_);
+    auto taken = leases_.Take(lease_id, owner);
+    if (!taken.ok()) return taken.status();
+    l = *taken;
+    StoredObject* obj = index_.Find(l.object_id);
+    if (obj == nullptr) return Status::Ok();
+    ObjectCopy& c = obj->copy(l.tier);
+    std::uint32_t pins = c.pins.load();
+    while (pins > 0 && !c.pins.compare_exchange_weak(pins, pins - 1)) {
+    }
+    if (pins > 1 || (!c.free_on_unpin && !obj->doomed)) return Status::Ok();
+  }
   std::lock_guard lock(mu_);
-  const Lease* lease = index_.FindLease(lease_id);
-  if (lease == nullptr) {
-    return Status::NotFound("no lease " + std::to_string(lease_id) + " (expired or released)");
-  }
-  if (lease->owner != owner) {
-    return Status::PermissionDenied("lease belongs to another connection");
-  }
-  const Lease l = *lease;
-  index_.EraseLease(lease_id);
-  UnpinLocked(l.object_id, l.tier);
+  SettleUnpinnedLocked(l.object_id, l.tier);
   return Status::Ok();
 }
 
 Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& key) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   StoredObject* obj = index_.Lookup(ns, key);
   if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   return MetaLocked(*obj);
@@ -171,7 +223,7 @@ Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& k
 
 Result<std::vector<TierKind>> ObjectStore::CopiesOf(const std::string& ns, const std::string& key) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   const StoredObject* obj = index_.Lookup(ns, key);
   if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   std::vector<TierKind> copies;

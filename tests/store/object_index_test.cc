@@ -1,6 +1,7 @@
 // The index's candidate sets against a recomputation from scratch: after every step of a random
-// sequence of puts, replacements, uses, pins, moves, quarantines and deletes, each (tier, set)
-// lists exactly the copies the rules in store/object_index.h name, in least recently used order.
+// sequence of puts, replacements, uses (exclusive and shared), pins, moves, quarantines and
+// deletes, each (tier, set) lists exactly the copies the rules in store/object_index.h name, and
+// a search visits them in least recently used order.
 // A copy keeps iterators to its place in each set (ObjectCopy::listed_at); a stale one would
 // list a copy twice, lose one, or break the tree.
 #include "store/object_index.h"
@@ -23,7 +24,7 @@ constexpr CandidateSet kSets[] = {CandidateSet::kMovable, CandidateSet::kCache,
 bool Expected(const StoredObject& o, TierKind t, CandidateSet set) {
   const ObjectCopy& c = o.copy(t);
   const bool movable = o.committed && o.linked && !o.doomed && !o.corrupt && !o.move &&
-                       o.holds == 0 && c.present && c.pins == 0;
+                       o.holds == 0 && c.present;  // pinned or not
   if (!movable) return false;
   switch (set) {
     case CandidateSet::kMovable:
@@ -90,8 +91,21 @@ TEST(ObjectIndex, CandidateSetsMatchTheirRulesThroughARandomLife) {
     } else if (StoredObject* o = pick(); o != nullptr) {
       const TierKind t = kTiers[rng() % 3];
       switch (what) {
-        case 3:  // a use
-          if (o->copy(t).present) index.Touch(*o, t);
+        case 3:  // a use: under the exclusive lock, or a get's under the shared one (the
+                 // sets are re-keyed as a search meets the copy)
+          if (o->copy(t).present) {
+            if (rng() % 2) {
+              index.Touch(*o, t);
+            } else {
+              index.TouchShared(*o, t);
+              // Several gets between two searches: more than one entry out of place at once.
+              for (int more = static_cast<int>(rng() % 4); more > 0; --more) {
+                StoredObject* other = pick();
+                const TierKind u = kTiers[rng() % 3];
+                if (other != nullptr && other->copy(u).present) index.TouchShared(*other, u);
+              }
+            }
+          }
           break;
         case 4:  // a copy made below or above
           index.SetCopy(*o, t, {0, offset += 4096, 4096});

@@ -402,5 +402,78 @@ TEST_F(ObjectStoreTest, ConcurrentPutsGetsAndDemotions) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// Gets of the same keys from several connections at once (the shared-lock path: pins and
+// releases that run together) beside a thread that replaces, deletes, promotes and demotes
+// those keys. Every pinned copy holds the bytes its meta says until released; when all is
+// deleted and released, no lease is left and every byte of both tiers is free again (a release
+// that was a copy's last pin settled the free it was waiting for).
+TEST_F(ObjectStoreTest, SharedGetsBesideReplacesDeletesAndMoves) {
+  Make(32 << 20, 1 << 20);
+  store_->Start();
+  constexpr int kKeys = 16, kReaders = 3, kRounds = 1000;
+  auto key = [](int i) { return "s" + std::to_string(i); };
+  auto put = [&](int i, int version) {
+    std::string bytes(8 << 10, static_cast<char>(i * 7 + version));
+    PutSpec spec{.ns = "ns",
+                 .key = key(i),
+                 .size = bytes.size(),
+                 .tier_hint = version % 3 == 0 ? std::optional(TierKind::kHbm) : std::nullopt};
+    return store_->PutCopy(spec, bytes.data(), kPutter);
+  };
+  for (int i = 0; i < kKeys; ++i) ASSERT_TRUE(put(i, 0).ok());
+  std::atomic<int> readers_left{kReaders};
+  std::atomic<int> bad{0}, pinned_ok{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&, r] {
+      const std::uint64_t owner = kOwner + 1 + static_cast<std::uint64_t>(r);
+      for (int n = 0; n < kRounds * kKeys; ++n) {
+        auto pinned = store_->Pin("ns", key(n % kKeys), owner);
+        if (!pinned.ok()) {
+          if (pinned.status().code() != StatusCode::kNotFound) ++bad;
+          continue;
+        }
+        const std::byte* p = store_->HostAddress(pinned->extent);
+        if (p == nullptr || Xxh3(p, pinned->meta.size) != pinned->meta.checksum) ++bad;
+        ++pinned_ok;
+        if (!store_->Release(pinned->lease_id, owner).ok()) ++bad;
+      }
+      --readers_left;
+    });
+  }
+  // The writer goes on while the readers do (bounded, in case they stop early).
+  int writes = 0;
+  for (int round = 1; readers_left.load() > 0 && round < 1'000'000; ++round, ++writes) {
+    const int i = round % kKeys;
+    switch (round % 4) {
+      case 0:
+        (void)put(i, round);
+        break;
+      case 1:
+        (void)store_->Delete("ns", key(i));
+        (void)put(i, round);
+        break;
+      case 2:
+        (void)store_->Promote("ns", key(i), TierKind::kHbm);
+        break;
+      case 3:
+        (void)store_->Promote("ns", key(i), TierKind::kDram);
+        break;
+    }
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(pinned_ok.load(), 0);
+  EXPECT_GT(writes, 0);
+  for (int i = 0; i < kKeys; ++i) (void)store_->Delete("ns", key(i));
+  store_->Quiesce();
+  store_->Stop();
+  const StoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.leases_open, 0u);
+  EXPECT_EQ(stats.objects, 0u);
+  EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 0u);
+  EXPECT_EQ(Usage(TierKind::kHbm).tier.used_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace tierpool

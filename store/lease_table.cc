@@ -1,0 +1,95 @@
+#include "store/lease_table.h"
+
+#include <string>
+
+namespace tierpool {
+
+std::uint64_t LeaseTable::Add(const Lease& lease) {
+  const std::uint64_t s = ShardIndex(lease.owner);
+  Shard& shard = shards_[s];
+  std::lock_guard lock(shard.mu);
+  const std::uint64_t id = shard.next_seq++ * kShards + s;
+  shard.leases.emplace(id, lease);
+  if (lease.expiry_us != 0) shard.by_expiry.emplace(lease.expiry_us, id);
+  shard.by_owner.emplace(lease.owner, id);
+  ++shard.count_of[lease.owner];
+  return id;
+}
+
+Result<Lease> LeaseTable::Take(std::uint64_t lease_id, std::uint64_t owner) {
+  Shard& shard = ShardOfId(lease_id);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.leases.find(lease_id);
+  if (it == shard.leases.end()) {
+    return Status::NotFound("no lease " + std::to_string(lease_id) + " (expired or released)");
+  }
+  if (it->second.owner != owner) {
+    return Status::PermissionDenied("lease belongs to another connection");
+  }
+  const Lease l = it->second;
+  if (l.expiry_us != 0) shard.by_expiry.erase({l.expiry_us, lease_id});
+  shard.by_owner.erase({l.owner, lease_id});
+  if (auto c = shard.count_of.find(l.owner); c != shard.count_of.end() && --c->second == 0) {
+    shard.count_of.erase(c);
+  }
+  shard.leases.erase(it);
+  return l;
+}
+
+std::optional<Lease> LeaseTable::Find(std::uint64_t lease_id) const {
+  const Shard& shard = ShardOfId(lease_id);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.leases.find(lease_id);
+  if (it == shard.leases.end()) return std::nullopt;
+  return it->second;
+}
+
+void LeaseTable::ClearDeadline(std::uint64_t lease_id) {
+  Shard& shard = ShardOfId(lease_id);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.leases.find(lease_id);
+  if (it == shard.leases.end() || it->second.expiry_us == 0) return;
+  shard.by_expiry.erase({it->second.expiry_us, lease_id});
+  it->second.expiry_us = 0;
+}
+
+std::uint64_t LeaseTable::CountOf(std::uint64_t owner) const {
+  const Shard& shard = shards_[ShardIndex(owner)];
+  std::lock_guard lock(shard.mu);
+  auto it = shard.count_of.find(owner);
+  return it == shard.count_of.end() ? 0 : it->second;
+}
+
+std::vector<std::uint64_t> LeaseTable::Of(std::uint64_t owner) const {
+  const Shard& shard = shards_[ShardIndex(owner)];
+  std::lock_guard lock(shard.mu);
+  std::vector<std::uint64_t> out;
+  for (auto it = shard.by_owner.lower_bound({owner, 0});
+       it != shard.by_owner.end() && it->first == owner; ++it) {
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> LeaseTable::Due(std::uint64_t now_us) const {
+  std::vector<std::uint64_t> out;
+  for (const Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    for (const auto& [expiry, id] : shard.by_expiry) {
+      if (expiry > now_us) break;
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
+std::uint64_t LeaseTable::size() const {
+  std::uint64_t n = 0;
+  for (const Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    n += shard.leases.size();
+  }
+  return n;
+}
+
+}  // namespace tierpool

@@ -1,0 +1,66 @@
+// Read leases (pins) by id: who holds each, which copy it pins, and when it is due. Sharded by
+// owner (a connection), so that connections pinning at once take different locks and touch
+// different cache lines; a lease id says its shard.
+//
+// Locking: thread-safe; each shard has its own mutex, held only inside these methods. The
+// ObjectStore calls in with its mu_ held, shared (a get's pin, a release) or exclusive; mu_
+// comes first, and nothing is taken while a shard's mutex is held.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "tierpool/types.h"
+
+namespace tierpool {
+
+struct Lease {
+  std::uint64_t object_id = 0;
+  TierKind tier = TierKind::kDram;  // the copy it pins
+  std::uint64_t owner = 0;
+  std::uint64_t expiry_us = 0;  // 0: never due
+};
+
+class LeaseTable {
+ public:
+  static constexpr std::uint64_t kShards = 16;
+
+  // Records the lease; returns its id (never 0).
+  std::uint64_t Add(const Lease& lease);
+  // Removes the lease `owner` holds under lease_id and returns it; NotFound when there is none
+  // (released or never given), PermissionDenied when another owner holds it.
+  Result<Lease> Take(std::uint64_t lease_id, std::uint64_t owner);
+  std::optional<Lease> Find(std::uint64_t lease_id) const;
+  // The deadline was dealt with: the lease stays, no longer due.
+  void ClearDeadline(std::uint64_t lease_id);
+
+  std::uint64_t CountOf(std::uint64_t owner) const;
+  std::vector<std::uint64_t> Of(std::uint64_t owner) const;
+  // Leases due at or before now_us, over every shard (ids; oldest first within a shard).
+  std::vector<std::uint64_t> Due(std::uint64_t now_us) const;
+  std::uint64_t size() const;
+
+ private:
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    std::uint64_t next_seq = 1;
+    std::unordered_map<std::uint64_t, Lease> leases;
+    std::set<std::pair<std::uint64_t, std::uint64_t>> by_expiry;  // (expiry_us, id)
+    std::set<std::pair<std::uint64_t, std::uint64_t>> by_owner;   // (owner, id)
+    std::unordered_map<std::uint64_t, std::uint64_t> count_of;    // owners holding any
+  };
+  static std::uint64_t ShardIndex(std::uint64_t owner) { return owner % kShards; }
+  Shard& ShardOfId(std::uint64_t lease_id) { return shards_[lease_id % kShards]; }
+  const Shard& ShardOfId(std::uint64_t lease_id) const { return shards_[lease_id % kShards]; }
+
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace tierpool

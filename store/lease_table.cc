@@ -11,7 +11,6 @@ std::uint64_t LeaseTable::Add(const Lease& lease) {
   const std::uint64_t id = shard.next_seq++ * kShards + s;
   shard.leases.emplace(id, lease);
   if (lease.expiry_us != 0) shard.by_expiry.emplace(lease.expiry_us, id);
-  shard.by_owner.emplace(lease.owner, id);
   ++shard.count_of[lease.owner];
   return id;
 }
@@ -28,7 +27,6 @@ Result<Lease> LeaseTable::Take(std::uint64_t lease_id, std::uint64_t owner) {
   }
   const Lease l = it->second;
   if (l.expiry_us != 0) shard.by_expiry.erase({l.expiry_us, lease_id});
-  shard.by_owner.erase({l.owner, lease_id});
   if (auto c = shard.count_of.find(l.owner); c != shard.count_of.end() && --c->second == 0) {
     shard.count_of.erase(c);
   }
@@ -64,9 +62,9 @@ std::vector<std::uint64_t> LeaseTable::Of(std::uint64_t owner) const {
   const Shard& shard = shards_[ShardIndex(owner)];
   std::lock_guard lock(shard.mu);
   std::vector<std::uint64_t> out;
-  for (auto it = shard.by_owner.lower_bound({owner, 0});
-       it != shard.by_owner.end() && it->first == owner; ++it) {
-    out.push_back(it->second);
+  if (shard.count_of.count(owner) == 0) return out;
+  for (const auto& [id, lease] : shard.leases) {
+    if (lease.owner == owner) out.push_back(id);
   }
   return out;
 }

@@ -42,6 +42,7 @@ class LeaseTable {
   void ClearDeadline(std::uint64_t lease_id);
 
   std::uint64_t CountOf(std::uint64_t owner) const;
+  // Walks the owner's shard (a connection closing, not a get).
   std::vector<std::uint64_t> Of(std::uint64_t owner) const;
   // Leases due at or before now_us, over every shard (ids; oldest first within a shard).
   std::vector<std::uint64_t> Due(std::uint64_t now_us) const;
@@ -53,8 +54,9 @@ class LeaseTable {
     std::uint64_t next_seq = 1;
     std::unordered_map<std::uint64_t, Lease> leases;
     std::set<std::pair<std::uint64_t, std::uint64_t>> by_expiry;  // (expiry_us, id)
-    std::set<std::pair<std::uint64_t, std::uint64_t>> by_owner;   // (owner, id)
-    std::unordered_map<std::uint64_t, std::uint64_t> count_of;    // owners holding any
+    // Owners holding any. Their leases are found by a walk of the shard (Of): that is done when
+    // a connection closes, and a set by owner cost every get an insert and an erase.
+    std::unordered_map<std::uint64_t, std::uint64_t> count_of;
   };
   static std::uint64_t ShardIndex(std::uint64_t owner) { return owner % kShards; }
   Shard& ShardOfId(std::uint64_t lease_id) { return shards_[lease_id % kShards]; }

@@ -158,5 +158,49 @@ TEST(ObjectIndex, CandidateSetsMatchTheirRulesThroughARandomLife) {
   }
 }
 
+// More entries out of place than one search moves (every copy but one read under the shared lock
+// since the last search): a search still visits each candidate exactly once; it stops moving
+// entries after kMaxRekeysPerSearch (so its order is not yet the true one), and later searches
+// move the rest until a search sees exact least recently used order again.
+TEST(ObjectIndex, ASearchMovesBoundedlyManyStaleEntriesAndVisitsEachOnce) {
+  ObjectIndex index;
+  const int n = 3 * ObjectIndex::kMaxRekeysPerSearch;
+  std::vector<StoredObject*> objs;
+  for (int i = 0; i < n; ++i) {
+    ObjectMeta meta;
+    meta.ns = "a";
+    meta.key = "k" + std::to_string(i);
+    meta.size = 4096;
+    StoredObject& o = index.AddReservation(meta, /*owner=*/1, /*expiry_us=*/0);
+    index.SetCopy(o, TierKind::kDram, {0, static_cast<std::uint64_t>(i) * 4096, 4096});
+    index.Commit(o);
+    objs.push_back(&o);
+  }
+  // Read in reverse, all but the last: the true order is objs[n-1], then objs[n-2] ... objs[0].
+  for (int i = n - 2; i >= 0; --i) index.TouchShared(*objs[i], TierKind::kDram);
+  auto search = [&] {
+    std::vector<std::uint64_t> seen;
+    index.ForEachCandidate(TierKind::kDram, kSharedPool, CandidateSet::kMovable,
+                           [&](StoredObject& o) {
+                             seen.push_back(o.id);
+                             return false;
+                           });
+    return seen;
+  };
+  std::vector<std::uint64_t> truth;
+  truth.push_back(objs[n - 1]->id);
+  for (int i = n - 2; i >= 0; --i) truth.push_back(objs[i]->id);
+  std::vector<std::uint64_t> first = search();
+  std::vector<std::uint64_t> sorted = first, all = truth;
+  std::sort(sorted.begin(), sorted.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(sorted, all) << "a candidate visited twice or not at all";
+  EXPECT_NE(first, truth) << "one search moved more than its bound";
+  int searches = 1;
+  while (search() != truth) ASSERT_LE(++searches, 4) << "later searches do not converge";
+  EXPECT_EQ(index.candidates(TierKind::kDram, CandidateSet::kMovable),
+            static_cast<std::uint64_t>(n));
+}
+
 }  // namespace
 }  // namespace tierpool

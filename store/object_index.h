@@ -1,6 +1,7 @@
-// The object index: names -> objects, each object's copies in the tiers, open reservations and
-// read leases, and the candidate sets the placement policy picks victims from. It moves no bytes
-// and makes no decisions; it keeps the bookkeeping consistent and every lookup cheap.
+// The object index: names -> objects, each object's copies in the tiers, open reservations, and
+// the candidate sets the placement policy picks victims from (read leases are in
+// store/lease_table.h). It moves no bytes and makes no decisions; it keeps the bookkeeping
+// consistent and every lookup cheap.
 //
 // Locking: not thread-safe by itself. The ObjectStore guards it with its reader-writer mutex:
 // every method must be called with that mutex held exclusively, except Lookup, Find and
@@ -22,7 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include "store/lease_table.h"
 #include "store/mover.h"
 #include "tierpool/types.h"
 #include "tiers/tier.h"

@@ -46,6 +46,7 @@
 #include "common/sharded_counter.h"
 #include "common/shared_mutex.h"
 #include "common/status.h"
+#include "store/lease_table.h"
 #include "store/mover.h"
 #include "store/namespace_policy.h"
 #include "store/object_index.h"

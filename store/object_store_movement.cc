@@ -285,8 +285,8 @@ std::uint64_t& ObjectStore::LeavingLocked(TierKind kind, std::uint32_t pool) {
   return leaving_[p][static_cast<int>(kind)];
 }
 
-Result<Extent> ObjectStore::AllocateLocked(StoreLock& lock, TierKind kind,
-                                           std::uint64_t size, AllocationHint hint, bool may_wait,
+Result<Extent> ObjectStore::AllocateLocked(StoreLock& lock, TierKind kind, std::uint64_t size,
+                                           AllocationHint hint, bool may_wait,
                                            MovePriority priority) {
   Tier* t = tier(kind);
   if (t == nullptr) return Status::FailedPrecondition(std::string(TierName(kind)) + " tier is off");
@@ -355,9 +355,8 @@ bool ObjectStore::WaitForMoveLocked(StoreLock& lock, std::uint64_t object_id,
   return in_time;
 }
 
-Status ObjectStore::MoveOnDemandLocked(StoreLock& lock, std::uint64_t id,
-                                       TierKind to, bool mapped_source_only,
-                                       Steady::time_point deadline) {
+Status ObjectStore::MoveOnDemandLocked(StoreLock& lock, std::uint64_t id, TierKind to,
+                                       bool mapped_source_only, Steady::time_point deadline) {
   StoredObject* obj = index_.Find(id);
   if (obj == nullptr) return Status::Aborted("the object went while it was looked at");
   TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(obj->meta.ns, to, obj->meta.size));

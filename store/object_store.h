@@ -465,6 +465,10 @@ class ObjectStore {
   // Names a staged reservation after `name` (checked); frees it and says why when it cannot.
   Status BindStagedLocked(StoredObject& obj, const PutSpec& name);
   void UnstageLocked(std::uint64_t owner);
+  // The per-connection pin limit reached (the lease table's count; mu_ held, either mode).
+  bool AtPinLimit(std::uint64_t owner) const;
+  // When a new lease of owner's falls due (0: never).
+  std::uint64_t LeaseDue(std::uint64_t owner) const;
   Status AdmitPinLocked(std::uint64_t owner);
   void ExpireLocked(std::uint64_t now_us);
   void RelieveWatermarksLocked();

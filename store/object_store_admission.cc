@@ -48,9 +48,19 @@ Status ObjectStore::AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner)
   return Status::Ok();
 }
 
+bool ObjectStore::AtPinLimit(std::uint64_t owner) const {
+  return owner != kStoreOwner && config_.max_leases_per_client != 0 &&
+         leases_.CountOf(owner) >= config_.max_leases_per_client;
+}
+
+std::uint64_t ObjectStore::LeaseDue(std::uint64_t owner) const {
+  return config_.lease_ttl_ms == 0 || owner == kStoreOwner
+             ? 0
+             : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
+}
+
 Status ObjectStore::AdmitPinLocked(std::uint64_t owner) {
-  if (owner != kStoreOwner && config_.max_leases_per_client != 0 &&
-      leases_.CountOf(owner) >= config_.max_leases_per_client) {
+  if (AtPinLimit(owner)) {
     ++counters_.client_limit_refusals;
     return Status::ResourceExhausted("this connection holds " +
                                      std::to_string(config_.max_leases_per_client) +

@@ -128,10 +128,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   ObjectCopy& c = obj->copy(t);
   CancelFreeOnUnpinLocked(*obj, t);  // read again before its readers let go: it is wanted
   ++c.pins;
-  const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner
-                                ? 0
-                                : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
-  std::uint64_t lease_id = leases_.Add(Lease{obj->id, t, owner, due});
+  std::uint64_t lease_id = leases_.Add(Lease{obj->id, t, owner, LeaseDue(owner)});
   index_.Touch(*obj, t);
   ObjectMeta meta = MetaLocked(*obj);
   meta.tier = t;
@@ -159,10 +156,7 @@ std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string&
   if (options.want && !mapped(*options.want)) return std::nullopt;
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
   std::shared_lock lock(mu_);
-  if (owner != kStoreOwner && config_.max_leases_per_client != 0 &&
-      leases_.CountOf(owner) >= config_.max_leases_per_client) {
-    return std::nullopt;
-  }
+  if (AtPinLimit(owner)) return std::nullopt;
   StoredObject* obj = index_.Lookup(ns, key);
   if (obj == nullptr) {
     gets_.Add(owner);
@@ -176,10 +170,7 @@ std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string&
   if (c.free_on_unpin) return std::nullopt;
   gets_.Add(owner);
   c.pins.fetch_add(1);
-  const std::uint64_t due = config_.lease_ttl_ms == 0 || owner == kStoreOwner
-                                ? 0
-                                : clock_->NowMicros() + config_.lease_ttl_ms * 1000;
-  const std::uint64_t lease_id = leases_.Add(Lease{obj->id, *t, owner, due});
+  const std::uint64_t lease_id = leases_.Add(Lease{obj->id, *t, owner, LeaseDue(owner)});
   index_.TouchShared(*obj, *t);
   ObjectMeta meta = MetaLocked(*obj);
   meta.tier = *t;

@@ -71,11 +71,72 @@ void CopyPiece(Writes writes, unsigned char* d, const unsigned char* s, std::siz
   }
 }
 
+#if XXH_VERSION_MAJOR == 0 && XXH_VERSION_MINOR == 8
+// XXH3-64 of more than XXH3_MIDSIZE_MAX bytes (seed 0, default secret) is a loop over 1 KiB
+// blocks: each block's 16 stripes of 64 bytes are mixed into 8 accumulators with a sliding
+// slice of the secret, then the accumulators are scrambled; then the last, partial block, the
+// input's last 64 bytes, and a merge (XXH3_hashLong_64b_internal in xxhash.h). That loop is
+// written out here with each block's copy right before its hashing, so that the stores of one
+// and the multiplies of the other interleave in the core: hashing in separate 16 KiB chunks
+// after each chunk's copy (xxhash's streaming API) took turns with the copy and ran at 16-20
+// GB/s into fresh memory at 4 MiB on the development VM, where the copy alone runs at 27 and
+// this loop at 25-27 (docs/benchmarks.md, "Copy and checksum in one loop"). The algorithm is
+// frozen since xxHash 0.8.0, and tests/common/checksum_test.cc holds the result to XXH3_64bits
+// at every size and alignment; xxhash.h's internals used here are those of the 0.8 series.
+constexpr std::size_t kStripe = XXH_STRIPE_LEN;
+constexpr std::size_t kStripesPerBlock =
+    (XXH_SECRET_DEFAULT_SIZE - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE;
+constexpr std::size_t kBlock = kStripe * kStripesPerBlock;
+constexpr std::size_t kSecretLastAccStart = 7;   // XXH_SECRET_LASTACC_START
+constexpr std::size_t kSecretMergeAccsStart = 11;  // XXH_SECRET_MERGEACCS_START
+static_assert(kBlock % 128 == 0, "a block is copied 128 bytes a turn");
+
+void Accumulate(xxh_u64* acc, const unsigned char* in, std::size_t stripes) {
+  for (std::size_t k = 0; k < stripes; ++k) {
+    XXH3_accumulate_512(acc, in + k * kStripe, XXH3_kSecret + k * XXH_SECRET_CONSUME_RATE);
+  }
+}
+
+template <bool kStream>
+std::uint64_t CopyAndHashLong(unsigned char* d, const unsigned char* s, std::size_t size) {
+  XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;
+  const std::size_t head = HeadBytes(d, size);
+  std::memcpy(d, s, head);
+  std::size_t copied = head;  // d + copied is 32-byte aligned
+  const std::size_t blocks = (size - 1) / kBlock;
+  for (std::size_t n = 0; n < blocks; ++n) {
+    // The copy runs `head` (< 32) bytes ahead of the hash; the last block's copy, if it would
+    // run past the end, is left to the tail's.
+    if (copied + kBlock <= size) {
+      CopyAligned<kStream>(d + copied, s + copied, kBlock);
+      copied += kBlock;
+    }
+    Accumulate(acc, s + n * kBlock, kStripesPerBlock);
+    XXH3_scrambleAcc(acc, XXH3_kSecret + XXH_SECRET_DEFAULT_SIZE - kStripe);
+  }
+  CopyAligned<kStream>(d + copied, s + copied, size - copied);
+  Accumulate(acc, s + blocks * kBlock, ((size - 1) - blocks * kBlock) / kStripe);
+  XXH3_accumulate_512(acc, s + size - kStripe,
+                      XXH3_kSecret + XXH_SECRET_DEFAULT_SIZE - kStripe - kSecretLastAccStart);
+  if constexpr (kStream) _mm_sfence();
+  return XXH3_mergeAccs(acc, XXH3_kSecret + kSecretMergeAccsStart,
+                        static_cast<xxh_u64>(size) * XXH_PRIME64_1);
+}
+
 std::uint64_t CopyAndHash(Writes writes, unsigned char* d, const unsigned char* s,
                           std::size_t size) {
-  // In chunks that fit the L1 cache, so each is hashed right after it was read, while the
-  // hardware prefetchers stream the next one in: 16 KiB copies+hashes into fresh memory at
-  // 22-24 GB/s on the development VM, 64 KiB chunks (hashed out of L2) at 18.5-20.
+  if (size <= XXH3_MIDSIZE_MAX) {
+    std::memcpy(d, s, size);
+    return XXH3_64bits(s, size);
+  }
+  return writes == Writes::kStream ? CopyAndHashLong<true>(d, s, size)
+                                   : CopyAndHashLong<false>(d, s, size);
+}
+#else
+// Another xxHash series: its internals may differ, so the streaming API, in chunks that fit the
+// L1 cache (each hashed right after its copy; the two take turns rather than interleave).
+std::uint64_t CopyAndHash(Writes writes, unsigned char* d, const unsigned char* s,
+                          std::size_t size) {
   constexpr std::size_t kChunk = 16 * 1024;
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
@@ -91,6 +152,7 @@ std::uint64_t CopyAndHash(Writes writes, unsigned char* d, const unsigned char* 
   if (writes == Writes::kStream) _mm_sfence();
   return XXH3_64bits_digest(&state);
 }
+#endif
 
 }  // namespace
 

@@ -34,6 +34,38 @@ TEST(Checksum, MatchesReferenceXxh3AtEverySize) {
   }
 }
 
+// CopyAndChecksum's long inputs run XXH3's block loop with the copy interleaved (copy_avx2.cc):
+// every size across three 1 KiB blocks, and sizes around later block boundaries, with the
+// destination's alignment moving where the last block's copy falls, each exact and hashed as
+// XXH3_64bits hashes it.
+TEST(Checksum, CopyAndChecksumAtEveryBlockBoundary) {
+  std::mt19937_64 rng(13);
+  std::vector<std::size_t> sizes;
+  for (std::size_t n = 2040; n <= 3 * 1024 + 72; ++n) sizes.push_back(n);
+  for (std::size_t blocks : {16ul, 255ul, 1024ul}) {
+    for (std::size_t delta : {0ul, 1ul, 31ul, 32ul, 63ul, 64ul, 65ul, 1023ul}) {
+      sizes.push_back(blocks * 1024 + delta);
+      sizes.push_back(blocks * 1024 - delta);
+    }
+  }
+  std::vector<unsigned char> src((1024 << 10) + 2048), dst((1024 << 10) + 2048);
+  for (auto& b : src) b = static_cast<unsigned char>(rng());
+  for (std::size_t size : sizes) {
+    for (std::size_t dst_off : {0ul, 1ul, 17ul, 31ul}) {
+      for (CopyTarget target : {CopyTarget::kWarm, CopyTarget::kFresh}) {
+        const unsigned char* s = src.data() + (size % 5);
+        unsigned char* d = dst.data() + dst_off;
+        std::fill(dst.begin(), dst.begin() + static_cast<std::ptrdiff_t>(size + 64), 0xA5);
+        ASSERT_EQ(CopyAndChecksum(d, s, size, target), XXH3_64bits(s, size))
+            << size << " to +" << dst_off;
+        ASSERT_EQ(std::memcmp(d, s, size), 0) << size << " to +" << dst_off;
+        for (std::size_t i = 0; i < dst_off; ++i) ASSERT_EQ(dst[i], 0xA5) << size;
+        for (std::size_t i = dst_off + size; i < size + 64; ++i) ASSERT_EQ(dst[i], 0xA5) << size;
+      }
+    }
+  }
+}
+
 // CopyBytes and CopyAndChecksum with source and destination at offsets within a cache line that
 // match and that do not (each takes another path), at sizes around the vector threshold, the
 // 128-byte step, the 16 KiB chunk and the 64 KiB streaming threshold, into both kinds of

@@ -87,7 +87,7 @@ constexpr std::size_t kStripe = XXH_STRIPE_LEN;
 constexpr std::size_t kStripesPerBlock =
     (XXH_SECRET_DEFAULT_SIZE - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE;
 constexpr std::size_t kBlock = kStripe * kStripesPerBlock;
-constexpr std::size_t kSecretLastAccStart = 7;   // XXH_SECRET_LASTACC_START
+constexpr std::size_t kSecretLastAccStart = 7;     // XXH_SECRET_LASTACC_START
 constexpr std::size_t kSecretMergeAccsStart = 11;  // XXH_SECRET_MERGEACCS_START
 static_assert(kBlock % 128 == 0, "a block is copied 128 bytes a turn");
 

@@ -1,18 +1,14 @@
 // The client library's internals, shared by its source files (not installed, not public):
-// the arena mappings, pooled connections, the async task queue, the connection pool
-// (ClientCore) and the Borrowed guard.
+// pooled connections, the async task queue, the connection pool (ClientCore) and the Borrowed
+// guard; the arena mappings are in client/arena_mappings.h.
 //
 // Locking: ClientCore's pool, TaskQueue and StagedRooms guard themselves; a PooledConnection
 // serializes its calls with its own mutex; ArenaMappings is written once at connect, then only
-// read.
+// read (client/arena_mappings.h).
 #pragma once
 
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -25,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/arena_mappings.h"
 #include "client/device_arenas.h"
 #include "common/defaults.h"
 #include "tierpool/client.h"
@@ -45,112 +42,6 @@ Status ForkedStatus(int parent_pid);
 // A put's spec on the wire.
 void FillSpec(const std::string& ns, std::string_view key, std::size_t size, const PutOptions& o,
               wire::PutSpec* s);
-
-// The server's arenas, mapped once per client and kept while any connection or view uses them:
-// read-write for reservations, and read-only for views and reads (a view cannot write the
-// memory it shows, even by mistake).
-//
-// The read-write mappings are faulted in on a thread of their own after Map returns: a put's
-// copy into a page this process has not touched yet takes a minor fault per 4 KiB (a first 256
-// KiB put about three times as long as later ones), and faulting them in inside Map
-// (MAP_POPULATE) made Connect take about 60 ms per GiB of arena (470 ms for an 8 GiB dram tier
-// on the development VM, docs/benchmarks.md). A put that comes first faults its own pages.
-class ArenaMappings {
- public:
-  ~ArenaMappings() {
-    stop_populating_.store(true, std::memory_order_relaxed);
-    if (populater_.joinable()) {
-      // In a fork()ed child the thread does not exist (only the forking thread survives): its
-      // handle is left behind rather than joined.
-      if (ForkGeneration() != populater_fork_generation_) {
-        (void)new std::thread(std::move(populater_));
-      } else {
-        populater_.join();
-      }
-    }
-    for (auto& [id, m] : maps_) {
-      ::munmap(m.base, m.size);
-      if (m.read_only != nullptr) ::munmap(m.read_only, m.size);
-    }
-  }
-  Status Map(const wire::HelloReply& hello, std::vector<UniqueFd>& fds) {
-    auto fd_at = [&](int index) -> Result<int> {
-      if (static_cast<std::size_t>(index) >= fds.size()) {
-        return Status::Internal("server described an arena it did not pass");
-      }
-      return fds[static_cast<std::size_t>(index)].get();
-    };
-    for (const auto& a : hello.arenas()) {
-      if (a.fd_index() < 0) continue;
-      auto fd = fd_at(a.fd_index());
-      if (!fd.ok()) return fd.status();
-      void* p = ::mmap(nullptr, a.size(), PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
-      if (p == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
-      Mapping& m = maps_[a.id()];
-      m = {static_cast<std::byte*>(p), nullptr, a.size()};
-      if (a.has_read_only_fd_index() && a.read_only_fd_index() >= 0) {
-        auto ro = fd_at(a.read_only_fd_index());
-        if (!ro.ok()) return ro.status();
-        void* r = ::mmap(nullptr, a.size(), PROT_READ, MAP_SHARED, *ro, 0);
-        if (r == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
-        m.read_only = static_cast<std::byte*>(r);
-      }
-    }
-    if (!maps_.empty()) {
-      populater_fork_generation_ = ForkGeneration();
-      populater_ = std::thread([this] { Populate(); });
-    }
-    return Status::Ok();
-  }
-  // Where to write an extent; nullptr when it is not inside a mapped arena.
-  std::byte* Address(const wire::Extent& e) const {
-    const Mapping* m = Find(e);
-    return m == nullptr ? nullptr : m->base + e.offset();
-  }
-  // Where to read it: the read-only mapping when the server passed one.
-  const std::byte* ReadAddress(const wire::Extent& e) const {
-    const Mapping* m = Find(e);
-    if (m == nullptr) return nullptr;
-    return (m->read_only != nullptr ? m->read_only : m->base) + e.offset();
-  }
-
- private:
-  struct Mapping {
-    std::byte* base;
-    std::byte* read_only;  // nullptr: views read through base
-    std::uint64_t size;
-  };
-  const Mapping* Find(const wire::Extent& e) const {
-    auto it = maps_.find(e.arena_id());
-    if (it == maps_.end() || e.offset() > it->second.size ||
-        e.length() > it->second.size - e.offset()) {
-      return nullptr;
-    }
-    return &it->second;
-  }
-  // Faults the read-write mappings in, a slice at a time so that the destructor need not wait
-  // long. MADV_POPULATE_WRITE is Linux 5.14's; an older kernel refuses it, and pages then fault
-  // in as puts first touch them.
-  void Populate() {
-    constexpr std::uint64_t kSlice = 64ull << 20;
-    for (const auto& [id, m] : maps_) {
-      for (std::uint64_t off = 0; off < m.size; off += kSlice) {
-        if (stop_populating_.load(std::memory_order_relaxed)) return;
-        const std::uint64_t len = std::min(kSlice, m.size - off);
-#ifdef MADV_POPULATE_WRITE
-        if (::madvise(m.base + off, len, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) return;
-#else
-        return;
-#endif
-      }
-    }
-  }
-
-  std::unordered_map<std::uint32_t, Mapping> maps_;  // written by Map only, before populater_
-  std::atomic<bool> stop_populating_{false};
-  std::thread populater_;
-  std::uint64_t populater_fork_generation_ = 0;
-};
 
 // Room the server staged on a connection for its next put (CommitRequest.stage): a put of the
 // same size and placement copies into it and names it in its commit, one round trip.

@@ -7,7 +7,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -287,47 +286,6 @@ TEST_F(CApi, AForkedChildNeverUsesItsParentsConnections) {
   EXPECT_EQ(std::memcmp(tp_view_data(v), bytes.data(), bytes.size()), 0);
   tp_view_release(v);
   ASSERT_EQ(tp_delete(client_, "c/fork", nullptr), TP_OK);
-}
-
-// A client faults its read-write arena mappings in on a thread of its own after connecting
-// (client_core.h, ArenaMappings). A child forked while that thread runs, closing the client it
-// inherited, must not wait for a thread that does not exist in it; the parent, closing its own
-// at once, stops the thread between slices instead of faulting in the rest. A 1 GiB arena the
-// server leaves unfaulted (ServerProcess passes --no-populate) keeps the thread busy through the
-// fork.
-TEST(CApiArenas, ClosingWhileTheArenasAreStillFaultedInNeitherHangsInTheParentNorInAForkedChild) {
-  ServerProcess server({"--dram", "1G", "--hbm", "16M"});
-  ASSERT_TRUE(server.started());
-  tp_client_options o;
-  tp_client_options_init(&o);
-  o.socket_path = server.socket().c_str();
-  tp_client* client = nullptr;
-  ASSERT_EQ(tp_connect(&o, &client, nullptr), TP_OK);
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    tp_close(client);
-    ::_exit(0);
-  }
-  int status = 0;
-  pid_t done = 0;
-  // Bounded: 30 s, far above the populate of the whole arena (about 60 ms per GiB here).
-  for (int i = 0; i < 3000 && done == 0; ++i) {
-    done = ::waitpid(child, &status, WNOHANG);
-    if (done == 0) ::usleep(10000);
-  }
-  if (done == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-  }
-  EXPECT_EQ(done, child) << "the child hung closing the client it inherited";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  const std::string bytes = Pattern(9, 300000);
-  ASSERT_EQ(tp_put(client, "c/populating", bytes.data(), bytes.size(), nullptr, nullptr), TP_OK);
-  std::string back(bytes.size(), '\0');
-  ASSERT_EQ(tp_get(client, "c/populating", back.data(), back.size(), nullptr, nullptr), TP_OK);
-  EXPECT_EQ(back, bytes);
-  tp_close(client);
 }
 
 }  // namespace

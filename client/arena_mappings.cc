@@ -1,0 +1,107 @@
+#include "client/arena_mappings.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+
+namespace tierpool::detail {
+
+namespace {
+#ifdef MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+constexpr int kPopulateRead = MADV_POPULATE_READ;
+#else
+constexpr int kPopulateWrite = -1;  // no such advice here: pages fault in as they are touched
+constexpr int kPopulateRead = -1;
+#endif
+}  // namespace
+
+ArenaMappings::GranuleSet::GranuleSet(std::uint64_t size)
+    : words_(new std::atomic<std::uint64_t>[(size + 64 * kGranule - 1) / (64 * kGranule)]()) {}
+
+void ArenaMappings::GranuleSet::Populate(std::byte* base, std::uint64_t size, std::uint64_t offset,
+                                         std::uint64_t length, int advice) const {
+  if (length == 0 || advice < 0) return;
+  const std::uint64_t first = offset / kGranule, last = (offset + length - 1) / kGranule;
+  // The first and last granules not faulted in yet; those between are faulted in with them (one
+  // call; pages already mapped cost the kernel little).
+  std::uint64_t from = last + 1, to = first;
+  for (std::uint64_t g = first; g <= last; ++g) {
+    const std::uint64_t bit = 1ull << (g % 64);
+    if ((words_[g / 64].load(std::memory_order_relaxed) & bit) != 0) continue;
+    from = std::min(from, g);
+    to = g;
+  }
+  if (from > to) return;
+  const std::uint64_t begin = from * kGranule, end = std::min((to + 1) * kGranule, size);
+  // A kernel without the advice (EINVAL) or a range it cannot fault in now (ENOMEM, EFAULT) is
+  // marked all the same: the copy then faults its pages one by one, as it would anyway.
+  (void)::madvise(base + begin, end - begin, advice);
+  for (std::uint64_t g = from; g <= to; ++g) {
+    words_[g / 64].fetch_or(1ull << (g % 64), std::memory_order_relaxed);
+  }
+}
+
+ArenaMappings::~ArenaMappings() {
+  for (auto& [id, m] : maps_) {
+    ::munmap(m.base, m.size);
+    if (m.read_only != nullptr) ::munmap(m.read_only, m.size);
+  }
+}
+
+Status ArenaMappings::Map(const wire::HelloReply& hello, std::vector<UniqueFd>& fds) {
+  auto fd_at = [&](int index) -> Result<int> {
+    if (static_cast<std::size_t>(index) >= fds.size()) {
+      return Status::Internal("server described an arena it did not pass");
+    }
+    return fds[static_cast<std::size_t>(index)].get();
+  };
+  for (const auto& a : hello.arenas()) {
+    if (a.fd_index() < 0) continue;
+    auto fd = fd_at(a.fd_index());
+    if (!fd.ok()) return fd.status();
+    void* p = ::mmap(nullptr, a.size(), PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (p == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
+    Mapping& m = maps_[a.id()];
+    m.base = static_cast<std::byte*>(p);
+    m.size = a.size();
+    m.written = std::make_unique<GranuleSet>(a.size());
+    m.read = std::make_unique<GranuleSet>(a.size());
+    if (a.has_read_only_fd_index() && a.read_only_fd_index() >= 0) {
+      auto ro = fd_at(a.read_only_fd_index());
+      if (!ro.ok()) return ro.status();
+      void* r = ::mmap(nullptr, a.size(), PROT_READ, MAP_SHARED, *ro, 0);
+      if (r == MAP_FAILED) return ErrnoStatus("map arena " + std::to_string(a.id()), errno);
+      m.read_only = static_cast<std::byte*>(r);
+    }
+  }
+  return Status::Ok();
+}
+
+const ArenaMappings::Mapping* ArenaMappings::Find(const wire::Extent& e) const {
+  auto it = maps_.find(e.arena_id());
+  if (it == maps_.end() || e.offset() > it->second.size ||
+      e.length() > it->second.size - e.offset()) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+std::byte* ArenaMappings::Address(const wire::Extent& e) const {
+  const Mapping* m = Find(e);
+  if (m == nullptr) return nullptr;
+  m->written->Populate(m->base, m->size, e.offset(), e.length(), kPopulateWrite);
+  return m->base + e.offset();
+}
+
+const std::byte* ArenaMappings::ReadAddress(const wire::Extent& e) const {
+  const Mapping* m = Find(e);
+  if (m == nullptr) return nullptr;
+  std::byte* base = m->read_only != nullptr ? m->read_only : m->base;
+  m->read->Populate(base, m->size, e.offset(), e.length(), kPopulateRead);
+  return base + e.offset();
+}
+
+}  // namespace tierpool::detail

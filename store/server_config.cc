@@ -135,6 +135,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("worker-threads", po::value(&c.transport.worker_threads)->default_value(4),
      "threads for requests that may wait (for a move or for room)")
     ("no-populate", "do not pre-fault the dram arenas at start")
+    ("huge-pages", "back the dram arenas with 2 MiB huge pages from the kernel's pool "
+     "(vm.nr_hugepages, which must hold them: start fails otherwise); arena sizes round down "
+     "to 2 MiB")
     ("nvme-path", po::value(&c.nvme.path), "nvme tier: a directory for its files, or a block device")
     ("nvme-bytes", po::value(&nvme_bytes)->default_value("0"),
      "nvme tier capacity (0 turns it off; needs --nvme-path)")
@@ -269,6 +272,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
       vm.count("metrics-listen") != 0 && !vm["metrics-listen"].defaulted() && c.metrics.enabled();
   c.dram.capacity = *d;
   c.dram.populate = vm.count("no-populate") == 0;
+  c.dram.huge_pages = vm.count("huge-pages") != 0;
   c.hbm.capacity = *h;
   c.transport.max_frame_bytes = static_cast<std::uint32_t>(*f);
   c.service.max_frame_bytes = c.transport.max_frame_bytes;

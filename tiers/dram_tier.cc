@@ -1,5 +1,7 @@
 #include "tiers/dram_tier.h"
 
+#include <algorithm>
+
 #include "common/logging.h"
 #include "common/units.h"
 
@@ -11,12 +13,17 @@ Status DramTierConfig::validate() const {
     return Status::InvalidArgument("dram alignment must be a power of two");
   }
   if (capacity < alignment) return Status::InvalidArgument("dram capacity below one extent");
+  const std::uint64_t unit = huge_pages ? std::max(alignment, kHugePageBytes) : alignment;
+  if (capacity < unit) return Status::InvalidArgument("dram capacity below one huge page (2 MiB)");
   std::uint64_t pooled = 0;
   for (std::uint64_t p : pools) {
     if (p != 0 && p < alignment) return Status::InvalidArgument("a dram pool below one extent");
-    pooled += p / alignment * alignment;
+    if (p != 0 && p < unit) {
+      return Status::InvalidArgument("a dram pool below one huge page (2 MiB)");
+    }
+    pooled += p / unit * unit;
   }
-  if (pooled + alignment > capacity) {
+  if (pooled + unit > capacity) {
     return Status::InvalidArgument("the namespace pools (" + FormatBytes(pooled) +
                                    ") leave the shared dram pool no room in " +
                                    FormatBytes(capacity));
@@ -30,11 +37,13 @@ Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64
                                    .size = size,
                                    .numa_node = numa_node,
                                    .lock_pages = false,
-                                   .populate = config.populate});
+                                   .populate = config.populate,
+                                   .huge_pages = config.huge_pages});
   if (!arena.ok()) return arena.status();
   AddRegion(id, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(), numa_node, pool,
             config.alignment);
-  spdlog::info("dram arena {}: {}", name, FormatBytes(size));
+  spdlog::info("dram arena {}: {}{}", name, FormatBytes(size),
+               config.huge_pages ? " of 2 MiB huge pages" : "");
   arenas_.push_back(std::move(arena).value());
   return Status::Ok();
 }
@@ -43,9 +52,12 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<DramTier> tier(new DramTier());
   std::uint32_t id = config.first_arena_id;
-  std::uint64_t shared = config.capacity / config.alignment * config.alignment;
+  // Arena sizes are multiples of this: the extent alignment, and 2 MiB with huge pages.
+  const std::uint64_t unit =
+      config.huge_pages ? std::max(config.alignment, kHugePageBytes) : config.alignment;
+  std::uint64_t shared = config.capacity / unit * unit;
   for (std::size_t p = 0; p < config.pools.size(); ++p) {
-    const std::uint64_t size = config.pools[p] / config.alignment * config.alignment;
+    const std::uint64_t size = config.pools[p] / unit * unit;
     if (size == 0) continue;
     shared -= size;
     const auto pool = static_cast<std::uint32_t>(p + 1);
@@ -53,8 +65,8 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
         tier->AddArena("tierpool-dram-pool" + std::to_string(pool), id++, size, -1, pool, config));
   }
   std::vector<int> nodes = NumaNodes();
-  // Even split, rounded down to the alignment; the last node takes the remainder.
-  std::uint64_t per_node = shared / nodes.size() / config.alignment * config.alignment;
+  // Even split, rounded down to the unit; the last node takes the remainder.
+  std::uint64_t per_node = shared / nodes.size() / unit * unit;
   std::uint64_t left = shared;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     std::uint64_t size = i + 1 == nodes.size() ? left : per_node;

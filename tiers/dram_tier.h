@@ -20,6 +20,9 @@ struct DramTierConfig {
   std::uint64_t alignment = 4096;
   std::uint32_t first_arena_id = 1;  // arena ids are unique across all tiers
   bool populate = true;
+  // Arenas of 2 MiB huge pages (MemfdArenaOptions::huge_pages): each arena's size is then
+  // rounded down to a multiple of 2 MiB.
+  bool huge_pages = false;
   Status validate() const;
 };
 

@@ -1,11 +1,14 @@
 #include "tiers/memfd_arena.h"
 
 #include <fcntl.h>
+#include <linux/memfd.h>
 #include <numa.h>
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -26,12 +29,50 @@ std::vector<int> NumaNodes() {
   return nodes;
 }
 
+namespace {
+
+// A line of /proc/meminfo ("HugePages_Free:  12") as a number; -1 when it is not there.
+long long MeminfoValue(const char* field) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  long long value = 0;
+  while (in >> name >> value) {
+    if (name == std::string(field) + ":") return value;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return -1;
+}
+
+// Why an arena of huge pages could not be had: what it needs against what the pool holds.
+Status NoHugePages(const MemfdArenaOptions& options, const char* what, int err) {
+  const long long free_pages = MeminfoValue("HugePages_Free");
+  const long long total = MeminfoValue("HugePages_Total");
+  return Status::ResourceExhausted(
+      std::string(what) + " for '" + options.name + "' (" + std::strerror(err) + "): it needs " +
+      std::to_string(options.size / kHugePageBytes) +
+      " huge pages of 2 MiB and the kernel's pool has " +
+      (free_pages < 0 ? std::string("none it reports")
+                      : std::to_string(free_pages) + " free of " + std::to_string(total)) +
+      "; raise vm.nr_hugepages (sysctl -w vm.nr_hugepages=N, as root) or start without "
+      "--huge-pages");
+}
+
+}  // namespace
+
 Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& options) {
   if (options.size == 0) return Status::InvalidArgument("arena size must be > 0");
+  if (options.huge_pages && options.size % kHugePageBytes != 0) {
+    return Status::InvalidArgument("an arena of huge pages must be a multiple of 2 MiB, not " +
+                                   FormatBytes(options.size));
+  }
   std::unique_ptr<MemfdArena> arena(new MemfdArena());
-  int fd = ::memfd_create(options.name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+  if (options.huge_pages) flags |= MFD_HUGETLB | MFD_HUGE_2MB;
+  int fd = ::memfd_create(options.name.c_str(), flags);
+  if (fd < 0 && options.huge_pages) return NoHugePages(options, "memfd_create(MFD_HUGETLB)", errno);
   if (fd < 0) return ErrnoStatus("memfd_create", errno);
   arena->fd_.reset(fd);
+  arena->huge_pages_ = options.huge_pages;
   if (::ftruncate(fd, static_cast<off_t>(options.size)) != 0) {
     return ErrnoStatus("ftruncate arena to " + FormatBytes(options.size), errno);
   }
@@ -45,7 +86,10 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
   int ro = ::open(self.c_str(), O_RDONLY | O_CLOEXEC);
   if (ro < 0) return ErrnoStatus("open " + self + " read-only", errno);
   arena->read_only_fd_.reset(ro);
+  // A shared mapping of huge pages reserves them from the pool here: a pool too small fails
+  // now (ENOMEM), not with a SIGBUS at some later first touch.
   void* p = ::mmap(nullptr, options.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED && options.huge_pages) return NoHugePages(options, "mmap", errno);
   if (p == MAP_FAILED) return ErrnoStatus("mmap arena of " + FormatBytes(options.size), errno);
   arena->base_ = static_cast<std::byte*>(p);
   arena->size_ = options.size;

@@ -4,9 +4,21 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace tierpool {
 namespace {
+
+// The kernel's free 2 MiB huge pages (/proc/meminfo), 0 when it says none.
+long long FreeHugePages() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("HugePages_Free:", 0) == 0) return std::stoll(line.substr(15));
+  }
+  return 0;
+}
 
 TEST(DramTier, RejectsBadConfig) {
   EXPECT_FALSE(DramTier::Create({.capacity = 0}).ok());
@@ -42,6 +54,43 @@ TEST(DramTier, ArenasAreSharedAndMappable) {
   EXPECT_EQ(t.used_bytes(), 0u);
   EXPECT_EQ(t.Stats().allocations, 1u);
   EXPECT_EQ(t.Stats().frees, 1u);
+}
+
+// Huge pages: sizes below one are refused; a pool that lacks the pages (asking for one more
+// than it has free) fails the tier at creation with what to do, not a SIGBUS at a first touch.
+TEST(DramTier, HugePagesAreRefusedClearlyWhenThePoolLacksThem) {
+  EXPECT_FALSE(DramTier::Create({.capacity = 1 << 20, .huge_pages = true}).ok());
+  EXPECT_FALSE(
+      DramTier::Create({.capacity = 8 << 20, .pools = {1 << 20}, .huge_pages = true}).ok());
+  const auto pages = static_cast<std::uint64_t>(FreeHugePages()) + 1;
+  auto tier = DramTier::Create({.capacity = pages * kHugePageBytes, .huge_pages = true});
+  ASSERT_FALSE(tier.ok());
+  EXPECT_EQ(tier.status().code(), StatusCode::kResourceExhausted) << tier.status().ToString();
+  EXPECT_NE(tier.status().message().find("vm.nr_hugepages"), std::string::npos)
+      << tier.status().ToString();
+}
+
+// With pages in the pool (sysctl vm.nr_hugepages; CI machines have none, so this skips there):
+// arenas of huge pages, their sizes rounded to 2 MiB, shared, sealed and readable through the
+// read-only descriptor as any other arena.
+TEST(DramTier, ArenasOfHugePages) {
+  if (FreeHugePages() < 4) GTEST_SKIP() << "fewer than 4 free huge pages (vm.nr_hugepages)";
+  auto tier = DramTier::Create({.capacity = (8 << 20) + 4096, .huge_pages = true});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Tier& t = **tier;
+  EXPECT_EQ(t.capacity(), 8u << 20);
+  auto arenas = t.Arenas();
+  ASSERT_EQ(arenas.size(), 1u);
+  EXPECT_EQ(arenas[0].size % kHugePageBytes, 0u);
+  auto e = t.Allocate(3 << 20, {});
+  ASSERT_TRUE(e.ok());
+  std::memset(t.HostAddress(*e), 0x5c, 3 << 20);
+  void* m = ::mmap(nullptr, arenas[0].size, PROT_READ, MAP_SHARED, arenas[0].read_only_fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  EXPECT_EQ(static_cast<unsigned char*>(m)[e->offset + (3 << 20) - 1], 0x5c);
+  ::munmap(m, arenas[0].size);
+  EXPECT_NE(::ftruncate(arenas[0].fd, 0), 0);  // sealed
+  ASSERT_TRUE(t.Free(*e).ok());
 }
 
 // Namespace pools: arenas of their own, carved out of the tier; an allocation never leaves its

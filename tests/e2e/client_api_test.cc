@@ -7,7 +7,9 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include <thread>
 
@@ -35,6 +37,7 @@ ServerProcess* ClientApi::server_ = nullptr;
 // (client/arena_mappings.h), from /proc/self/smaps; -1 where there is no such mapping.
 struct ArenaRss {
   long long write_kib = -1, read_kib = -1;
+  long long write_page_kib = -1, read_page_kib = -1;  // KernelPageSize
 };
 ArenaRss DramArenaRss(std::uint64_t size) {
   ArenaRss out;
@@ -42,18 +45,21 @@ ArenaRss DramArenaRss(std::uint64_t size) {
   if (f == nullptr) return out;
   char line[512];
   long long* current = nullptr;
+  long long* page = nullptr;
   while (std::fgets(line, sizeof line, f) != nullptr) {
     unsigned long long from = 0, to = 0;
     char perms[8] = {0};
     if (std::sscanf(line, "%llx-%llx %7s", &from, &to, perms) == 3) {
-      current = nullptr;
+      current = page = nullptr;
       if (to - from == size && std::strstr(line, "/memfd:tierpool-dram") != nullptr) {
         current = perms[1] == 'w' ? &out.write_kib : &out.read_kib;
+        page = perms[1] == 'w' ? &out.write_page_kib : &out.read_page_kib;
       }
       continue;
     }
     long long kib = 0;
     if (current != nullptr && std::sscanf(line, "Rss: %lld kB", &kib) == 1) *current = kib;
+    if (page != nullptr && std::sscanf(line, "KernelPageSize: %lld kB", &kib) == 1) *page = kib;
   }
   std::fclose(f);
   return out;
@@ -88,6 +94,34 @@ TEST(ClientArenas, ConnectFaultsNothingInAndEachCallOnlyTheGranulesItMeets) {
   ArenaRss got = DramArenaRss(kDram);
   EXPECT_GE(got.read_kib - rss.read_kib, 128) << "the get's granules were not faulted in";
   EXPECT_LE(got.read_kib - rss.read_kib, 192) << "more than the get's granules faulted in";
+}
+
+// `tierpoold --huge-pages` (where the kernel's pool has the pages; CI machines have none, so
+// this skips there): clients map the arenas of 2 MiB pages and round-trip bytes through them.
+TEST(ClientArenas, ArenasOfHugePagesRoundTrip) {
+  long long free_pages = 0;
+  {
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("HugePages_Free:", 0) == 0) free_pages = std::stoll(line.substr(15));
+    }
+  }
+  if (free_pages < 32) GTEST_SKIP() << "fewer than 32 free huge pages (vm.nr_hugepages)";
+  ServerProcess server({"--dram", "64M", "--hbm", "16M", "--huge-pages"});
+  ASSERT_TRUE(server.started());
+  auto c = server.Connect();
+  ASSERT_TRUE(c.ok());
+  std::vector<std::byte> bytes((3 << 20) + 5);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 13 + 1);
+  ASSERT_TRUE(c.value()->Put("huge/a", bytes.data(), bytes.size()).ok());
+  auto back = c.value()->GetBytes("huge/a");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, bytes);
+  // This process's mappings of the arena use 2 MiB pages.
+  ArenaRss arena = DramArenaRss(64ull << 20);
+  EXPECT_EQ(arena.write_page_kib, 2048);
+  EXPECT_EQ(arena.read_page_kib, 2048);
 }
 
 TEST_F(ClientApi, ConnectToNothingIsUnavailable) {

@@ -50,7 +50,7 @@ Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64
 
 Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
-  std::unique_ptr<DramTier> tier(new DramTier());
+  std::unique_ptr<DramTier> tier(new DramTier(config.huge_pages));
   std::uint32_t id = config.first_arena_id;
   // Arena sizes are multiples of this: the extent alignment, and 2 MiB with huge pages.
   const std::uint64_t unit =

@@ -31,7 +31,9 @@ class DramTier final : public ArenaTier {
   static Result<std::unique_ptr<DramTier>> Create(const DramTierConfig& config);
 
  private:
-  DramTier() : ArenaTier(TierKind::kDram, /*level=*/1, "memfd/libnuma") {}
+  explicit DramTier(bool huge_pages)
+      : ArenaTier(TierKind::kDram, /*level=*/1,
+                  huge_pages ? "memfd/libnuma, 2 MiB pages" : "memfd/libnuma") {}
   // One memfd arena as a region of `pool`.
   Status AddArena(const std::string& name, std::uint32_t id, std::uint64_t size, int numa_node,
                   std::uint32_t pool, const DramTierConfig& config);

@@ -79,6 +79,7 @@ TEST(DramTier, ArenasOfHugePages) {
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
   Tier& t = **tier;
   EXPECT_EQ(t.capacity(), 8u << 20);
+  EXPECT_EQ(t.Stats().backend, "memfd/libnuma, 2 MiB pages");  // what `tierpool stat` shows
   auto arenas = t.Arenas();
   ASSERT_EQ(arenas.size(), 1u);
   EXPECT_EQ(arenas[0].size % kHugePageBytes, 0u);

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <string>
 
@@ -25,14 +26,18 @@ void ArenaMappings::GranuleSet::Populate(std::byte* base, std::uint64_t size, st
                                          std::uint64_t length, int advice) const {
   if (length == 0 || advice < 0) return;
   const std::uint64_t first = offset / kGranule, last = (offset + length - 1) / kGranule;
-  // The first and last granules not faulted in yet; those between are faulted in with them (one
-  // call; pages already mapped cost the kernel little).
+  // The first and last granules not faulted in yet, a word of the bitmap at a time (a get's
+  // check of an extent already faulted in is a load per 64 granules); those between are faulted
+  // in with them (one call; pages already mapped cost the kernel little).
   std::uint64_t from = last + 1, to = first;
-  for (std::uint64_t g = first; g <= last; ++g) {
-    const std::uint64_t bit = 1ull << (g % 64);
-    if ((words_[g / 64].load(std::memory_order_relaxed) & bit) != 0) continue;
-    from = std::min(from, g);
-    to = g;
+  for (std::uint64_t w = first / 64; w <= last / 64; ++w) {
+    const std::uint64_t lo = w == first / 64 ? first % 64 : 0;
+    const std::uint64_t hi = w == last / 64 ? last % 64 : 63;
+    const std::uint64_t in_range = (~0ull >> (63 - hi)) & (~0ull << lo);
+    const std::uint64_t missing = ~words_[w].load(std::memory_order_relaxed) & in_range;
+    if (missing == 0) continue;
+    from = std::min(from, w * 64 + static_cast<std::uint64_t>(std::countr_zero(missing)));
+    to = w * 64 + 63 - static_cast<std::uint64_t>(std::countl_zero(missing));
   }
   if (from > to) return;
   const std::uint64_t begin = from * kGranule, end = std::min((to + 1) * kGranule, size);

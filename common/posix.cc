@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <limits>
 
 #include "common/status.h"
 #include "common/units.h"
@@ -57,6 +59,17 @@ Result<std::string> ReadFileUpTo(const std::string& path, std::uint64_t max_byte
   }
   data.resize(got);
   return data;
+}
+
+long long MeminfoValue(const std::string& field) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  long long value = 0;
+  while (in >> name >> value) {
+    if (name.size() == field.size() + 1 && name.compare(0, field.size(), field) == 0) return value;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return -1;
 }
 
 }  // namespace tierpool

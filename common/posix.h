@@ -53,4 +53,7 @@ inline std::uint64_t NowMicros() {
 // it is too large.
 Result<std::string> ReadFileUpTo(const std::string& path, std::uint64_t max_bytes);
 
+// A field of /proc/meminfo as its number ("HugePages_Free" -> 12); -1 when it is not there.
+long long MeminfoValue(const std::string& field);
+
 }  // namespace tierpool

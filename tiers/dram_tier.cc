@@ -1,7 +1,5 @@
 #include "tiers/dram_tier.h"
 
-#include <algorithm>
-
 #include "common/logging.h"
 #include "common/units.h"
 
@@ -13,7 +11,7 @@ Status DramTierConfig::validate() const {
     return Status::InvalidArgument("dram alignment must be a power of two");
   }
   if (capacity < alignment) return Status::InvalidArgument("dram capacity below one extent");
-  const std::uint64_t unit = huge_pages ? std::max(alignment, kHugePageBytes) : alignment;
+  const std::uint64_t unit = arena_unit();
   if (capacity < unit) return Status::InvalidArgument("dram capacity below one huge page (2 MiB)");
   std::uint64_t pooled = 0;
   for (std::uint64_t p : pools) {
@@ -52,9 +50,7 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<DramTier> tier(new DramTier(config.huge_pages));
   std::uint32_t id = config.first_arena_id;
-  // Arena sizes are multiples of this: the extent alignment, and 2 MiB with huge pages.
-  const std::uint64_t unit =
-      config.huge_pages ? std::max(config.alignment, kHugePageBytes) : config.alignment;
+  const std::uint64_t unit = config.arena_unit();
   std::uint64_t shared = config.capacity / unit * unit;
   for (std::size_t p = 0; p < config.pools.size(); ++p) {
     const std::uint64_t size = config.pools[p] / unit * unit;

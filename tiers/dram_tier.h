@@ -24,6 +24,10 @@ struct DramTierConfig {
   // rounded down to a multiple of 2 MiB.
   bool huge_pages = false;
   Status validate() const;
+  // Arena sizes are multiples of this: the extent alignment, and 2 MiB with huge pages.
+  std::uint64_t arena_unit() const {
+    return huge_pages && alignment < kHugePageBytes ? kHugePageBytes : alignment;
+  }
 };
 
 class DramTier final : public ArenaTier {

@@ -7,8 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,18 +28,6 @@ std::vector<int> NumaNodes() {
 }
 
 namespace {
-
-// A line of /proc/meminfo ("HugePages_Free:  12") as a number; -1 when it is not there.
-long long MeminfoValue(const char* field) {
-  std::ifstream in("/proc/meminfo");
-  std::string name;
-  long long value = 0;
-  while (in >> name >> value) {
-    if (name == std::string(field) + ":") return value;
-    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  return -1;
-}
 
 // Why an arena of huge pages could not be had: what it needs against what the pool holds.
 Status NoHugePages(const MemfdArenaOptions& options, const char* what, int err) {
@@ -72,7 +58,6 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
   if (fd < 0 && options.huge_pages) return NoHugePages(options, "memfd_create(MFD_HUGETLB)", errno);
   if (fd < 0) return ErrnoStatus("memfd_create", errno);
   arena->fd_.reset(fd);
-  arena->huge_pages_ = options.huge_pages;
   if (::ftruncate(fd, static_cast<off_t>(options.size)) != 0) {
     return ErrnoStatus("ftruncate arena to " + FormatBytes(options.size), errno);
   }

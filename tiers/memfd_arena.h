@@ -43,7 +43,6 @@ class MemfdArena {
   int read_only_fd() const { return read_only_fd_.get(); }
   int numa_node() const { return numa_node_; }
   bool locked() const { return locked_; }
-  bool huge_pages() const { return huge_pages_; }
 
  private:
   MemfdArena() = default;
@@ -53,7 +52,6 @@ class MemfdArena {
   std::uint64_t size_ = 0;
   int numa_node_ = -1;
   bool locked_ = false;
-  bool huge_pages_ = false;
 };
 
 // libnuma's view of the machine: the nodes memory can be placed on (at least {0}).

@@ -7,12 +7,12 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include <thread>
 
+#include "common/posix.h"
 #include "tests/e2e/server_process.h"
 
 namespace tierpool::testing {
@@ -99,15 +99,8 @@ TEST(ClientArenas, ConnectFaultsNothingInAndEachCallOnlyTheGranulesItMeets) {
 // `tierpoold --huge-pages` (where the kernel's pool has the pages; CI machines have none, so
 // this skips there): clients map the arenas of 2 MiB pages and round-trip bytes through them.
 TEST(ClientArenas, ArenasOfHugePagesRoundTrip) {
-  long long free_pages = 0;
-  {
-    std::ifstream in("/proc/meminfo");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("HugePages_Free:", 0) == 0) free_pages = std::stoll(line.substr(15));
-    }
-  }
-  if (free_pages < 32) GTEST_SKIP() << "fewer than 32 free huge pages (vm.nr_hugepages)";
+  if (MeminfoValue("HugePages_Free") < 32)
+    GTEST_SKIP() << "fewer than 32 free huge pages (vm.nr_hugepages)";
   ServerProcess server({"--dram", "64M", "--hbm", "16M", "--huge-pages"});
   ASSERT_TRUE(server.started());
   auto c = server.Connect();

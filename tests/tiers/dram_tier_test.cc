@@ -3,22 +3,18 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
 
+#include "common/posix.h"
+
 namespace tierpool {
 namespace {
 
-// The kernel's free 2 MiB huge pages (/proc/meminfo), 0 when it says none.
-long long FreeHugePages() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("HugePages_Free:", 0) == 0) return std::stoll(line.substr(15));
-  }
-  return 0;
-}
+// The kernel's free 2 MiB huge pages, 0 when it says none.
+long long FreeHugePages() { return std::max(0LL, MeminfoValue("HugePages_Free")); }
 
 TEST(DramTier, RejectsBadConfig) {
   EXPECT_FALSE(DramTier::Create({.capacity = 0}).ok());

@@ -3,21 +3,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
+#include "client/tool/measure.h"
 #include "client/tool/redis_peer.h"
 
 namespace tierpool::tool {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Buffers that start on a cache line, as PyTorch's CPU allocator places tensors. Where source and
 // destination start relative to each other decides how fast glibc's memcpy copies on some CPUs
@@ -35,80 +31,6 @@ struct LineAligned {
   bool operator==(const LineAligned&) const = default;
 };
 using Bytes = std::vector<std::byte, LineAligned<std::byte>>;
-
-struct Sample {
-  std::vector<double> micros;  // one entry per operation (or per batch)
-  double total_seconds = 0;    // wall time of the measured loop (all threads together)
-};
-
-// Runs op until the time budget is spent (at least min_iters times, after one warm-up).
-Result<Sample> Measure(double budget_s, int min_iters, const std::function<Status()>& op) {
-  TIERPOOL_RETURN_IF_ERROR(op());  // warm-up
-  Sample s;
-  auto start = Clock::now();
-  for (int i = 0;; ++i) {
-    auto t0 = Clock::now();
-    TIERPOOL_RETURN_IF_ERROR(op());
-    auto t1 = Clock::now();
-    s.micros.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    double elapsed = std::chrono::duration<double>(t1 - start).count();
-    if (i + 1 >= min_iters && elapsed >= budget_s) break;
-  }
-  for (double m : s.micros) s.total_seconds += m / 1e6;
-  return s;
-}
-
-// `threads` threads each run op(thread) for the budget, started together; the rate is all their
-// operations over the wall time from the start to the last one's end.
-Result<Sample> MeasureParallel(int threads, double budget_s, const std::function<Status(int)>& op) {
-  for (int t = 0; t < threads; ++t) TIERPOOL_RETURN_IF_ERROR(op(t));  // warm-up
-  std::vector<std::vector<double>> micros(static_cast<std::size_t>(threads));
-  std::vector<Status> failed(static_cast<std::size_t>(threads));
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      ready.fetch_add(1);
-      while (!go.load()) std::this_thread::yield();
-      const auto start = Clock::now();
-      for (;;) {
-        auto t0 = Clock::now();
-        if (Status s = op(t); !s.ok()) {
-          failed[static_cast<std::size_t>(t)] = s;
-          return;
-        }
-        auto t1 = Clock::now();
-        micros[static_cast<std::size_t>(t)].push_back(
-            std::chrono::duration<double, std::micro>(t1 - t0).count());
-        if (std::chrono::duration<double>(t1 - start).count() >= budget_s) return;
-      }
-    });
-  }
-  while (ready.load() < threads) std::this_thread::yield();
-  const auto start = Clock::now();
-  go = true;
-  for (auto& th : pool) th.join();
-  Sample s;
-  s.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  for (int t = 0; t < threads; ++t) {
-    TIERPOOL_RETURN_IF_ERROR(failed[static_cast<std::size_t>(t)]);
-    s.micros.insert(s.micros.end(), micros[static_cast<std::size_t>(t)].begin(),
-                    micros[static_cast<std::size_t>(t)].end());
-  }
-  return s;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  auto idx = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(idx, v.size() - 1)];
-}
-
-double Gbps(const Sample& s, std::uint64_t bytes_per_op) {
-  return static_cast<double>(s.micros.size()) * static_cast<double>(bytes_per_op) /
-         s.total_seconds / 1e9;
-}
 
 nlohmann::json Row(std::uint64_t size, const char* op, const char* path, const Sample& s,
                    std::uint64_t objects_per_op, int threads = 1) {
@@ -128,80 +50,71 @@ nlohmann::json Row(std::uint64_t size, const char* op, const char* path, const S
 // From this size up, copies are compared with memcpy into fresh memory (where the targets are
 // set), and tierpool's puts and gets go round several keys to meet fresh memory too.
 constexpr std::uint64_t kFreshFrom = 256u << 10;
+const char* ReferenceName(std::uint64_t size) { return size >= kFreshFrom ? "fresh" : "in_cache"; }
 
-// The memcpy references of one size: into the same, cache-warm destination again and again,
-// and into fresh destinations (a pool of pre-faulted memory several times the last-level cache,
-// cycled through), which is what a put's copy into the arena meets above the cache.
-struct MemcpyReference {
-  double in_cache_gbps = 0;
-  double fresh_gbps = 0;
-  // The one a row's ratio_to_memcpy is against.
-  static const char* reference_name(std::uint64_t size) {
-    return size >= kFreshFrom ? "fresh" : "in_cache";
-  }
-  double reference_gbps(std::uint64_t size) const {
-    return size >= kFreshFrom ? fresh_gbps : in_cache_gbps;
-  }
-};
+// Each case runs in turns of this long with the references it is compared with (measure.h),
+// at least four turns each at the smallest budgets.
+double TurnSeconds(double budget_s) { return std::min(0.02, budget_s / 4); }
 
 std::uint64_t LastLevelCacheBytes() {
   long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   return l3 > 0 ? static_cast<std::uint64_t>(l3) : 32ull << 20;
 }
 
-Result<MemcpyReference> MeasureMemcpy(std::uint64_t size, const Bytes& src, double budget,
-                                      int min_iters, nlohmann::json& rows) {
-  MemcpyReference ref;
-  Bytes dst(size);
-  std::memset(dst.data(), 0, size);
-  auto warm = Measure(budget, min_iters, [&] {
-    std::memcpy(dst.data(), src.data(), size);
-    asm volatile("" : : "r"(dst.data()) : "memory");
-    return Status::Ok();
-  });
-  if (!warm.ok()) return warm.status();
-  ref.in_cache_gbps = Gbps(*warm, size);
-  rows.push_back(Row(size, "memcpy", "in_cache", *warm, 1));
-
-  const std::uint64_t pool_bytes =
-      std::min<std::uint64_t>(std::max(4 * LastLevelCacheBytes(), 4 * size), 1ull << 30);
-  const std::uint64_t slots = std::max<std::uint64_t>(pool_bytes / size, 2);
-  Bytes pool(slots * size);
-  std::memset(pool.data(), 1, pool.size());  // pre-faulted, as the server's arenas are
-  std::uint64_t next = 0;
-  auto fresh = Measure(budget, min_iters, [&] {
-    std::byte* to = pool.data() + (next++ % slots) * size;
-    std::memcpy(to, src.data(), size);
-    asm volatile("" : : "r"(to) : "memory");
-    return Status::Ok();
-  });
-  if (!fresh.ok()) return fresh.status();
-  ref.fresh_gbps = Gbps(*fresh, size);
-  rows.push_back(Row(size, "memcpy", "fresh", *fresh, 1));
-  return ref;
-}
-
-void AddMemcpyRatios(nlohmann::json& row, std::uint64_t size, const MemcpyReference& ref) {
-  const double gbps = row["gbps"].get<double>();
-  row["memcpy_reference"] = MemcpyReference::reference_name(size);
-  row["ratio_to_memcpy"] = gbps / ref.reference_gbps(size);
-  row["ratio_to_memcpy_in_cache"] = gbps / ref.in_cache_gbps;
-}
-
-// Each row `is_subject` picks gets row[name]: its rate over that of the row `is_reference_for`
-// finds (objects per second for batches, GB/s otherwise).
-void AddRatios(nlohmann::json& rows, const char* name,
-               const std::function<bool(const nlohmann::json&)>& is_subject,
-               const std::function<bool(const nlohmann::json& reference,
-                                        const nlohmann::json& row)>& is_reference_for) {
-  for (auto& row : rows) {
-    if (!is_subject(row)) continue;
-    for (const auto& reference : rows) {
-      if (!is_reference_for(reference, row)) continue;
-      const char* field = row["objects_per_op"].get<std::uint64_t>() > 1 ? "objects_per_s" : "gbps";
-      row[name] = row[field].get<double>() / reference[field].get<double>();
-    }
+// The memcpy references: into the same, cache-warm destination again and again, and into fresh
+// destinations (a pool of pre-faulted memory several times the last-level cache, cycled
+// through), which is what a put's copy into the arena meets above the cache.
+class MemcpyReference {
+ public:
+  explicit MemcpyReference(std::uint64_t max_size)
+      : dst_(max_size),
+        pool_(std::min<std::uint64_t>(std::max(4 * LastLevelCacheBytes(), 4 * max_size),
+                                      1ull << 30)) {
+    std::memset(dst_.data(), 0, dst_.size());
+    std::memset(pool_.data(), 1, pool_.size());  // pre-faulted, as the server's arenas are
   }
+
+  std::function<Status()> InCache(const Bytes& src, std::uint64_t size) {
+    return [this, &src, size] {
+      std::memcpy(dst_.data(), src.data(), size);
+      asm volatile("" : : "r"(dst_.data()) : "memory");
+      return Status::Ok();
+    };
+  }
+  std::function<Status()> Fresh(const Bytes& src, std::uint64_t size) {
+    const std::uint64_t slots = std::max<std::uint64_t>(pool_.size() / size, 2);
+    return [this, &src, size, slots] {
+      std::byte* to = pool_.data() + (next_++ % slots) * size;
+      std::memcpy(to, src.data(), size);
+      asm volatile("" : : "r"(to) : "memory");
+      return Status::Ok();
+    };
+  }
+  // The one a row of this size is compared with.
+  std::function<Status()> For(const Bytes& src, std::uint64_t size) {
+    return size >= kFreshFrom ? Fresh(src, size) : InCache(src, size);
+  }
+
+ private:
+  Bytes dst_;
+  Bytes pool_;
+  std::uint64_t next_ = 0;
+};
+
+Turn OneThread(std::function<Status()> op) {
+  return [op = std::move(op)](double seconds) { return MeasureFor(seconds, op); };
+}
+Turn Threads(int threads, std::function<Status(int)> op) {
+  return [threads, op = std::move(op)](double seconds) {
+    return MeasureParallel(threads, seconds, op);
+  };
+}
+
+// row[name]: a subject's rate over that of a reference measured in turns with it (GB/s at the
+// same bytes per operation, which for batches is also the ratio of objects per second).
+void AddRatio(nlohmann::json& row, const char* name, const Sample& subject, const Sample& reference,
+              std::uint64_t bytes_per_op) {
+  row[name] = Gbps(subject, bytes_per_op) / Gbps(reference, bytes_per_op);
 }
 
 Bytes Pattern(std::uint64_t size, unsigned seed) {
@@ -233,17 +146,55 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
   const std::uint64_t sizes[] = {4096,        64 * 1024,       256 * 1024,
                                  1024 * 1024, 4 * 1024 * 1024, 64 * 1024 * 1024};
   const double budget = options.seconds_per_case;
+  const double turn = TurnSeconds(budget);
+  MemcpyReference memcpy_ref(sizes[std::size(sizes) - 1]);
   for (std::uint64_t size : sizes) {
     // Pre-faulted buffers, so neither side pays page faults inside the timed loop.
     const Bytes src = Pattern(size, 7);
-    Bytes dst(size);
+    Bytes dst(size), redis_dst(size);
     std::memset(dst.data(), 0, size);
+    std::memset(redis_dst.data(), 0, size);
     const int min_iters = size >= (64u << 20) ? 10 : 50;
-    auto ref = MeasureMemcpy(size, src, budget, min_iters, rows);
-    if (!ref.ok()) return ref.status();
-    auto add = [&](const char* op, const char* path, const Sample& s) {
-      rows.push_back(Row(size, op, path, s, 1));
-      AddMemcpyRatios(rows.back(), size, *ref);
+    // Both references, in turns with each other: the rows that show them.
+    auto refs = MeasureInTurns(
+        budget, turn, min_iters,
+        {OneThread(memcpy_ref.InCache(src, size)), OneThread(memcpy_ref.Fresh(src, size))});
+    if (!refs.ok()) return refs.status();
+    rows.push_back(Row(size, "memcpy", "in_cache", (*refs)[0], 1));
+    rows.push_back(Row(size, "memcpy", "fresh", (*refs)[1], 1));
+    const double in_cache_gbps = Gbps((*refs)[0], size);
+
+    // One tierpool case in turns with its memcpy reference and, compared, Redis's operation of
+    // the same kind; add_redis_row: the Redis row of this size and operation comes from these
+    // turns (the copying cases'; the zero-copy ones measure Redis again only for their ratios).
+    auto measure = [&](const char* op, const char* path, std::function<Status()> tierpool_op,
+                       std::function<Status()> redis_op, bool add_redis_row) -> Status {
+      std::vector<Turn> cases = {OneThread(std::move(tierpool_op)),
+                                 OneThread(memcpy_ref.For(src, size))};
+      if (redis) cases.push_back(OneThread(std::move(redis_op)));
+      auto s = MeasureInTurns(budget, turn, min_iters, cases);
+      if (!s.ok()) return s.status();
+      const Sample& mine = (*s)[0];
+      const Sample& copy = (*s)[1];
+      auto with_memcpy_ratios = [&](nlohmann::json row, const Sample& subject) {
+        row["memcpy_reference"] = ReferenceName(size);
+        row["memcpy_gbps_alongside"] = Gbps(copy, size);
+        AddRatio(row, "ratio_to_memcpy", subject, copy, size);
+        row["ratio_to_memcpy_in_cache"] = Gbps(subject, size) / in_cache_gbps;
+        return row;
+      };
+      nlohmann::json row = with_memcpy_ratios(Row(size, op, path, mine, 1), mine);
+      if (redis) {
+        const Sample& theirs = (*s)[2];
+        row["redis_gbps_alongside"] = Gbps(theirs, size);
+        AddRatio(row, "ratio_to_redis", mine, theirs, size);
+        row["ratio_to_redis_p50"] = Percentile(theirs.micros, 0.5) / Percentile(mine.micros, 0.5);
+      }
+      rows.push_back(std::move(row));
+      if (redis && add_redis_row) {
+        rows.push_back(with_memcpy_ratios(Row(size, op, "redis", (*s)[2], 1), (*s)[2]));
+      }
+      return Status::Ok();
     };
 
     // From 256 KiB up, puts and gets go round several keys, so that their copies meet memory
@@ -255,8 +206,11 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
     for (std::uint64_t i = 0; i < rounds; ++i) {
       keys.push_back("bench-" + std::to_string(size) + "-" + std::to_string(i));
     }
-    std::uint64_t turn = 0;
-    auto next_key = [&]() -> const std::string& { return keys[turn++ % keys.size()]; };
+    std::uint64_t turn_key = 0;
+    auto next_key = [&]() -> const std::string& { return keys[turn_key++ % keys.size()]; };
+    const std::string& redis_key = keys.front();
+    auto redis_set = [&] { return redis->Set(redis_key, src.data(), size); };
+    auto redis_get = [&] { return redis->Get(redis_key, redis_dst.data(), size); };
     PutOptions po;
     po.durability = Durability::kCache;
     // One untimed round first: the client faults an arena's pages in as its calls first meet
@@ -265,66 +219,57 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
     if (rounds > 1) {
       for (const auto& k : keys) TIERPOOL_RETURN_IF_ERROR(client.Put(k, src.data(), size, po));
     }
-    auto put =
-        Measure(budget, min_iters, [&] { return client.Put(next_key(), src.data(), size, po); });
-    if (!put.ok()) return put.status();
-    add("put", "copy", *put);
+    TIERPOOL_RETURN_IF_ERROR(measure(
+        "put", "copy", [&] { return client.Put(next_key(), src.data(), size, po); }, redis_set,
+        true));
     // The gets read every key: write the ones the timed loop did not reach.
-    for (std::uint64_t i = turn; i < keys.size(); ++i) {
+    for (std::uint64_t i = turn_key; i < keys.size(); ++i) {
       TIERPOOL_RETURN_IF_ERROR(client.Put(keys[i], src.data(), size, po));
     }
 
-    turn = 0;
-    auto get = Measure(budget, min_iters, [&] {
-      auto r = client.Get(next_key(), dst.data(), size);
-      return r.ok() ? Status::Ok() : r.status();
-    });
-    if (!get.ok()) return get.status();
-    add("get", "copy", *get);
+    turn_key = 0;
+    TIERPOOL_RETURN_IF_ERROR(measure(
+        "get", "copy",
+        [&] {
+          auto r = client.Get(next_key(), dst.data(), size);
+          return r.ok() ? Status::Ok() : r.status();
+        },
+        redis_get, true));
     if (std::memcmp(src.data(), dst.data(), size) != 0) {
       return Status::DataLoss("bench: bytes read back differ from those written");
+    }
+    if (redis && std::memcmp(src.data(), redis_dst.data(), size) != 0) {
+      return Status::DataLoss("bench: redis returned other bytes than those written");
     }
 
     // Zero copy: the producer writes in place and the consumer reads in place, so what is timed
     // is tierpool's own cost: reserve + checksum + commit, and pin + map + release.
-    turn = 0;
-    auto zput = Measure(budget, min_iters, [&] {
-      auto r = client.Reserve(next_key(), size, po);
-      if (!r.ok()) return r.status();
-      return r->Commit();
-    });
-    if (!zput.ok()) return zput.status();
-    add("put", "zero_copy", *zput);
-
-    turn = 0;
-    auto zget = Measure(budget, min_iters, [&] {
-      auto v = client.GetView(next_key());
-      return v.ok() ? Status::Ok() : v.status();
-    });
-    if (!zget.ok()) return zget.status();
-    add("get", "zero_copy", *zget);
+    turn_key = 0;
+    TIERPOOL_RETURN_IF_ERROR(measure(
+        "put", "zero_copy",
+        [&] {
+          auto r = client.Reserve(next_key(), size, po);
+          if (!r.ok()) return r.status();
+          return r->Commit();
+        },
+        redis_set, false));
+    turn_key = 0;
+    TIERPOOL_RETURN_IF_ERROR(measure(
+        "get", "zero_copy",
+        [&] {
+          auto v = client.GetView(next_key());
+          return v.ok() ? Status::Ok() : v.status();
+        },
+        redis_get, false));
     (void)client.DeleteBatch(keys);
-    const std::string& key = keys.front();
-
-    if (redis) {
-      auto rput = Measure(budget, min_iters, [&] { return redis->Set(key, src.data(), size); });
-      if (!rput.ok()) return rput.status();
-      add("put", "redis", *rput);
-      std::memset(dst.data(), 0, size);
-      auto rget = Measure(budget, min_iters, [&] { return redis->Get(key, dst.data(), size); });
-      if (!rget.ok()) return rget.status();
-      add("get", "redis", *rget);
-      if (std::memcmp(src.data(), dst.data(), size) != 0) {
-        return Status::DataLoss("bench: redis returned other bytes than those written");
-      }
-      (void)redis->Delete({key});
-    }
+    if (redis) (void)redis->Delete({redis_key});
   }
 
   // Batches of 64 x 4 KiB, as a KV-cache offload would send them: one thread, then several,
-  // each thread with keys of its own.
+  // each thread with keys of its own, in turns with each other and with Redis pipelined 64 deep.
   constexpr int kBatch = 64;
   constexpr std::uint64_t kSize = 4096;
+  constexpr std::uint64_t kBatchBytes = kBatch * kSize;
   const int max_threads = std::max(1, options.threads);
   struct Batch {
     Bytes src, dst;
@@ -338,8 +283,8 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
   bo.durability = Durability::kCache;
   for (int t = 0; t < max_threads; ++t) {
     Batch& b = batches[static_cast<std::size_t>(t)];
-    b.src = Pattern(kBatch * kSize, 1 + static_cast<unsigned>(t));
-    b.dst.assign(kBatch * kSize, std::byte{0});
+    b.src = Pattern(kBatchBytes, 1 + static_cast<unsigned>(t));
+    b.dst.assign(kBatchBytes, std::byte{0});
     for (int i = 0; i < kBatch; ++i) {
       b.keys.push_back("bench-batch-" + std::to_string(t) + "-" + std::to_string(i));
     }
@@ -348,6 +293,8 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
       b.gets.push_back({b.keys[i], b.dst.data() + i * kSize, kSize});
     }
   }
+  Bytes redis_batch_dst(kBatchBytes, std::byte{0});
+  const Batch& first = batches[0];
   auto put_batch = [&](int t) {
     for (auto& s : client.PutBatch(batches[static_cast<std::size_t>(t)].puts)) {
       TIERPOOL_RETURN_IF_ERROR(s);
@@ -360,16 +307,38 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
     }
     return Status::Ok();
   };
-  std::vector<int> thread_counts = {1};
-  if (max_threads > 1) thread_counts.push_back(max_threads);
-  for (int threads : thread_counts) {
-    auto bput = MeasureParallel(threads, budget, put_batch);
-    if (!bput.ok()) return bput.status();
-    rows.push_back(Row(kSize, "put_batch", "copy", *bput, kBatch, threads));
-    auto bget = MeasureParallel(threads, budget, get_batch);
-    if (!bget.ok()) return bget.status();
-    rows.push_back(Row(kSize, "get_batch", "copy", *bget, kBatch, threads));
-  }
+  auto measure_batches = [&](const char* op, std::function<Status(int)> tierpool_op,
+                             std::function<Status()> redis_op) -> Status {
+    std::vector<Turn> cases = {Threads(1, tierpool_op)};
+    if (max_threads > 1) cases.push_back(Threads(max_threads, tierpool_op));
+    if (redis) cases.push_back(OneThread(std::move(redis_op)));
+    auto s = MeasureInTurns(budget, turn, 50, cases);
+    if (!s.ok()) return s.status();
+    const Sample& one = (*s)[0];
+    for (std::size_t i = 0; i + (redis ? 1 : 0) < s->size(); ++i) {
+      const int threads = i == 0 ? 1 : max_threads;
+      nlohmann::json row = Row(kSize, op, "copy", (*s)[i], kBatch, threads);
+      if (threads > 1) AddRatio(row, "ratio_to_one_thread", (*s)[i], one, kBatchBytes);
+      if (redis) {
+        const Sample& theirs = s->back();
+        row["redis_gbps_alongside"] = Gbps(theirs, kBatchBytes);
+        AddRatio(row, "ratio_to_redis", (*s)[i], theirs, kBatchBytes);
+        if (threads == 1) {
+          row["ratio_to_redis_p50"] =
+              Percentile(theirs.micros, 0.5) / Percentile((*s)[i].micros, 0.5);
+        }
+      }
+      rows.push_back(std::move(row));
+    }
+    if (redis) rows.push_back(Row(kSize, op, "redis", s->back(), kBatch));
+    return Status::Ok();
+  };
+  TIERPOOL_RETURN_IF_ERROR(measure_batches("put_batch", put_batch, [&] {
+    return redis->SetPipelined(first.keys, first.src.data(), kSize);
+  }));
+  TIERPOOL_RETURN_IF_ERROR(measure_batches("get_batch", get_batch, [&] {
+    return redis->GetPipelined(first.keys, redis_batch_dst.data(), kSize);
+  }));
   for (const Batch& b : batches) {
     if (std::memcmp(b.src.data(), b.dst.data(), b.src.size()) != 0) {
       return Status::DataLoss("bench: batch bytes read back differ from those written");
@@ -377,47 +346,11 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
     (void)client.DeleteBatch(b.keys);
   }
   if (redis) {
-    Batch& b = batches[0];
-    std::fill(b.dst.begin(), b.dst.end(), std::byte{0});
-    auto rput =
-        Measure(budget, 50, [&] { return redis->SetPipelined(b.keys, b.src.data(), kSize); });
-    if (!rput.ok()) return rput.status();
-    rows.push_back(Row(kSize, "put_batch", "redis", *rput, kBatch));
-    auto rget =
-        Measure(budget, 50, [&] { return redis->GetPipelined(b.keys, b.dst.data(), kSize); });
-    if (!rget.ok()) return rget.status();
-    rows.push_back(Row(kSize, "get_batch", "redis", *rget, kBatch));
-    if (std::memcmp(b.src.data(), b.dst.data(), b.src.size()) != 0) {
+    if (std::memcmp(first.src.data(), redis_batch_dst.data(), kBatchBytes) != 0) {
       return Status::DataLoss("bench: redis batch bytes differ from those written");
     }
-    (void)redis->Delete(b.keys);
-    // Each tierpool row against the redis row of the same size and operation.
-    auto tierpool_row = [](const nlohmann::json& row) {
-      return row["path"] == "copy" || row["path"] == "zero_copy";
-    };
-    auto redis_row_for = [](const nlohmann::json& ref, const nlohmann::json& row) {
-      return ref["path"] == "redis" && ref["size"] == row["size"] && ref["op"] == row["op"];
-    };
-    AddRatios(rows, "ratio_to_redis", tierpool_row, redis_row_for);
-    // The same at the median (Redis's p50 time per operation over tierpool's): a mean is pulled
-    // about by a shared machine's millisecond stalls, which hit either side in turn. One-thread
-    // rows, where an operation's time is the rate's inverse.
-    for (auto& row : rows) {
-      if (!tierpool_row(row) || row["threads"] != 1) continue;
-      for (const auto& ref : rows) {
-        if (redis_row_for(ref, row)) {
-          row["ratio_to_redis_p50"] = ref["p50_us"].get<double>() / row["p50_us"].get<double>();
-        }
-      }
-    }
+    (void)redis->Delete(first.keys);
   }
-  // Several threads against one: the scaling figure.
-  AddRatios(
-      rows, "ratio_to_one_thread", [](const nlohmann::json& row) { return row["threads"] > 1; },
-      [](const nlohmann::json& ref, const nlohmann::json& row) {
-        return ref["threads"] == 1 && ref["op"] == row["op"] && ref["path"] == row["path"] &&
-               ref["size"] == row["size"];
-      });
   return rows;
 }
 

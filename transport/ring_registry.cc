@@ -35,7 +35,10 @@ bool RingRegistry::Poll() {
   // Woken outside the lock: a session served inline may close its ring.
   std::vector<std::shared_ptr<Entry>> woken;
   {
-    std::lock_guard lock(mu_);
+    // Busy I/O threads look here back to back; one that finds another looking leaves it to
+    // that one instead of queueing on the lock.
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
     for (const auto& e : entries_) {
       const std::uint32_t seq = e->ring.control().request_seq.load(std::memory_order_acquire);
       std::uint32_t handed = e->handed.load(std::memory_order_relaxed);

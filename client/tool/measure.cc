@@ -91,11 +91,13 @@ Result<std::vector<Sample>> MeasureInTurns(double budget_s, double turn_s, int m
   const auto enough = [&](const Sample& s) {
     return s.total_seconds >= budget_s && s.micros.size() >= static_cast<std::size_t>(min_iters);
   };
-  for (;;) {
+  for (std::size_t round = 0;; ++round) {
     bool all_done = true;
-    for (std::size_t i = 0; i < cases.size(); ++i) {
+    for (std::size_t k = 0; k < cases.size(); ++k) {
       // A case that has had enough still runs while another has not: each round is every case
-      // once, so that all of them see the same stretch of time.
+      // once, so that all of them see the same stretch of time; every other round backwards,
+      // so that none always follows the same one (whose traces in the caches it would meet).
+      const std::size_t i = round % 2 == 0 ? k : cases.size() - 1 - k;
       auto piece = cases[i](turn_s);
       if (!piece.ok()) return piece.status();
       Sample& s = samples[i];

@@ -39,7 +39,8 @@ Result<Sample> MeasureParallel(int threads, double budget_s, const std::function
 using Turn = std::function<Result<Sample>(double seconds)>;
 
 // Each case once, unmeasured (a warm-up), then every case in turn for turn_s each, round after
-// round, until each has run at least budget_s in all and at least min_iters operations. Returns
+// round (every other round in reverse order), until each has run at least budget_s in all and
+// at least min_iters operations. Returns
 // one Sample per case, the turns of each joined. A case's error ends the measurement.
 Result<std::vector<Sample>> MeasureInTurns(double budget_s, double turn_s, int min_iters,
                                            const std::vector<Turn>& cases);

@@ -35,11 +35,12 @@ TEST(MeasureInTurns, EveryCaseRunsInEveryRoundUntilAllHaveTheirBudget) {
   };
   auto samples = MeasureInTurns(0.95, 0.1, 3, {slow, quick});
   ASSERT_TRUE(samples.ok()) << samples.status().ToString();
-  // Warm-ups first (one each), then 0,1 alternating for ten rounds (case 0 needs 10 x 0.1 s).
+  // Warm-ups first (one each), then ten rounds of both (case 0 needs 10 x 0.1 s), every other
+  // one in reverse order.
   std::vector<int> expected = {0, 1};
   for (int round = 0; round < 10; ++round) {
-    expected.push_back(0);
-    expected.push_back(1);
+    expected.push_back(round % 2 == 0 ? 0 : 1);
+    expected.push_back(round % 2 == 0 ? 1 : 0);
   }
   EXPECT_EQ(order, expected);
   ASSERT_EQ(samples->size(), 2u);

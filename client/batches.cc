@@ -2,7 +2,9 @@
 // pipelined on the connection: every part's reserve (or get) is sent at once, and each part's
 // bytes are copied (and its commit sent) as soon as its reply arrives, while the server is still
 // working on the next part. The client's copies and messages then overlap the server's work
-// instead of following it (docs/benchmarks.md, "Batches of small objects, pipelined").
+// instead of following it (docs/benchmarks.md, "Batches of small objects, pipelined"). A batch
+// of few bytes on a connection with a request ring goes whole through the ring instead: there
+// the socket's round trips cost more than the overlap saves.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -26,38 +28,66 @@ constexpr std::size_t kMinPartItems = 16;
 // writing its reply, blocks writing a reply nobody reads. Batches whose requests take more than
 // this, or more than half the buffer, go in one part.
 constexpr std::size_t kMaxPipelinedBytes = 128 * 1024;
+// On a connection with a request ring, a batch whose objects come to at most this many bytes
+// goes in one part, as calls through the ring: its copies are too short for the overlap of
+// pipelining to pay for the socket's round trips. Measured on the development VM in turns
+// (docs/benchmarks.md, "Small batches through the ring"): 64 x 4 KiB gets 17% faster in one
+// part, 64 x 8 KiB 13%, 64 x 16 KiB the same; puts 7% faster at 64 x 2 KiB, the same at 4 KiB,
+// 7-12% slower from 8 KiB (their copies into fresh memory are what pipelining overlaps).
+constexpr std::uint64_t kOneCallPutBytes = 256 * 1024;
+constexpr std::uint64_t kOneCallGetBytes = 512 * 1024;
 
 // The items [begin, end) of one part of a batch.
 struct Range {
   std::size_t begin = 0, end = 0;
 };
 
-// The parts a batch of `items` goes in, in order. request_bytes: an upper bound on the encoded
-// size of the batch's requests together; send_buffer: the connection's SO_SNDBUF.
-std::vector<Range> Parts(std::size_t items, std::size_t request_bytes, std::size_t send_buffer) {
-  const std::size_t room = std::min(kMaxPipelinedBytes, send_buffer / 2);
-  const std::size_t count = items >= kParts * kMinPartItems && request_bytes <= room ? kParts : 1;
+// What decides how a batch is split.
+struct BatchShape {
+  std::size_t items = 0;
+  std::size_t request_bytes = 0;   // an upper bound on the encoded size of all its requests
+  std::uint64_t object_bytes = 0;  // the objects' bytes (a get's: its buffers' capacity)
+};
+
+// The parts a batch goes in, in order: one where the connection's ring carries it whole and
+// its objects are few bytes (one_call_bytes), else kParts pipelined on the socket where they
+// fit its send buffer and each part is large enough, else one.
+std::vector<Range> Parts(const BatchShape& b, const transport::BlockingConnection& conn,
+                         std::uint64_t one_call_bytes) {
+  const bool ring_call = conn.has_ring() && b.request_bytes <= transport::kRingAreaBytes &&
+                         b.object_bytes <= one_call_bytes;
+  const std::size_t room = std::min(kMaxPipelinedBytes, conn.send_buffer_bytes() / 2);
+  const std::size_t count =
+      !ring_call && b.items >= kParts * kMinPartItems && b.request_bytes <= room ? kParts : 1;
   std::vector<Range> out(count);
-  for (std::size_t k = 0; k < count; ++k) out[k] = {items * k / count, items * (k + 1) / count};
+  for (std::size_t k = 0; k < count; ++k) {
+    out[k] = {b.items * k / count, b.items * (k + 1) / count};
+  }
   return out;
 }
 
 // Upper bounds on an item's encoded size in a reserve (a PutSpec with its field tags, lengths
-// and varints) and in a get (a Key).
+// and varints) and in a get (a Key); the bytes it moves.
 std::size_t RequestBytes(const std::string& ns, const PutItem& it) {
   return ns.size() + it.key.size() + it.options.dtype.size() + 10 * it.options.shape.size() + 64;
 }
 std::size_t RequestBytes(const std::string& ns, const GetItem& it) {
   return ns.size() + it.key.size() + 16;
 }
+std::uint64_t ObjectBytes(const PutItem& it) { return it.size; }
+std::uint64_t ObjectBytes(const GetItem& it) { return it.capacity; }
 
 // The parts of a batch of items on `conn`.
 template <typename Item>
 std::vector<Range> PartsOf(const std::vector<Item>& items, const std::string& ns,
-                           const transport::BlockingConnection& conn) {
-  std::size_t request_bytes = 0;
-  for (const auto& it : items) request_bytes += RequestBytes(ns, it);
-  return Parts(items.size(), request_bytes, conn.send_buffer_bytes());
+                           const transport::BlockingConnection& conn,
+                           std::uint64_t one_call_bytes) {
+  BatchShape b{items.size(), 0, 0};
+  for (const auto& it : items) {
+    b.request_bytes += RequestBytes(ns, it);
+    b.object_bytes += ObjectBytes(it);
+  }
+  return Parts(b, conn, one_call_bytes);
 }
 
 Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) {
@@ -100,9 +130,13 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  const std::vector<Range> ranges = PartsOf(items, core_->options.ns, *conn->conn);
+  const std::vector<Range> ranges =
+      PartsOf(items, core_->options.ns, *conn->conn, kOneCallPutBytes);
   std::vector<Part> parts(ranges.size());
   detail::PipelinedExchange exchange(*conn.shared());
+  // A batch in one part is a call for its room and one for its commit, through the ring when
+  // the connection has one.
+  const bool one_call = parts.size() == 1;
 
   // Phase one: every part's reserve, back to back.
   for (std::size_t k = 0; k < parts.size(); ++k) {
@@ -116,12 +150,14 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
                reserve->add_items());
     }
     p.reserved = k == 0 ? &messages.response() : messages.New<wire::Response>();
-    p.reserve_sent = exchange.Send(*p.reserve);
+    if (!one_call) p.reserve_sent = exchange.Send(*p.reserve);
   }
 
   // Phase two: as each part's room arrives, copy into it and send its commit.
   for (Part& p : parts) {
-    Status s = p.reserve_sent.ok() ? exchange.Receive(*p.reserve, p.reserved) : p.reserve_sent;
+    Status s = one_call              ? exchange.Call(*p.reserve, p.reserved)
+               : p.reserve_sent.ok() ? exchange.Receive(*p.reserve, p.reserved)
+                                     : p.reserve_sent;
     if (s.ok() && p.reserved->reserve().items_size() != static_cast<int>(p.end - p.begin)) {
       s = Status::Internal("bad reserve reply");
     }
@@ -156,19 +192,24 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
     }
     if (p.abort != nullptr) {
       p.aborted = messages.New<wire::Response>();
-      p.abort_sent = exchange.Send(*p.abort);
+      p.abort_sent = one_call ? exchange.Call(*p.abort, p.aborted) : exchange.Send(*p.abort);
     }
     if (p.commit != nullptr) {
       p.committed = messages.New<wire::Response>();
-      p.commit_sent = exchange.Send(*p.commit);
+      p.commit_sent = one_call ? exchange.Call(*p.commit, p.committed) : exchange.Send(*p.commit);
     }
   }
 
-  // Phase three: the replies to the aborts and commits, in the order they were sent.
+  // Phase three: the replies to the aborts and commits, in the order they were sent (a batch
+  // in one part has them already).
   for (Part& p : parts) {
-    if (p.abort != nullptr && p.abort_sent.ok()) (void)exchange.Receive(*p.abort, p.aborted);
+    if (p.abort != nullptr && p.abort_sent.ok() && !one_call) {
+      (void)exchange.Receive(*p.abort, p.aborted);
+    }
     if (p.commit == nullptr) continue;
-    Status s = p.commit_sent.ok() ? exchange.Receive(*p.commit, p.committed) : p.commit_sent;
+    Status s = one_call             ? p.commit_sent
+               : p.commit_sent.ok() ? exchange.Receive(*p.commit, p.committed)
+                                    : p.commit_sent;
     if (s.ok() && p.committed->statuses().items_size() != static_cast<int>(p.in_commit.size())) {
       s = Status::Internal("bad commit reply");
     }
@@ -191,7 +232,8 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
   }
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  const std::vector<Range> ranges = PartsOf(items, core_->options.ns, *conn->conn);
+  const std::vector<Range> ranges =
+      PartsOf(items, core_->options.ns, *conn->conn, kOneCallGetBytes);
   struct GetPart : Range {
     wire::Request* get = nullptr;
     wire::Response* got = nullptr;

@@ -114,14 +114,16 @@ TEST(RoundTripBatch, SixtyFourBlocksInOneCall) {
   EXPECT_EQ(list->front().kind, ObjectKind::kKvBlock);
 }
 
-// A batch of 32 or more goes in two parts pipelined on one connection: both reserves (gets)
-// sent at once, each part copied and committed as its reply comes. Errors stay with their item,
-// and the connection is left with no reply unread.
+// A batch of 32 or more goes in two parts pipelined on one connection (without a request ring,
+// or with one for batches of many bytes: SmallBatchesGoWholeThroughTheRing): both reserves
+// (gets) sent at once, each part copied and committed as its reply comes. Errors stay with
+// their item, and the connection is left with no reply unread.
 TEST(RoundTripBatch, LargeBatchesArePipelinedInTwoParts) {
   ServerProcess server({"--dram", "64M", "--hbm", "0"});
   ASSERT_TRUE(server.started());
   ClientOptions options = server.options();
   options.max_connections = 1;
+  options.request_ring = false;
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
   Client& c = **client;
@@ -206,6 +208,63 @@ TEST(RoundTripBatch, LargeBatchesArePipelinedInTwoParts) {
   std::string back(4096, '\0');
   ASSERT_TRUE(c.Get("after", back.data(), back.size()).ok());
   EXPECT_TRUE(back == data[0]);
+}
+
+// On a connection with a request ring, a batch of few bytes goes whole through it: one call for
+// its room and one for its commit (one get, and its release), where the socket's pipelining
+// would cost more round trips than its overlap saves; a batch of more bytes is still pipelined.
+TEST(RoundTripBatch, SmallBatchesGoWholeThroughTheRing) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  ClientOptions options = server.options();
+  options.max_connections = 1;
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  Client& c = **client;
+  ASSERT_EQ(ServerCounter(c, "request_rings_open"), 1u);
+  // Requests of every kind and those of them through the ring, from one stat (which counts
+  // itself).
+  auto counts = [&] {
+    auto st = c.ServerStat();
+    EXPECT_TRUE(st.ok());
+    if (!st.ok()) return std::pair<std::uint64_t, std::uint64_t>{};
+    const std::uint64_t rings = st->counter("ring_requests");
+    return std::pair{st->counter("frames_received") - st->counter("ring_doorbells") + rings, rings};
+  };
+  for (std::uint64_t size : {std::uint64_t{4096}, std::uint64_t{16384}}) {
+    constexpr int kItems = 64;  // 256 KiB of puts in 4 KiB objects, 1 MiB in 16 KiB ones
+    std::vector<std::string> data, out;
+    std::vector<PutItem> puts;
+    std::vector<GetItem> gets;
+    for (int i = 0; i < kItems; ++i) data.push_back(Pattern(size + i, size));
+    out.assign(kItems, std::string(size, '\0'));
+    for (int i = 0; i < kItems; ++i) {
+      const std::string key = "s" + std::to_string(size) + "-" + std::to_string(i);
+      puts.push_back({key, data[static_cast<std::size_t>(i)].data(), size, {}});
+      gets.push_back({key, out[static_cast<std::size_t>(i)].data(), size});
+    }
+    const bool whole = size == 4096;
+    auto before = counts();
+    for (const Status& st : c.PutBatch(puts)) ASSERT_TRUE(st.ok()) << size << ": " << st.ToString();
+    auto after = counts();
+    // A reserve and a commit, both through the ring; else two of each, on the socket (and the
+    // stat that counted them, through the ring).
+    EXPECT_EQ(after.first - before.first, whole ? 3u : 5u) << size;
+    EXPECT_EQ(after.second - before.second, whole ? 3u : 1u) << size;
+    before = after;
+    auto results = c.GetBatch(gets);
+    for (int i = 0; i < kItems; ++i) {
+      const auto& r = results[static_cast<std::size_t>(i)];
+      ASSERT_TRUE(r.ok()) << size << "/" << i << ": " << r.status().ToString();
+      EXPECT_TRUE(out[static_cast<std::size_t>(i)] == data[static_cast<std::size_t>(i)]) << i;
+    }
+    after = counts();
+    // Gets of up to 512 KiB: one get and its release, through the ring; the 1 MiB batch's two
+    // gets pipelined on the socket, their release in the ring.
+    EXPECT_EQ(after.first - before.first, whole ? 3u : 4u) << size;
+    EXPECT_EQ(after.second - before.second, whole ? 3u : 2u) << size;
+  }
+  EXPECT_TRUE(server.WaitFor([](const ServerStats& st) { return st.counter("leases_open") == 0; }));
 }
 
 // A WriteReservation commits on its connection outside any borrow: its round trip must never

@@ -2,9 +2,9 @@
 // pipelined on the connection: every part's reserve (or get) is sent at once, and each part's
 // bytes are copied (and its commit sent) as soon as its reply arrives, while the server is still
 // working on the next part. The client's copies and messages then overlap the server's work
-// instead of following it (docs/benchmarks.md, "Batches of small objects, pipelined"). A batch
-// of few bytes on a connection with a request ring goes whole through the ring instead: there
-// the socket's round trips cost more than the overlap saves.
+// instead of following it (docs/benchmarks.md, "Batches of small objects, pipelined"). A get
+// batch of few bytes on a connection with a request ring goes whole through the ring instead:
+// there the socket's round trips cost more than the overlap saves.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -28,13 +28,13 @@ constexpr std::size_t kMinPartItems = 16;
 // writing its reply, blocks writing a reply nobody reads. Batches whose requests take more than
 // this, or more than half the buffer, go in one part.
 constexpr std::size_t kMaxPipelinedBytes = 128 * 1024;
-// On a connection with a request ring, a batch whose objects come to at most this many bytes
-// goes in one part, as calls through the ring: its copies are too short for the overlap of
-// pipelining to pay for the socket's round trips. Measured on the development VM in turns
+// On a connection with a request ring, a get batch whose buffers come to at most this many
+// bytes goes in one part, as one call through the ring: its copies are too short for the overlap
+// of pipelining to pay for the socket's round trips. Measured on the development VM in turns
 // (docs/benchmarks.md, "Small batches through the ring"): 64 x 4 KiB gets 17% faster in one
-// part, 64 x 8 KiB 13%, 64 x 16 KiB the same; puts 7% faster at 64 x 2 KiB, the same at 4 KiB,
-// 7-12% slower from 8 KiB (their copies into fresh memory are what pipelining overlaps).
-constexpr std::uint64_t kOneCallPutBytes = 256 * 1024;
+// part, 64 x 8 KiB 13%, 64 x 16 KiB the same. Put batches keep their two parts: alone they ran
+// as fast in one (64 x 4 KiB) or 7-12% slower (from 8 KiB), and with two client threads on two
+// vCPUs, waiting on their rings, at a third of the rate.
 constexpr std::uint64_t kOneCallGetBytes = 512 * 1024;
 
 // The items [begin, end) of one part of a batch.
@@ -50,8 +50,8 @@ struct BatchShape {
 };
 
 // The parts a batch goes in, in order: one where the connection's ring carries it whole and
-// its objects are few bytes (one_call_bytes), else kParts pipelined on the socket where they
-// fit its send buffer and each part is large enough, else one.
+// its objects are at most one_call_bytes, else kParts pipelined on the socket where they fit
+// its send buffer and each part is large enough, else one.
 std::vector<Range> Parts(const BatchShape& b, const transport::BlockingConnection& conn,
                          std::uint64_t one_call_bytes) {
   const bool ring_call = conn.has_ring() && b.request_bytes <= transport::kRingAreaBytes &&
@@ -130,12 +130,11 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  const std::vector<Range> ranges =
-      PartsOf(items, core_->options.ns, *conn->conn, kOneCallPutBytes);
+  const std::vector<Range> ranges = PartsOf(items, core_->options.ns, *conn->conn, 0);
   std::vector<Part> parts(ranges.size());
   detail::PipelinedExchange exchange(*conn.shared());
-  // A batch in one part is a call for its room and one for its commit, through the ring when
-  // the connection has one.
+  // A batch in one part (a small one, or one too large to pipeline) is a call for its room and
+  // one for its commit, through the ring when the connection has one and they fit it.
   const bool one_call = parts.size() == 1;
 
   // Phase one: every part's reserve, back to back.

@@ -36,6 +36,7 @@ constexpr std::size_t kMaxPipelinedBytes = 128 * 1024;
 // as fast in one (64 x 4 KiB) or 7-12% slower (from 8 KiB), and with two client threads on two
 // vCPUs, waiting on their rings, at a third of the rate.
 constexpr std::uint64_t kOneCallGetBytes = 512 * 1024;
+constexpr std::uint64_t kOneCallPutBytes = 0;  // only a batch of empty objects
 
 // The items [begin, end) of one part of a batch.
 struct Range {
@@ -130,7 +131,8 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   if (!conn.status().ok()) return std::vector<Status>(items.size(), conn.status());
   transport::MessageArena& messages = conn->messages;
   messages.Reset();
-  const std::vector<Range> ranges = PartsOf(items, core_->options.ns, *conn->conn, 0);
+  const std::vector<Range> ranges =
+      PartsOf(items, core_->options.ns, *conn->conn, kOneCallPutBytes);
   std::vector<Part> parts(ranges.size());
   detail::PipelinedExchange exchange(*conn.shared());
   // A batch in one part (a small one, or one too large to pipeline) is a call for its room and

@@ -1,5 +1,7 @@
 #include "tiers/dram_tier.h"
 
+#include <string>
+
 #include "common/logging.h"
 #include "common/units.h"
 
@@ -10,15 +12,12 @@ Status DramTierConfig::validate() const {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     return Status::InvalidArgument("dram alignment must be a power of two");
   }
-  if (capacity < alignment) return Status::InvalidArgument("dram capacity below one extent");
   const std::uint64_t unit = arena_unit();
-  if (capacity < unit) return Status::InvalidArgument("dram capacity below one huge page (2 MiB)");
+  const char* below = unit == alignment ? " below one extent" : " below one huge page (2 MiB)";
+  if (capacity < unit) return Status::InvalidArgument(std::string("dram capacity") + below);
   std::uint64_t pooled = 0;
   for (std::uint64_t p : pools) {
-    if (p != 0 && p < alignment) return Status::InvalidArgument("a dram pool below one extent");
-    if (p != 0 && p < unit) {
-      return Status::InvalidArgument("a dram pool below one huge page (2 MiB)");
-    }
+    if (p != 0 && p < unit) return Status::InvalidArgument(std::string("a dram pool") + below);
     pooled += p / unit * unit;
   }
   if (pooled + unit > capacity) {

@@ -34,7 +34,6 @@ using Bytes = std::vector<std::byte, LineAligned<std::byte>>;
 
 nlohmann::json Row(std::uint64_t size, const char* op, const char* path, const Sample& s,
                    std::uint64_t objects_per_op, int threads = 1) {
-  const double ops = static_cast<double>(s.micros.size());
   return {{"size", size},
           {"op", op},
           {"path", path},
@@ -42,7 +41,7 @@ nlohmann::json Row(std::uint64_t size, const char* op, const char* path, const S
           {"threads", threads},
           {"iterations", s.micros.size()},
           {"gbps", Gbps(s, size * objects_per_op)},
-          {"objects_per_s", ops * static_cast<double>(objects_per_op) / s.total_seconds},
+          {"objects_per_s", Rate(s) * static_cast<double>(objects_per_op)},
           {"p50_us", Percentile(s.micros, 0.50)},
           {"p99_us", Percentile(s.micros, 0.99)}};
 }
@@ -110,11 +109,22 @@ Turn Threads(int threads, std::function<Status(int)> op) {
   };
 }
 
-// row[name]: a subject's rate over that of a reference measured in turns with it (GB/s at the
-// same bytes per operation, which for batches is also the ratio of objects per second).
-void AddRatio(nlohmann::json& row, const char* name, const Sample& subject, const Sample& reference,
-              std::uint64_t bytes_per_op) {
-  row[name] = Gbps(subject, bytes_per_op) / Gbps(reference, bytes_per_op);
+// row[name]: a subject's rate over that of a reference measured in turns with it (operations
+// of the same bytes: the ratio of GB/s, and for batches of objects per second).
+void AddRatio(nlohmann::json& row, const char* name, const Sample& subject,
+              const Sample& reference) {
+  row[name] = Rate(subject) / Rate(reference);
+}
+
+// A tierpool row's ratios to Redis's operation measured in turns with it: of the rates, and of
+// the medians (Redis's p50 time per operation over the row's) for one-thread rows.
+void AddRedisRatios(nlohmann::json& row, const Sample& mine, const Sample& theirs,
+                    std::uint64_t bytes_per_op, bool one_thread) {
+  row["redis_gbps_alongside"] = Gbps(theirs, bytes_per_op);
+  AddRatio(row, "ratio_to_redis", mine, theirs);
+  if (one_thread) {
+    row["ratio_to_redis_p50"] = Percentile(theirs.micros, 0.5) / Percentile(mine.micros, 0.5);
+  }
 }
 
 Bytes Pattern(std::uint64_t size, unsigned seed) {
@@ -179,17 +189,12 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
       auto with_memcpy_ratios = [&](nlohmann::json row, const Sample& subject) {
         row["memcpy_reference"] = ReferenceName(size);
         row["memcpy_gbps_alongside"] = Gbps(copy, size);
-        AddRatio(row, "ratio_to_memcpy", subject, copy, size);
+        AddRatio(row, "ratio_to_memcpy", subject, copy);
         row["ratio_to_memcpy_in_cache"] = Gbps(subject, size) / in_cache_gbps;
         return row;
       };
       nlohmann::json row = with_memcpy_ratios(Row(size, op, path, mine, 1), mine);
-      if (redis) {
-        const Sample& theirs = (*s)[2];
-        row["redis_gbps_alongside"] = Gbps(theirs, size);
-        AddRatio(row, "ratio_to_redis", mine, theirs, size);
-        row["ratio_to_redis_p50"] = Percentile(theirs.micros, 0.5) / Percentile(mine.micros, 0.5);
-      }
+      if (redis) AddRedisRatios(row, mine, (*s)[2], size, /*one_thread=*/true);
       rows.push_back(std::move(row));
       if (redis && add_redis_row) {
         rows.push_back(with_memcpy_ratios(Row(size, op, "redis", (*s)[2], 1), (*s)[2]));
@@ -318,16 +323,8 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
     for (std::size_t i = 0; i + (redis ? 1 : 0) < s->size(); ++i) {
       const int threads = i == 0 ? 1 : max_threads;
       nlohmann::json row = Row(kSize, op, "copy", (*s)[i], kBatch, threads);
-      if (threads > 1) AddRatio(row, "ratio_to_one_thread", (*s)[i], one, kBatchBytes);
-      if (redis) {
-        const Sample& theirs = s->back();
-        row["redis_gbps_alongside"] = Gbps(theirs, kBatchBytes);
-        AddRatio(row, "ratio_to_redis", (*s)[i], theirs, kBatchBytes);
-        if (threads == 1) {
-          row["ratio_to_redis_p50"] =
-              Percentile(theirs.micros, 0.5) / Percentile((*s)[i].micros, 0.5);
-        }
-      }
+      if (threads > 1) AddRatio(row, "ratio_to_one_thread", (*s)[i], one);
+      if (redis) AddRedisRatios(row, (*s)[i], s->back(), kBatchBytes, threads == 1);
       rows.push_back(std::move(row));
     }
     if (redis) rows.push_back(Row(kSize, op, "redis", s->back(), kBatch));

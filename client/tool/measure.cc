@@ -30,14 +30,6 @@ Status RunUntil(double budget_s, std::size_t min_iters, const std::function<Stat
 
 }  // namespace
 
-Result<Sample> Measure(double budget_s, int min_iters, const std::function<Status()>& op) {
-  TIERPOOL_RETURN_IF_ERROR(op());  // warm-up
-  Sample s;
-  TIERPOOL_RETURN_IF_ERROR(
-      RunUntil(budget_s, static_cast<std::size_t>(std::max(min_iters, 1)), op, s));
-  return s;
-}
-
 Result<Sample> MeasureFor(double budget_s, const std::function<Status()>& op) {
   Sample s;
   TIERPOOL_RETURN_IF_ERROR(RunUntil(budget_s, 1, op, s));
@@ -116,9 +108,10 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(idx, v.size() - 1)];
 }
 
+double Rate(const Sample& s) { return static_cast<double>(s.micros.size()) / s.total_seconds; }
+
 double Gbps(const Sample& s, std::uint64_t bytes_per_op) {
-  return static_cast<double>(s.micros.size()) * static_cast<double>(bytes_per_op) /
-         s.total_seconds / 1e9;
+  return Rate(s) * static_cast<double>(bytes_per_op) / 1e9;
 }
 
 }  // namespace tierpool::tool

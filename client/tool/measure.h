@@ -24,10 +24,7 @@ struct Sample {
   double total_seconds = 0;    // time the operations took (wall time of parallel turns)
 };
 
-// Runs op until the time budget is spent (at least min_iters times, after one warm-up).
-Result<Sample> Measure(double budget_s, int min_iters, const std::function<Status()>& op);
-
-// Runs op for budget_s at least once, with no warm-up: one turn of MeasureInTurns.
+// Runs op for budget_s, at least once, with no warm-up (a turn of MeasureInTurns).
 Result<Sample> MeasureFor(double budget_s, const std::function<Status()>& op);
 
 // `threads` threads each run op(thread) for the budget, started together, with no warm-up; the
@@ -46,6 +43,8 @@ Result<std::vector<Sample>> MeasureInTurns(double budget_s, double turn_s, int m
                                            const std::vector<Turn>& cases);
 
 double Percentile(std::vector<double> v, double p);
+// Operations per second.
+double Rate(const Sample& s);
 // Bytes moved per second, in GB/s, at bytes_per_op each.
 double Gbps(const Sample& s, std::uint64_t bytes_per_op);
 

@@ -88,17 +88,17 @@ TEST(MeasureInTurns, TwoEqualCasesOnADriftingMachineComeOutEqual) {
     }
     return Status::Ok();
   };
-  auto a = Measure(0.1, 10, drifting_op);
-  auto b = Measure(0.1, 10, drifting_op);
+  auto a = MeasureFor(0.1, drifting_op);
+  auto b = MeasureFor(0.1, drifting_op);
   ASSERT_TRUE(a.ok() && b.ok());
-  const double one_after_the_other = Gbps(*a, 1) / Gbps(*b, 1);
+  const double one_after_the_other = Rate(*a) / Rate(*b);
   EXPECT_GT(one_after_the_other, 1.5) << "the drift should show when measured in sequence";
 
   auto in_turns = MeasureInTurns(0.1, 0.005, 10,
                                  {[&](double s) { return MeasureFor(s, drifting_op); },
                                   [&](double s) { return MeasureFor(s, drifting_op); }});
   ASSERT_TRUE(in_turns.ok());
-  const double ratio = Gbps((*in_turns)[0], 1) / Gbps((*in_turns)[1], 1);
+  const double ratio = Rate((*in_turns)[0]) / Rate((*in_turns)[1]);
   EXPECT_GT(ratio, 0.8);
   EXPECT_LT(ratio, 1.25);
 }

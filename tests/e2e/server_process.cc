@@ -128,15 +128,19 @@ std::string RunShell(const std::string& cmd, int* rc) {
   return out;
 }
 
+std::uint64_t ServerCounter(const ServerStats& stat, std::string_view name) {
+  if (name == "requests") {
+    return stat.counter("frames_received") - stat.counter("ring_doorbells") +
+           stat.counter("ring_requests");
+  }
+  return stat.counter(name);
+}
+
 std::uint64_t ServerCounter(Client& c, std::string_view name) {
   auto stat = c.ServerStat();
   EXPECT_TRUE(stat.ok());
   if (!stat.ok()) return ~0ull;
-  if (name == "requests") {
-    return stat->counter("frames_received") - stat->counter("ring_doorbells") +
-           stat->counter("ring_requests");
-  }
-  return stat->counter(name);
+  return ServerCounter(*stat, name);
 }
 
 }  // namespace tierpool::testing

@@ -39,6 +39,8 @@ class ServerProcess {
 // "requests": the requests the server received, through the socket or a request ring (a ring's
 // doorbell is a frame but no request).
 std::uint64_t ServerCounter(Client& c, std::string_view name);
+// The same from a stat reply already at hand (several counters of one moment).
+std::uint64_t ServerCounter(const ServerStats& stat, std::string_view name);
 
 // Runs a shell command; returns what it printed (stdout and stderr) and sets *rc to its exit
 // status.

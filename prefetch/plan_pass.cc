@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <span>
 #include <tuple>
 
@@ -99,7 +100,8 @@ void SortUnique(std::vector<Reload>* r) {
 
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                 const PlannerConfig& config, const std::vector<double>& start,
-                                const WindowOverrides& overrides, std::vector<Reload>* reloads) {
+                                const WindowOverrides& overrides, const EarlyLoads& early,
+                                std::vector<Reload>* reloads) {
   const std::int64_t n = lt.steps();
   const int iterations = PlannedIterations(s);
   const int kept = iterations / 2;
@@ -254,9 +256,30 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     std::push_heap(by_use.begin(), by_use.end());
   };
   auto unlist = [&](std::uint32_t t) { by_next.Erase(key(t), t); };
+  // With early loads: the tensors out of hbm and not waiting whose next occurrence is a use with
+  // a window before it, by (window, tensor), the order the window lists give; each tensor's key
+  // while it is there. Early loads walk it from the next step on.
+  std::set<std::pair<std::int64_t, std::uint32_t>> absent;
+  std::vector<std::int64_t> absent_key(early.steps > 0 ? nt : 0, -1);
+  auto unmark_absent = [&](std::uint32_t t) {
+    if (early.steps <= 0 || absent_key[t] < 0) return;
+    absent.erase({absent_key[t], t});
+    absent_key[t] = -1;
+  };
+  auto mark_absent = [&](std::uint32_t t) {
+    if (early.steps <= 0) return;
+    unmark_absent(t);
+    const auto& st = ts[t];
+    if (st.resident || st.next >= st.occ.size()) return;
+    const auto& o = st.occ[st.next];
+    if (o.window >= o.step) return;  // a definition's, or no time to load ahead
+    absent.insert({o.window, t});
+    absent_key[t] = o.window;
+  };
   std::uint64_t occupancy = 0;
   auto make_resident = [&](std::uint32_t t, std::int64_t g, bool dirty) {
     auto& st = ts[t];
+    unmark_absent(t);
     st.resident = true;
     st.dirty = dirty;
     st.resident_since = g;
@@ -269,6 +292,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     st.resident = false;
     occupancy -= size_of(t);
     st.intervals.emplace_back(st.resident_since, after_step);
+    mark_absent(t);
   };
 
   LinkCalendar d2h;
@@ -293,21 +317,63 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     pending.push_back({schedule::OFFLOAD, t, at, at, delay, false});
   };
 
+  // A tensor loaded and not used since: its load is taken back instead of a drop (false when it
+  // was used, or written, since it came in).
+  auto take_back = [&](std::uint32_t t) {
+    auto& st = ts[t];
+    if (st.resident_since <= st.last_touch || st.dirty) return false;
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
+      if (it->tensor == t && it->kind == schedule::PREFETCH && it->at == st.resident_since) {
+        pending.erase(std::next(it).base());
+        break;
+      }
+    }
+    unlist(t);
+    st.resident = false;
+    occupancy -= size_of(t);
+    mark_absent(t);
+    return true;
+  };
+
   // Loads whose window has opened, by the use they serve: a load that finds no room waits here
   // from step to step.
   WaitingLoads waiting(total, nt);
   auto use_of = [&](std::uint32_t t) { return ts[t].occ[ts[t].next].step; };
+  auto wait_for = [&](std::uint32_t t) {
+    unmark_absent(t);
+    waiting.Add(t, use_of(t), size_of(t));
+  };
+  for (std::size_t t = 0; t < nt; ++t) mark_absent(static_cast<std::uint32_t>(t));
+  // Early loads (EarlyLoads): queued as if their windows opened now, so they are issued with
+  // this step's own loads.
+  auto issue_early = [&](std::int64_t g, std::uint64_t defining) {
+    const std::int64_t last = std::min(total - 1, g + early.steps);
+    std::int64_t room = static_cast<std::int64_t>(config.hbm_budget) -
+                        static_cast<std::int64_t>(occupancy + waiting.bytes() + defining);
+    for (std::int64_t h = g + 1; h <= std::min(last, g + early.defs_ahead); ++h) {
+      for (auto t : defs_at.At(h)) room -= static_cast<std::int64_t>(size_of(t));
+    }
+    for (auto it = absent.lower_bound({g + 1, 0});
+         it != absent.end() && it->first <= last && room > 0;) {
+      const std::uint32_t t = (it++)->second;
+      if (static_cast<std::int64_t>(size_of(t)) > room) return;  // it waits for a later step
+      room -= static_cast<std::int64_t>(size_of(t));
+      if (early.holds_room) ts[t].occ[ts[t].next].window = g;
+      wait_for(t);
+    }
+  };
   for (std::int64_t g = 0; g < total; ++g) {
     // 1. What must be resident from this step on: windows opening, tensors defined.
     for (auto t : windows_at.At(g)) {
-      if (!ts[t].resident) waiting.Add(t, use_of(t), size_of(t));
+      if (!ts[t].resident) wait_for(t);
     }
     for (auto t : moved_windows) {
-      if (!ts[t].resident) waiting.Add(t, use_of(t), size_of(t));
+      if (!ts[t].resident) wait_for(t);
     }
     moved_windows.clear();
     std::uint64_t defining = 0;
     for (auto t : defs_at.At(g)) defining += size_of(t);
+    if (early.steps > 0) issue_early(g, defining);
     std::uint64_t adding = waiting.bytes() + defining;
     // 2. Make room: evict what is needed farthest in the future. When nothing can go, the loads
     // for the latest uses wait a step (their prefetches start later, and may stall) until the
@@ -343,20 +409,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         }
         if (late < nt) {
           auto& ls = ts[late];
-          bool prefetched_unused = ls.resident_since > ls.last_touch && !ls.dirty;
-          if (prefetched_unused) {
-            // It came in for this use and has not been used: take the prefetch back instead.
-            for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
-              if (it->tensor == late && it->kind == schedule::PREFETCH &&
-                  it->at == ls.resident_since) {
-                pending.erase(std::next(it).base());
-                break;
-              }
-            }
-            unlist(late);
-            ls.resident = false;
-            occupancy -= size_of(late);
-          } else {
+          if (!take_back(late)) {
             std::int64_t after = std::max<std::int64_t>(ls.last_touch, ls.resident_since);
             if (after < 0) after = g - 1;
             if (after >= 0) send_out(late, after, g);
@@ -364,6 +417,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
             drop(late, after);
           }
           ls.occ[ls.next].window = g + 1;
+          mark_absent(late);  // keyed by its new window
           moving_windows.push_back(late);
           continue;
         }
@@ -425,6 +479,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           victim = t;
         }
       }
+      // One loaded ahead of its window (EarlyLoads) and not used yet: its load is taken back.
+      // (Dropping it after the step it came in at could fall in an earlier iteration than the
+      // use it came for, and so out of the plan.)
+      if (take_back(victim)) continue;
       auto& vs = ts[victim];
       std::int64_t after = std::max<std::int64_t>(vs.last_touch, vs.resident_since);
       if (after < 0) after = g - 1;  // resident before anything touched it: drop now
@@ -455,6 +513,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       while (st.next < st.occ.size() && st.occ[st.next].step <= g) ++st.next;
       st.last_touch = g;
       if (st.resident) list(t);
+      if (!st.resident) mark_absent(t);
     }
     for (auto t : update_at.At(g % n)) ts[t].dirty = true;
     // 4. Dead tensors (last touch of this instance) are freed after the step.

@@ -74,11 +74,29 @@ std::int64_t StepAt(const std::vector<double>& start, std::int64_t limit, double
 // Latest use first (then by tensor), each (tensor, use) once: the order the link layout walks.
 void SortUnique(std::vector<Reload>* r);
 
+// Loads issued ahead of their windows into room nothing needs yet. A pass evicts only on
+// demand, so at a tight budget a load starts when its window opens and room is made for it,
+// and the host->hbm link idles wherever the windows are far apart, even with room free (the
+// end of a backward pass, where activations die, or the optimizer's burst of loads). With
+// early loads, each step also issues the loads whose windows open within the next `steps`
+// steps, in window order, while they fit in the budget less what is resident, waiting, and
+// defined within the next `defs_ahead` steps; the first that does not fit stops the walk, so
+// that the link still carries loads in the order of their windows.
+struct EarlyLoads {
+  std::int64_t steps = 0;  // 0: none
+  std::int64_t defs_ahead = 8;
+  // The load holds its room until its use (its window moves to the step it is issued at).
+  // Otherwise it stays an eviction candidate under its own window, last among the resident
+  // tensors to go by Belady's rule but gone if a nearer need wants the room.
+  bool holds_room = false;
+};
+
 // One plan for config's budget on the clock `start` (StepStarts), each prefetch window where
 // `overrides` puts it or else sized from the link; the loads it issues are appended to
 // `reloads`. FAILED_PRECONDITION when a step needs more than the budget at once.
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                 const PlannerConfig& config, const std::vector<double>& start,
-                                const WindowOverrides& overrides, std::vector<Reload>* reloads);
+                                const WindowOverrides& overrides, const EarlyLoads& early,
+                                std::vector<Reload>* reloads);
 
 }  // namespace tierpool::prefetch

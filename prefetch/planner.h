@@ -28,6 +28,10 @@ struct PlannerConfig {
   // When set: an offline optimum's residency (the transfer LP's, transfer_lp.h). Among the
   // eviction candidates the planner then prefers the tensors the guide has out of hbm.
   const ResidencyGuide* guide = nullptr;
+  // Where the plan stalls, plan again with loads issued ahead of their windows into room that
+  // is free (plan_pass.h, EarlyLoads), and keep the fastest replay. Roughly doubles planning
+  // time where it runs; off: the plans of the planner before it.
+  bool early_loads = true;
   Status validate() const;
 };
 

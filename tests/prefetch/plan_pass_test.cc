@@ -1,0 +1,171 @@
+// One planning pass with early loads (prefetch/plan_pass.h, EarlyLoads): where they go, and that
+// the plans they make keep every invariant without the planner's replay to weed them out.
+#include "prefetch/plan_pass.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "prefetch/planner.h"
+#include "prefetch/simulator.h"
+#include "tests/prefetch/random_schedule.h"
+
+namespace tierpool::prefetch {
+namespace {
+
+constexpr std::uint64_t kBytes = 5'500'000;  // 100 us on h100's 55 GB/s links
+
+// Eight steps of 100 us. P, always live, is used by steps 0 and 7; T, as big, is made by step 1
+// and last used by step 2. A budget of one and a half tensors sends P out for T, and room for it
+// is free again from step 3; P's window for step 7 opens at step 5 (its 110 us transfer, link
+// latency included, times the margin of 1.5 fits in steps 5 and 6).
+Schedule RoomFreesEarly() {
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("room-frees-early");
+  for (int i = 0; i < 8; ++i) {
+    auto* st = s.add_steps();
+    st->set_name("op" + std::to_string(i));
+    st->set_compute_us(100);
+  }
+  auto* p = s.add_tensors();
+  p->set_id(0);
+  p->set_name("P");
+  p->set_size_bytes(kBytes);
+  p->set_def_step(-1);
+  p->set_kind(schedule::WEIGHT);
+  p->add_use_steps(0);
+  p->add_use_steps(7);
+  auto* t = s.add_tensors();
+  t->set_id(1);
+  t->set_name("T");
+  t->set_size_bytes(kBytes);
+  t->set_def_step(1);
+  t->set_kind(schedule::ACTIVATION);
+  t->add_use_steps(2);
+  return s;
+}
+
+// The step P's load for step 7 is issued at.
+std::int64_t PrefetchStepOfP(const schedule::Plan& plan) {
+  for (const auto& a : plan.actions()) {
+    if (a.kind() == schedule::PREFETCH && a.tensor() == 0 && a.needed_by() == 7) return a.step();
+  }
+  return -1;
+}
+
+Result<schedule::Plan> Pass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                            std::uint64_t budget, const EarlyLoads& early) {
+  const std::int64_t n = lt.steps();
+  std::vector<Reload> reloads;
+  return PlanPass(s, lt, d, {.hbm_budget = budget}, StepStarts(s, n, n * PlannedIterations(s)), {},
+                  early, &reloads);
+}
+
+TEST(EarlyLoads, GoAsSoonAsRoomIsFreeInsteadOfAtTheirWindow) {
+  Schedule s = RoomFreesEarly();
+  ASSERT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+  Lifetimes lt(s);
+  auto device = BuiltinProfile("h100");
+  ASSERT_TRUE(device.ok());
+  const std::uint64_t budget = kBytes * 3 / 2;
+  auto plain = Pass(s, lt, *device, budget, {});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(PrefetchStepOfP(*plain), 5);
+  for (bool holds_room : {false, true}) {
+    SCOPED_TRACE(holds_room ? "holds its room" : "stays a candidate");
+    auto early = Pass(s, lt, *device, budget, {.steps = 4, .holds_room = holds_room});
+    ASSERT_TRUE(early.ok()) << early.status().ToString();
+    // Step 2 still holds T: P fits from step 3 on.
+    EXPECT_EQ(PrefetchStepOfP(*early), 3);
+    auto r =
+        Replay(s, lt, *device, {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*early});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->breaches(), 0u);
+    EXPECT_LE(r->peak_hbm, budget);
+  }
+  // A reach that ends before P's window leaves it where it was.
+  auto short_reach = Pass(s, lt, *device, budget, {.steps = 1});
+  ASSERT_TRUE(short_reach.ok());
+  EXPECT_EQ(PrefetchStepOfP(*short_reach), 4);  // from step 4 on, its window is within reach
+}
+
+// Every pass with early loads, not only the ones the planner's replay keeps, keeps hbm within
+// the budget, has each tensor in hbm when a step uses it, and acts only on live tensors.
+TEST(EarlyLoads, PassesKeepEveryInvariantOnRandomSchedules) {
+  const std::uint64_t seed = PrintedSeed("Early loads invariants");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto device = H100WithSlowLinks();
+  ASSERT_TRUE(device.ok());
+  int planned = 0;
+  for (int round = 0; round < 20; ++round) {
+    Schedule s = RandomSchedule(rng, 8 + static_cast<std::uint32_t>(rng() % 120), rng() % 2 == 0);
+    Lifetimes lt(s);
+    const std::int64_t n = lt.steps();
+    for (double f : {0.8, 0.6, 0.45, 0.3}) {
+      const auto budget = BudgetAt(lt, f);
+      for (EarlyLoads early :
+           {EarlyLoads{.steps = n, .holds_room = false},
+            EarlyLoads{.steps = std::max<std::int64_t>(1, n / 3), .holds_room = true},
+            EarlyLoads{.steps = std::max<std::int64_t>(1, n / 12), .defs_ahead = 0}}) {
+        auto plan = Pass(s, lt, *device, budget, early);
+        if (!plan.ok()) {
+          ASSERT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
+          continue;
+        }
+        ++planned;
+        EXPECT_LE(plan->predicted_peak_bytes(), budget);
+        auto r = Replay(s, lt, *device,
+                        {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan});
+        ASSERT_TRUE(r.ok());
+        std::string problems;
+        for (const auto& p : r->problems) problems += p + "\n";
+        EXPECT_EQ(r->breaches(), 0u) << "round " << round << " f " << f << " reach " << early.steps
+                                     << (early.holds_room ? " holding" : "") << "\n"
+                                     << problems;
+        EXPECT_LE(r->peak_hbm, budget);
+      }
+    }
+  }
+  EXPECT_GT(planned, 100);
+}
+
+// The planner tries early loads where its plan stalls and keeps them only when they replay
+// faster: never slower than without, and faster on some of these schedules (fixed seeds: the
+// figures in docs/benchmarks.md are the real graphs').
+TEST(EarlyLoads, ThePlannerKeepsThemOnlyWhereTheyStallLess) {
+  std::mt19937_64 rng(20261127);
+  auto device = H100WithSlowLinks();
+  ASSERT_TRUE(device.ok());
+  int faster = 0, compared = 0;
+  double with_total = 0, without_total = 0;
+  for (int round = 0; round < 12; ++round) {
+    Schedule s = RandomSchedule(rng, 60 + static_cast<std::uint32_t>(rng() % 200), true);
+    Lifetimes lt(s);
+    for (double f : {0.7, 0.5}) {
+      const auto budget = BudgetAt(lt, f);
+      auto with = BuildPlan(s, lt, *device, {.hbm_budget = budget});
+      auto without = BuildPlan(s, lt, *device, {.hbm_budget = budget, .early_loads = false});
+      ASSERT_EQ(with.ok(), without.ok());
+      if (!with.ok()) continue;
+      auto rw = Replay(s, lt, *device,
+                       {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*with});
+      auto ro = Replay(s, lt, *device,
+                       {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*without});
+      ASSERT_TRUE(rw.ok() && ro.ok());
+      EXPECT_EQ(rw->breaches(), 0u);
+      EXPECT_LE(rw->stall_us, ro->stall_us + 1e-6) << "round " << round << " f " << f;
+      ++compared;
+      faster += rw->stall_us < ro->stall_us * 0.99;
+      with_total += rw->stall_us;
+      without_total += ro->stall_us;
+    }
+  }
+  std::printf("early loads: %d of %d plans stall at least 1%% less; stall %.1f -> %.1f ms\n",
+              faster, compared, without_total / 1e3, with_total / 1e3);
+  EXPECT_GE(faster * 4, compared);  // 16 of 24 with them; 3 of 24 with their passes made without
+}
+
+}  // namespace
+}  // namespace tierpool::prefetch

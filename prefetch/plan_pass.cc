@@ -6,6 +6,7 @@
 #include <set>
 #include <span>
 #include <tuple>
+#include <utility>
 
 #include "common/units.h"
 #include "prefetch/link_calendar.h"
@@ -100,8 +101,9 @@ void SortUnique(std::vector<Reload>* r) {
 
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                 const PlannerConfig& config, const std::vector<double>& start,
-                                const WindowOverrides& overrides, const EarlyLoads& early,
+                                const WindowOverrides& overrides, const PassOptions& options,
                                 std::vector<Reload>* reloads) {
+  const EarlyLoads& early = options.early;
   const std::int64_t n = lt.steps();
   const int iterations = PlannedIterations(s);
   const int kept = iterations / 2;
@@ -296,6 +298,20 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   };
 
   LinkCalendar d2h;
+  // With reload-aware evictions (PassOptions): the host->hbm link's calendar of the loads
+  // issued and of the reloads of the tensors evicted (reserved at eviction, so that the next
+  // eviction sees them; such a reload is not reserved again when it is issued).
+  LinkCalendar h2d;
+  std::vector<char> reload_reserved(options.reload_aware ? nt : 0, 0);
+  std::vector<double> in_us(options.reload_aware ? nt : 0);
+  for (std::size_t t = 0; t < in_us.size(); ++t) in_us[t] = d.InUs(bytes[t]);
+  // Whether a candidate's reload, placed from its next window on, would end before that use.
+  auto reload_on_time = [&](std::uint32_t t, std::int64_t window) {
+    const auto& st = ts[t];
+    if (window >= total || st.next >= st.occ.size()) return true;
+    const double from = h2d.Place(start[static_cast<std::size_t>(window)], in_us[t]);
+    return from + in_us[t] <= start[static_cast<std::size_t>(st.occ[st.next].step)] + 1e-6;
+  };
   // Where a dirty tensor last touched at step `after` would start its copy-out if placed now.
   auto out_from = [&](std::uint32_t t, std::int64_t after) {
     return d2h.Place(start[static_cast<std::size_t>(after + 1)], out_us[t]);
@@ -441,6 +457,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       // With a guide every candidate is looked at: the ones it has out may be needed sooner.
       const int look_limit = config.guide != nullptr ? std::numeric_limits<int>::max() : 64;
       double best_out = -1;
+      bool best_on_time = false;
       for (auto it = by_next.Latest(); !it.done() && it.window() > g && looked < look_limit;
            it.Next(), ++looked) {
         const std::int64_t window = it.window();
@@ -458,6 +475,18 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           if (out < best_out) continue;
           if (out > best_out) {  // a better class: the rules below start over within it
             best_out = out;
+            best = -1;
+            best_cheap = false;
+            best_free = std::numeric_limits<double>::infinity();
+            best_on_time = false;
+          }
+        }
+        if (options.reload_aware) {
+          // One whose reload would be on time goes before any that would be late.
+          const bool on_time = reload_on_time(t, window);
+          if (on_time != best_on_time) {
+            if (!on_time) continue;
+            best_on_time = true;
             best = -1;
             best_cheap = false;
             best_free = std::numeric_limits<double>::infinity();
@@ -482,6 +511,11 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       // One loaded ahead of its window (EarlyLoads) and not used yet: its load is taken back.
       // (Dropping it after the step it came in at could fall in an earlier iteration than the
       // use it came for, and so out of the plan.)
+      if (options.reload_aware && key(victim) < total) {
+        const double from = h2d.Place(start[static_cast<std::size_t>(key(victim))], in_us[victim]);
+        h2d.Reserve(from, from + in_us[victim]);
+        reload_reserved[victim] = 1;
+      }
       if (take_back(victim)) continue;
       auto& vs = ts[victim];
       std::int64_t after = std::max<std::int64_t>(vs.last_touch, vs.resident_since);
@@ -501,6 +535,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         delay = o->delay_us;  // issued where the link timeline put it, not at step start
       }
       pending.push_back({schedule::PREFETCH, t, g, use, delay});
+      if (options.reload_aware && !std::exchange(reload_reserved[t], 0)) {
+        const double from = h2d.Place(start[static_cast<std::size_t>(g)] + delay, in_us[t]);
+        h2d.Reserve(from, from + in_us[t]);
+      }
       reloads->push_back({t, use});
       make_resident(t, g, false);
     }

@@ -91,12 +91,25 @@ struct EarlyLoads {
   bool holds_room = false;
 };
 
+// How a pass departs from the plain planner's rules; the planner's later rounds try a few.
+struct PassOptions {
+  EarlyLoads early;
+  // Evictions that keep the host->hbm link ahead: the pass keeps a calendar of that link (the
+  // loads it has issued, and the reload of each tensor it evicted, placed from its next
+  // window on), and among the candidates prefers those whose reload would still end before
+  // their next use. Belady's rule alone, on a loop that streams more than fits (a decoder's
+  // weights, token after token), evicts what was used last, so the tensors that go out are
+  // neighbours and their reloads queue behind each other; these spread them out.
+  bool reload_aware = false;
+  bool plain() const { return early.steps == 0 && !reload_aware; }
+};
+
 // One plan for config's budget on the clock `start` (StepStarts), each prefetch window where
 // `overrides` puts it or else sized from the link; the loads it issues are appended to
 // `reloads`. FAILED_PRECONDITION when a step needs more than the budget at once.
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                 const PlannerConfig& config, const std::vector<double>& start,
-                                const WindowOverrides& overrides, const EarlyLoads& early,
+                                const WindowOverrides& overrides, const PassOptions& options,
                                 std::vector<Reload>* reloads);
 
 }  // namespace tierpool::prefetch

@@ -71,9 +71,9 @@ void Evaluate(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d, st
 Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                             const PlannerConfig& config, std::uint64_t budget,
                             const std::vector<double>& start, int layout_passes,
-                            const EarlyLoads& early = {}) {
+                            const PassOptions& options = {}) {
   std::vector<Reload> all;
-  auto first = PlanPass(s, lt, d, config, start, {}, early, &all);
+  auto first = PlanPass(s, lt, d, config, start, {}, options, &all);
   if (!first.ok()) return first.status();
   SortUnique(&all);
   Candidate best{.plan = std::move(first).value()};
@@ -93,7 +93,7 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
   };
   for (int pass = 0; pass < layout_passes; ++pass) {
     std::vector<Reload> made;
-    auto next = PlanPass(s, lt, d, config, start, layout(all), early, &made);
+    auto next = PlanPass(s, lt, d, config, start, layout(all), options, &made);
     if (!next.ok()) break;
     Candidate c{.plan = std::move(next).value()};
     if (!config.choose_by_replay) {
@@ -113,11 +113,11 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
 // rounds for a little less room, rounds on the clock the best plan replayed to; the fastest
 // replay wins.
 Result<Candidate> PlanRounds(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                             const PlannerConfig& config, const EarlyLoads& early) {
+                             const PlannerConfig& config, const PassOptions& options) {
   const std::int64_t n = lt.steps();
   const std::int64_t total = n * PlannedIterations(s);
   const std::uint64_t budget = config.hbm_budget;
-  auto best = PlanRound(s, lt, d, config, budget, StepStarts(s, n, total), 6, early);
+  auto best = PlanRound(s, lt, d, config, budget, StepStarts(s, n, total), 6, options);
   if (!best.ok() || !config.choose_by_replay) return best;
   // Where the link cannot keep up, the plan stalls, and every step after a stall starts later
   // than the compute estimates say: windows and link placements made on that clock are wrong.
@@ -133,7 +133,7 @@ Result<Candidate> PlanRounds(const Schedule& s, const Lifetimes& lt, const Devic
   auto headroom_round = [&](double headroom) {
     PlannerConfig tighter = config;
     tighter.hbm_budget = static_cast<std::uint64_t>(static_cast<double>(budget) * headroom);
-    return PlanRound(s, lt, d, tighter, budget, StepStarts(s, n, total), 3, early);
+    return PlanRound(s, lt, d, tighter, budget, StepStarts(s, n, total), 3, options);
   };
   auto with_headrooms = [&](double first, double second) {
     if (!stalls()) return;
@@ -149,11 +149,11 @@ Result<Candidate> PlanRounds(const Schedule& s, const Lifetimes& lt, const Devic
   };
   // (Rounds with early loads skip the headrooms: on 53 corpus plans they stalled 0.9% more in
   // total with them, and they are half of the rounds.)
-  const bool headrooms = early.steps == 0;
+  const bool headrooms = options.plain();
   if (headrooms) with_headrooms(0.97, 0.94);
   for (int round = 0; round < 3 && stalls(); ++round) {
     auto next =
-        PlanRound(s, lt, d, config, budget, StepStarts(s, n, total, &best->replay), 2, early);
+        PlanRound(s, lt, d, config, budget, StepStarts(s, n, total, &best->replay), 2, options);
     if (!next.ok() || next->time_us >= best->time_us) break;
     best = std::move(next);
   }
@@ -181,13 +181,16 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   // pass that evicts only on demand leaves the host->hbm link idle where room is free, and
   // issuing the next loads into that room fills it. How far ahead suits a schedule varies (room
   // taken early can force an eviction later), so where the plan stalls the rounds run again
-  // with two reaches, each on a core of its own where there is one, and the fastest replay
-  // wins. (Of four tried on 53 corpus plans, these two came within 0.2% of the best of all
-  // four in total stall: docs/schedules.md.)
+  // with two reaches, and with the first of them and reload-aware evictions (PassOptions),
+  // each on a core of its own where there is one; the fastest replay wins. (Of four reaches
+  // tried on 53 corpus plans, these two came within 0.2% of the best of all four in total
+  // stall; the third setting is for loops that stream: docs/schedules.md.)
   const std::int64_t n = lt.steps();
-  const EarlyLoads variants[] = {
-      {.steps = std::max<std::int64_t>(1, n / 3), .holds_room = true},
-      {.steps = std::max<std::int64_t>(1, n / 12), .holds_room = false},
+  const std::int64_t third = std::max<std::int64_t>(1, n / 3);
+  const PassOptions variants[] = {
+      {.early = {.steps = third, .holds_room = true}},
+      {.early = {.steps = std::max<std::int64_t>(1, n / 12), .holds_room = false}},
+      {.early = {.steps = third, .holds_room = true}, .reload_aware = true},
   };
   std::vector<std::future<Result<Candidate>>> runs;
   for (const auto& v : variants) {

@@ -29,8 +29,9 @@ struct PlannerConfig {
   // eviction candidates the planner then prefers the tensors the guide has out of hbm.
   const ResidencyGuide* guide = nullptr;
   // Where the plan stalls, plan again with loads issued ahead of their windows into room that
-  // is free (plan_pass.h, EarlyLoads), and keep the fastest replay. Roughly doubles planning
-  // time where it runs; off: the plans of the planner before it.
+  // is free and with reload-aware evictions (plan_pass.h: EarlyLoads, PassOptions), and keep
+  // the fastest replay. Two to three times the planning time where it runs; off: the plans of
+  // the planner before them.
   bool early_loads = true;
   Status validate() const;
 };

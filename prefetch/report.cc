@@ -199,7 +199,8 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
     auto reactive = Replay(s, lt, d, {.policy = Policy::kReactiveLru, .hbm_budget = row.budget});
     if (reactive.ok()) row.reactive = std::move(reactive).value();
     const PlannerConfig config{.hbm_budget = row.budget,
-                               .prefetch_margin = options.prefetch_margin};
+                               .prefetch_margin = options.prefetch_margin,
+                               .early_loads = options.early_loads};
     auto t0 = std::chrono::steady_clock::now();
     auto plan = BuildPlan(s, lt, d, config);
     w.planning_ms =

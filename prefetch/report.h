@@ -56,6 +56,7 @@ struct SweepOptions {
   double step = 0.05;          // budgets from 100% of the no-offload peak down in these steps
   double lowest = 0.2;         // ...to this fraction
   double prefetch_margin = PlannerConfig{}.prefetch_margin;
+  bool early_loads = PlannerConfig{}.early_loads;
   bool lp_bound = true;  // solve the transfer LP at each budget (transfer_lp.h)
   TransferLpOptions lp;
   // Budgets worked on at once, each on its own thread (the rows are the same whatever the

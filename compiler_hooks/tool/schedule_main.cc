@@ -72,6 +72,8 @@ constexpr const char* kUsage = R"(usage:
                               [--sweep-step 0.05] [--sweep-lowest 0.2]
                               [--lp-windows 64: the LP stall bound's boundaries, 0 to skip it]
                               [--jobs 1: budgets worked on at once, a thread each]
+  plan and replay: [--no-early-loads: skip the rounds the planner adds where its plan stalls
+                              (early loads, reload-aware evictions): faster, may stall more]
 
 SCHEDULE is a .pb or .json schedule. BUDGET is a size (40G) or a share of the no-offload
 peak (60%). NAME is a built-in device profile (h100, gh200, a100, rtx3090) or a JSON profile
@@ -276,6 +278,7 @@ int main(int argc, char** argv) {
   bool sweep = false;
   unsigned lp_windows = TransferLpOptions{}.max_windows, sweep_jobs = 1;
   bool lp_guided = false;
+  bool no_early_loads = false;
   std::string measured, device_kind, name, chunk, split_updates;
   int warmup = 3, repeat = 10;
   double dispatch = 0, eager_ms = 0;
@@ -322,6 +325,8 @@ int main(int argc, char** argv) {
     ("split-updates", po::value(&split_updates),
      "plan, replay: split optimizer updates into slices of at most this size first")
     ("lp-guided", po::bool_switch(&lp_guided), "plan, replay: guide the planner by the LP bound's optimum")
+    ("no-early-loads", po::bool_switch(&no_early_loads),
+     "plan, replay: skip the rounds with early loads and reload-aware evictions (faster, may stall more)")
     ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead")
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
@@ -517,6 +522,7 @@ int main(int argc, char** argv) {
                       .step = sweep_step,
                       .lowest = sweep_lowest,
                       .prefetch_margin = margin,
+                      .early_loads = !no_early_loads,
                       .lp_bound = lp_windows > 0,
                       .lp = {.max_windows = std::max(lp_windows, 2u)},
                       .jobs = sweep_jobs});
@@ -541,7 +547,8 @@ int main(int argc, char** argv) {
     auto p = ParsePolicy(policy);
     if (!p.ok()) return Fail(p.status());
     if (cmd == "plan" || *p == Policy::kPlanned) {
-      const PlannerConfig config{.hbm_budget = budget, .prefetch_margin = margin};
+      const PlannerConfig config{
+          .hbm_budget = budget, .prefetch_margin = margin, .early_loads = !no_early_loads};
       if (lp_guided) {
         auto built =
             BuildLpGuidedPlan(*s, lt, *profile, config, {.max_windows = std::max(lp_windows, 2u)});

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "prefetch/planner.h"
+#include "prefetch/report.h"
 #include "prefetch/simulator.h"
 #include "tests/prefetch/random_schedule.h"
 
@@ -208,6 +209,31 @@ TEST(EarlyLoads, ThePlannerKeepsThemOnlyWhereTheyStallLess) {
   std::printf("early loads: %d of %d plans stall at least 1%% less; stall %.1f -> %.1f ms\n",
               faster, compared, without_total / 1e3, with_total / 1e3);
   EXPECT_GE(faster * 4, compared);  // 16 of 24 with them; 3 of 24 with their passes made without
+}
+
+// A sweep plans each budget as BuildPlan does, early loads on or off as its options say (the
+// command line's --no-early-loads).
+TEST(EarlyLoads, SweepsPlanWithThemOrWithoutAsAsked) {
+  std::mt19937_64 rng(7);
+  Schedule s = RandomSchedule(rng, 120, true);
+  Lifetimes lt(s);
+  auto device = H100WithSlowLinks();
+  ASSERT_TRUE(device.ok());
+  for (bool early : {true, false}) {
+    SCOPED_TRACE(early ? "with early loads" : "without");
+    auto sweep = Sweep(s, lt, *device,
+                       {.step = 0.2, .lowest = 0.4, .early_loads = early, .lp_bound = false});
+    ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
+    for (const auto& row : sweep->rows) {
+      if (!row.planned_ok) continue;
+      auto plan = BuildPlan(s, lt, *device, {.hbm_budget = row.budget, .early_loads = early});
+      ASSERT_TRUE(plan.ok());
+      auto r = Replay(s, lt, *device,
+                      {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &*plan});
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r->stall_us, row.planned.stall_us) << "at " << row.fraction;
+    }
+  }
 }
 
 }  // namespace

@@ -508,14 +508,14 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
           victim = t;
         }
       }
-      // One loaded ahead of its window (EarlyLoads) and not used yet: its load is taken back.
-      // (Dropping it after the step it came in at could fall in an earlier iteration than the
-      // use it came for, and so out of the plan.)
-      if (options.reload_aware && key(victim) < total) {
+      if (options.reload_aware && key(victim) < total) {  // its reload, on the calendar
         const double from = h2d.Place(start[static_cast<std::size_t>(key(victim))], in_us[victim]);
         h2d.Reserve(from, from + in_us[victim]);
         reload_reserved[victim] = 1;
       }
+      // One loaded ahead of its window (EarlyLoads) and not used yet: its load is taken back.
+      // (Dropping it after the step it came in at could fall in an earlier iteration than the
+      // use it came for, and so out of the plan.)
       if (take_back(victim)) continue;
       auto& vs = ts[victim];
       std::int64_t after = std::max<std::int64_t>(vs.last_touch, vs.resident_since);

@@ -109,9 +109,9 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
   return best;
 }
 
-// The planner's rounds for one setting of early loads: a first round on the compute clock,
-// rounds for a little less room, rounds on the clock the best plan replayed to; the fastest
-// replay wins.
+// The planner's rounds for one setting of its passes (PassOptions): a first round on the
+// compute clock, rounds for a little less room (plain passes only), rounds on the clock the
+// best plan replayed to; the fastest replay wins.
 Result<Candidate> PlanRounds(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                              const PlannerConfig& config, const PassOptions& options) {
   const std::int64_t n = lt.steps();

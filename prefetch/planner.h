@@ -9,7 +9,9 @@
 // in time, and places its copy-out on a calendar of the host-bound link, in the first idle gap
 // after its last use. A tensor evicted before its window is prefetched when the window opens; a
 // prefetch that does not fit waits a step. Reloads are then laid out back to back on the link
-// and the plan made again; each candidate is replayed and the fastest kept. Repeating schedules
+// and the plan made again; each candidate is replayed and the fastest kept. Where the plan still
+// stalls, the rounds run again with loads issued ahead of their windows into free room and with
+// evictions that keep reloads on time (plan_pass.h: EarlyLoads, PassOptions). Repeating schedules
 // are planned over five iterations and the middle one is kept: the plan is for the steady state,
 // and repeats every iteration. docs/schedules.md has the whole story.
 #pragma once

@@ -139,6 +139,11 @@ TEST(Plans, TheExecutorMovesTensorsAsTheJobProgresses) {
     return m.ok() && m->tier == TierKind::kDram;
   }));
   ASSERT_TRUE(job->ReportProgress(0, 2).ok());  // and comes back for step 3
+  // The executor acts on a report on its own thread: a read sent at once can overtake the
+  // prefetch (a miss; 9 runs in 40 did here). A job reads a tensor a step's compute later.
+  ASSERT_TRUE(server.WaitFor([](const ServerStats& now) {
+    return now.jobs.size() == 1 && now.jobs[0].counter("actions_issued") >= 2;
+  }));
   GetViewOptions want;
   want.tier = TierKind::kHbm;
   auto view = (*client)->GetView("w0", want);

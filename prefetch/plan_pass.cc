@@ -109,17 +109,18 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   const int kept = iterations / 2;
   const std::int64_t total = n * iterations;
   const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
-  // Sizes and copy-out times by tensor, read for every candidate of every eviction (through the
+  // Sizes and transfer times by tensor, read for every candidate of every eviction (through the
   // schedule's messages they missed the cache).
   std::vector<std::uint64_t> bytes(nt);
-  std::vector<double> out_us(nt);
+  std::vector<double> in_us(nt), out_us(nt);
   for (std::size_t t = 0; t < nt; ++t) {
     bytes[t] = s.tensors(static_cast<int>(t)).size_bytes();
+    in_us[t] = d.InUs(bytes[t]);
     out_us[t] = d.OutUs(bytes[t]);
   }
   auto size_of = [&](std::uint32_t t) { return bytes[t]; };
-  auto window_for = [&](std::uint64_t size, std::int64_t use, std::int64_t prev) {
-    double need = d.InUs(size) * config.prefetch_margin;
+  auto window_for = [&](std::uint32_t t, std::int64_t use, std::int64_t prev) {
+    double need = in_us[t] * config.prefetch_margin;
     // Latest step w with start[use] - start[w] >= need.
     std::int64_t w = StepAt(start, use, start[static_cast<std::size_t>(use)] - need);
     return std::max<std::int64_t>(w, prev + 1);
@@ -143,7 +144,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     std::sort(uses.rbegin(), uses.rend());
     double link_free = std::numeric_limits<double>::infinity();
     for (auto [use, t] : uses) {
-      double xfer = d.InUs(bytes[t]);
+      double xfer = in_us[t];
       double end = std::min(start[static_cast<std::size_t>(use)], link_free);
       link_free = end - xfer;
       burst_window.emplace_back(t, use, StepAt(start, use, link_free));
@@ -178,7 +179,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       }
       for (auto u : lt.uses(static_cast<std::uint32_t>(t))) {
         std::int64_t g = base + u;
-        std::int64_t w = window_for(bytes[t], g, prev);
+        std::int64_t w = window_for(static_cast<std::uint32_t>(t), g, prev);
         if (const auto* b = burst_window_of(static_cast<std::uint32_t>(t), g)) {
           w = std::max<std::int64_t>(std::min(w, *b), prev + 1);
         }
@@ -303,8 +304,6 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   // eviction sees them; such a reload is not reserved again when it is issued).
   LinkCalendar h2d;
   std::vector<char> reload_reserved(options.reload_aware ? nt : 0, 0);
-  std::vector<double> in_us(options.reload_aware ? nt : 0);
-  for (std::size_t t = 0; t < in_us.size(); ++t) in_us[t] = d.InUs(bytes[t]);
   // Whether a candidate's reload, placed from its next window on, would end before that use.
   auto reload_on_time = [&](std::uint32_t t, std::int64_t window) {
     const auto& st = ts[t];
@@ -550,8 +549,11 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       if (st.resident) unlist(t);
       while (st.next < st.occ.size() && st.occ[st.next].step <= g) ++st.next;
       st.last_touch = g;
-      if (st.resident) list(t);
-      if (!st.resident) mark_absent(t);
+      if (st.resident) {
+        list(t);
+      } else {
+        mark_absent(t);
+      }
     }
     for (auto t : update_at.At(g % n)) ts[t].dirty = true;
     // 4. Dead tensors (last touch of this instance) are freed after the step.

@@ -109,6 +109,18 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
   return best;
 }
 
+// The compute of one iteration, stalls apart.
+double ComputeUs(const Schedule& s) {
+  double us = 0;
+  for (const auto& st : s.steps()) us += st.compute_us();
+  return us;
+}
+
+// Whether a candidate's replay stalls more than 1% of the compute: where the planner tries more.
+bool Stalls(const Candidate& c, double compute_us) {
+  return c.time_us - compute_us > 0.01 * compute_us;
+}
+
 // The planner's rounds for one setting of its passes (PassOptions): a first round on the
 // compute clock, rounds for a little less room (plain passes only), rounds on the clock the
 // best plan replayed to; the fastest replay wins.
@@ -123,9 +135,8 @@ Result<Candidate> PlanRounds(const Schedule& s, const Lifetimes& lt, const Devic
   // than the compute estimates say: windows and link placements made on that clock are wrong.
   // Plan again on the clock the best plan replayed to (stalls included), a few rounds, keeping
   // whichever replays fastest.
-  double compute = 0;
-  for (const auto& st : s.steps()) compute += st.compute_us();
-  auto stalls = [&] { return best->time_us - compute > 0.01 * compute; };
+  const double compute = ComputeUs(s);
+  auto stalls = [&] { return Stalls(*best, compute); };
   // Planning for a little less than the budget leaves room for prefetches to land early and
   // copy-outs to finish late; the plan still holds the real budget. Two headrooms are tried in
   // turn, the second only while the plan still stalls; it rarely stops after the first, so with
@@ -171,10 +182,7 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   auto best = PlanRounds(s, lt, d, config, {});
   if (!best.ok()) return best.status();
-  double compute = 0;
-  for (const auto& st : s.steps()) compute += st.compute_us();
-  if (!config.choose_by_replay || !config.early_loads ||
-      best->time_us - compute <= 0.01 * compute) {
+  if (!config.choose_by_replay || !config.early_loads || !Stalls(*best, ComputeUs(s))) {
     return std::move(best->plan);
   }
   // Loads ahead of their windows into room nothing needs yet (plan_pass.h, EarlyLoads): a

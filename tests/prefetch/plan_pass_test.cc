@@ -67,6 +67,12 @@ Result<schedule::Plan> Pass(const Schedule& s, const Lifetimes& lt, const Device
   return Pass(s, lt, d, budget, PassOptions{.early = early});
 }
 
+// A plan replayed under its budget.
+Result<ReplayReport> ReplayPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                std::uint64_t budget, const schedule::Plan& plan) {
+  return Replay(s, lt, d, {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &plan});
+}
+
 TEST(EarlyLoads, GoAsSoonAsRoomIsFreeInsteadOfAtTheirWindow) {
   Schedule s = RoomFreesEarly();
   ASSERT_TRUE(Validate(s).ok()) << Validate(s).ToString();
@@ -83,8 +89,7 @@ TEST(EarlyLoads, GoAsSoonAsRoomIsFreeInsteadOfAtTheirWindow) {
     ASSERT_TRUE(early.ok()) << early.status().ToString();
     // Step 2 still holds T: P fits from step 3 on.
     EXPECT_EQ(PrefetchStepOfP(*early), 3);
-    auto r =
-        Replay(s, lt, *device, {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*early});
+    auto r = ReplayPlan(s, lt, *device, budget, *early);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->breaches(), 0u);
     EXPECT_LE(r->peak_hbm, budget);
@@ -112,8 +117,7 @@ TEST(ReloadAwareEvictions, StallLessThanBeladyAloneOnRandomSchedules) {
       auto stall = [&](const PassOptions& options) {
         auto plan = Pass(s, lt, *device, budget, options);
         if (!plan.ok()) return -1.0;
-        auto r = Replay(s, lt, *device,
-                        {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan});
+        auto r = ReplayPlan(s, lt, *device, budget, *plan);
         EXPECT_TRUE(r.ok() && r->breaches() == 0);
         return r.ok() ? r->stall_us : -1.0;
       };
@@ -159,8 +163,7 @@ TEST(EarlyLoads, PassesKeepEveryInvariantOnRandomSchedules) {
         }
         ++planned;
         EXPECT_LE(plan->predicted_peak_bytes(), budget);
-        auto r = Replay(s, lt, *device,
-                        {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan});
+        auto r = ReplayPlan(s, lt, *device, budget, *plan);
         ASSERT_TRUE(r.ok());
         std::string problems;
         for (const auto& p : r->problems) problems += p + "\n";
@@ -193,10 +196,8 @@ TEST(EarlyLoads, ThePlannerKeepsThemOnlyWhereTheyStallLess) {
       auto without = BuildPlan(s, lt, *device, {.hbm_budget = budget, .early_loads = false});
       ASSERT_EQ(with.ok(), without.ok());
       if (!with.ok()) continue;
-      auto rw = Replay(s, lt, *device,
-                       {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*with});
-      auto ro = Replay(s, lt, *device,
-                       {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*without});
+      auto rw = ReplayPlan(s, lt, *device, budget, *with);
+      auto ro = ReplayPlan(s, lt, *device, budget, *without);
       ASSERT_TRUE(rw.ok() && ro.ok());
       EXPECT_EQ(rw->breaches(), 0u);
       EXPECT_LE(rw->stall_us, ro->stall_us + 1e-6) << "round " << round << " f " << f;
@@ -228,8 +229,7 @@ TEST(EarlyLoads, SweepsPlanWithThemOrWithoutAsAsked) {
       if (!row.planned_ok) continue;
       auto plan = BuildPlan(s, lt, *device, {.hbm_budget = row.budget, .early_loads = early});
       ASSERT_TRUE(plan.ok());
-      auto r = Replay(s, lt, *device,
-                      {.policy = Policy::kPlanned, .hbm_budget = row.budget, .plan = &*plan});
+      auto r = ReplayPlan(s, lt, *device, row.budget, *plan);
       ASSERT_TRUE(r.ok());
       EXPECT_EQ(r->stall_us, row.planned.stall_us) << "at " << row.fraction;
     }

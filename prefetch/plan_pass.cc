@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
 #include <span>
 #include <tuple>
 #include <utility>
 
 #include "common/units.h"
 #include "prefetch/link_calendar.h"
-#include "prefetch/resident_by_window.h"
+#include "prefetch/tensors_by_window.h"
 #include "prefetch/waiting_loads.h"
 
 namespace tierpool::prefetch {
@@ -225,7 +224,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   std::vector<Pending> pending;
 
   // Resident tensors keyed by the start of their next window: the largest is the eviction victim.
-  ResidentByWindow by_next(total);
+  TensorsByWindow by_next(total);
   auto key = [&](std::uint32_t t) {
     const auto& st = ts[t];
     return st.next < st.occ.size() ? st.occ[st.next].window : kNever;
@@ -262,11 +261,11 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   // With early loads: the tensors out of hbm and not waiting whose next occurrence is a use with
   // a window before it, by (window, tensor), the order the window lists give; each tensor's key
   // while it is there. Early loads walk it from the next step on.
-  std::set<std::pair<std::int64_t, std::uint32_t>> absent;
+  TensorsByWindow absent(early.steps > 0 ? total : 0);
   std::vector<std::int64_t> absent_key(early.steps > 0 ? nt : 0, -1);
   auto unmark_absent = [&](std::uint32_t t) {
     if (early.steps <= 0 || absent_key[t] < 0) return;
-    absent.erase({absent_key[t], t});
+    absent.Erase(absent_key[t], t);
     absent_key[t] = -1;
   };
   auto mark_absent = [&](std::uint32_t t) {
@@ -276,7 +275,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     if (st.resident || st.next >= st.occ.size()) return;
     const auto& o = st.occ[st.next];
     if (o.window >= o.step) return;  // a definition's, or no time to load ahead
-    absent.insert({o.window, t});
+    absent.Insert(o.window, t);
     absent_key[t] = o.window;
   };
   std::uint64_t occupancy = 0;
@@ -353,6 +352,9 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   // Loads whose window has opened, by the use they serve: a load that finds no room waits here
   // from step to step.
   WaitingLoads waiting(total, nt);
+  // Where each tensor's last look in the overrides ended: a tensor's loads are issued for uses
+  // that never go back, so the next look starts there (a search each cost 6% of a pass).
+  std::vector<std::uint32_t> override_pos(nt, 0);
   auto use_of = [&](std::uint32_t t) { return ts[t].occ[ts[t].next].step; };
   auto wait_for = [&](std::uint32_t t) {
     unmark_absent(t);
@@ -360,7 +362,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   };
   for (std::size_t t = 0; t < nt; ++t) mark_absent(static_cast<std::uint32_t>(t));
   // Early loads (EarlyLoads): queued as if their windows opened now, so they are issued with
-  // this step's own loads.
+  // this step's own loads. (Taken from `absent` once the walk is over: queueing one takes it out.)
+  std::vector<std::uint32_t> early_loads;
   auto issue_early = [&](std::int64_t g, std::uint64_t defining) {
     const std::int64_t last = std::min(total - 1, g + early.steps);
     std::int64_t room = static_cast<std::int64_t>(config.hbm_budget) -
@@ -368,11 +371,14 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     for (std::int64_t h = g + 1; h <= std::min(last, g + early.defs_ahead); ++h) {
       for (auto t : defs_at.At(h)) room -= static_cast<std::int64_t>(size_of(t));
     }
-    for (auto it = absent.lower_bound({g + 1, 0});
-         it != absent.end() && it->first <= last && room > 0;) {
-      const std::uint32_t t = (it++)->second;
-      if (static_cast<std::int64_t>(size_of(t)) > room) return;  // it waits for a later step
+    early_loads.clear();
+    for (auto it = absent.From(g + 1); !it.done() && it.window() <= last && room > 0; it.Next()) {
+      const std::uint32_t t = it.tensor();
+      if (static_cast<std::int64_t>(size_of(t)) > room) break;  // it waits for a later step
       room -= static_cast<std::int64_t>(size_of(t));
+      early_loads.push_back(t);
+    }
+    for (auto t : early_loads) {
       if (early.holds_room) ts[t].occ[ts[t].next].window = g;
       wait_for(t);
     }
@@ -480,11 +486,14 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
             best_on_time = false;
           }
         }
+        // With reload-aware evictions, one whose reload would be on time goes before any that
+        // would be late. Once one is found, a candidate's reload is looked at only when it
+        // would win otherwise (each look is a search of the calendar).
+        bool must_be_on_time = false;
         if (options.reload_aware) {
-          // One whose reload would be on time goes before any that would be late.
-          const bool on_time = reload_on_time(t, window);
-          if (on_time != best_on_time) {
-            if (!on_time) continue;
+          if (best_on_time) {
+            must_be_on_time = true;
+          } else if (reload_on_time(t, window)) {
             best_on_time = true;
             best = -1;
             best_cheap = false;
@@ -500,6 +509,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
         bool better = cheap != best_cheap ? cheap
                       : cheap             ? score > best
                               : free_at < best_free || (free_at == best_free && score > best);
+        if (better && must_be_on_time && !reload_on_time(t, window)) continue;
         if (better) {
           best = score;
           best_cheap = cheap;
@@ -526,11 +536,13 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     for (auto it = waiting.begin(); it != issue_end;) {
       const std::uint32_t t = it->second;
       it = waiting.Erase(it);
-      const std::int64_t use = use_of(t);
+      auto& next = ts[t].occ[ts[t].next];
+      const std::int64_t use = next.step;
       // Its window is where it is issued: later than it opened when it waited.
-      ts[t].occ[ts[t].next].window = std::max(ts[t].occ[ts[t].next].window, g);
+      next.window = std::max(next.window, g);
       double delay = 0;
-      if (const auto* o = overrides.Find(t, use); o != nullptr && o->step == g) {
+      if (const auto* o = overrides.FindAfter(t, use, &override_pos[t]);
+          o != nullptr && o->step == g) {
         delay = o->delay_us;  // issued where the link timeline put it, not at step start
       }
       pending.push_back({schedule::PREFETCH, t, g, use, delay});

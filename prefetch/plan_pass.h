@@ -46,6 +46,15 @@ class WindowOverrides {
                                [](const auto& e, std::int64_t u) { return e.first < u; });
     return it != v.end() && it->first == use ? &it->second : nullptr;
   }
+  // As Find, for a caller whose uses of a tensor never decrease from one call to the next:
+  // `*pos` (0 at the first call) is where the last call stopped, and the look goes on from there.
+  const WindowOverride* FindAfter(std::uint32_t tensor, std::int64_t use,
+                                  std::uint32_t* pos) const {
+    if (tensor >= by_tensor_.size()) return nullptr;
+    const auto& v = by_tensor_[tensor];
+    while (*pos < v.size() && v[*pos].first < use) ++*pos;
+    return *pos < v.size() && v[*pos].first == use ? &v[*pos].second : nullptr;
+  }
 
  private:
   std::vector<std::vector<std::pair<std::int64_t, WindowOverride>>> by_tensor_;

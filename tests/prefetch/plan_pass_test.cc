@@ -236,5 +236,27 @@ TEST(EarlyLoads, SweepsPlanWithThemOrWithoutAsAsked) {
   }
 }
 
+// A look that goes on from where the last stopped finds what a search finds, for uses that never
+// decrease (some looked up twice, most never set), and nothing for a tensor without overrides.
+TEST(WindowOverrides, ALookFromTheLastOneFindsWhatASearchFinds) {
+  std::mt19937_64 rng(11);
+  WindowOverrides overrides(4);
+  for (int i = 0; i < 200; ++i) {
+    const auto t = static_cast<std::uint32_t>(rng() % 3);  // tensor 3 has none
+    const auto use = static_cast<std::int64_t>(rng() % 500);
+    overrides.Set(t, use, {use - 1 - static_cast<std::int64_t>(rng() % 5), 0.5 * i});
+  }
+  for (std::uint32_t t = 0; t < 5; ++t) {
+    std::uint32_t pos = 0;
+    for (std::int64_t use = 0; use < 520; use += 1 + static_cast<std::int64_t>(rng() % 2)) {
+      for (int again = 0; again < 1 + static_cast<int>(rng() % 2); ++again) {
+        const WindowOverride* want = overrides.Find(t, use);
+        const WindowOverride* got = overrides.FindAfter(t, use, &pos);
+        ASSERT_EQ(got, want) << "tensor " << t << " use " << use;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tierpool::prefetch

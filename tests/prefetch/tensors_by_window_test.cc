@@ -1,4 +1,4 @@
-#include "prefetch/resident_by_window.h"
+#include "prefetch/tensors_by_window.h"
 
 #include <gtest/gtest.h>
 
@@ -14,12 +14,12 @@ namespace {
 // (window, tensor) gives walked backwards (the order eviction candidates were always looked at
 // in), after any mix of inserts and erases, with windows spread over more than one bitmap word
 // and summary word, and with tensors that have no next window.
-TEST(ResidentByWindow, WalksDownInTheOrderOfAnOrderedSetOfPairs) {
+TEST(TensorsByWindow, WalksDownInTheOrderOfAnOrderedSetOfPairs) {
   std::mt19937_64 rng(3);
   for (int round = 0; round < 300; ++round) {
     const std::int64_t steps = 1 + static_cast<std::int64_t>(rng() % (round % 3 == 0 ? 9000 : 200));
     const std::uint32_t tensors = 1 + static_cast<std::uint32_t>(rng() % 300);
-    ResidentByWindow set(steps);
+    TensorsByWindow set(steps);
     std::set<std::pair<std::int64_t, std::uint32_t>> want;
     std::vector<std::int64_t> window_of(tensors, -1);  // -1: not in
     for (int op = 0; op < 2000; ++op) {
@@ -29,7 +29,7 @@ TEST(ResidentByWindow, WalksDownInTheOrderOfAnOrderedSetOfPairs) {
         want.erase({window_of[t], t});
         window_of[t] = -1;
       } else {
-        const std::int64_t w = rng() % 10 == 0 ? ResidentByWindow::kNoWindow
+        const std::int64_t w = rng() % 10 == 0 ? TensorsByWindow::kNoWindow
                                                : static_cast<std::int64_t>(rng() % steps);
         set.Insert(w, t);
         want.insert({w, t});
@@ -44,6 +44,15 @@ TEST(ResidentByWindow, WalksDownInTheOrderOfAnOrderedSetOfPairs) {
         ASSERT_EQ(it.tensor(), w->second) << "round " << round;
       }
       ASSERT_TRUE(it.done());
+      // Walked up from a window, the order of the ordered set walked forwards from it.
+      const std::int64_t from = static_cast<std::int64_t>(rng() % (steps + 2)) - 1;
+      auto up = set.From(from);
+      for (auto w = want.lower_bound({from, 0}); w != want.end(); ++w, up.Next()) {
+        ASSERT_FALSE(up.done()) << "round " << round << " from " << from;
+        ASSERT_EQ(up.window(), w->first) << "round " << round << " from " << from;
+        ASSERT_EQ(up.tensor(), w->second) << "round " << round << " from " << from;
+      }
+      ASSERT_TRUE(up.done()) << "round " << round << " from " << from;
       std::size_t seen = 0;
       set.ForEach([&](std::int64_t, std::uint32_t listed) {
         ++seen;

@@ -30,6 +30,15 @@ struct TensorState {
   std::int64_t last_touch = -1;
   std::int64_t resident_since = -1;
   std::vector<std::pair<std::int64_t, std::int64_t>> intervals;  // [from, to] steps resident
+
+  // As constructed, keeping the lists' memory.
+  void Reset() {
+    occ.clear();
+    next = 0;
+    resident = dirty = false;
+    last_touch = resident_since = -1;
+    intervals.clear();
+  }
 };
 
 // Tensors listed by step, in the order they were added: one array for all steps instead of a
@@ -60,6 +69,14 @@ class StepLists {
 };
 
 }  // namespace
+
+struct PassBuffers::Impl {
+  std::vector<TensorState> ts;
+  TensorsByWindow by_next{0};
+  TensorsByWindow absent{0};
+};
+PassBuffers::PassBuffers() : impl_(std::make_unique<Impl>()) {}
+PassBuffers::~PassBuffers() = default;
 
 int PlannedIterations(const Schedule& s) { return s.repeats() ? 5 : 1; }
 
@@ -101,7 +118,9 @@ void SortUnique(std::vector<Reload>* r) {
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                 const PlannerConfig& config, const std::vector<double>& start,
                                 const WindowOverrides& overrides, const PassOptions& options,
-                                std::vector<Reload>* reloads) {
+                                std::vector<Reload>* reloads, PassBuffers* buffers) {
+  PassBuffers own;
+  PassBuffers::Impl& reused = *(buffers != nullptr ? buffers : &own)->impl_;
   const EarlyLoads& early = options.early;
   const std::int64_t n = lt.steps();
   const int iterations = PlannedIterations(s);
@@ -159,7 +178,9 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     return &std::get<2>(*it);
   };
 
-  std::vector<TensorState> ts(nt);
+  std::vector<TensorState>& ts = reused.ts;
+  ts.resize(nt);
+  for (auto& st : ts) st.Reset();
   // Windows opening at each step; a window the last resort moves (always to the next step) goes
   // to `moved_windows` and is taken after the step's own.
   StepLists windows_at, defs_at, touch_at, update_at;
@@ -224,7 +245,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   std::vector<Pending> pending;
 
   // Resident tensors keyed by the start of their next window: the largest is the eviction victim.
-  TensorsByWindow by_next(total);
+  TensorsByWindow& by_next = reused.by_next;
+  by_next.Reset(total);
   auto key = [&](std::uint32_t t) {
     const auto& st = ts[t];
     return st.next < st.occ.size() ? st.occ[st.next].window : kNever;
@@ -261,7 +283,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   // With early loads: the tensors out of hbm and not waiting whose next occurrence is a use with
   // a window before it, by (window, tensor), the order the window lists give; each tensor's key
   // while it is there. Early loads walk it from the next step on.
-  TensorsByWindow absent(early.steps > 0 ? total : 0);
+  TensorsByWindow& absent = reused.absent;
+  absent.Reset(early.steps > 0 ? total : 0);
   std::vector<std::int64_t> absent_key(early.steps > 0 ? nt : 0, -1);
   auto unmark_absent = [&](std::uint32_t t) {
     if (early.steps <= 0 || absent_key[t] < 0) return;

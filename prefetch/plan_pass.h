@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -113,12 +114,32 @@ struct PassOptions {
   bool plain() const { return early.steps == 0 && !reload_aware; }
 };
 
+// Memory one pass leaves to the next on the same thread: the per-tensor lists and the window
+// sets (a round makes up to seven passes, and allocating them anew each time was about a tenth
+// of planning). Not for two passes at once.
+class PassBuffers {
+ public:
+  PassBuffers();
+  ~PassBuffers();
+  PassBuffers(const PassBuffers&) = delete;
+  PassBuffers& operator=(const PassBuffers&) = delete;
+
+ private:
+  friend Result<schedule::Plan> PlanPass(const Schedule&, const Lifetimes&, const DeviceProfile&,
+                                         const PlannerConfig&, const std::vector<double>&,
+                                         const WindowOverrides&, const PassOptions&,
+                                         std::vector<Reload>*, PassBuffers*);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // One plan for config's budget on the clock `start` (StepStarts), each prefetch window where
 // `overrides` puts it or else sized from the link; the loads it issues are appended to
-// `reloads`. FAILED_PRECONDITION when a step needs more than the budget at once.
+// `reloads`. FAILED_PRECONDITION when a step needs more than the budget at once. `buffers`, if
+// given, is memory an earlier pass left (the plan is the same with or without).
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                 const PlannerConfig& config, const std::vector<double>& start,
                                 const WindowOverrides& overrides, const PassOptions& options,
-                                std::vector<Reload>* reloads);
+                                std::vector<Reload>* reloads, PassBuffers* buffers = nullptr);
 
 }  // namespace tierpool::prefetch

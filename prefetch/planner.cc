@@ -73,7 +73,8 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
                             const std::vector<double>& start, int layout_passes,
                             const PassOptions& options = {}) {
   std::vector<Reload> all;
-  auto first = PlanPass(s, lt, d, config, start, {}, options, &all);
+  PassBuffers buffers;
+  auto first = PlanPass(s, lt, d, config, start, {}, options, &all, &buffers);
   if (!first.ok()) return first.status();
   SortUnique(&all);
   Candidate best{.plan = std::move(first).value()};
@@ -93,7 +94,7 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
   };
   for (int pass = 0; pass < layout_passes; ++pass) {
     std::vector<Reload> made;
-    auto next = PlanPass(s, lt, d, config, start, layout(all), options, &made);
+    auto next = PlanPass(s, lt, d, config, start, layout(all), options, &made, &buffers);
     if (!next.ok()) break;
     Candidate c{.plan = std::move(next).value()};
     if (!config.choose_by_replay) {

@@ -9,6 +9,14 @@ TensorsByWindow::TensorsByWindow(std::int64_t steps)
       words_((buckets_.size() + 63) / 64),
       summary_((words_.size() + 63) / 64) {}
 
+void TensorsByWindow::Reset(std::int64_t steps) {
+  for (auto& b : buckets_) b.clear();
+  buckets_.resize(static_cast<std::size_t>(std::max<std::int64_t>(steps, 0)) + 1);
+  words_.assign((buckets_.size() + 63) / 64, 0);
+  summary_.assign((words_.size() + 63) / 64, 0);
+  size_ = 0;
+}
+
 std::size_t TensorsByWindow::BucketOf(std::int64_t window) const {
   return static_cast<std::size_t>(std::clamp<std::int64_t>(window, 0, last_bucket()));
 }

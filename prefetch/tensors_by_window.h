@@ -29,6 +29,8 @@ class TensorsByWindow {
   // Windows are steps in [0, steps), or kNoWindow (a window at or past `steps` is kept, and read
   // back, as kNoWindow).
   explicit TensorsByWindow(std::int64_t steps);
+  // Empty, for windows in [0, steps), keeping the buckets' memory.
+  void Reset(std::int64_t steps);
 
   void Insert(std::int64_t window, std::uint32_t tensor);
   // Removes an entry present with this window.

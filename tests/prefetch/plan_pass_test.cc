@@ -144,6 +144,9 @@ TEST(EarlyLoads, PassesKeepEveryInvariantOnRandomSchedules) {
   auto device = H100WithSlowLinks();
   ASSERT_TRUE(device.ok());
   int planned = 0;
+  // Every pass again with the memory of the passes before it, of other schedules, budgets and
+  // settings (some of which failed half way): the same plan byte for byte.
+  PassBuffers reused;
   for (int round = 0; round < 20; ++round) {
     Schedule s = RandomSchedule(rng, 8 + static_cast<std::uint32_t>(rng() % 120), rng() % 2 == 0);
     Lifetimes lt(s);
@@ -157,6 +160,15 @@ TEST(EarlyLoads, PassesKeepEveryInvariantOnRandomSchedules) {
             PassOptions{.reload_aware = true}, PassOptions{.early = third, .reload_aware = true}}) {
         const EarlyLoads& early = options.early;
         auto plan = Pass(s, lt, *device, budget, options);
+        std::vector<Reload> reloads;
+        auto again =
+            PlanPass(s, lt, *device, {.hbm_budget = budget},
+                     StepStarts(s, n, n * PlannedIterations(s)), {}, options, &reloads, &reused);
+        ASSERT_EQ(again.ok(), plan.ok()) << "round " << round << " f " << f;
+        if (plan.ok()) {
+          EXPECT_EQ(again->SerializeAsString(), plan->SerializeAsString())
+              << "round " << round << " f " << f;
+        }
         if (!plan.ok()) {
           ASSERT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
           continue;

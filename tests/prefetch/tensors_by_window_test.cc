@@ -12,14 +12,19 @@ namespace {
 
 // Walked from the latest window down, the set gives the entries in the order a std::set of
 // (window, tensor) gives walked backwards (the order eviction candidates were always looked at
-// in), after any mix of inserts and erases, with windows spread over more than one bitmap word
-// and summary word, and with tensors that have no next window.
-TEST(TensorsByWindow, WalksDownInTheOrderOfAnOrderedSetOfPairs) {
+// in), and walked up from a window the order of the set walked forwards from its lower bound
+// (the order early loads were first made in), after any mix of inserts and erases, with windows
+// spread over more than one bitmap word and summary word, with tensors that have no next window,
+// and in a set emptied by Reset of what an earlier round left in it.
+TEST(TensorsByWindow, WalksInTheOrderOfAnOrderedSetOfPairs) {
   std::mt19937_64 rng(3);
+  TensorsByWindow reset(0);  // every other round: one set, emptied with what the last left in it
   for (int round = 0; round < 300; ++round) {
     const std::int64_t steps = 1 + static_cast<std::int64_t>(rng() % (round % 3 == 0 ? 9000 : 200));
     const std::uint32_t tensors = 1 + static_cast<std::uint32_t>(rng() % 300);
-    TensorsByWindow set(steps);
+    TensorsByWindow fresh(steps);
+    if (round % 2 == 1) reset.Reset(steps);
+    TensorsByWindow& set = round % 2 == 1 ? reset : fresh;
     std::set<std::pair<std::int64_t, std::uint32_t>> want;
     std::vector<std::int64_t> window_of(tensors, -1);  // -1: not in
     for (int op = 0; op < 2000; ++op) {
@@ -29,8 +34,8 @@ TEST(TensorsByWindow, WalksDownInTheOrderOfAnOrderedSetOfPairs) {
         want.erase({window_of[t], t});
         window_of[t] = -1;
       } else {
-        const std::int64_t w = rng() % 10 == 0 ? TensorsByWindow::kNoWindow
-                                               : static_cast<std::int64_t>(rng() % steps);
+        const std::int64_t w =
+            rng() % 10 == 0 ? TensorsByWindow::kNoWindow : static_cast<std::int64_t>(rng() % steps);
         set.Insert(w, t);
         want.insert({w, t});
         window_of[t] = w;

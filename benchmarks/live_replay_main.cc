@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   int iterations = 2;
   double iteration_ms = 1500;
   double margin = PlannerConfig{}.prefetch_margin;
+  bool no_early_loads = false;
   std::uint64_t calibrate_bytes = 8ull << 20;
   po::options_description opts(
       "tierpool replay SCHEDULE --live --device NAME --hbm BUDGET --policy P [options]");
@@ -158,6 +159,9 @@ int main(int argc, char** argv) {
     ("verify", po::value(&verify)->default_value("all"),
      "all: every byte read back is compared; stamp: 64 bytes at each end")
     ("margin", po::value(&margin)->default_value(margin), "planner prefetch margin")
+    ("no-early-loads", po::bool_switch(&no_early_loads),
+     "plan without the rounds the planner adds where its plan stalls (early loads, reload-aware "
+     "evictions), as `tierpool plan --no-early-loads` does")
     ("hbm-device", po::value(&hbm_device)->default_value(-1),
      "private server: the CUDA device whose memory is its hbm tier (-1: the host stand-in); a "
      "build with CUDA also writes and reads the job's hbm tensors there in place")
@@ -263,7 +267,9 @@ int main(int argc, char** argv) {
 
   std::optional<schedule::Plan> plan;
   if (*p == Policy::kPlanned) {
-    auto built = BuildPlan(s, lt, calibrated, {.hbm_budget = budget, .prefetch_margin = margin});
+    auto built = BuildPlan(
+        s, lt, calibrated,
+        {.hbm_budget = budget, .prefetch_margin = margin, .early_loads = !no_early_loads});
     if (!built.ok()) return Fail(built.status());
     plan = std::move(built).value();
   }

@@ -115,8 +115,8 @@ struct PassOptions {
 };
 
 // Memory one pass leaves to the next on the same thread: the per-tensor lists and the window
-// sets (a round makes up to seven passes, and allocating them anew each time was about a tenth
-// of planning). Not for two passes at once.
+// sets (a round makes up to seven passes; allocating these anew for each cost about 8% of the
+// planning time of the largest graphs). Not for two passes at once.
 class PassBuffers {
  public:
   PassBuffers();

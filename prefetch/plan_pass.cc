@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -119,8 +120,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
                                 const PlannerConfig& config, const std::vector<double>& start,
                                 const WindowOverrides& overrides, const PassOptions& options,
                                 std::vector<Reload>* reloads, PassBuffers* buffers) {
-  PassBuffers own;
-  PassBuffers::Impl& reused = *(buffers != nullptr ? buffers : &own)->impl_;
+  std::optional<PassBuffers> own;  // only where the caller gives none
+  PassBuffers::Impl& reused = *(buffers != nullptr ? buffers : &own.emplace())->impl_;
   const EarlyLoads& early = options.early;
   const std::int64_t n = lt.steps();
   const int iterations = PlannedIterations(s);

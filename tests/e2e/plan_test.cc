@@ -213,6 +213,14 @@ TEST(Plans, AFreeThatOvertakesTheReleaseOfItsViewStillFreesTheCopy) {
 
 class LiveReplay : public ::testing::TestWithParam<const char*> {};
 
+// A parameter as a test or file name: every character but letters and digits as '_'.
+std::string AsName(std::string s) {
+  for (auto& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return s;
+}
+
 TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   const std::string dir = ::testing::TempDir();
   const std::string schedule = dir + "/small-training.pb";
@@ -223,11 +231,7 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   // A policy and the options after it ("planned --no-early-loads": the planner without its
   // added rounds, an option of the live replay's own).
   const std::string policy = GetParam();
-  std::string file = policy;
-  for (auto& c : file) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  const std::string report = dir + "/live-" + file + ".json";
+  const std::string report = dir + "/live-" + AsName(policy) + ".json";
   int rc = 0;
   std::string out = RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
                                  " --live --device h100 --hbm 60% --policy " + policy +
@@ -258,13 +262,7 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
 INSTANTIATE_TEST_SUITE_P(Policies, LiveReplay,
                          ::testing::Values("none", "reactive-lru", "planned",
                                            "planned --no-early-loads"),
-                         [](const auto& param_info) {
-                           std::string n = param_info.param;
-                           for (auto& c : n) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return n;
-                         });
+                         [](const auto& param_info) { return AsName(param_info.param); });
 
 }  // namespace
 }  // namespace tierpool::testing

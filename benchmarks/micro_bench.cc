@@ -99,6 +99,33 @@ void BM_CopyToUnalignedBuffer(benchmark::State& state) {
 BENCHMARK(BM_CopyToUnalignedBuffer)
     ->ArgsProduct({{4 << 10, 256 << 10, 4 << 20}, {0, 8, 16}, {0, 1}});
 
+// A checked get's copy: out of an arena no cache holds (a page-aligned source cycling through a
+// 256 MiB pool) into the caller's buffer, reused (CopyTarget::kWarm), 16 bytes into its
+// allocation as a std::vector's data is. Arg 1: 0 = CopyBytes alone, 1 = CopyAndChecksum.
+void BM_CheckedCopyOutOfMemory(benchmark::State& state) {
+  auto n = static_cast<std::size_t>(state.range(0));
+  const bool checked = state.range(1) == 1;
+  const std::size_t slots = std::max<std::size_t>((256u << 20) / n, 2);
+  auto pool = Buffer(slots * n + 4096), dst = Buffer(n + 16);
+  char* const from_base =
+      pool.data() + (4096 - reinterpret_cast<std::uintptr_t>(pool.data()) % 4096) % 4096;
+  char* const to = dst.data() + 16;
+  std::size_t next = 0;
+  for (auto _ : state) {
+    const char* from = from_base + (next++ % slots) * n;
+    if (checked) {
+      benchmark::DoNotOptimize(CopyAndChecksum(to, from, n));
+    } else {
+      CopyBytes(to, from, n);
+      benchmark::ClobberMemory();
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n));
+  state.SetLabel(checked ? "CopyAndChecksum" : "CopyBytes");
+}
+BENCHMARK(BM_CheckedCopyOutOfMemory)
+    ->ArgsProduct({{16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20}, {0, 1}});
+
 void BM_Xxh3(benchmark::State& state) {
   auto n = static_cast<std::size_t>(state.range(0));
   auto src = Buffer(n);

@@ -10,7 +10,9 @@ namespace tierpool::simd {
 std::uint64_t Xxh3Avx2(const void* data, std::size_t size);
 // Copies with 32-byte stores aligned on dst; `stream`: non-temporal stores.
 void CopyAvx2(void* dst, const void* src, std::size_t size, bool stream);
-// The same copy, hashing each chunk while it is still in cache.
-std::uint64_t CopyAndChecksumAvx2(void* dst, const void* src, std::size_t size, bool stream);
+// The same copy, hashing each chunk while it is still in cache; `prefetch_source`: software
+// prefetches of the source ahead of the copy (ignored with `stream`).
+std::uint64_t CopyAndChecksumAvx2(void* dst, const void* src, std::size_t size, bool stream,
+                                  bool prefetch_source);
 
 }  // namespace tierpool::simd

@@ -37,12 +37,13 @@ TEST(Checksum, MatchesReferenceXxh3AtEverySize) {
 // CopyAndChecksum's long inputs run XXH3's block loop with the copy interleaved (copy_avx2.cc):
 // every size across three 1 KiB blocks, and sizes around later block boundaries, with the
 // destination's alignment moving where the last block's copy falls, each exact and hashed as
-// XXH3_64bits hashes it.
+// XXH3_64bits hashes it. 32 and 37 KiB: where a warm destination's copy starts prefetching its
+// source (checksum.cc), and where the first prefetch lands in the last block.
 TEST(Checksum, CopyAndChecksumAtEveryBlockBoundary) {
   std::mt19937_64 rng(13);
   std::vector<std::size_t> sizes;
   for (std::size_t n = 2040; n <= 3 * 1024 + 72; ++n) sizes.push_back(n);
-  for (std::size_t blocks : {16ul, 255ul, 1024ul}) {
+  for (std::size_t blocks : {16ul, 32ul, 37ul, 255ul, 1024ul}) {
     for (std::size_t delta : {0ul, 1ul, 31ul, 32ul, 63ul, 64ul, 65ul, 1023ul}) {
       sizes.push_back(blocks * 1024 + delta);
       sizes.push_back(blocks * 1024 - delta);

@@ -300,6 +300,7 @@ TEST(Bench, ComparesWithRedisInTheSameRun) {
   for (const auto& r : rows) {
     const std::string path = r["path"];
     if (path == "redis") ++redis_rows;
+    EXPECT_EQ(r.value("client_verifies_checksums", true), false) << r.dump();
     if (path != "copy" && path != "zero_copy") continue;
     EXPECT_GT(r.value("ratio_to_redis", 0.0), 0.0) << r.dump();
     if (r["threads"] == 1) {
@@ -333,6 +334,25 @@ TEST(Bench, ComparesWithRedisInTheSameRun) {
   EXPECT_NE(o.find("redis only"), std::string::npos) << o;
   RunShell("rmdir " + tmp, &rc);
   EXPECT_EQ(rc, 0) << "the benchmark left files in " << tmp;
+}
+
+// `bench --verify-checksums`: the gets check every byte as they copy it, as a client with
+// verify_checksums does, and the rows say so.
+TEST(Bench, MeasuresCheckedGetsWhenAsked) {
+  ServerProcess server({"--dram", "512M", "--hbm", "16M"});
+  ASSERT_TRUE(server.started());
+  int rc = 0;
+  std::string o = RunShell(std::string(TIERPOOL_CLI_PATH) + " --socket " + server.socket() +
+                               " bench --seconds 0.01 --threads 1 --verify-checksums --json 2>&1",
+                           &rc);
+  ASSERT_EQ(rc, 0) << o;
+  auto rows = nlohmann::json::parse(o);
+  int gets = 0;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.value("client_verifies_checksums", false), true) << r.dump();
+    if (r["op"] == "get" && r["path"] == "copy") ++gets;
+  }
+  EXPECT_EQ(gets, 6);
 }
 
 }  // namespace

@@ -139,8 +139,10 @@ Result<Extent> ObjectStore::OpenWindowLocked(TierKind kind, std::uint32_t pool,
     auto home = t->AllocateOutside(obj->meta.size, pool, window);
     if (!home.ok()) return none();
     const Extent from = obj->copy(kind).extent;
-    const std::uint64_t sum =
-        CopyAndChecksum(t->HostAddress(*home), t->HostAddress(from), obj->meta.size);
+    // The new place is an extent just allocated: written as fresh memory (non-temporal stores
+    // from 64 KiB, common/copy.h), which neither reads its lines in first nor evicts the cache.
+    const std::uint64_t sum = CopyAndChecksum(t->HostAddress(*home), t->HostAddress(from),
+                                              obj->meta.size, CopyTarget::kFresh);
     if (sum != obj->meta.checksum) {
       (void)t->Free(*home);
       ++counters_.corrupt_in_memory;

@@ -23,6 +23,9 @@ std::vector<char> Buffer(std::size_t n) {
   return v;
 }
 
+// The first page boundary at or after p.
+char* PageStart(char* p) { return p + (4096 - reinterpret_cast<std::uintptr_t>(p) % 4096) % 4096; }
+
 void BM_Memcpy(benchmark::State& state) {
   auto n = static_cast<std::size_t>(state.range(0));
   auto src = Buffer(n), dst = Buffer(n);
@@ -78,11 +81,8 @@ void BM_CopyToUnalignedBuffer(benchmark::State& state) {
   const bool copy_bytes = state.range(2) == 1;
   const std::size_t slots = std::max<std::size_t>((256u << 20) / n, 2);
   auto pool = Buffer(slots * n + 4096), dst = Buffer(n + 8192);
-  auto page = [](char* p) {
-    return p + (4096 - reinterpret_cast<std::uintptr_t>(p) % 4096) % 4096;
-  };
-  char* const from_base = page(pool.data());
-  char* const to = page(dst.data()) + offset;
+  char* const from_base = PageStart(pool.data());
+  char* const to = PageStart(dst.data()) + offset;
   std::size_t next = 0;
   for (auto _ : state) {
     const char* from = from_base + (next++ % slots) * n;
@@ -107,8 +107,7 @@ void BM_CheckedCopyOutOfMemory(benchmark::State& state) {
   const bool checked = state.range(1) == 1;
   const std::size_t slots = std::max<std::size_t>((256u << 20) / n, 2);
   auto pool = Buffer(slots * n + 4096), dst = Buffer(n + 16);
-  char* const from_base =
-      pool.data() + (4096 - reinterpret_cast<std::uintptr_t>(pool.data()) % 4096) % 4096;
+  char* const from_base = PageStart(pool.data());
   char* const to = dst.data() + 16;
   std::size_t next = 0;
   for (auto _ : state) {

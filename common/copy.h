@@ -36,6 +36,9 @@ namespace copy_detail {
 inline constexpr std::size_t kVectorCopyFrom = 2048;
 // Whether a copy of this size into this kind of destination uses non-temporal stores.
 bool StreamStores(std::size_t size, CopyTarget target);
+// Whether a checked copy (CopyAndChecksum) of this size into this kind of destination prefetches
+// its source ahead of the copy.
+bool PrefetchSource(std::size_t size, CopyTarget target);
 // Whether this CPU runs the vector copies (AVX2); memcpy otherwise.
 bool HaveVectorCopy();
 }  // namespace copy_detail

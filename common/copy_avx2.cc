@@ -105,7 +105,8 @@ void Accumulate(xxh_u64* acc, const unsigned char* in, std::size_t stripes) {
 // late, and memory sits idle between blocks: on the development VM the pair ran at 7-8 GB/s at
 // 64 and 256 KiB where the copy alone runs at 12-15; prefetched, at 9.5-11 (docs/benchmarks.md,
 // "Checked gets that prefetch their source"). From a source in cache into fresh memory the
-// prefetches only cost (up to 1.7x slower), so a caller asks for them (checksum.cc).
+// prefetches only cost (up to 1.7x slower), so a caller asks for them
+// (copy_detail::PrefetchSource).
 template <bool kStream, bool kPrefetch>
 std::uint64_t CopyAndHashLong(unsigned char* d, const unsigned char* s, std::size_t size) {
   XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;

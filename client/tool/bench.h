@@ -14,6 +14,9 @@ struct BenchOptions {
   std::string compare;            // "" or "redis"
   std::string redis_server = "redis-server";
   int threads = 2;  // the batch cases again with this many client threads; <= 1: not run
+  // Whether the client was connected with verify_checksums (its gets check what they copy):
+  // every row says so, as client_verifies_checksums.
+  bool verify_checksums = false;
 };
 
 // Runs every case; returns one JSON object per row. Rows of tierpool carry ratio_to_memcpy (and

@@ -38,7 +38,7 @@ TEST(Checksum, MatchesReferenceXxh3AtEverySize) {
 // every size across three 1 KiB blocks, and sizes around later block boundaries, with the
 // destination's alignment moving where the last block's copy falls, each exact and hashed as
 // XXH3_64bits hashes it. 32 and 37 KiB: where a warm destination's copy starts prefetching its
-// source (checksum.cc), and where the first prefetch lands in the last block.
+// source (copy_detail::PrefetchSource), and where the first prefetch lands in the last block.
 TEST(Checksum, CopyAndChecksumAtEveryBlockBoundary) {
   std::mt19937_64 rng(13);
   std::vector<std::size_t> sizes;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,9 +15,11 @@
 
 namespace tierpool::prefetch {
 
-// A fresh seed, printed so that a failure can be replayed.
+// A fresh seed, printed so that a failure can be replayed: TIERPOOL_TEST_SEED=N runs with N.
 inline std::uint64_t PrintedSeed(const char* test) {
-  const std::uint64_t seed = std::random_device{}();
+  const char* fixed = std::getenv("TIERPOOL_TEST_SEED");
+  const std::uint64_t seed =
+      fixed != nullptr ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
   std::printf("%s seed %llu\n", test, static_cast<unsigned long long>(seed));
   return seed;
 }

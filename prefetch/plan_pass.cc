@@ -10,6 +10,7 @@
 
 #include "common/units.h"
 #include "prefetch/link_calendar.h"
+#include "prefetch/periodic_copies.h"
 #include "prefetch/tensors_by_window.h"
 #include "prefetch/waiting_loads.h"
 
@@ -634,14 +635,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   // its own actions. A persistent tensor that ends out of hbm but started in it starts out
   // instead and comes in at its window before its first use; one that ends in but started out
   // goes after its last use. Both only lower hbm use, so the budget still holds.
-  // At one step: what is issued as it starts before what is issued as it ends, and room made
-  // before what needs it comes in.
-  auto by_step = [](const schedule::Action& a, const schedule::Action& b) {
-    if (a.step() != b.step()) return a.step() < b.step();
-    if (a.after() != b.after()) return !a.after();
-    return a.kind() != schedule::PREFETCH && b.kind() == schedule::PREFETCH;
-  };
-  std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), by_step);
+  std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), ActionsByStep);
   if (s.repeats()) {
     std::vector<char> in(nt, 0), at_start(nt, 0);
     for (auto t : plan.resident_at_start()) in[t] = at_start[t] = 1;
@@ -680,7 +674,10 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     }
     plan.clear_resident_at_start();
     for (auto t : keep_start) plan.add_resident_at_start(t);
-    std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), by_step);
+    std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), ActionsByStep);
+    // Then each persistent tensor's copies as the iteration before leaves them
+    // (periodic_copies.h): the kept prefetches of the first uses came from that iteration.
+    KeepPeriodicCopiesCurrent(s, lt, &plan);
   }
 
   std::int64_t running = 0, peak = 0;

@@ -106,15 +106,24 @@ std::int64_t StepAt(const std::vector<double>& start, std::int64_t limit, double
   return std::max<std::int64_t>(0, static_cast<std::int64_t>(it - start.begin()) - 1);
 }
 
+namespace {
+bool LayoutOrder(const Reload& a, const Reload& b) {
+  return a.use != b.use ? a.use > b.use : a.tensor < b.tensor;
+}
+bool SameReload(const Reload& a, const Reload& b) { return a.use == b.use && a.tensor == b.tensor; }
+}  // namespace
+
 void SortUnique(std::vector<Reload>* r) {
-  std::sort(r->begin(), r->end(), [](const Reload& a, const Reload& b) {
-    return a.use != b.use ? a.use > b.use : a.tensor < b.tensor;
-  });
-  r->erase(std::unique(r->begin(), r->end(),
-                       [](const Reload& a, const Reload& b) {
-                         return a.use == b.use && a.tensor == b.tensor;
-                       }),
-           r->end());
+  std::sort(r->begin(), r->end(), LayoutOrder);
+  r->erase(std::unique(r->begin(), r->end(), SameReload), r->end());
+}
+
+void MergeUnique(std::vector<Reload>* sorted, std::vector<Reload>* more) {
+  SortUnique(more);
+  const auto middle = static_cast<std::ptrdiff_t>(sorted->size());
+  sorted->insert(sorted->end(), more->begin(), more->end());
+  std::inplace_merge(sorted->begin(), sorted->begin() + middle, sorted->end(), LayoutOrder);
+  sorted->erase(std::unique(sorted->begin(), sorted->end(), SameReload), sorted->end());
 }
 
 Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,

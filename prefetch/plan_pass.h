@@ -83,6 +83,9 @@ std::int64_t StepAt(const std::vector<double>& start, std::int64_t limit, double
 
 // Latest use first (then by tensor), each (tensor, use) once: the order the link layout walks.
 void SortUnique(std::vector<Reload>* r);
+// Adds `more` to `sorted` (SortUnique's order, each once), in that order: a sort of `more` and a
+// merge instead of sorting all again (a round's list grows to tens of thousands).
+void MergeUnique(std::vector<Reload>* sorted, std::vector<Reload>* more);
 
 // Loads issued ahead of their windows into room nothing needs yet. A pass evicts only on
 // demand, so at a tight budget a load starts when its window opens and room is made for it,

@@ -103,8 +103,7 @@ Result<Candidate> PlanRound(const Schedule& s, const Lifetimes& lt, const Device
       best = std::move(c);
     }
     std::size_t before = all.size();
-    all.insert(all.end(), made.begin(), made.end());
-    SortUnique(&all);
+    MergeUnique(&all, &made);
     if (all.size() - before <= before / 100) break;  // (nearly) nothing new to lay out
   }
   return best;

@@ -44,7 +44,7 @@ struct TensorState {
 };
 
 // Tensors listed by step, in the order they were added: one array for all steps instead of a
-// vector per step (a pass over five iterations of a large graph allocated ~100,000 of them).
+// vector per step (a pass over the planned iterations of a large graph allocated ~100,000).
 class StepLists {
  public:
   void Add(std::int64_t step, std::uint32_t tensor) { added_.emplace_back(step, tensor); }
@@ -107,6 +107,9 @@ std::int64_t StepAt(const std::vector<double>& start, std::int64_t limit, double
 }
 
 namespace {
+// Which of the planned iterations the plan is made from (0 for a schedule that runs once).
+int KeptIteration(const Schedule& s) { return PlannedIterations(s) / 2; }
+
 bool LayoutOrder(const Reload& a, const Reload& b) {
   return a.use != b.use ? a.use > b.use : a.tensor < b.tensor;
 }
@@ -130,12 +133,13 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
                                 const PlannerConfig& config, const std::vector<double>& start,
                                 const WindowOverrides& overrides, const PassOptions& options,
                                 std::vector<Reload>* reloads, PassBuffers* buffers) {
+  const std::size_t reloads_before = reloads->size();
   std::optional<PassBuffers> own;  // only where the caller gives none
   PassBuffers::Impl& reused = *(buffers != nullptr ? buffers : &own.emplace())->impl_;
   const EarlyLoads& early = options.early;
   const std::int64_t n = lt.steps();
   const int iterations = PlannedIterations(s);
-  const int kept = iterations / 2;
+  const int kept = KeptIteration(s);
   const std::int64_t total = n * iterations;
   const std::size_t nt = static_cast<std::size_t>(s.tensors_size());
   // Sizes and transfer times by tensor, read for every candidate of every eviction (through the
@@ -241,6 +245,8 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
   plan.set_hbm_budget_bytes(config.hbm_budget);
   plan.set_device(d.name);
   const std::int64_t keep_from = kept * n, keep_to = keep_from + n;
+  // The walk ends with the iteration after the kept one (plan_pass.h: PlannedIterations).
+  const std::int64_t walk_to = std::min(total, keep_to + n);
 
   // Actions belong to the kept iteration when the use they serve (prefetch) or the point they
   // take effect (offload, free) falls in it; a prefetch whose window opens in the previous
@@ -417,7 +423,7 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       wait_for(t);
     }
   };
-  for (std::int64_t g = 0; g < total; ++g) {
+  for (std::int64_t g = 0; g < walk_to; ++g) {
     // 1. What must be resident from this step on: windows opening, tensors defined.
     for (auto t : windows_at.At(g)) {
       if (!ts[t].resident) wait_for(t);
@@ -612,6 +618,16 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
     }
   }
   for (const auto& [use, t] : waiting) ts[t].occ[ts[t].next].window = total;  // never issued
+  // The iteration not walked reloads what the one before it did, an iteration later: its
+  // reloads press on the link layout of the walked ones (the next pass's windows) as the
+  // steady state's would.
+  if (walk_to < total) {
+    const std::size_t made = reloads->size();
+    for (std::size_t i = reloads_before; i < made; ++i) {
+      const Reload r = (*reloads)[i];
+      if (r.use >= keep_to && r.use < walk_to) reloads->push_back({r.tensor, r.use + n});
+    }
+  }
   for (std::size_t t = 0; t < nt; ++t) {
     if (ts[t].resident) ts[t].intervals.emplace_back(ts[t].resident_since, total);
   }

@@ -25,7 +25,7 @@ struct WindowOverride {
 };
 // By tensor, then by use (ascending): a pass looks them up for every occurrence of every tensor
 // (a hash map of all of them missed the cache on nearly every look, and a tensor used in every
-// step of five iterations has dozens).
+// step of every planned iteration has dozens).
 class WindowOverrides {
  public:
   WindowOverrides() = default;
@@ -67,8 +67,14 @@ struct Reload {
 };
 
 // A repeating schedule is planned over five iterations and the middle one is kept: the cold
-// start is two iterations behind it, and every decision that takes effect in it (evictions are
-// decided later, when room is needed) still sees two iterations of real future.
+// start is two iterations behind it (one was not enough for a decoder's weights streaming
+// through hbm: its stall at 90% on h100 rose from 12 to 40 ms), and the walk goes on through the
+// fourth, where the evictions that take effect in the kept one are decided (when room is
+// needed, after their tensor's last touch). The fifth is only looked ahead into (next uses and
+// windows), not walked: for the link layout its reloads are the fourth's, an iteration later.
+// (Walking all five stalled as much in total on the bf16 corpus, 9,062.8 against 9,062.9 ms
+// over its 1,242 budgets, and took 1.1-1.2x as long: docs/benchmarks.md, "Planning time on
+// real graphs".)
 int PlannedIterations(const Schedule& s);
 
 // Start time of every step on the planned timeline, from the compute estimates; one more entry

@@ -12,8 +12,8 @@
 // and the plan made again; each candidate is replayed and the fastest kept. Where the plan still
 // stalls, the rounds run again with loads issued ahead of their windows into free room and with
 // evictions that keep reloads on time (plan_pass.h: EarlyLoads, PassOptions). Repeating schedules
-// are planned over five iterations and the middle one is kept: the plan is for the steady state,
-// and repeats every iteration. docs/schedules.md has the whole story.
+// are planned over five iterations and the middle one is kept (plan_pass.h): the plan is for
+// the steady state, and repeats every iteration. docs/schedules.md has the whole story.
 #pragma once
 
 #include "prefetch/device_profile.h"

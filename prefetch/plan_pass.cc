@@ -656,53 +656,19 @@ Result<schedule::Plan> PlanPass(const Schedule& s, const Lifetimes& lt, const De
       }
     }
   }
-  // Make the plan periodic by construction: walk the kept iteration from its start state with
-  // its own actions. A persistent tensor that ends out of hbm but started in it starts out
-  // instead and comes in at its window before its first use; one that ends in but started out
-  // goes after its last use. Both only lower hbm use, so the budget still holds.
-  std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), ActionsByStep);
   if (s.repeats()) {
-    std::vector<char> in(nt, 0), at_start(nt, 0);
-    for (auto t : plan.resident_at_start()) in[t] = at_start[t] = 1;
-    for (const auto& a : plan.actions()) {
-      in[a.tensor()] = a.kind() == schedule::PREFETCH ? 1 : 0;  // actions are in step order
-    }
-    std::vector<std::uint32_t> keep_start;
-    for (std::uint32_t t = 0; t < nt; ++t) {
-      if (!lt.persistent(t) || lt.uses(t).empty()) {
-        if (at_start[t]) keep_start.push_back(t);
-        continue;
+    // Where the window of a persistent tensor's first use in the kept iteration opens.
+    auto first_window = [&](std::uint32_t t) {
+      const std::int64_t first_use = keep_from + lt.uses(t).front();
+      std::int64_t w = 0;
+      for (const auto& o : ts[t].occ) {
+        if (o.step == first_use) w = std::max<std::int64_t>(o.window, keep_from);
       }
-      if (at_start[t] && !in[t]) {
-        std::uint32_t first = lt.uses(t).front();
-        const auto& o = ts[t].occ;
-        std::int64_t w = 0;
-        for (const auto& x : o) {
-          if (x.step == keep_from + first) w = std::max<std::int64_t>(x.window, keep_from);
-        }
-        auto* a = plan.add_actions();
-        a->set_kind(schedule::PREFETCH);
-        a->set_tensor(t);
-        a->set_step(static_cast<std::uint32_t>(w % n));
-        a->set_needed_by(first);
-      } else if (!at_start[t] && in[t]) {
-        auto* a = plan.add_actions();
-        a->set_kind(s.tensors(static_cast<int>(t)).update_steps_size() > 0 ? schedule::OFFLOAD
-                                                                           : schedule::FREE);
-        a->set_tensor(t);
-        a->set_step(lt.uses(t).back());
-        a->set_after(true);
-        if (at_start[t]) keep_start.push_back(t);
-      } else if (at_start[t]) {
-        keep_start.push_back(t);
-      }
-    }
-    plan.clear_resident_at_start();
-    for (auto t : keep_start) plan.add_resident_at_start(t);
+      return static_cast<std::uint32_t>(w % n);
+    };
+    MakePeriodic(s, lt, first_window, &plan);  // periodic_copies.h
+  } else {
     std::stable_sort(plan.mutable_actions()->begin(), plan.mutable_actions()->end(), ActionsByStep);
-    // Then each persistent tensor's copies as the iteration before leaves them
-    // (periodic_copies.h): the kept prefetches of the first uses came from that iteration.
-    KeepPeriodicCopiesCurrent(s, lt, &plan);
   }
 
   std::int64_t running = 0, peak = 0;

@@ -11,6 +11,7 @@
 
 #include "prefetch/device_profile.h"
 #include "prefetch/simulator.h"
+#include "tests/prefetch/random_schedule.h"
 
 namespace tierpool::prefetch {
 namespace {
@@ -29,12 +30,7 @@ Schedule OneWeight(const std::vector<std::uint32_t>& uses,
     st->set_name("op" + std::to_string(i));
     st->set_compute_us(100);
   }
-  auto* w = s.add_tensors();
-  w->set_id(0);
-  w->set_name("W");
-  w->set_size_bytes(kBytes);
-  w->set_def_step(-1);
-  w->set_kind(schedule::WEIGHT);
+  auto* w = AddShapedTensor(s, "W", kBytes / 4, 4, -1, schedule::WEIGHT);
   for (auto u : uses) w->add_use_steps(u);
   for (auto u : updates) w->add_update_steps(u);
   return s;

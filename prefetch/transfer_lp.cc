@@ -298,7 +298,10 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
   // coefficient is its members' bytes and latencies, and x, h, g, o count what has crossed of
   // that, so a partly moved tensor pays its share of the latency.
   const double latency_in = d.link_latency_us * h2d, latency_out = d.link_latency_us * d2h;
-  for (auto& [p, g] : groups) {
+  for (auto& [pattern, g] : groups) {
+    // A reference of its own: lambdas below use it, and clang before 16 cannot capture a
+    // structured binding.
+    const auto& p = pattern;
     const double cost_in = g.mib + g.count * latency_in, cost_out = g.mib + g.count * latency_out;
     const auto span = static_cast<std::size_t>(p.k1 - p.k0 + 1);
     // out_col's slot 0 is window k0 - 1, where a tensor made inside it may first be copied out.

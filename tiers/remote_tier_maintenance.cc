@@ -149,7 +149,9 @@ void RemoteTier::AdoptRegions() {
         continue;
       }
       const std::uint64_t region = it->first;
-      DropReplicasLocked([&](const Replica& r) { return r.peer == p && r.region == region; });
+      // (The peer captured by value: clang before 16 cannot capture a structured binding.)
+      DropReplicasLocked(
+          [&, peer = p](const Replica& r) { return r.peer == peer && r.region == region; });
       it = p->regions.erase(it);
       ++lost;
     }

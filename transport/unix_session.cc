@@ -215,11 +215,21 @@ void UnixSession::Serve() {
 void UnixSession::Handle(void (UnixSession::*done)(bool reply)) {
   if (shared_->handler->MayBlock(id_, messages_.request())) {
     ++shared_->counters.on_workers;
+    on_worker_ = true;
     asio::post(*shared_->workers, [self = shared_from_this(), done] {
       const bool reply =
           self->shared_->handler->Handle(self->id_, self->peer_, self->messages_.request(),
                                          &self->messages_.response(), &self->fds_);
-      asio::post(self->socket_.get_executor(), [self, done, reply] { ((*self).*done)(reply); });
+      asio::post(self->socket_.get_executor(), [self, done, reply] {
+        self->on_worker_ = false;
+        if (self->closed_) {  // closed while it ran: released now, with what it took
+          if (std::exchange(self->disconnect_after_worker_, false)) {
+            self->shared_->handler->OnDisconnect(self->id_);
+          }
+          return;
+        }
+        ((*self).*done)(reply);
+      });
     });
     return;
   }
@@ -528,6 +538,10 @@ void UnixSession::Close() {
   if (ring_) {
     shared_->rings->Close(ring_.get());
     FutexWakeAll(&ring_->ring.control().reply_seq);  // a client asleep on it looks at the socket
+  }
+  if (on_worker_) {
+    disconnect_after_worker_ = true;  // (Handle's completion releases it)
+    return;
   }
   shared_->handler->OnDisconnect(id_);
 }

@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "tests/e2e/server_process.h"
@@ -125,6 +127,60 @@ TEST(Pressure, KilledClientLeavesNothingReservedOrPinned) {
   std::string b(24 << 20, 'y');
   EXPECT_TRUE((*client)->Put("room-is-back", b.data(), b.size()).ok());
   EXPECT_EQ((*client)->Stat("pinned-by-child")->pins, 0u);
+}
+
+// A get that must wait (an object only on nvme, wanted in hbm) runs on a worker thread; its
+// client is killed while it waits. The connection closes before the pin is made, and the pin
+// made after must go with it: before the fix, the server released the connection's holdings
+// when its socket closed and the worker then pinned for it, a pin nobody could release.
+TEST(Pressure, ClientKilledWhileItsGetWaitsOnAWorkerLeavesNothingPinned) {
+  const std::string dir =
+      ::testing::TempDir() + "/tierpool-killed-wait-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ServerProcess server(
+      {"--dram", "32M", "--hbm", "16M", "--nvme-path", dir, "--nvme-bytes", "512M"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  const std::size_t size = 8 << 20;
+  int next = 0;
+  // A key whose only copy is on nvme: puts push the oldest objects there.
+  auto on_nvme = [&]() -> std::string {
+    for (int tries = 0; tries < 64; ++tries) {
+      for (int i = 0; i < next; ++i) {
+        auto m = (*client)->Stat("big" + std::to_string(i));
+        if (m.ok() && m->tier == TierKind::kNvme) return "big" + std::to_string(i);
+      }
+      const std::string b = Pattern(static_cast<std::uint64_t>(next), size);
+      if (!(*client)->Put("big" + std::to_string(next++), b.data(), b.size()).ok()) break;
+    }
+    return "";
+  };
+  for (int attempt = 0; attempt < 12; ++attempt) {
+    const std::string key = on_nvme();
+    ASSERT_FALSE(key.empty());
+    pid_t child = ::fork();
+    if (child == 0) {
+      auto c = Client::Connect(server.options());
+      if (!c.ok()) ::_exit(3);
+      std::thread([&] {
+        GetViewOptions o;
+        o.tier = TierKind::kHbm;
+        auto view = (*c)->GetView(key, o);
+        ::_exit(view.ok() ? 5 : 6);  // the kill came too late (or the get failed)
+      }).detach();
+      // Killed 0.2 to 2.4 ms into the wait: the nvme read of 8 MiB takes longer here.
+      std::this_thread::sleep_for(std::chrono::microseconds(200 + 200 * attempt));
+      ::raise(SIGKILL);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(server.WaitFor([](const ServerStats& s) {
+      return s.counter("leases_open") == 0 && s.counter("reservations_open") == 0;
+    })) << "attempt "
+        << attempt << ": the killed client's pin is still held";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 // parent what it is about to do (over a pipe), and again once the server answered; a client
 // killed in between leaves that key uncertain (either value may be there), and the next client
 // in its slot resolves it with its first read. Prints one JSON object; exits 1 on any wrong byte,
-// lost object, or server death.
+// lost object, reservation or pin left held for a dead client, or server death.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -77,23 +77,29 @@ std::string Key(int slot, std::uint32_t j) {
 // Does the object now under key match v? kError: the get failed for another reason than the
 // object's absence (no room to bring it back from nvme, say): neither right nor wrong.
 enum class Check { kMatch, kMismatch, kError };
-Check Compare(Client& c, const std::string& key, const Value& v, std::string* why) {
-  auto got = c.GetBytes(key);
-  if (!got.ok()) {
-    if (got.status().code() != StatusCode::kNotFound) {
-      *why = got.status().ToString();
+// A get's outcome (its status, and the bytes when it found the object) against v.
+Check CompareOutcome(const Status& status, const void* data, std::size_t size, const Value& v,
+                     std::string* why) {
+  if (!status.ok()) {
+    if (status.code() != StatusCode::kNotFound) {
+      *why = status.ToString();
       return Check::kError;
     }
     *why = "not found";
     return v.present ? Check::kMismatch : Check::kMatch;
   }
-  if (!v.present || got->size() != v.size) {
-    *why = "found " + std::to_string(got->size()) + " bytes";
+  if (!v.present || size != v.size) {
+    *why = "found " + std::to_string(size) + " bytes";
     return Check::kMismatch;
   }
   const std::string want = Bytes(v.seed, v.size);
   *why = "other bytes";
-  return std::memcmp(got->data(), want.data(), want.size()) == 0 ? Check::kMatch : Check::kMismatch;
+  return std::memcmp(data, want.data(), want.size()) == 0 ? Check::kMatch : Check::kMismatch;
+}
+Check Compare(Client& c, const std::string& key, const Value& v, std::string* why) {
+  auto got = c.GetBytes(key);
+  if (!got.ok()) return CompareOutcome(got.status(), nullptr, 0, v, why);
+  return CompareOutcome(Status::Ok(), got->data(), got->size(), v, why);
 }
 
 struct Settings {
@@ -118,6 +124,7 @@ struct Settings {
                                 static_cast<unsigned long long>(v.size));
     if (::write(report_fd, line, static_cast<std::size_t>(n)) != n) _exit(4);
   };
+  std::uint64_t last_size = 0;
   for (;;) {
     const std::uint32_t j = static_cast<std::uint32_t>(rng() % s.keys);
     KeyState& k = model[j];
@@ -144,8 +151,87 @@ struct Settings {
       continue;
     }
     const auto dice = rng() % 100;
+    if (dice >= 90) {
+      // A batch over this key and up to seven others of the slot (none left uncertain): puts,
+      // copying gets, views in one round trip, or deletes.
+      std::vector<std::uint32_t> js{j};
+      for (int tries = 0; tries < 16 && js.size() < 8; ++tries) {
+        const auto o = static_cast<std::uint32_t>(rng() % s.keys);
+        if (!model[o].pending && std::find(js.begin(), js.end(), o) == js.end()) js.push_back(o);
+      }
+      std::vector<std::string> keys;
+      for (auto o : js) keys.push_back(Key(slot, o));
+      const auto kind = rng() % 8;
+      if (kind < 3) {  // puts: one size for all (a run staged room serves) or each its own
+        const bool one_size = rng() % 2 == 0;
+        const std::uint64_t size = 1 + rng() % (s.max_size / 4);
+        std::vector<std::string> bytes;
+        std::vector<Value> values;
+        std::vector<PutItem> items;
+        for (std::size_t i = 0; i < js.size(); ++i) {
+          values.push_back({true, rng(), one_size ? size : 1 + rng() % (s.max_size / 4)});
+          report('P', js[i], values.back());
+          bytes.push_back(Bytes(values.back().seed, values.back().size));
+        }
+        for (std::size_t i = 0; i < js.size(); ++i) {
+          items.push_back({keys[i], bytes[i].data(), bytes[i].size(), {}});
+        }
+        auto st = (*client)->PutBatch(items);
+        for (std::size_t i = 0; i < js.size(); ++i) {
+          const bool ok = i < st.size() && st[i].ok();
+          if (ok) model[js[i]].value = values[i];
+          report(ok ? 'A' : 'F', js[i], values[i]);
+        }
+      } else if (kind < 5) {  // copying gets
+        std::vector<std::string> buffers(js.size(), std::string(s.max_size, '\0'));
+        std::vector<GetItem> items;
+        for (std::size_t i = 0; i < js.size(); ++i) {
+          items.push_back({keys[i], buffers[i].data(), buffers[i].size()});
+        }
+        auto got = (*client)->GetBatch(items);
+        for (std::size_t i = 0; i < js.size(); ++i) {
+          std::string why;
+          const Check c =
+              i >= got.size() ? Check::kError
+              : got[i].ok()   ? CompareOutcome(Status::Ok(), buffers[i].data(), *got[i],
+                                               model[js[i]].value, &why)
+                            : CompareOutcome(got[i].status(), nullptr, 0, model[js[i]].value, &why);
+          if (c == Check::kMismatch) report('X', js[i]);
+          report(c == Check::kError ? 'E' : 'G', js[i]);
+        }
+      } else if (kind < 7) {  // views, wanting hbm half the time
+        GetViewOptions o;
+        if (rng() % 2 == 0) o.tier = TierKind::kHbm;
+        auto views = (*client)->GetViews(keys, o);
+        for (std::size_t i = 0; i < js.size(); ++i) {
+          std::string why;
+          const Check c =
+              i >= views.size() ? Check::kError
+              : views[i].ok()
+                  ? CompareOutcome(Status::Ok(), views[i]->data(), views[i]->size(),
+                                   model[js[i]].value, &why)
+                  : CompareOutcome(views[i].status(), nullptr, 0, model[js[i]].value, &why);
+          if (c == Check::kMismatch) report('X', js[i]);
+          report(c == Check::kError ? 'E' : 'G', js[i]);
+        }
+      } else {  // deletes
+        for (auto o : js) report('D', o);
+        auto st = (*client)->DeleteBatch(keys);
+        for (std::size_t i = 0; i < js.size(); ++i) {
+          const bool ok = i < st.size() && (st[i].ok() || st[i].code() == StatusCode::kNotFound);
+          if (ok) model[js[i]].value = Value{};
+          report(ok ? 'A' : 'F', js[i], model[js[i]].value);
+        }
+      }
+      continue;
+    }
     if (dice < 50) {
-      Value v{true, rng(), 1 + rng() % s.max_size};
+      // Two puts in a row of one size stage room for the next (one round trip): a third of the
+      // puts repeat the size before them.
+      const std::uint64_t size =
+          last_size != 0 && rng() % 3 == 0 ? last_size : 1 + rng() % s.max_size;
+      last_size = size;
+      Value v{true, rng(), size};
       report('P', j, v);
       const std::string bytes = Bytes(v.seed, v.size);
       Status st;
@@ -191,7 +277,7 @@ struct Settings {
         std::fprintf(stderr, "slot %d key %u: get failed: %s\n", slot, j, why.c_str());
       }
       report(c == Check::kError ? 'E' : 'G', j);
-    } else {
+    } else {  // (dice < 90)
       report('D', j);
       Status st = (*client)->Delete(key);
       if (st.ok() || st.code() == StatusCode::kNotFound) {
@@ -446,10 +532,16 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Every client is dead: nothing may stay reserved or pinned for them (the server notices a
+  // closed connection at once; a few seconds allowed for the last ones).
   std::uint64_t held_reservations = 0, held_leases = 0;
-  if (auto st = probe->ServerStat(); st.ok()) {
-    held_reservations = st->counter("reservations_open");
-    held_leases = st->counter("leases_open");
+  for (int round = 0; !server_died && round < 50; ++round) {
+    if (auto st = probe->ServerStat(); st.ok()) {
+      held_reservations = st->counter("reservations_open");
+      held_leases = st->counter("leases_open");
+    }
+    if (held_reservations == 0 && held_leases == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   for (int round = 0; !server_died && round < 10000; ++round) {
     auto listed = probe->List("", 1000);
@@ -485,5 +577,8 @@ int main(int argc, char** argv) {
                         {"rss_outside_arenas_baseline", baseline},
                         {"rss_outside_arenas_after", after}};
   std::cout << out.dump() << "\n";
-  return (server_died || wrong != 0 || lost_or_wrong != 0 || end_errors != 0) ? 1 : 0;
+  return (server_died || wrong != 0 || lost_or_wrong != 0 || end_errors != 0 ||
+          held_reservations != 0 || held_leases != 0)
+             ? 1
+             : 0;
 }

@@ -570,6 +570,19 @@ int main(int argc, char** argv) {
     }
     if (cmd == "plan") {
       if (out.empty() && json.empty()) return Fail(Status::InvalidArgument("give -o PLAN.pb"));
+      // What the plan does on the profile's clock, as `replay --policy planned` would show it.
+      // A plan whose replay breaks the budget or loses a copy is the planner's bug: it is
+      // reported and not written, so that no executor is handed it.
+      auto check = Replay(*s, lt, *profile,
+                          {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan});
+      if (!check.ok()) return Fail(check.status());
+      if (check->breaches() > 0) {
+        for (const auto& prob : check->problems) std::printf("  problem: %s\n", prob.c_str());
+        return Fail(Status::Internal(
+            "the plan breaks " + std::to_string(check->breaches()) +
+            " invariant(s) in replay (a planner bug: please report it with the schedule); "
+            "not written"));
+      }
       if (!out.empty()) {
         std::ofstream f(out, std::ios::binary | std::ios::trunc);
         if (!plan->SerializeToOstream(&f)) return Fail(Status::IoError("cannot write " + out));
@@ -586,6 +599,13 @@ int main(int argc, char** argv) {
       std::printf("plan for %s under %s on %s: %d actions, predicted peak %s\n", s->name().c_str(),
                   FormatBytes(budget).c_str(), profile->name.c_str(), plan->actions_size(),
                   FormatBytes(plan->predicted_peak_bytes()).c_str());
+      std::printf(
+          "replayed: iteration %.3f ms = compute %.3f ms + stall %.3f ms (%+.2f%%), "
+          "peak hbm %s, h2d %s, d2h %s\n",
+          check->time_us / 1000, check->compute_us / 1000, check->stall_us / 1000,
+          check->compute_us > 0 ? 100 * check->stall_us / check->compute_us : 0.0,
+          FormatBytes(check->peak_hbm).c_str(), FormatBytes(check->h2d_bytes).c_str(),
+          FormatBytes(check->d2h_bytes).c_str());
       return 0;
     }
     auto r = Replay(*s, lt, *profile,

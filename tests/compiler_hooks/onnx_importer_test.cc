@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "prefetch/cost_model.h"
@@ -195,6 +196,43 @@ TEST_F(OnnxImporter, ScheduleShowSpeaksJson) {
   EXPECT_EQ(j["by_kind"]["WEIGHT"]["bytes"].get<std::uint64_t>(),
             static_cast<std::uint64_t>(params) * 4);
   EXPECT_GT(j["peak_bytes_without_offload"].get<std::uint64_t>(), 0u);
+}
+
+// What a command prints, and its exit status.
+std::pair<std::string, int> RunCommand(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  if (p == nullptr) return {out, -1};
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  return {out, ::pclose(p)};
+}
+
+// `tierpool plan` says what its plan does on the profile's clock (before, only its action
+// count and peak), the same figures as `replay --policy planned` at that budget (one where
+// the link shows: 30% stalls a little).
+TEST_F(OnnxImporter, PlanSaysWhatItsReplayShows) {
+  std::string file = Dir() + "/mlp_plan.onnx", pb = Dir() + "/mlp_plan.pb",
+              plan = Dir() + "/mlp_plan-plan.pb";
+  ASSERT_GT(Export("torch.nn.Sequential(*[m for _ in range(6) for m in "
+                   "(torch.nn.Linear(512, 512), torch.nn.ReLU())])",
+                   "torch.randn(256, 512)", file, ""),
+            0);
+  const std::string cli = TIERPOOL_CLI_PATH;
+  ASSERT_EQ(RunCommand(cli + " schedule from-onnx " + file + " -o " + pb).second, 0);
+  auto [planned, rc] = RunCommand(cli + " plan " + pb + " --device h100 --hbm 30% -o " + plan);
+  ASSERT_EQ(rc, 0) << planned;
+  auto [replayed, rc2] =
+      RunCommand(cli + " replay " + pb + " --device h100 --hbm 30% --policy planned");
+  ASSERT_EQ(rc2, 0) << replayed;
+  const std::regex stall("stall ([0-9.]+) ms");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(planned, a, std::regex("replayed: iteration [0-9.]+ ms")))
+      << planned;
+  ASSERT_TRUE(std::regex_search(planned, a, stall)) << planned;
+  ASSERT_TRUE(std::regex_search(replayed, b, stall)) << replayed;
+  EXPECT_EQ(a[1].str(), b[1].str()) << planned << replayed;
+  EXPECT_EQ(::access(plan.c_str(), R_OK), 0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 //
 //   tierpool-soak --server PATH [--seconds 600] [--clients 16] [--kill-every-ms 3000]
 //                 [--dram 64M] [--nvme-bytes 256M] [--fill 0.95] [--seed 1]
+//                 [--namespace-policy FILE] [--server-arg=--io-threads=2 ...]
 //
 // The model: each client owns the keys "c<slot>/k<j>". Before a put or a delete it tells the
 // parent what it is about to do (over a pipe), and again once the server answered; a client
@@ -389,6 +390,7 @@ std::uint64_t RssOutsideArenas(pid_t pid) {
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
   std::string server, dram = "64M", nvme = "256M", policy;
+  std::vector<std::string> server_args;
   int seconds = 600, clients = 16, kill_every_ms = 3000;
   double fill = 0.95;
   std::uint64_t seed = 1;
@@ -401,7 +403,9 @@ int main(int argc, char** argv) {
       "fill", po::value(&fill), "the clients' keys hold about this fraction of dram + nvme")(
       "seed", po::value(&seed), "random seed")("namespace-policy", po::value(&policy),
                                                "tierpoold's --namespace-policy (a pool for "
-                                               "\"soak\" puts the clients in arenas of their own)");
+                                               "\"soak\" puts the clients in arenas of their own)")(
+      "server-arg", po::value(&server_args),
+      "one more tierpoold argument, as one token (repeatable): --server-arg=--io-threads=2");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -431,6 +435,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args = {
       server,        "--socket", s.socket,       "--dram", dram,          "--hbm", "16M",
       "--nvme-path", dir,        "--nvme-bytes", nvme,     "--log-level", "error", "--no-populate"};
+  for (const auto& a : server_args) args.push_back(a);
   if (!policy.empty()) {
     args.push_back("--namespace-policy");
     args.push_back(policy);

@@ -47,7 +47,14 @@ Result<std::vector<std::string>> ConfigFileArgs(const std::string& path,
   for (auto&& [k, node] : table) {
     const std::string key(k.str());
     const std::string where = "config file " + path + ": key " + Quoted(key);
-    const po::option_description* d = options.find_nothrow(key, false);
+    // An exact name only. (find_nothrow still throws when a name matches several options as a
+    // prefix, as the empty key matches every one: a file's key is never taken that far.)
+    const po::option_description* d = nullptr;
+    try {
+      if (!key.empty()) d = options.find_nothrow(key, false);
+    } catch (const po::error&) {
+      d = nullptr;
+    }
     if (d == nullptr || key == "config" || key == "help" || key == "version" ||
         key == "print-config") {
       return Status::InvalidArgument(where + " is not a tierpoold option (tierpoold --help)");

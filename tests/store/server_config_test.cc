@@ -172,5 +172,20 @@ TEST(ServerConfig, PlaceholdersInValuesAndNamesAreErrorsNotHangs) {
   EXPECT_NE(flag.status().message().find("io-threads"), std::string::npos);
 }
 
+// Found by fuzzing (2026-11-27): a key that is empty (`'' = 8`, or a table's `''.'' = 8`)
+// matched every option as a prefix, and Boost.Program_options threw "ambiguous" past every
+// handler: tierpoold died on the file instead of naming the key.
+TEST(ServerConfig, EmptyKeysAreErrorsNotCrashes) {
+  std::string path = ::testing::TempDir() + "/empty-key.conf";
+  bool exit_now;
+  for (const char* text : {"'' = 8\n", "''.'' = 8\n", "\"\" = \"x\"\n"}) {
+    std::ofstream(path) << text;
+    auto c = Parse({"--config", path.c_str()}, &exit_now);
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(c.status().message().find("not a tierpoold option"), std::string::npos)
+        << c.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace tierpool

@@ -109,7 +109,93 @@ struct Settings {
   std::uint64_t max_size = 256 << 10;
 };
 
-// One client process: random puts, gets and deletes on its own keys, forever.
+// What a client tells the parent, one line per event (Apply reads them).
+struct Reporter {
+  int fd;
+  void operator()(char what, std::uint32_t j, const Value& v = {}) const {
+    char line[128];
+    const int n = std::snprintf(line, sizeof(line), "%c %u %d %llu %llu\n", what, j,
+                                v.present ? 1 : 0, static_cast<unsigned long long>(v.seed),
+                                static_cast<unsigned long long>(v.size));
+    if (::write(fd, line, static_cast<std::size_t>(n)) != n) _exit(4);
+  }
+};
+
+// One batch (one round trip) over key j and up to seven others of the slot that no killed
+// predecessor left uncertain: puts, copying gets, views, or deletes.
+void RunBatch(Client& client, int slot, std::uint32_t j, SlotModel& model, const Settings& s,
+              std::mt19937_64& rng, const Reporter& report) {
+  std::vector<std::uint32_t> js{j};
+  for (int tries = 0; tries < 16 && js.size() < 8; ++tries) {
+    const auto o = static_cast<std::uint32_t>(rng() % s.keys);
+    if (!model[o].pending && std::find(js.begin(), js.end(), o) == js.end()) js.push_back(o);
+  }
+  std::vector<std::string> keys;
+  for (auto o : js) keys.push_back(Key(slot, o));
+  const auto kind = rng() % 8;
+  if (kind < 3) {  // puts: one size for all (a run staged room serves) or each its own
+    const bool one_size = rng() % 2 == 0;
+    const std::uint64_t size = 1 + rng() % (s.max_size / 4);
+    std::vector<std::string> bytes;
+    std::vector<Value> values;
+    std::vector<PutItem> items;
+    for (std::size_t i = 0; i < js.size(); ++i) {
+      values.push_back({true, rng(), one_size ? size : 1 + rng() % (s.max_size / 4)});
+      report('P', js[i], values.back());
+      bytes.push_back(Bytes(values.back().seed, values.back().size));
+    }
+    for (std::size_t i = 0; i < js.size(); ++i) {
+      items.push_back({keys[i], bytes[i].data(), bytes[i].size(), {}});
+    }
+    auto st = client.PutBatch(items);
+    for (std::size_t i = 0; i < js.size(); ++i) {
+      const bool ok = i < st.size() && st[i].ok();
+      if (ok) model[js[i]].value = values[i];
+      report(ok ? 'A' : 'F', js[i], values[i]);
+    }
+  } else if (kind < 5) {  // copying gets
+    std::vector<std::string> buffers(js.size(), std::string(s.max_size, '\0'));
+    std::vector<GetItem> items;
+    for (std::size_t i = 0; i < js.size(); ++i) {
+      items.push_back({keys[i], buffers[i].data(), buffers[i].size()});
+    }
+    auto got = client.GetBatch(items);
+    for (std::size_t i = 0; i < js.size(); ++i) {
+      std::string why;
+      const Check c =
+          i >= got.size() ? Check::kError
+          : got[i].ok()
+              ? CompareOutcome(Status::Ok(), buffers[i].data(), *got[i], model[js[i]].value, &why)
+              : CompareOutcome(got[i].status(), nullptr, 0, model[js[i]].value, &why);
+      if (c == Check::kMismatch) report('X', js[i]);
+      report(c == Check::kError ? 'E' : 'G', js[i]);
+    }
+  } else if (kind < 7) {  // views, wanting hbm half the time
+    GetViewOptions o;
+    if (rng() % 2 == 0) o.tier = TierKind::kHbm;
+    auto views = client.GetViews(keys, o);
+    for (std::size_t i = 0; i < js.size(); ++i) {
+      std::string why;
+      const Check c = i >= views.size() ? Check::kError
+                      : views[i].ok()
+                          ? CompareOutcome(Status::Ok(), views[i]->data(), views[i]->size(),
+                                           model[js[i]].value, &why)
+                          : CompareOutcome(views[i].status(), nullptr, 0, model[js[i]].value, &why);
+      if (c == Check::kMismatch) report('X', js[i]);
+      report(c == Check::kError ? 'E' : 'G', js[i]);
+    }
+  } else {  // deletes
+    for (auto o : js) report('D', o);
+    auto st = client.DeleteBatch(keys);
+    for (std::size_t i = 0; i < js.size(); ++i) {
+      const bool ok = i < st.size() && (st[i].ok() || st[i].code() == StatusCode::kNotFound);
+      if (ok) model[js[i]].value = Value{};
+      report(ok ? 'A' : 'F', js[i], model[js[i]].value);
+    }
+  }
+}
+
+// One client process: random puts, gets, deletes and batches on its own keys, forever.
 [[noreturn]] void RunClient(int slot, SlotModel model, const Settings& s, int report_fd,
                             std::uint64_t seed) {
   ClientOptions options;
@@ -118,13 +204,7 @@ struct Settings {
   auto client = Client::Connect(options);
   if (!client.ok()) _exit(3);
   std::mt19937_64 rng(seed);
-  auto report = [&](char what, std::uint32_t j, const Value& v = {}) {
-    char line[128];
-    const int n = std::snprintf(line, sizeof(line), "%c %u %d %llu %llu\n", what, j,
-                                v.present ? 1 : 0, static_cast<unsigned long long>(v.seed),
-                                static_cast<unsigned long long>(v.size));
-    if (::write(report_fd, line, static_cast<std::size_t>(n)) != n) _exit(4);
-  };
+  const Reporter report{report_fd};
   std::uint64_t last_size = 0;
   for (;;) {
     const std::uint32_t j = static_cast<std::uint32_t>(rng() % s.keys);
@@ -153,77 +233,7 @@ struct Settings {
     }
     const auto dice = rng() % 100;
     if (dice >= 90) {
-      // A batch over this key and up to seven others of the slot (none left uncertain): puts,
-      // copying gets, views in one round trip, or deletes.
-      std::vector<std::uint32_t> js{j};
-      for (int tries = 0; tries < 16 && js.size() < 8; ++tries) {
-        const auto o = static_cast<std::uint32_t>(rng() % s.keys);
-        if (!model[o].pending && std::find(js.begin(), js.end(), o) == js.end()) js.push_back(o);
-      }
-      std::vector<std::string> keys;
-      for (auto o : js) keys.push_back(Key(slot, o));
-      const auto kind = rng() % 8;
-      if (kind < 3) {  // puts: one size for all (a run staged room serves) or each its own
-        const bool one_size = rng() % 2 == 0;
-        const std::uint64_t size = 1 + rng() % (s.max_size / 4);
-        std::vector<std::string> bytes;
-        std::vector<Value> values;
-        std::vector<PutItem> items;
-        for (std::size_t i = 0; i < js.size(); ++i) {
-          values.push_back({true, rng(), one_size ? size : 1 + rng() % (s.max_size / 4)});
-          report('P', js[i], values.back());
-          bytes.push_back(Bytes(values.back().seed, values.back().size));
-        }
-        for (std::size_t i = 0; i < js.size(); ++i) {
-          items.push_back({keys[i], bytes[i].data(), bytes[i].size(), {}});
-        }
-        auto st = (*client)->PutBatch(items);
-        for (std::size_t i = 0; i < js.size(); ++i) {
-          const bool ok = i < st.size() && st[i].ok();
-          if (ok) model[js[i]].value = values[i];
-          report(ok ? 'A' : 'F', js[i], values[i]);
-        }
-      } else if (kind < 5) {  // copying gets
-        std::vector<std::string> buffers(js.size(), std::string(s.max_size, '\0'));
-        std::vector<GetItem> items;
-        for (std::size_t i = 0; i < js.size(); ++i) {
-          items.push_back({keys[i], buffers[i].data(), buffers[i].size()});
-        }
-        auto got = (*client)->GetBatch(items);
-        for (std::size_t i = 0; i < js.size(); ++i) {
-          std::string why;
-          const Check c =
-              i >= got.size() ? Check::kError
-              : got[i].ok()   ? CompareOutcome(Status::Ok(), buffers[i].data(), *got[i],
-                                               model[js[i]].value, &why)
-                            : CompareOutcome(got[i].status(), nullptr, 0, model[js[i]].value, &why);
-          if (c == Check::kMismatch) report('X', js[i]);
-          report(c == Check::kError ? 'E' : 'G', js[i]);
-        }
-      } else if (kind < 7) {  // views, wanting hbm half the time
-        GetViewOptions o;
-        if (rng() % 2 == 0) o.tier = TierKind::kHbm;
-        auto views = (*client)->GetViews(keys, o);
-        for (std::size_t i = 0; i < js.size(); ++i) {
-          std::string why;
-          const Check c =
-              i >= views.size() ? Check::kError
-              : views[i].ok()
-                  ? CompareOutcome(Status::Ok(), views[i]->data(), views[i]->size(),
-                                   model[js[i]].value, &why)
-                  : CompareOutcome(views[i].status(), nullptr, 0, model[js[i]].value, &why);
-          if (c == Check::kMismatch) report('X', js[i]);
-          report(c == Check::kError ? 'E' : 'G', js[i]);
-        }
-      } else {  // deletes
-        for (auto o : js) report('D', o);
-        auto st = (*client)->DeleteBatch(keys);
-        for (std::size_t i = 0; i < js.size(); ++i) {
-          const bool ok = i < st.size() && (st[i].ok() || st[i].code() == StatusCode::kNotFound);
-          if (ok) model[js[i]].value = Value{};
-          report(ok ? 'A' : 'F', js[i], model[js[i]].value);
-        }
-      }
+      RunBatch(**client, slot, j, model, s, rng, report);
       continue;
     }
     if (dice < 50) {

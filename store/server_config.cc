@@ -223,9 +223,13 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     std::size_t used = 0;
     unsigned long mode = std::stoul(socket_mode, &used, 8);
     if (used != socket_mode.size()) throw std::invalid_argument("trailing characters");
+    // Permission bits only (the transport's check says so too), and checked before the cast:
+    // a number past 32 bits was cut, to 0 for 0100000000000.
+    if (mode > 0777) throw std::out_of_range("beyond 0777");
     c.transport.socket_mode = static_cast<std::uint32_t>(mode);
   } catch (const std::exception&) {
-    return Status::InvalidArgument("--socket-mode must be octal, like 0600");
+    return Status::InvalidArgument(
+        "--socket-mode must be octal permissions, 0000 to 0777, like 0600");
   }
   auto parse = [](const std::string& flag, const std::string& v) -> Result<std::uint64_t> {
     auto r = ParseByteSize(v);

@@ -64,6 +64,9 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
        {std::vector<const char*>{"--dram", "lots"},
         {"--dram", "0"},
         {"--socket-mode", "999"},
+        {"--socket-mode", "4777"},
+        // Cut to 32 bits before, that is 0: a socket no one but root could connect to.
+        {"--socket-mode", "100000000000"},
         {"--hbm-high-watermark", "0.5", "--hbm-low-watermark", "0.9"},
         {"--bogus"},
         {"--max-frame", "2K"},

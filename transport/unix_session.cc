@@ -222,10 +222,8 @@ void UnixSession::Handle(void (UnixSession::*done)(bool reply)) {
                                          &self->messages_.response(), &self->fds_);
       asio::post(self->socket_.get_executor(), [self, done, reply] {
         self->on_worker_ = false;
-        if (self->closed_) {  // closed while it ran: released now, with what it took
-          if (std::exchange(self->disconnect_after_worker_, false)) {
-            self->shared_->handler->OnDisconnect(self->id_);
-          }
+        if (self->closed_) {  // closed while it ran (Close left this): released with what it took
+          self->shared_->handler->OnDisconnect(self->id_);
           return;
         }
         ((*self).*done)(reply);
@@ -539,10 +537,7 @@ void UnixSession::Close() {
     shared_->rings->Close(ring_.get());
     FutexWakeAll(&ring_->ring.control().reply_seq);  // a client asleep on it looks at the socket
   }
-  if (on_worker_) {
-    disconnect_after_worker_ = true;  // (Handle's completion releases it)
-    return;
-  }
+  if (on_worker_) return;  // Handle's completion releases it
   shared_->handler->OnDisconnect(id_);
 }
 

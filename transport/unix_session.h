@@ -129,10 +129,9 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   std::string out_;
   bool closed_ = false;
   // A request runs on a worker. A connection that closes meanwhile is released (OnDisconnect)
-  // only once it is done: what the request takes (a pin, a reservation) would otherwise outlive
-  // the release and be held by nobody.
+  // only once it is done, by Handle's completion: what the request takes (a pin, a
+  // reservation) would otherwise outlive the release and be held by nobody.
   bool on_worker_ = false;
-  bool disconnect_after_worker_ = false;
   std::uint64_t socket_read_ = 0;  // bytes read from the socket
 
   std::shared_ptr<RingRegistry::Entry> ring_;

@@ -117,6 +117,9 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
     peer.heard_failure = true;
     return s;
   }
+  // What a lender says it has free is never more than it lends (its membership record): a
+  // larger figure would be counted as room, and summed over peers could wrap.
+  response->set_lend_free(std::min(response->lend_free(), peer.member.lend_bytes));
   peer.heard_free = response->lend_free();
   peer.heard_success = true;
   std::lock_guard lock(peer.pool_mu);
@@ -339,8 +342,9 @@ std::uint64_t RemoteTier::CapacityLocked() const {
   std::uint64_t raw = 0;
   for (const auto& [id, p] : peers_) {
     if (p->dead) continue;
-    for (const auto& [rid, r] : p->regions) raw += r.bytes;
-    raw += p->lend_free;
+    std::uint64_t lent = p->lend_free;  // at most its lend_bytes (Exchange)
+    for (const auto& [rid, r] : p->regions) lent += r.bytes;
+    raw += std::min(lent, p->member.lend_bytes);  // a peer lends no more than it says it lends
   }
   return raw / config_.replicas;
 }

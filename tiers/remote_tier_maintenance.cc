@@ -14,6 +14,16 @@
 #include "tiers/remote_tier_peer.h"
 
 namespace tierpool {
+namespace {
+
+// The most a lender may grant for `asked` bytes: it may round a region up, to 2 MiB at most
+// (docs/protocol.md, "Peer protocol").
+std::uint64_t MaxGrantFor(std::uint64_t asked) {
+  constexpr std::uint64_t kRounding = 2ull << 20;
+  return (asked + kRounding - 1) / kRounding * kRounding;
+}
+
+}  // namespace
 
 void RemoteTier::MaintenanceLoop() {
   for (;;) {
@@ -233,18 +243,40 @@ void RemoteTier::GrantRegions() {
     request.mutable_grant()->set_bytes(a.bytes);
     wire::peer::Response response;
     Status s = Exchange(*a.peer, &request, nullptr, 0, &response);
-    std::lock_guard lock(mu_);
-    a.peer->lend_free = response.lend_free();
-    if (!s.ok()) {
-      ++counters_.grant_failures;
-      spdlog::debug("remote: {} granted nothing: {}", a.peer->member.node_id, s.ToString());
-      continue;
+    const std::uint64_t region = response.region();
+    const std::uint64_t bytes = response.region_bytes();
+    bool give_back = false;
+    {
+      std::lock_guard lock(mu_);
+      a.peer->lend_free = response.lend_free();
+      if (s.ok() && (region == 0 || a.peer->regions.count(region) != 0 || bytes == 0 ||
+                     bytes > MaxGrantFor(a.bytes))) {
+        // A lender's word is checked like any peer's: a region of another size than asked for
+        // would be taken for room it never lent (or overflow the sums of room), and an id that
+        // is 0 or already ours would confuse two regions.
+        spdlog::warn(
+            "remote: {} answered a grant of {} bytes with region {} of {} bytes; not taken",
+            a.peer->member.node_id, a.bytes, region, bytes);
+        s = Status::Internal("a grant reply that does not match its request");
+        give_back = region != 0 && a.peer->regions.count(region) == 0;
+      }
+      if (!s.ok()) {
+        ++counters_.grant_failures;
+        spdlog::debug("remote: {} granted nothing: {}", a.peer->member.node_id, s.ToString());
+      } else {
+        ++counters_.grants;
+        // A peer dropped meanwhile: its lender frees the region in time.
+        if (!a.peer->dead) {
+          a.peer->regions.emplace(region, Region{bytes, ExtentAllocator({bytes, 4096})});
+        }
+      }
     }
-    ++counters_.grants;
-    if (a.peer->dead) continue;  // dropped meanwhile; its lender frees the region in time
-    a.peer->regions.emplace(
-        response.region(),
-        Region{response.region_bytes(), ExtentAllocator({response.region_bytes(), 4096})});
+    if (give_back) {
+      wire::peer::Request release;
+      release.mutable_release()->set_region(region);
+      wire::peer::Response released;
+      (void)Exchange(*a.peer, &release, nullptr, 0, &released);
+    }
   }
 }
 

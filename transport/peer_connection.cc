@@ -82,10 +82,10 @@ Result<std::unique_ptr<PeerConnection>> PeerConnection::Connect(const std::strin
   if (!fd.ok()) return fd.status();
   TIERPOOL_RETURN_IF_ERROR(SetSocketTimeouts(fd->get(), timeout_ms));
   TunePeerSocket(fd->get());
-  auto server = ConnectHandshake(fd->get(), auth, self);
+  auto server = ConnectHandshake(fd->get(), auth, self, PeerDeadline::After(timeout_ms));
   if (!server.ok()) return server.status();
   return std::unique_ptr<PeerConnection>(
-      new PeerConnection(std::move(fd).value(), std::move(server).value(), self));
+      new PeerConnection(std::move(fd).value(), std::move(server).value(), self, timeout_ms));
 }
 
 Status PeerConnection::Call(wire::peer::Request* request, const void* payload,
@@ -97,10 +97,11 @@ Status PeerConnection::Call(wire::peer::Request* request, const void* payload,
     broken_ = true;
     return s;
   };
-  if (Status s = SendPeerMessage(fd_.get(), *request, payload, payload_length); !s.ok()) {
+  const PeerDeadline deadline = PeerDeadline::After(timeout_ms_);
+  if (Status s = SendPeerMessage(fd_.get(), *request, payload, payload_length, deadline); !s.ok()) {
     return fail(s);
   }
-  if (Status s = ReceivePeerMessage(fd_.get(), response); !s.ok()) return fail(s);
+  if (Status s = ReceivePeerMessage(fd_.get(), response, deadline); !s.ok()) return fail(s);
   if (response->id() != request->id()) {
     return fail(Status::Internal("peer answered another request"));
   }
@@ -108,7 +109,9 @@ Status PeerConnection::Call(wire::peer::Request* request, const void* payload,
     if (read_dst == nullptr || response->payload_length() != read_capacity) {
       return fail(Status::Internal("peer sent bytes that were not asked for"));
     }
-    if (Status s = ReceiveExactly(fd_.get(), read_dst, read_capacity); !s.ok()) return fail(s);
+    if (Status s = ReceiveExactly(fd_.get(), read_dst, read_capacity, deadline); !s.ok()) {
+      return fail(s);
+    }
   }
   if (response->code() != 0) {
     const auto code = std::min<std::uint32_t>(

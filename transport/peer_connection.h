@@ -1,6 +1,7 @@
 // The borrowing side of a peer connection: a blocking, authenticated TCP connection to another
-// sidecar's peer listener, one request at a time. tiers/remote_tier.h keeps a pool of these per
-// peer and calls them from its own I/O threads.
+// sidecar's peer listener, one request at a time, each (with its payload and reply) bounded as a
+// whole by the connection's timeout, so a lender that trickles its reply costs one timeout.
+// tiers/remote_tier.h keeps a pool of these per peer and calls them from its own I/O threads.
 //
 // Thread safety: none; one thread uses a connection at a time. Every call is bounded by the
 // timeout given to Connect.
@@ -41,11 +42,15 @@ class PeerConnection {
   bool broken() const { return broken_; }
 
  private:
-  PeerConnection(UniqueFd fd, PeerIdentity server, PeerIdentity client)
-      : fd_(std::move(fd)), server_(std::move(server)), client_(std::move(client)) {}
+  PeerConnection(UniqueFd fd, PeerIdentity server, PeerIdentity client, std::uint32_t timeout_ms)
+      : fd_(std::move(fd)),
+        server_(std::move(server)),
+        client_(std::move(client)),
+        timeout_ms_(timeout_ms) {}
   UniqueFd fd_;
   PeerIdentity server_;
   PeerIdentity client_;
+  std::uint32_t timeout_ms_;  // for a whole call: the request, its payload and the reply
   std::uint64_t next_id_ = 1;
   bool broken_ = false;
 };

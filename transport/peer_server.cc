@@ -1,5 +1,6 @@
 #include "transport/peer_server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,7 +20,7 @@ namespace tierpool::transport {
 namespace asio = boost::asio;
 
 Status PeerServerConfig::validate() const {
-  if (max_connections == 0 || max_connections_per_peer == 0) {
+  if (max_connections == 0 || max_connections_per_peer == 0 || max_handshakes_per_address == 0) {
     return Status::InvalidArgument("peer connection limits must be positive");
   }
   if (handshake_timeout_ms == 0 || io_timeout_ms == 0) {
@@ -107,15 +108,24 @@ void PeerServer::AcceptLoop() {
     const int rc = ::poll(&p, 1, 200);
     Reap(/*all=*/false);
     if (rc <= 0) continue;
-    UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    UniqueFd fd(
+        ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC));
     if (!fd.valid()) continue;
+    std::string address = AddressOf(from);
     std::lock_guard lock(mu_);
-    if (sessions_.size() >= config_.max_connections) {
+    auto& handshaking = handshakes_[address];
+    if (sessions_.size() >= config_.max_connections ||
+        handshaking >= config_.max_handshakes_per_address) {
       ++refused_;
-      continue;  // closed: over the limit
+      if (handshaking == 0) handshakes_.erase(address);
+      continue;  // closed: over a limit
     }
+    ++handshaking;
     auto session = std::make_unique<Session>();
     session->fd = std::move(fd);
+    session->address = std::move(address);
     Session* raw = session.get();
     sessions_.push_back(std::move(session));
     raw->thread = std::thread([this, raw] { Serve(raw); });
@@ -126,7 +136,14 @@ void PeerServer::Serve(Session* session) {
   const int fd = session->fd.get();
   TunePeerSocket(fd);
   (void)SetSocketTimeouts(fd, config_.handshake_timeout_ms);
-  auto who = AcceptHandshake(fd, auth_, self());
+  auto who = AcceptHandshake(fd, auth_, self(), PeerDeadline::After(config_.handshake_timeout_ms));
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = handshakes_.find(session->address);
+        it != handshakes_.end() && --it->second == 0) {
+      handshakes_.erase(it);
+    }
+  }
   if (!who.ok()) {
     ++auth_failures_;
     spdlog::warn("peer connection refused: {}", who.status().ToString());
@@ -151,21 +168,22 @@ void PeerServer::Serve(Session* session) {
   session->peer = *who;
   ++connections_;
   // Idle connections wait in poll without limit (keepalive finds dead peers, Stop's shutdown
-  // wakes them); each request, once its frame starts, must finish within io_timeout_ms.
-  (void)SetSocketTimeouts(fd, config_.io_timeout_ms);
+  // wakes them); each request, once its frame starts, must be read, served and answered within
+  // io_timeout_ms.
   while (!stopping_.load()) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, -1) < 0 && errno != EINTR) break;
     if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR)) != 0) break;
+    const PeerDeadline deadline = PeerDeadline::After(config_.io_timeout_ms);
     wire::peer::Request request;
-    if (Status s = ReceivePeerMessage(fd, &request); !s.ok()) {
+    if (Status s = ReceivePeerMessage(fd, &request, deadline); !s.ok()) {
       if (s.code() != StatusCode::kUnavailable) {
         spdlog::warn("peer {}: {}; closing", who->node_id, s.ToString());
       }
       break;
     }
     ++requests_;
-    if (!ServeOne(session, request)) break;
+    if (!ServeOne(session, request, deadline)) break;
   }
   {
     std::lock_guard lock(mu_);
@@ -175,7 +193,8 @@ void PeerServer::Serve(Session* session) {
   session->done = true;
 }
 
-bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request) {
+bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request,
+                          const PeerDeadline& deadline) {
   const int fd = session->fd.get();
   wire::peer::Response response;
   response.set_id(request.id());
@@ -211,19 +230,38 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request) 
   }
   if (write) {
     // The payload follows the frame whatever the answer: into the region, or dropped.
-    Status in = transfer.data != nullptr ? ReceiveExactly(fd, transfer.data, length)
-                                         : DiscardBytes(fd, length);
-    if (!in.ok()) return false;
+    Status in = transfer.data != nullptr ? ReceiveExactly(fd, transfer.data, length, deadline)
+                                         : DiscardBytes(fd, length, deadline);
+    if (!in.ok()) {
+      if (in.code() != StatusCode::kUnavailable) {
+        spdlog::warn("peer {}: a write's payload: {}; closing", session->peer.node_id,
+                     in.ToString());
+      }
+      return false;
+    }
     if (transfer.data != nullptr) bytes_in_ += length;
   }
   handler_->FillRoom(&response);
   const bool sends = read && transfer.data != nullptr && response.code() == 0;
   if (sends) response.set_payload_length(length);
-  if (!SendPeerMessage(fd, response, sends ? transfer.data : nullptr, sends ? length : 0).ok()) {
+  if (!SendPeerMessage(fd, response, sends ? transfer.data : nullptr, sends ? length : 0, deadline)
+           .ok()) {
     return false;
   }
   if (sends) bytes_out_ += length;
   return true;
+}
+
+std::string PeerServer::AddressOf(const sockaddr_storage& from) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (from.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&from);
+    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+  } else if (from.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&from);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
+  }
+  return text;
 }
 
 PeerServerCounters PeerServer::counters() const {

@@ -4,8 +4,9 @@
 // lent memory: a write's payload is received into the region, a read's is sent from it.
 //
 // Threads: one accepts; each connection has a thread of its own, which blocks only on its own
-// socket (bounded by timeouts), so a slow or frozen peer holds up nobody else. Connections are
-// limited in number, in all and per peer node.
+// socket (bounded by deadlines: the handshake's, then each request's), so a slow, frozen or
+// trickling peer holds up nobody else. Connections are limited in number: in all, per peer node,
+// and while unauthenticated per network address.
 //
 // Locking: mu_ guards the session list; the handler is called with no lock held.
 #pragma once
@@ -20,10 +21,13 @@
 #include <string>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include "common/posix.h"
 #include "common/status.h"
 #include "proto/peer.pb.h"
 #include "transport/peer_auth.h"
+#include "transport/peer_wire.h"
 
 namespace tierpool::transport {
 
@@ -31,9 +35,12 @@ struct PeerServerConfig {
   std::string listen;  // host:port; port 0 picks a free one (see PeerServer::port)
   std::uint32_t max_connections = 256;
   std::uint32_t max_connections_per_peer = 16;
-  std::uint32_t handshake_timeout_ms = 5000;
-  // A request's frame and payload must arrive within this; an idle connection waits forever
-  // (TCP keepalive finds a dead peer).
+  // Connections from one network address still in their handshake (unauthenticated): one
+  // host cannot hold every slot by connecting and saying nothing.
+  std::uint32_t max_handshakes_per_address = 16;
+  std::uint32_t handshake_timeout_ms = 5000;  // the whole handshake, however bytes trickle
+  // A request's frame and payload must arrive, and its reply leave, within this; an idle
+  // connection waits forever (TCP keepalive finds a dead peer).
   std::uint32_t io_timeout_ms = 10'000;
   std::uint64_t max_payload_bytes = 64ull << 20;  // one write or read; borrowers send pieces
   Status validate() const;
@@ -88,12 +95,14 @@ class PeerServer {
     UniqueFd fd;
     std::thread thread;
     std::atomic<bool> done{false};
+    std::string address;  // the remote address, counted in handshakes_ until authenticated
     PeerIdentity peer;
   };
+  static std::string AddressOf(const sockaddr_storage& from);
   void AcceptLoop();
   void Serve(Session* session);
   // One request; false when the connection must close.
-  bool ServeOne(Session* session, const wire::peer::Request& request);
+  bool ServeOne(Session* session, const wire::peer::Request& request, const PeerDeadline& deadline);
   void Reap(bool all);
 
   const PeerServerConfig config_;
@@ -106,8 +115,9 @@ class PeerServer {
   std::thread acceptor_;
   std::atomic<bool> stopping_{false};
   mutable std::mutex mu_;
-  std::list<std::unique_ptr<Session>> sessions_;   // guarded by mu_
-  std::map<std::string, std::uint32_t> per_peer_;  // guarded by mu_
+  std::list<std::unique_ptr<Session>> sessions_;     // guarded by mu_
+  std::map<std::string, std::uint32_t> per_peer_;    // guarded by mu_: authenticated, by node
+  std::map<std::string, std::uint32_t> handshakes_;  // guarded by mu_: by remote address
   std::atomic<std::uint64_t> connections_{0}, auth_failures_{0}, refused_{0}, requests_{0},
       bytes_in_{0}, bytes_out_{0};
 };

@@ -21,8 +21,9 @@ Status IoStatus(const char* what, int err) {
   return ErrnoStatus(std::string("peer ") + what, err);
 }
 
-Status WriteAll(int fd, iovec* iov, int count) {
+Status WriteAll(int fd, iovec* iov, int count, const PeerDeadline& deadline) {
   while (count > 0) {
+    TIERPOOL_RETURN_IF_ERROR(deadline.Arm(fd, /*sending=*/true));
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(count);
@@ -58,6 +59,20 @@ Status SetSocketTimeouts(int fd, std::uint32_t timeout_ms) {
   return Status::Ok();
 }
 
+Status PeerDeadline::Arm(int fd, bool sending) const {
+  if (!at_) return Status::Ok();
+  const auto left =
+      std::chrono::ceil<std::chrono::microseconds>(*at_ - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return Status::DeadlineExceeded("peer exchange ran past its deadline");
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(left.count() / 1'000'000);
+  tv.tv_usec = static_cast<suseconds_t>(left.count() % 1'000'000);
+  if (::setsockopt(fd, SOL_SOCKET, sending ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof tv) != 0) {
+    return ErrnoStatus("setsockopt timeout", errno);
+  }
+  return Status::Ok();
+}
+
 void TunePeerSocket(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -68,7 +83,7 @@ void TunePeerSocket(int fd) {
 }
 
 Status SendPeerMessage(int fd, const google::protobuf::MessageLite& message, const void* payload,
-                       std::uint64_t payload_length) {
+                       std::uint64_t payload_length, const PeerDeadline& deadline) {
   const std::size_t size = message.ByteSizeLong();
   if (size > kMaxPeerMessageBytes) return Status::InvalidArgument("peer message too large");
   std::string frame(kFrameHeaderSize + size, '\0');
@@ -79,12 +94,13 @@ Status SendPeerMessage(int fd, const google::protobuf::MessageLite& message, con
   }
   iovec iov[2] = {{frame.data(), frame.size()},
                   {const_cast<void*>(payload), static_cast<std::size_t>(payload_length)}};
-  return WriteAll(fd, iov, payload_length > 0 ? 2 : 1);
+  return WriteAll(fd, iov, payload_length > 0 ? 2 : 1, deadline);
 }
 
-Status ReceiveExactly(int fd, void* dst, std::uint64_t length) {
+Status ReceiveExactly(int fd, void* dst, std::uint64_t length, const PeerDeadline& deadline) {
   auto* p = static_cast<char*>(dst);
   while (length > 0) {
+    TIERPOOL_RETURN_IF_ERROR(deadline.Arm(fd, /*sending=*/false));
     const ssize_t n = ::recv(fd, p, static_cast<std::size_t>(length), MSG_WAITALL);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -97,36 +113,38 @@ Status ReceiveExactly(int fd, void* dst, std::uint64_t length) {
   return Status::Ok();
 }
 
-Status DiscardBytes(int fd, std::uint64_t length) {
+Status DiscardBytes(int fd, std::uint64_t length, const PeerDeadline& deadline) {
   std::vector<char> sink(std::min<std::uint64_t>(length, 1u << 20));
   while (length > 0) {
     const std::uint64_t n = std::min<std::uint64_t>(length, sink.size());
-    TIERPOOL_RETURN_IF_ERROR(ReceiveExactly(fd, sink.data(), n));
+    TIERPOOL_RETURN_IF_ERROR(ReceiveExactly(fd, sink.data(), n, deadline));
     length -= n;
   }
   return Status::Ok();
 }
 
-Status ReceivePeerMessage(int fd, google::protobuf::MessageLite* message) {
+Status ReceivePeerMessage(int fd, google::protobuf::MessageLite* message,
+                          const PeerDeadline& deadline) {
   std::uint8_t header[kFrameHeaderSize];
-  TIERPOOL_RETURN_IF_ERROR(ReceiveExactly(fd, header, sizeof header));
+  TIERPOOL_RETURN_IF_ERROR(ReceiveExactly(fd, header, sizeof header, deadline));
   auto h = DecodeFrameHeader(header, kMaxPeerMessageBytes);
   if (!h.ok()) return h.status();
   std::string body(h->length, '\0');
-  TIERPOOL_RETURN_IF_ERROR(ReceiveExactly(fd, body.data(), body.size()));
+  TIERPOOL_RETURN_IF_ERROR(ReceiveExactly(fd, body.data(), body.size(), deadline));
   if (!message->ParseFromString(body)) return Status::InvalidArgument("malformed peer message");
   return Status::Ok();
 }
 
-Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self) {
+Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self,
+                                     const PeerDeadline& deadline) {
   wire::peer::ServerHello hello;
   hello.set_protocol_version(kPeerProtocolVersion);
   hello.set_nonce(PeerNonce());
   hello.set_node_id(self.node_id);
   hello.set_incarnation(self.incarnation);
-  TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, hello, nullptr, 0));
+  TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, hello, nullptr, 0, deadline));
   wire::peer::ClientHello client;
-  TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &client));
+  TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &client, deadline));
   wire::peer::ServerProof proof;
   const PeerIdentity who{client.node_id(), client.incarnation()};
   Status refused;
@@ -142,17 +160,18 @@ Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIde
   if (!refused.ok()) {
     proof.set_code(static_cast<std::uint32_t>(refused.code()));
     proof.set_message(refused.message());
-    (void)SendPeerMessage(fd, proof, nullptr, 0);
+    (void)SendPeerMessage(fd, proof, nullptr, 0, deadline);
     return refused;
   }
   proof.set_mac(auth.Mac("server", client.nonce(), hello.nonce(), self));
-  TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, proof, nullptr, 0));
+  TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, proof, nullptr, 0, deadline));
   return who;
 }
 
-Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self) {
+Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self,
+                                      const PeerDeadline& deadline) {
   wire::peer::ServerHello hello;
-  TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &hello));
+  TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &hello, deadline));
   if (hello.nonce().size() != kPeerNonceBytes) {
     return Status::PermissionDenied("the peer's challenge is malformed");
   }
@@ -162,9 +181,9 @@ Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerId
   client.set_node_id(self.node_id);
   client.set_incarnation(self.incarnation);
   client.set_mac(auth.Mac("client", hello.nonce(), client.nonce(), self));
-  TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, client, nullptr, 0));
+  TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, client, nullptr, 0, deadline));
   wire::peer::ServerProof proof;
-  TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &proof));
+  TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &proof, deadline));
   if (proof.code() != 0) {
     return Status(static_cast<StatusCode>(std::min<std::uint32_t>(
                       proof.code(), static_cast<std::uint32_t>(StatusCode::kPermissionDenied))),

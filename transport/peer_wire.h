@@ -3,10 +3,13 @@
 // follow it raw (never copied into a message), written with one gather write.
 //
 // Thread safety: none; one thread uses a socket at a time. Every call may block up to the
-// socket's timeouts (SetSocketTimeouts), after which it fails with DEADLINE_EXCEEDED.
+// socket's timeouts (SetSocketTimeouts), after which it fails with DEADLINE_EXCEEDED; given a
+// PeerDeadline, it also fails once that passes, however the bytes trickle in.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -20,22 +23,45 @@ inline constexpr std::uint32_t kPeerProtocolVersion = 1;
 inline constexpr std::uint32_t kMaxPeerMessageBytes = 64u << 10;
 
 Status SetSocketTimeouts(int fd, std::uint32_t timeout_ms);
+
+// When a whole exchange (a handshake; a request, its payload and its reply) must be over. A
+// socket's timeouts bound each call only: a peer that sends a byte just within each would hold
+// the connection, and the thread serving it, forever.
+class PeerDeadline {
+ public:
+  PeerDeadline() = default;  // none: the socket's timeouts alone
+  static PeerDeadline After(std::uint32_t ms) {
+    PeerDeadline d;
+    d.at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    return d;
+  }
+  // Sets the socket's receive (or send) timeout to the time left before one call blocks;
+  // DEADLINE_EXCEEDED when none is left.
+  Status Arm(int fd, bool sending) const;
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> at_;
+};
+
 // TCP_NODELAY, keepalive, and socket buffers sized for bulk transfers.
 void TunePeerSocket(int fd);
 
 // Writes the frame and then `payload_length` bytes of payload (may be null when 0).
 Status SendPeerMessage(int fd, const google::protobuf::MessageLite& message, const void* payload,
-                       std::uint64_t payload_length);
-Status ReceivePeerMessage(int fd, google::protobuf::MessageLite* message);
+                       std::uint64_t payload_length, const PeerDeadline& deadline = {});
+Status ReceivePeerMessage(int fd, google::protobuf::MessageLite* message,
+                          const PeerDeadline& deadline = {});
 // Exactly `length` bytes into dst.
-Status ReceiveExactly(int fd, void* dst, std::uint64_t length);
+Status ReceiveExactly(int fd, void* dst, std::uint64_t length, const PeerDeadline& deadline = {});
 // Reads and drops `length` bytes (a payload whose request was refused), in bounded pieces.
-Status DiscardBytes(int fd, std::uint64_t length);
+Status DiscardBytes(int fd, std::uint64_t length, const PeerDeadline& deadline = {});
 
 // The listener's half of the handshake: challenge, check the proof, prove itself. Returns who
 // connected; any failure means the connection must be closed.
-Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self);
+Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self,
+                                     const PeerDeadline& deadline = {});
 // The connecting half. Returns who the listener is (checked against its proof).
-Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self);
+Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self,
+                                      const PeerDeadline& deadline = {});
 
 }  // namespace tierpool::transport

@@ -15,13 +15,13 @@ using transport::PeerIdentity;
 
 const char kSecret[] = "a test secret of enough bytes, not for production";
 
-LendingNode StartLender(const std::string& id, std::uint64_t bytes) {
+LendingNode StartLender(const std::string& id, std::uint64_t bytes,
+                        transport::PeerServerConfig sc) {
   LendingNode n;
   LenderConfig lc;
   lc.lend_bytes = bytes;
   lc.borrower_grace_ms = 0;
   n.lender = std::move(Lender::Create(lc)).value();
-  transport::PeerServerConfig sc;
   sc.listen = "127.0.0.1:0";
   const PeerIdentity self{id, transport::RandomIncarnation()};
   n.server = std::make_unique<transport::PeerServer>(sc, *PeerAuth::FromSecret(kSecret), self,

@@ -21,8 +21,10 @@ struct LendingNode {
   RemoteMember member;
 };
 
-// A lender of `bytes` (no grace period for borrowers that leave) listening on 127.0.0.1.
-LendingNode StartLender(const std::string& id, std::uint64_t bytes = 64ull << 20);
+// A lender of `bytes` (no grace period for borrowers that leave) listening on 127.0.0.1, with
+// the listener's limits of `server` (its address is set here).
+LendingNode StartLender(const std::string& id, std::uint64_t bytes = 64ull << 20,
+                        transport::PeerServerConfig server = {});
 
 // Two replicas, 8 MiB regions, 1 MiB pieces, a 500 ms I/O timeout; no maintenance thread (the
 // tests run passes themselves).

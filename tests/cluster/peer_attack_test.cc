@@ -1,0 +1,277 @@
+// Hostile peers on the sidecar-to-sidecar protocol: a connection that trickles its handshake or
+// its request a byte at a time, one host that opens every connection slot, and a lender whose
+// grant replies lie. Every test runs real listeners and borrowers on loopback TCP.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "common/posix.h"
+#include "store/lender.h"
+#include "tests/cluster/lending_node.h"
+#include "transport/framing.h"
+#include "transport/peer_connection.h"
+#include "transport/peer_server.h"
+#include "transport/peer_wire.h"
+
+namespace tierpool {
+namespace {
+
+using namespace tierpool::testing;  // NOLINT: the fixture's helpers
+using transport::PeerAuth;
+using transport::PeerIdentity;
+using Clock = std::chrono::steady_clock;
+
+// A TCP connection to 127.0.0.1:port from `source` (any 127.0.0.0/8 address); invalid when the
+// source cannot be bound or nobody accepts.
+UniqueFd ConnectFrom(const char* source, std::uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) return UniqueFd();
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) return UniqueFd();
+  return fd;
+}
+
+// True when the other end has closed (or reset) the connection: nothing more to read.
+bool Closed(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+// Sends one byte every 50 ms until the listener closes the connection or `limit` passes;
+// returns how long the connection lived.
+Clock::duration TrickleUntilClosed(int fd, Clock::duration limit) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < limit) {
+    const char byte = 1;
+    if (::send(fd, &byte, 1, MSG_NOSIGNAL) != 1 || Closed(fd)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Clock::now() - start;
+}
+
+std::string Header(std::uint32_t length) {
+  std::string h(transport::kFrameHeaderSize, '\0');
+  transport::EncodeFrameHeader(length, reinterpret_cast<std::uint8_t*>(h.data()));
+  return h;
+}
+
+TEST(PeerListener, AHandshakeTrickledInIsCutAtItsDeadline) {
+  transport::PeerServerConfig sc;
+  sc.handshake_timeout_ms = 300;
+  LendingNode a = StartLender("a", 8ull << 20, sc);
+  UniqueFd fd = ConnectFrom("127.0.0.1", a.server->port());
+  ASSERT_TRUE(fd.valid());
+  wire::peer::ServerHello hello;
+  ASSERT_TRUE(transport::ReceivePeerMessage(fd.get(), &hello).ok());
+  // A ClientHello of 200 bytes, announced, then a byte at a time: each byte comes well within
+  // the socket's timeout, but the handshake as a whole does not.
+  const std::string header = Header(200);
+  ASSERT_EQ(::send(fd.get(), header.data(), header.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(header.size()));
+  const auto lived = TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
+  EXPECT_LT(lived, std::chrono::milliseconds(1500)) << "a trickled handshake held its slot";
+  // Everyone else is still served.
+  std::unique_ptr<transport::PeerConnection> conn;
+  auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),
+                                              {"b", 2}, 1000);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+TEST(PeerListener, ARequestTrickledInIsCutAtItsDeadline) {
+  transport::PeerServerConfig sc;
+  sc.io_timeout_ms = 300;
+  LendingNode a = StartLender("a", 8ull << 20, sc);
+  UniqueFd fd = ConnectFrom("127.0.0.1", a.server->port());
+  ASSERT_TRUE(fd.valid());
+  ASSERT_TRUE(transport::SetSocketTimeouts(fd.get(), 2000).ok());
+  const PeerIdentity self{"slow", 7};
+  ASSERT_TRUE(transport::ConnectHandshake(fd.get(), *PeerAuth::FromSecret(kSecret), self).ok());
+  wire::peer::Request grant;
+  grant.set_id(1);
+  grant.set_lender_incarnation(a.member.incarnation);
+  grant.mutable_grant()->set_bytes(1 << 20);
+  ASSERT_TRUE(transport::SendPeerMessage(fd.get(), grant, nullptr, 0).ok());
+  wire::peer::Response granted;
+  ASSERT_TRUE(transport::ReceivePeerMessage(fd.get(), &granted).ok());
+  ASSERT_EQ(granted.code(), 0u) << granted.message();
+  // A write of the whole region whose payload comes a byte at a time.
+  wire::peer::Request write;
+  write.set_id(2);
+  write.set_lender_incarnation(a.member.incarnation);
+  write.mutable_write()->set_region(granted.region());
+  write.mutable_write()->set_length(1 << 20);
+  ASSERT_TRUE(transport::SendPeerMessage(fd.get(), write, nullptr, 0).ok());
+  const auto lived = TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
+  EXPECT_LT(lived, std::chrono::milliseconds(1500)) << "a trickled request held its connection";
+  // The region's transfer ended with the connection: its borrower may release it.
+  std::unique_ptr<transport::PeerConnection> again;
+  auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),
+                                              self, 1000);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  wire::peer::Request release;
+  release.set_lender_incarnation(a.member.incarnation);
+  release.mutable_release()->set_region(granted.region());
+  wire::peer::Response released;
+  EXPECT_TRUE((*c)->Call(&release, nullptr, 0, &released).ok());
+  EXPECT_EQ(a.lender->stats().granted_bytes, 0u);
+}
+
+TEST(PeerListener, OneAddressCannotTakeEverySlot) {
+  transport::PeerServerConfig sc;
+  sc.max_connections = 16;
+  sc.max_handshakes_per_address = 4;
+  sc.handshake_timeout_ms = 5000;
+  LendingNode a = StartLender("a", 8ull << 20, sc);
+  // 24 connections from 127.0.0.2 that never say a word.
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i < 24; ++i) {
+    UniqueFd fd = ConnectFrom("127.0.0.2", a.server->port());
+    if (!fd.valid() && i == 0) GTEST_SKIP() << "cannot bind 127.0.0.2 here";
+    silent.push_back(std::move(fd));
+  }
+  for (int i = 0; i < 100 && a.server->counters().refused < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(a.server->counters().refused, 20u);
+  // A real peer from another address still gets in, while the silent ones wait out their 5 s.
+  auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),
+                                              {"b", 2}, 1000);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+TEST(PeerConnection, AReplyTrickledInCostsOneTimeout) {
+  // A "lender" that authenticates properly, then answers a request a byte at a time.
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread lender([&] {
+    UniqueFd fd(::accept(listener.get(), nullptr, nullptr));
+    if (!fd.valid()) return;
+    (void)transport::SetSocketTimeouts(fd.get(), 2000);
+    if (!transport::AcceptHandshake(fd.get(), *PeerAuth::FromSecret(kSecret), {"slow", 9}).ok()) {
+      return;
+    }
+    wire::peer::Request request;
+    if (!transport::ReceivePeerMessage(fd.get(), &request).ok()) return;
+    const std::string header = Header(100);
+    if (::send(fd.get(), header.data(), header.size(), MSG_NOSIGNAL) < 0) return;
+    (void)TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
+  });
+  auto c = transport::PeerConnection::Connect("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+                                              *PeerAuth::FromSecret(kSecret), {"b", 2}, 300);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  wire::peer::Request info;
+  info.mutable_info();
+  wire::peer::Response response;
+  const auto start = Clock::now();
+  const Status s = (*c)->Call(&info, nullptr, 0, &response);
+  const auto took = Clock::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_LT(took, std::chrono::milliseconds(1500)) << "a trickled reply held the borrower";
+  EXPECT_TRUE((*c)->broken());
+  c->reset();  // closes: the trickle ends
+  lender.join();
+}
+
+// A lender whose grant replies are not what was asked for: a region of 1 TiB, or id 0.
+class LyingLender final : public transport::PeerHandler {
+ public:
+  enum class Lie { kHugeRegion, kRegionZero, kHugeFreeRoom };
+  LyingLender(Lender* real, Lie lie) : real_(real), lie_(lie) {}
+  void Handle(const PeerIdentity& peer, const wire::peer::Request& request,
+              wire::peer::Response* response) override {
+    real_->Handle(peer, request, response);
+    if (request.op_case() != wire::peer::Request::kGrant || response->code() != 0) return;
+    if (lie_ == Lie::kHugeRegion) response->set_region_bytes(1ull << 40);
+    if (lie_ == Lie::kRegionZero) response->set_region(0);
+  }
+  Result<transport::PeerTransfer> BeginTransfer(const PeerIdentity& peer,
+                                                const wire::peer::RegionRange& range,
+                                                bool write) override {
+    return real_->BeginTransfer(peer, range, write);
+  }
+  void FillRoom(wire::peer::Response* response) override {
+    real_->FillRoom(response);
+    if (lie_ == Lie::kHugeFreeRoom) response->set_lend_free(~0ull - 1);
+  }
+
+ private:
+  Lender* real_;
+  Lie lie_;
+};
+
+// A borrower (one replica) of a lender that tells `lie`, its first grants asked for.
+struct LiedTo {
+  std::unique_ptr<Lender> lender;
+  std::unique_ptr<LyingLender> liar;
+  std::unique_ptr<transport::PeerServer> server;
+  std::unique_ptr<RemoteTier> tier;
+  static constexpr std::uint64_t kLends = 64ull << 20;
+
+  explicit LiedTo(LyingLender::Lie lie) {
+    LenderConfig lc;
+    lc.lend_bytes = kLends;
+    lender = std::move(Lender::Create(lc)).value();
+    liar = std::make_unique<LyingLender>(lender.get(), lie);
+    transport::PeerServerConfig sc;
+    sc.listen = "127.0.0.1:0";
+    server = std::make_unique<transport::PeerServer>(sc, *PeerAuth::FromSecret(kSecret),
+                                                     PeerIdentity{"liar", 5}, liar.get());
+    EXPECT_TRUE(server->Start().ok());
+    LendingNode node;
+    node.member = {"liar", 5, "127.0.0.1:" + std::to_string(server->port()), kLends};
+    RemoteTierConfig config = SmallConfig();
+    config.replicas = 1;
+    tier = Borrower({&node}, config);
+  }
+  ~LiedTo() {
+    tier.reset();
+    server->Stop();
+  }
+};
+
+TEST(RemoteTier, AGrantReplyThatIsNotWhatWasAskedForIsNotTaken) {
+  for (auto lie : {LyingLender::Lie::kHugeRegion, LyingLender::Lie::kRegionZero}) {
+    LiedTo t(lie);
+    ASSERT_EQ(t.tier->Peers().size(), 1u);
+    // Nothing of the lie is taken for room, and a region it named is given back.
+    EXPECT_EQ(t.tier->Peers()[0].granted_bytes, 0u);
+    EXPECT_EQ(t.tier->Peers()[0].regions, 0u);
+    EXPECT_GE(t.tier->counters().grant_failures, 1u);
+    if (lie == LyingLender::Lie::kHugeRegion) {
+      EXPECT_EQ(t.lender->stats().regions, 0u);
+    }
+    EXPECT_EQ(t.tier->Allocate(1 << 20, {}).status().code(), StatusCode::kResourceExhausted);
+  }
+}
+
+TEST(RemoteTier, ALendersWordOnItsFreeRoomIsCappedByWhatItLends) {
+  LiedTo t(LyingLender::Lie::kHugeFreeRoom);  // says 2^64 - 2 bytes are free
+  t.tier->RunMaintenance();
+  ASSERT_EQ(t.tier->Peers().size(), 1u);
+  EXPECT_LE(t.tier->Peers()[0].lend_free, LiedTo::kLends);
+  EXPECT_LE(t.tier->capacity(), LiedTo::kLends);
+}
+
+}  // namespace
+}  // namespace tierpool

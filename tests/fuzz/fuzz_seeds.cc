@@ -1,6 +1,6 @@
 // Writes a seed corpus for each fuzz target: OUT/frames, OUT/plan, OUT/schedule, OUT/onnx,
-// OUT/config, OUT/namespace_policy and OUT/snapshot, each with a few valid inputs that reach deep
-// into their decoder.
+// OUT/config, OUT/namespace_policy, OUT/peer and OUT/snapshot, each with a few valid inputs that
+// reach deep into their decoder.
 //   fuzz_seeds OUT
 #include <onnx/onnx_pb.h>
 
@@ -9,9 +9,12 @@
 #include <string>
 
 #include "prefetch/schedule.h"
+#include "proto/peer.pb.h"
 #include "store/snapshot.h"
 #include "tests/fuzz/store_harness.h"
 #include "transport/framing.h"
+#include "transport/peer_auth.h"
+#include "transport/peer_wire.h"
 
 namespace {
 
@@ -229,6 +232,59 @@ void NamespacePolicies(const fs::path& dir) {
       "quotas": {"bob": {"bytes": "8M", "objects": 10, "hbm": "1M", "dram": 4096, "nvme": 1}}})");
 }
 
+std::string PeerFrame(const google::protobuf::MessageLite& m) {
+  return transport::EncodeFrame(m, transport::kMaxPeerMessageBytes).value();
+}
+
+// The first byte picks who speaks (tests/fuzz/fuzz_peer.cc): 0 a stranger, 1 a listener, 2 an
+// authenticated borrower.
+void Peers(const fs::path& dir) {
+  wire::peer::ClientHello client;
+  client.set_protocol_version(transport::kPeerProtocolVersion);
+  client.set_nonce(std::string(transport::kPeerNonceBytes, 'n'));
+  client.set_node_id("mallory");
+  client.set_incarnation(7);
+  client.set_mac(std::string(transport::kPeerMacBytes, 'm'));
+  Write(dir, "stranger", std::string(1, '\0') + PeerFrame(client));
+  wire::peer::ServerHello hello;
+  hello.set_protocol_version(transport::kPeerProtocolVersion);
+  hello.set_nonce(std::string(transport::kPeerNonceBytes, 's'));
+  hello.set_node_id("lender");
+  hello.set_incarnation(9);
+  wire::peer::ServerProof proof;
+  proof.set_mac(std::string(transport::kPeerMacBytes, 'p'));
+  Write(dir, "listener", std::string(1, '\1') + PeerFrame(hello) + PeerFrame(proof));
+  // Ids pick the borrower: id % 3 == 0 is a/1, 1 is a/2, 2 is b/3.
+  std::string requests(1, '\2');
+  auto add = [&](std::uint64_t id, auto fill) {
+    wire::peer::Request r;
+    r.set_id(id);
+    fill(r);
+    requests += PeerFrame(r);
+  };
+  add(0, [](auto& r) { r.mutable_grant()->set_bytes(1 << 20); });
+  add(2, [](auto& r) { r.mutable_grant()->set_bytes(8192); });
+  add(3, [](auto& r) {
+    r.mutable_write()->set_region(1);
+    r.mutable_write()->set_offset(4096);
+    r.mutable_write()->set_length(4096);
+  });
+  add(6, [](auto& r) {
+    r.mutable_read()->set_region(1);
+    r.mutable_read()->set_length(1 << 20);
+  });
+  add(5, [](auto& r) {
+    r.mutable_read()->set_region(2);
+    r.mutable_read()->set_offset(8191);
+    r.mutable_read()->set_length(1);
+  });
+  add(1, [](auto& r) { r.mutable_adopt()->set_previous_incarnation(1); });
+  add(4, [](auto& r) { r.mutable_info(); });
+  add(7, [](auto& r) { r.mutable_release()->set_region(1); });
+  add(8, [](auto& r) { r.mutable_release()->set_region(2); });
+  Write(dir, "requests", requests);
+}
+
 void Snapshots(const fs::path& dir) {
   auto& h = fuzz::StoreHarness::Get();
   for (auto [key, size] : std::vector<std::pair<const char*, std::size_t>>{
@@ -265,6 +321,7 @@ int main(int argc, char** argv) {
   Onnx(out / "onnx");
   Configs(out / "config");
   NamespacePolicies(out / "namespace_policy");
+  Peers(out / "peer");
   Snapshots(out / "snapshot");
   return 0;
 }

@@ -3,7 +3,8 @@
 //   0: a stranger, to the listener's half of the handshake (anyone who reaches the port);
 //   1: a listener, to the connecting half (a borrower dialling an address it was told);
 //   2: an authenticated borrower, as a stream of requests to a real lender (grants, reads and
-//      writes of ranges, releases, adoptions), with borrowers leaving and the clock moving.
+//      writes of ranges, releases, adoptions), with borrowers leaving and the clock moving;
+//   3: a member record in etcd, which every sidecar of the cluster may write.
 // A transfer the lender allows must lie inside a region granted to the asker; the target
 // checks that itself (lent memory is one mapping, where a sanitizer sees no bounds) and
 // touches every byte of it.
@@ -16,6 +17,7 @@
 #include "common/clock.h"
 #include "common/posix.h"
 #include "store/lender.h"
+#include "store/membership.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/quiet_logs.h"
 #include "transport/framing.h"
@@ -128,15 +130,21 @@ void Requests(const std::uint8_t* data, std::size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   tierpool::fuzz::QuietLogs();
   if (size == 0) return 0;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0:
       Handshake(/*listener=*/true, data + 1, size - 1);
       break;
     case 1:
       Handshake(/*listener=*/false, data + 1, size - 1);
       break;
-    default:
+    case 2:
       Requests(data + 1, size - 1);
+      break;
+    default: {
+      auto member = tierpool::Membership::Decode(
+          std::string(reinterpret_cast<const char*>(data + 1), size - 1));
+      if (member.ok() && (member->node_id.empty() || member->incarnation == 0)) std::abort();
+    }
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "prefetch/schedule.h"
 #include "proto/peer.pb.h"
+#include "store/membership.h"
 #include "store/snapshot.h"
 #include "tests/fuzz/store_harness.h"
 #include "transport/framing.h"
@@ -237,7 +238,7 @@ std::string PeerFrame(const google::protobuf::MessageLite& m) {
 }
 
 // The first byte picks who speaks (tests/fuzz/fuzz_peer.cc): 0 a stranger, 1 a listener, 2 an
-// authenticated borrower.
+// authenticated borrower, 3 a member record.
 void Peers(const fs::path& dir) {
   wire::peer::ClientHello client;
   client.set_protocol_version(transport::kPeerProtocolVersion);
@@ -283,6 +284,7 @@ void Peers(const fs::path& dir) {
   add(7, [](auto& r) { r.mutable_release()->set_region(1); });
   add(8, [](auto& r) { r.mutable_release()->set_region(2); });
   Write(dir, "requests", requests);
+  Write(dir, "member", "\3" + Membership::Encode({"node-a", 12345, "127.0.0.1:7000", 1 << 30}));
 }
 
 void Snapshots(const fs::path& dir) {

@@ -7,7 +7,10 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -271,6 +274,155 @@ TEST(RemoteTier, ALendersWordOnItsFreeRoomIsCappedByWhatItLends) {
   ASSERT_EQ(t.tier->Peers().size(), 1u);
   EXPECT_LE(t.tier->Peers()[0].lend_free, LiedTo::kLends);
   EXPECT_LE(t.tier->capacity(), LiedTo::kLends);
+}
+
+// One hostile peer's session against `port`: with or without the secret, a burst of requests
+// drawn from `rng` (grants, writes and reads of other regions or past a region's end, payloads
+// cut short, releases and adoptions of what is not its own, requests to an earlier life of the
+// lender, a transfer over the limit), then a close at any point.
+void HostileSession(std::uint16_t port, std::uint64_t lender_incarnation, std::mt19937_64& rng,
+                    int id) {
+  UniqueFd fd = ConnectFrom("127.0.0.1", port);
+  if (!fd.valid()) return;
+  (void)transport::SetSocketTimeouts(fd.get(), 1000);
+  auto pick = [&](std::uint64_t n) { return rng() % n; };
+  if (pick(4) == 0) {  // no secret: garbage, or a handshake whose proof fails
+    std::string junk(pick(200), '\0');
+    for (auto& c : junk) c = static_cast<char>(rng());
+    (void)::send(fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL);
+    return;
+  }
+  const PeerIdentity self{"mallory-" + std::to_string(id % 3), 100 + pick(3)};
+  if (!transport::ConnectHandshake(fd.get(), *PeerAuth::FromSecret(kSecret), self).ok()) return;
+  std::vector<std::uint64_t> regions = {pick(8)};  // its own, once granted, and guesses
+  for (int n = 0, count = static_cast<int>(pick(24)); n < count; ++n) {
+    wire::peer::Request r;
+    r.set_id(n);
+    r.set_lender_incarnation(pick(16) == 0 ? lender_incarnation + 1 : lender_incarnation);
+    const std::uint64_t region = regions[pick(regions.size())];
+    std::uint64_t payload = 0;
+    switch (pick(7)) {
+      case 0:
+        r.mutable_grant()->set_bytes(pick(3) == 0 ? rng() : pick(1u << 20));
+        break;
+      case 1:
+      case 2: {
+        auto* w = r.mutable_write();
+        w->set_region(region);
+        w->set_offset(pick(4) == 0 ? rng() : pick(2u << 20));
+        w->set_length(pick(8) == 0 ? rng() : 1 + pick(256u << 10));
+        payload = w->length();
+        break;
+      }
+      case 3: {
+        auto* rd = r.mutable_read();
+        rd->set_region(region);
+        rd->set_offset(pick(4) == 0 ? rng() : pick(2u << 20));
+        rd->set_length(pick(8) == 0 ? rng() : 1 + pick(256u << 10));
+        break;
+      }
+      case 4:
+        r.mutable_release()->set_region(region);
+        break;
+      case 5:
+        r.mutable_adopt()->set_previous_incarnation(pick(4) == 0 ? 0 : 100 + pick(3));
+        break;
+      default:
+        r.mutable_info();
+    }
+    if (!transport::SendPeerMessage(fd.get(), r, nullptr, 0).ok()) return;
+    if (payload > 0) {
+      // All of it, or part of it and then the connection goes.
+      const bool whole = payload <= (256u << 10) && pick(6) != 0;
+      const std::string bytes(whole ? payload : pick(std::min<std::uint64_t>(payload, 4096)), 'm');
+      (void)::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (!whole) return;
+    }
+    if (pick(10) == 0) return;  // gone before the reply
+    wire::peer::Response response;
+    if (!transport::ReceivePeerMessage(fd.get(), &response).ok()) return;
+    if (response.payload_length() > 0 &&
+        !transport::DiscardBytes(fd.get(), response.payload_length()).ok()) {
+      return;
+    }
+    if (response.region() != 0) regions.push_back(response.region());
+  }
+}
+
+TEST(PeerListener, HostilePeersDoNotDisturbAnHonestBorrower) {
+  const std::uint64_t seed = [] {
+    const char* fixed = std::getenv("TIERPOOL_TEST_SEED");
+    return fixed != nullptr ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
+  }();
+  std::printf("HostilePeersDoNotDisturbAnHonestBorrower seed %llu\n",
+              static_cast<unsigned long long>(seed));
+  transport::PeerServerConfig sc;
+  sc.io_timeout_ms = 500;
+  sc.handshake_timeout_ms = 500;
+  sc.max_payload_bytes = 4u << 20;
+  LendingNode a = StartLender("a", 64ull << 20, sc), b = StartLender("b", 64ull << 20, sc);
+  auto tier = Borrower({&a, &b});
+  std::atomic<bool> stop{false};
+  // The membership, as tierpoold's publishes it: the hostile peers are not members, so what they
+  // were granted is reclaimed (the test's lenders have no grace period).
+  std::thread membership([&] {
+    while (!stop.load()) {
+      for (LendingNode* n : {&a, &b}) n->lender->SetLiveBorrowers({{"borrower", 42}});
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  std::vector<std::thread> hostile;
+  for (int t = 0; t < 4; ++t) {
+    hostile.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + t);
+      for (int s = 0; s < 200 && !stop.load(); ++s) {
+        LendingNode& target = rng() % 2 == 0 ? a : b;
+        HostileSession(target.server->port(), target.member.incarnation, rng, t);
+      }
+    });
+  }
+  // The honest borrower's objects, written and read back while the hostile sessions run.
+  std::mt19937_64 rng(seed);
+  std::vector<std::pair<Extent, std::string>> objects;
+  const auto until = Clock::now() + std::chrono::seconds(4);
+  int round = 0;
+  for (; round < 40 && Clock::now() < until; ++round) {
+    const std::string data = Bytes(4096 + rng() % (1u << 20), static_cast<std::uint32_t>(round));
+    // Room may be short while the hostile peers' grants wait to be reclaimed: the tier's
+    // maintenance asks again, as its thread would.
+    Result<Extent> e = Status::ResourceExhausted("not asked yet");
+    for (int tries = 0; tries < 100 && !e.ok(); ++tries) {
+      if (tries > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      tier->RunMaintenance();
+      e = tier->Allocate(data.size(), {});
+    }
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
+    objects.emplace_back(*e, data);
+    const auto& [pe, pd] = objects[rng() % objects.size()];
+    std::string out;
+    ASSERT_TRUE(ReadSync(*tier, pe, pd, &out).ok());
+    ASSERT_TRUE(out == pd) << "round " << round;
+  }
+  stop = true;
+  for (auto& t : hostile) t.join();
+  membership.join();
+  for (auto& [e, data] : objects) {
+    std::string out;
+    ASSERT_TRUE(ReadSync(*tier, e, data, &out).ok());
+    EXPECT_TRUE(out == data);
+  }
+  EXPECT_EQ(tier->counters().read_failovers, 0u);
+  // What the hostile peers were granted goes once they are out of the cluster; the borrower's
+  // regions stay.
+  for (LendingNode* n : {&a, &b}) {
+    n->lender->SetLiveBorrowers({{"borrower", 42}});
+    n->lender->SetLiveBorrowers({{"borrower", 42}});
+    EXPECT_EQ(n->lender->stats().borrowers, 1u);
+  }
+  std::printf("%d honest rounds; lender a: %llu requests, %llu refused in the handshake\n", round,
+              static_cast<unsigned long long>(a.server->counters().requests),
+              static_cast<unsigned long long>(a.server->counters().auth_failures));
 }
 
 }  // namespace

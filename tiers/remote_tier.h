@@ -61,8 +61,10 @@ struct RemoteTierConfig {
   std::uint64_t region_bytes = 64ull << 20;  // asked of a lender at a time
   std::uint32_t headroom_regions = 1;        // granted-but-free room kept per peer
   std::uint32_t io_threads = 4;
-  std::uint32_t connections_per_peer = 4;   // kept open; more are opened when busy
-  std::uint32_t io_timeout_ms = 2000;       // connect, and each piece of a transfer
+  std::uint32_t connections_per_peer = 4;  // kept open; more are opened when busy
+  // Connecting, and each piece of a transfer as a whole (request, payload and reply): a 16 MiB
+  // piece needs 8 MB/s, well below any link between nodes, even shared by the io_threads.
+  std::uint32_t io_timeout_ms = 2000;
   std::uint64_t piece_bytes = 16ull << 20;  // one request's payload
   std::uint32_t maintenance_interval_ms = 200;
   // false: no maintenance thread at all, and the owner runs every pass with RunMaintenance (tests

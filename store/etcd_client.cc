@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <sys/socket.h>
 
+#include <optional>
 #include <utility>
 
 #include <boost/asio/connect.hpp>
@@ -63,11 +64,32 @@ std::int64_t Int(const json& j, const char* field) {
   return 0;
 }
 
+// A field that must be a string if it is there: "" when absent; nothing (an error to the caller)
+// when it is another type. nlohmann's value() would throw, past every caller, on the membership's
+// threads.
+std::optional<std::string> Str(const json& j, const char* field) {
+  if (!j.is_object() || !j.contains(field)) return std::string();
+  const json& v = j.at(field);
+  if (!v.is_string()) return std::nullopt;
+  return v.get<std::string>();
+}
+
+bool Bool(const json& j, const char* field) {
+  if (!j.is_object() || !j.contains(field)) return false;
+  const json& v = j.at(field);
+  return v.is_boolean() && v.get<bool>();
+}
+
 Result<EtcdKeyValue> ParseKv(const json& j) {
+  const auto key64 = Str(j, "key");
+  const auto value64 = Str(j, "value");
+  if (!j.is_object() || !key64 || !value64) {
+    return Status::Internal("etcd sent a key-value that is not one: " + j.dump());
+  }
   EtcdKeyValue kv;
-  auto key = Unbase64(j.value("key", ""));
+  auto key = Unbase64(*key64);
   if (!key.ok()) return key.status();
-  auto value = Unbase64(j.value("value", ""));
+  auto value = Unbase64(*value64);
   if (!value.ok()) return value.status();
   kv.key = std::move(key).value();
   kv.value = std::move(value).value();
@@ -79,7 +101,8 @@ Result<json> ParseJson(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Internal("etcd sent malformed JSON");
   if (j.contains("error") || (j.contains("code") && Int(j, "code") != 0)) {
-    return Status::Unavailable("etcd: " + j.value("message", j.dump()));
+    const auto message = Str(j, "message");
+    return Status::Unavailable("etcd: " + (message && !message->empty() ? *message : j.dump()));
   }
   return j;
 }
@@ -188,7 +211,9 @@ Result<std::vector<EtcdKeyValue>> EtcdClient::RangePrefix(const std::string& pre
   if (!body.ok()) return body.status();
   auto j = ParseJson(*body);
   if (!j.ok()) return j.status();
-  if (revision != nullptr) *revision = Int(j->value("header", json::object()), "revision");
+  if (revision != nullptr) {
+    *revision = Int(j->contains("header") ? j->at("header") : json::object(), "revision");
+  }
   std::vector<EtcdKeyValue> out;
   if (j->contains("kvs") && j->at("kvs").is_array()) {
     for (const json& kv : j->at("kvs")) {
@@ -257,15 +282,20 @@ Status EtcdClient::Watch(const std::string& prefix, std::int64_t start_revision,
         auto j = ParseJson(line);
         if (!j.ok()) return j.status();
         const json& result = j->contains("result") ? j->at("result") : *j;
-        if (result.value("canceled", false)) {
+        if (Bool(result, "canceled")) {
+          const auto reason = Str(result, "cancel_reason");
           return Status::Unavailable("etcd cancelled the watch: " +
-                                     result.value("cancel_reason", std::string("compacted?")));
+                                     (reason && !reason->empty() ? *reason : "compacted?"));
         }
         if (!result.contains("events") || !result.at("events").is_array()) continue;
         for (const json& e : result.at("events")) {
           EtcdEvent event;
-          event.deleted = e.value("type", std::string("PUT")) == "DELETE";
-          auto kv = ParseKv(e.value("kv", json::object()));
+          const auto type = Str(e, "type");
+          if (!e.is_object() || !type) {
+            return Status::Internal("etcd sent an event that is not one: " + e.dump());
+          }
+          event.deleted = *type == "DELETE";
+          auto kv = ParseKv(e.contains("kv") ? e.at("kv") : json::object());
           if (!kv.ok()) return kv.status();
           event.kv = std::move(kv).value();
           if (!on_event(event)) return Status::Ok();

@@ -1,0 +1,129 @@
+// The etcd client against a fake etcd on loopback that answers with JSON of the wrong shapes: a
+// key that is a number, a kv that is a list, a "canceled" that is a string. Every call must come
+// back with an error, never throw (the membership's threads would end the process).
+#include "store/etcd_client.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/posix.h"
+
+namespace tierpool {
+namespace {
+
+// Answers each of `bodies.size()` connections, in turn, with an HTTP response carrying that
+// body (chunked when `chunked`), whatever was asked.
+class FakeEtcd {
+ public:
+  FakeEtcd(std::vector<std::string> bodies, bool chunked) {
+    listener_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listener_.get(), 4), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, bodies = std::move(bodies), chunked] {
+      for (const auto& body : bodies) {
+        UniqueFd fd(::accept(listener_.get(), nullptr, nullptr));
+        if (!fd.valid()) return;
+        ReadRequest(fd.get());
+        std::string out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n";
+        if (chunked) {
+          char size[32];
+          std::snprintf(size, sizeof size, "%zx\r\n", body.size());
+          out += "Transfer-Encoding: chunked\r\n\r\n" + std::string(size) + body + "\r\n0\r\n\r\n";
+        } else {
+          out += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+        }
+        (void)::send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL);
+        ::shutdown(fd.get(), SHUT_WR);
+        char sink[4096];
+        while (::recv(fd.get(), sink, sizeof sink, 0) > 0) {
+        }
+      }
+    });
+  }
+  ~FakeEtcd() { thread_.join(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  // The header and a body of its Content-Length.
+  static void ReadRequest(int fd) {
+    std::string in;
+    char buf[4096];
+    std::size_t end = std::string::npos;
+    while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    std::size_t length = 0;
+    if (auto at = in.find("Content-Length: "); at != std::string::npos) {
+      length = std::stoul(in.substr(at + 16));
+    }
+    while (in.size() < end + 4 + length) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
+  UniqueFd listener_;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+TEST(EtcdClient, RepliesOfTheWrongShapeAreErrorsNotExceptions) {
+  const std::vector<std::string> ranges = {
+      R"({"kvs": [{"key": 12, "value": "eA=="}]})",
+      R"({"kvs": [{"key": "eA==", "value": ["x"]}]})",
+      R"({"kvs": [17]})",
+      R"({"header": {"revision": {"a": 1}}, "kvs": [{"key": "eA==", "value": "eA=="}]})",
+      R"({"error": "x", "message": 42})",
+  };
+  FakeEtcd fake(ranges, /*chunked=*/false);
+  auto etcd = EtcdClient::Create(fake.url(), 2000);
+  ASSERT_TRUE(etcd.ok());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    std::int64_t revision = 0;
+    Result<std::vector<EtcdKeyValue>> got = Status::Internal("not run");
+    EXPECT_NO_THROW(got = etcd->RangePrefix("/tierpool/", &revision)) << ranges[i];
+    if (i == 3) {  // a revision that is not a number is none; the kv itself is fine
+      EXPECT_TRUE(got.ok()) << got.status().ToString();
+    } else {
+      EXPECT_FALSE(got.ok()) << ranges[i];
+    }
+  }
+}
+
+TEST(EtcdClient, WatchEventsOfTheWrongShapeEndTheWatchWithAnError) {
+  const std::vector<std::string> streams = {
+      "{\"result\": {\"events\": [{\"kv\": [1, 2]}]}}\n",
+      "{\"result\": {\"events\": [{\"type\": 7, \"kv\": {\"key\": \"eA==\"}}]}}\n",
+      "{\"result\": {\"canceled\": \"yes\"}}\n",
+      "{\"result\": {\"events\": [{\"kv\": {\"key\": {}, \"value\": \"eA==\"}}]}}\n",
+  };
+  FakeEtcd fake(streams, /*chunked=*/true);
+  auto etcd = EtcdClient::Create(fake.url(), 2000);
+  ASSERT_TRUE(etcd.ok());
+  for (const auto& stream : streams) {
+    int events = 0;
+    Status s;
+    EXPECT_NO_THROW(s = etcd->Watch("/tierpool/", 0, [&](const EtcdEvent&) {
+      ++events;
+      return true;
+    })) << stream;
+    EXPECT_FALSE(s.ok()) << stream;
+  }
+}
+
+}  // namespace
+}  // namespace tierpool

@@ -155,6 +155,7 @@ void Cluster::VisitCounters(
   const auto server = server_->counters();
   visit("peer_connections", server.connections);
   visit("peer_auth_failures", server.auth_failures);
+  visit("peer_timeouts", server.timed_out);
   visit("peer_connections_refused", server.refused);
   visit("peer_requests", server.requests);
   visit("peer_bytes_in", server.bytes_in);

@@ -146,6 +146,7 @@ void PeerServer::Serve(Session* session) {
   }
   if (!who.ok()) {
     ++auth_failures_;
+    CountTimeout(who.status());
     spdlog::warn("peer connection refused: {}", who.status().ToString());
     handler_->Disconnected({});
     session->done = true;
@@ -177,6 +178,7 @@ void PeerServer::Serve(Session* session) {
     const PeerDeadline deadline = PeerDeadline::After(config_.io_timeout_ms);
     wire::peer::Request request;
     if (Status s = ReceivePeerMessage(fd, &request, deadline); !s.ok()) {
+      CountTimeout(s);
       if (s.code() != StatusCode::kUnavailable) {
         spdlog::warn("peer {}: {}; closing", who->node_id, s.ToString());
       }
@@ -233,6 +235,7 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request,
     Status in = transfer.data != nullptr ? ReceiveExactly(fd, transfer.data, length, deadline)
                                          : DiscardBytes(fd, length, deadline);
     if (!in.ok()) {
+      CountTimeout(in);
       if (in.code() != StatusCode::kUnavailable) {
         spdlog::warn("peer {}: a write's payload: {}; closing", session->peer.node_id,
                      in.ToString());
@@ -244,8 +247,10 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request,
   handler_->FillRoom(&response);
   const bool sends = read && transfer.data != nullptr && response.code() == 0;
   if (sends) response.set_payload_length(length);
-  if (!SendPeerMessage(fd, response, sends ? transfer.data : nullptr, sends ? length : 0, deadline)
-           .ok()) {
+  if (Status out = SendPeerMessage(fd, response, sends ? transfer.data : nullptr,
+                                   sends ? length : 0, deadline);
+      !out.ok()) {
+    CountTimeout(out);
     return false;
   }
   if (sends) bytes_out_ += length;
@@ -268,6 +273,7 @@ PeerServerCounters PeerServer::counters() const {
   PeerServerCounters c;
   c.connections = connections_.load();
   c.auth_failures = auth_failures_.load();
+  c.timed_out = timed_out_.load();
   c.refused = refused_.load();
   c.requests = requests_.load();
   c.bytes_in = bytes_in_.load();

@@ -70,7 +70,9 @@ class PeerHandler {
 struct PeerServerCounters {
   std::uint64_t connections = 0;    // accepted and authenticated
   std::uint64_t auth_failures = 0;  // closed in the handshake
-  std::uint64_t refused = 0;        // over a connection limit
+  // Handshakes and requests cut at their deadline (a peer too slow, or trickling on purpose).
+  std::uint64_t timed_out = 0;
+  std::uint64_t refused = 0;  // over a connection limit
   std::uint64_t requests = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
@@ -118,8 +120,12 @@ class PeerServer {
   std::list<std::unique_ptr<Session>> sessions_;     // guarded by mu_
   std::map<std::string, std::uint32_t> per_peer_;    // guarded by mu_: authenticated, by node
   std::map<std::string, std::uint32_t> handshakes_;  // guarded by mu_: by remote address
-  std::atomic<std::uint64_t> connections_{0}, auth_failures_{0}, refused_{0}, requests_{0},
-      bytes_in_{0}, bytes_out_{0};
+  std::atomic<std::uint64_t> connections_{0}, auth_failures_{0}, timed_out_{0}, refused_{0},
+      requests_{0}, bytes_in_{0}, bytes_out_{0};
+  // Counts s in timed_out_ when it says the exchange ran out of time.
+  void CountTimeout(const Status& s) {
+    if (s.code() == StatusCode::kDeadlineExceeded) ++timed_out_;
+  }
 };
 
 }  // namespace tierpool::transport

@@ -88,6 +88,10 @@ TEST(PeerListener, AHandshakeTrickledInIsCutAtItsDeadline) {
             static_cast<ssize_t>(header.size()));
   const auto lived = TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
   EXPECT_LT(lived, std::chrono::milliseconds(1500)) << "a trickled handshake held its slot";
+  for (int i = 0; i < 100 && a.server->counters().timed_out == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(a.server->counters().timed_out, 1u);
   // Everyone else is still served.
   std::unique_ptr<transport::PeerConnection> conn;
   auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),
@@ -121,6 +125,10 @@ TEST(PeerListener, ARequestTrickledInIsCutAtItsDeadline) {
   ASSERT_TRUE(transport::SendPeerMessage(fd.get(), write, nullptr, 0).ok());
   const auto lived = TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
   EXPECT_LT(lived, std::chrono::milliseconds(1500)) << "a trickled request held its connection";
+  for (int i = 0; i < 100 && a.server->counters().timed_out == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(a.server->counters().timed_out, 1u);
   // The region's transfer ended with the connection: its borrower may release it.
   std::unique_ptr<transport::PeerConnection> again;
   auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),

@@ -8,7 +8,8 @@
 // trickling peer holds up nobody else. Connections are limited in number: in all, per peer node,
 // and while unauthenticated per network address.
 //
-// Locking: mu_ guards the session list; the handler is called with no lock held.
+// Locking: mu_ guards the session list and the connection counts (per node, per address); the
+// handler is called with no lock held.
 #pragma once
 
 #include <atomic>

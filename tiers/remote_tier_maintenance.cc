@@ -249,16 +249,16 @@ void RemoteTier::GrantRegions() {
     {
       std::lock_guard lock(mu_);
       a.peer->lend_free = response.lend_free();
-      if (s.ok() && (region == 0 || a.peer->regions.count(region) != 0 || bytes == 0 ||
-                     bytes > MaxGrantFor(a.bytes))) {
-        // A lender's word is checked like any peer's: a region of another size than asked for
-        // would be taken for room it never lent (or overflow the sums of room), and an id that
-        // is 0 or already ours would confuse two regions.
+      // A lender's word is checked like any peer's: a region of another size than asked for
+      // would be taken for room it never lent (or overflow the sums of room), and an id that is
+      // 0 or already ours would confuse two regions.
+      const bool new_id = region != 0 && a.peer->regions.count(region) == 0;
+      if (s.ok() && (!new_id || bytes == 0 || bytes > MaxGrantFor(a.bytes))) {
         spdlog::warn(
             "remote: {} answered a grant of {} bytes with region {} of {} bytes; not taken",
             a.peer->member.node_id, a.bytes, region, bytes);
         s = Status::Internal("a grant reply that does not match its request");
-        give_back = region != 0 && a.peer->regions.count(region) == 0;
+        give_back = new_id;  // a region it named, not one of ours
       }
       if (!s.ok()) {
         ++counters_.grant_failures;

@@ -80,8 +80,7 @@ Result<std::unique_ptr<PeerConnection>> PeerConnection::Connect(const std::strin
                                                                 std::uint32_t timeout_ms) {
   auto fd = ConnectTcp(address, timeout_ms);
   if (!fd.ok()) return fd.status();
-  TIERPOOL_RETURN_IF_ERROR(SetSocketTimeouts(fd->get(), timeout_ms));
-  TunePeerSocket(fd->get());
+  TunePeerSocket(fd->get());  // (the timeouts are the handshake's and then each call's deadline)
   auto server = ConnectHandshake(fd->get(), auth, self, PeerDeadline::After(timeout_ms));
   if (!server.ok()) return server.status();
   return std::unique_ptr<PeerConnection>(

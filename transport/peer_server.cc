@@ -135,7 +135,6 @@ void PeerServer::AcceptLoop() {
 void PeerServer::Serve(Session* session) {
   const int fd = session->fd.get();
   TunePeerSocket(fd);
-  (void)SetSocketTimeouts(fd, config_.handshake_timeout_ms);
   auto who = AcceptHandshake(fd, auth_, self(), PeerDeadline::After(config_.handshake_timeout_ms));
   {
     std::lock_guard lock(mu_);

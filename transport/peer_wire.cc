@@ -46,17 +46,24 @@ Status WriteAll(int fd, iovec* iov, int count, const PeerDeadline& deadline) {
   return Status::Ok();
 }
 
+// One of the socket's timeouts (SO_RCVTIMEO or SO_SNDTIMEO); `timeout` is positive (0 would
+// mean none).
+Status SetTimeout(int fd, int option, std::chrono::microseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000);
+  tv.tv_usec = static_cast<suseconds_t>(timeout.count() % 1'000'000);
+  if (::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv) != 0) {
+    return ErrnoStatus("setsockopt timeout", errno);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status SetSocketTimeouts(int fd, std::uint32_t timeout_ms) {
-  timeval tv{};
-  tv.tv_sec = timeout_ms / 1000;
-  tv.tv_usec = static_cast<suseconds_t>((timeout_ms % 1000) * 1000);
-  if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
-    return ErrnoStatus("setsockopt timeouts", errno);
-  }
-  return Status::Ok();
+  const std::chrono::microseconds timeout = std::chrono::milliseconds(timeout_ms);
+  TIERPOOL_RETURN_IF_ERROR(SetTimeout(fd, SO_RCVTIMEO, timeout));
+  return SetTimeout(fd, SO_SNDTIMEO, timeout);
 }
 
 Status PeerDeadline::Arm(int fd, bool sending) const {
@@ -64,13 +71,7 @@ Status PeerDeadline::Arm(int fd, bool sending) const {
   const auto left =
       std::chrono::ceil<std::chrono::microseconds>(*at_ - std::chrono::steady_clock::now());
   if (left.count() <= 0) return Status::DeadlineExceeded("peer exchange ran past its deadline");
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(left.count() / 1'000'000);
-  tv.tv_usec = static_cast<suseconds_t>(left.count() % 1'000'000);
-  if (::setsockopt(fd, SOL_SOCKET, sending ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof tv) != 0) {
-    return ErrnoStatus("setsockopt timeout", errno);
-  }
-  return Status::Ok();
+  return SetTimeout(fd, sending ? SO_SNDTIMEO : SO_RCVTIMEO, left);
 }
 
 void TunePeerSocket(int fd) {

@@ -17,6 +17,7 @@
 #include "common/posix.h"
 #include "store/lender.h"
 #include "tests/cluster/lending_node.h"
+#include "tests/testing/loopback_listener.h"
 #include "transport/framing.h"
 #include "transport/peer_connection.h"
 #include "transport/peer_server.h"
@@ -67,6 +68,21 @@ Clock::duration TrickleUntilClosed(int fd, Clock::duration limit) {
   return Clock::now() - start;
 }
 
+// A member of the test's cluster (it has the secret) connecting to `n` as `who`.
+Result<std::unique_ptr<transport::PeerConnection>> Dial(const LendingNode& n,
+                                                        const PeerIdentity& who) {
+  return transport::PeerConnection::Connect(n.member.address, *PeerAuth::FromSecret(kSecret), who,
+                                            1000);
+}
+
+// Polls `done` every 10 ms for up to a second (the listener's threads count what they cut).
+template <typename F>
+void WaitUntil(F done) {
+  for (int i = 0; i < 100 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 std::string Header(std::uint32_t length) {
   std::string h(transport::kFrameHeaderSize, '\0');
   transport::EncodeFrameHeader(length, reinterpret_cast<std::uint8_t*>(h.data()));
@@ -88,14 +104,10 @@ TEST(PeerListener, AHandshakeTrickledInIsCutAtItsDeadline) {
             static_cast<ssize_t>(header.size()));
   const auto lived = TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
   EXPECT_LT(lived, std::chrono::milliseconds(1500)) << "a trickled handshake held its slot";
-  for (int i = 0; i < 100 && a.server->counters().timed_out == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return a.server->counters().timed_out > 0; });
   EXPECT_EQ(a.server->counters().timed_out, 1u);
   // Everyone else is still served.
-  std::unique_ptr<transport::PeerConnection> conn;
-  auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),
-                                              {"b", 2}, 1000);
+  auto c = Dial(a, {"b", 2});
   EXPECT_TRUE(c.ok()) << c.status().ToString();
 }
 
@@ -125,14 +137,10 @@ TEST(PeerListener, ARequestTrickledInIsCutAtItsDeadline) {
   ASSERT_TRUE(transport::SendPeerMessage(fd.get(), write, nullptr, 0).ok());
   const auto lived = TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
   EXPECT_LT(lived, std::chrono::milliseconds(1500)) << "a trickled request held its connection";
-  for (int i = 0; i < 100 && a.server->counters().timed_out == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return a.server->counters().timed_out > 0; });
   EXPECT_EQ(a.server->counters().timed_out, 1u);
   // The region's transfer ended with the connection: its borrower may release it.
-  std::unique_ptr<transport::PeerConnection> again;
-  auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),
-                                              self, 1000);
+  auto c = Dial(a, self);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   wire::peer::Request release;
   release.set_lender_incarnation(a.member.incarnation);
@@ -155,28 +163,19 @@ TEST(PeerListener, OneAddressCannotTakeEverySlot) {
     if (!fd.valid() && i == 0) GTEST_SKIP() << "cannot bind 127.0.0.2 here";
     silent.push_back(std::move(fd));
   }
-  for (int i = 0; i < 100 && a.server->counters().refused < 20; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return a.server->counters().refused >= 20; });
   EXPECT_EQ(a.server->counters().refused, 20u);
   // A real peer from another address still gets in, while the silent ones wait out their 5 s.
-  auto c = transport::PeerConnection::Connect(a.member.address, *PeerAuth::FromSecret(kSecret),
-                                              {"b", 2}, 1000);
+  auto c = Dial(a, {"b", 2});
   EXPECT_TRUE(c.ok()) << c.status().ToString();
 }
 
 TEST(PeerConnection, AReplyTrickledInCostsOneTimeout) {
   // A "lender" that authenticates properly, then answers a request a byte at a time.
-  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener.get(), 4), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  const LoopbackListener listener = ListenOnLoopback(4);
+  ASSERT_TRUE(listener.fd.valid());
   std::thread lender([&] {
-    UniqueFd fd(::accept(listener.get(), nullptr, nullptr));
+    UniqueFd fd(::accept(listener.fd.get(), nullptr, nullptr));
     if (!fd.valid()) return;
     (void)transport::SetSocketTimeouts(fd.get(), 2000);
     if (!transport::AcceptHandshake(fd.get(), *PeerAuth::FromSecret(kSecret), {"slow", 9}).ok()) {
@@ -188,7 +187,7 @@ TEST(PeerConnection, AReplyTrickledInCostsOneTimeout) {
     if (::send(fd.get(), header.data(), header.size(), MSG_NOSIGNAL) < 0) return;
     (void)TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
   });
-  auto c = transport::PeerConnection::Connect("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+  auto c = transport::PeerConnection::Connect("127.0.0.1:" + std::to_string(listener.port),
                                               *PeerAuth::FromSecret(kSecret), {"b", 2}, 300);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   wire::peer::Request info;

@@ -16,6 +16,7 @@
 #include "common/posix.h"
 #include "store/lender.h"
 #include "tests/cluster/lending_node.h"
+#include "tests/testing/loopback_listener.h"
 #include "transport/peer_connection.h"
 #include "transport/peer_server.h"
 
@@ -149,20 +150,14 @@ TEST(RemoteTier, AFrozenPeerCostsOneTimeoutThenTheOtherReplicaServes) {
   ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
   // "Freeze" the first replica's peer: its address now leads to a socket that accepts
   // connections (in the kernel's backlog) and never says a word.
-  UniqueFd silent(::socket(AF_INET, SOCK_STREAM, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(silent.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(silent.get(), 16), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(silent.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  const LoopbackListener silent = ListenOnLoopback();
+  ASSERT_TRUE(silent.fd.valid());
   const std::string frozen = tier->LocateForTest(*e)[0].node_id;
   LendingNode& f = frozen == "a" ? a : b;
   f.server->Stop();  // its pooled connections close; new ones reach the silent socket
   std::vector<RemoteMember> members{a.member, b.member};
   for (auto& m : members) {
-    if (m.node_id == frozen) m.address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    if (m.node_id == frozen) m.address = "127.0.0.1:" + std::to_string(silent.port);
   }
   tier->SetMembers(members);  // same incarnations: an address change, not a death
   const auto start = std::chrono::steady_clock::now();

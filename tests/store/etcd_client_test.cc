@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/posix.h"
+#include "tests/testing/loopback_listener.h"
 
 namespace tierpool {
 namespace {
@@ -21,18 +22,10 @@ namespace {
 class FakeEtcd {
  public:
   FakeEtcd(std::vector<std::string> bodies, bool chunked) {
-    listener_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listener_.get(), 4), 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    EXPECT_TRUE(listener_.fd.valid());
     thread_ = std::thread([this, bodies = std::move(bodies), chunked] {
       for (const auto& body : bodies) {
-        UniqueFd fd(::accept(listener_.get(), nullptr, nullptr));
+        UniqueFd fd(::accept(listener_.fd.get(), nullptr, nullptr));
         if (!fd.valid()) return;
         ReadRequest(fd.get());
         std::string out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n";
@@ -52,7 +45,7 @@ class FakeEtcd {
     });
   }
   ~FakeEtcd() { thread_.join(); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(listener_.port); }
 
  private:
   // The header and a body of its Content-Length.
@@ -76,8 +69,7 @@ class FakeEtcd {
     }
   }
 
-  UniqueFd listener_;
-  std::uint16_t port_ = 0;
+  const testing::LoopbackListener listener_ = testing::ListenOnLoopback(4);
   std::thread thread_;
 };
 

@@ -4,9 +4,13 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <sstream>
+#include <vector>
 
 #include "common/status.h"
 #include "common/units.h"
@@ -70,6 +74,66 @@ long long MeminfoValue(const std::string& field) {
     in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
   }
   return -1;
+}
+
+namespace {
+
+// The lines of the mapping that starts at `start` in /proc/self/smaps, its header apart; empty
+// when no mapping starts there.
+std::vector<std::string> SmapsOf(const void* start) {
+  std::ostringstream head;
+  head << std::hex << reinterpret_cast<std::uintptr_t>(start) << '-';
+  const std::string prefix = head.str();
+  std::ifstream in("/proc/self/smaps");
+  std::vector<std::string> lines;
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    // A header is "start-end perms offset dev inode [path]"; a field is "Name:  value".
+    const bool header = line.find(':') == std::string::npos || line.find(' ') < line.find(':');
+    if (header) {
+      if (inside) break;
+      inside = line.compare(0, prefix.size(), prefix) == 0;
+    } else if (inside) {
+      lines.push_back(line);
+    }
+  }
+  return lines;
+}
+
+}  // namespace
+
+long long SmapsValue(const void* start, const std::string& field) {
+  for (const std::string& line : SmapsOf(start)) {
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 &&
+        line[field.size()] == ':') {
+      return std::strtoll(line.c_str() + field.size() + 1, nullptr, 10);
+    }
+  }
+  return -1;
+}
+
+bool SmapsHasFlag(const void* start, const std::string& flag) {
+  for (const std::string& line : SmapsOf(start)) {
+    if (line.compare(0, 8, "VmFlags:") != 0) continue;
+    std::istringstream flags(line.substr(8));
+    std::string f;
+    while (flags >> f) {
+      if (f == flag) return true;
+    }
+  }
+  return false;
+}
+
+std::string ShmemHugePagesSetting() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string word;
+  while (in >> word) {
+    if (word.size() > 2 && word.front() == '[' && word.back() == ']') {
+      return word.substr(1, word.size() - 2);
+    }
+  }
+  return "";
 }
 
 }  // namespace tierpool

@@ -56,4 +56,13 @@ Result<std::string> ReadFileUpTo(const std::string& path, std::uint64_t max_byte
 // A field of /proc/meminfo as its number ("HugePages_Free" -> 12); -1 when it is not there.
 long long MeminfoValue(const std::string& field);
 
+// What this process's mapping that starts at `start` says in /proc/self/smaps: the value of a
+// size field in kB (e.g. "ShmemPmdMapped", "Rss"; -1 when the mapping or the field is not
+// there), or whether a flag is among its VmFlags (e.g. "hg": madvise(MADV_HUGEPAGE) applies).
+long long SmapsValue(const void* start, const std::string& field);
+bool SmapsHasFlag(const void* start, const std::string& flag);
+// The kernel's setting for transparent huge pages in shared memory (memfd, tmpfs):
+// "never", "advise", "within_size", "always", "deny" or "force"; empty when it does not say.
+std::string ShmemHugePagesSetting();
+
 }  // namespace tierpool

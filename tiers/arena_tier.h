@@ -55,6 +55,8 @@ class ArenaTier : public Tier {
   // An extent's region checked: Internal when it lies outside every region.
   Status CheckExtent(const Extent& extent) const;
   void set_pages_locked(bool locked) { pages_locked_ = locked; }
+  // Before the tier is shared: what backs it, once its regions are made.
+  void set_backend(std::string backend) { backend_ = std::move(backend); }
 
  private:
   struct Region {

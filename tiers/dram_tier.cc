@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "common/posix.h"
 #include "common/units.h"
 
 namespace tierpool {
@@ -28,6 +29,24 @@ Status DramTierConfig::validate() const {
   return Status::Ok();
 }
 
+namespace {
+
+// What backs an arena, for the log: huge pages from the pool, transparent ones as far as the
+// kernel found them, or 4 KiB pages and how to get larger ones.
+std::string PagesNote(const MemfdArena& arena, const DramTierConfig& config) {
+  if (config.huge_pages) return " of 2 MiB huge pages";
+  const std::string setting = ShmemHugePagesSetting();
+  if (setting.empty() || setting == "never" || setting == "deny") {
+    return " of 4 KiB pages (2 MiB ones: --huge-pages, or transparent huge pages with "
+           "/sys/kernel/mm/transparent_hugepage/shmem_enabled set to advise)";
+  }
+  if (!config.populate) return " (transparent huge pages allowed: shmem_enabled " + setting + ")";
+  return ", " + FormatBytes(arena.HugeMappedBytes()) +
+         " of it in transparent 2 MiB pages (shmem_enabled " + setting + ")";
+}
+
+}  // namespace
+
 Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64_t size,
                           int numa_node, std::uint32_t pool, const DramTierConfig& config) {
   auto arena = MemfdArena::Create({.name = name,
@@ -39,8 +58,7 @@ Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64
   if (!arena.ok()) return arena.status();
   AddRegion(id, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(), numa_node, pool,
             config.alignment);
-  spdlog::info("dram arena {}: {}{}", name, FormatBytes(size),
-               config.huge_pages ? " of 2 MiB huge pages" : "");
+  spdlog::info("dram arena {}: {}{}", name, FormatBytes(size), PagesNote(**arena, config));
   arenas_.push_back(std::move(arena).value());
   return Status::Ok();
 }
@@ -70,6 +88,13 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
     TIERPOOL_RETURN_IF_ERROR(tier->AddArena("tierpool-dram-node" + std::to_string(nodes[i]), id++,
                                             size, nodes[i], kSharedPool, config));
   }
+  // Transparent huge pages (tiers/memfd_arena.h), said as --huge-pages' are in `tierpool stat`
+  // where the kernel gave them for at least half of every arena.
+  bool transparent = !config.huge_pages && config.populate;
+  for (const auto& arena : tier->arenas_) {
+    transparent = transparent && arena->HugeMappedBytes() >= arena->size() / 2;
+  }
+  if (transparent) tier->set_backend("memfd/libnuma, transparent 2 MiB pages");
   return tier;
 }
 

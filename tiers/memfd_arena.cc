@@ -78,6 +78,9 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
   if (p == MAP_FAILED) return ErrnoStatus("mmap arena of " + FormatBytes(options.size), errno);
   arena->base_ = static_cast<std::byte*>(p);
   arena->size_ = options.size;
+  // Before the first touch: pages faulted in later are not made huge by this advice.
+  if (!options.huge_pages && options.transparent_huge_pages)
+    (void)::madvise(p, options.size, MADV_HUGEPAGE);
   if (options.numa_node >= 0) {
     // Bind before the first touch so the pages are allocated on the node.
     if (numa_available() >= 0) {
@@ -110,6 +113,15 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
     }
   }
   return arena;
+}
+
+std::uint64_t MemfdArena::HugeMappedBytes() const {
+  const long long hugetlb = SmapsValue(base_, "Shared_Hugetlb");
+  if (hugetlb > 0) return static_cast<std::uint64_t>(hugetlb) << 10;
+  const long long pmd = SmapsValue(base_, "ShmemPmdMapped");
+  if (pmd > 0) return static_cast<std::uint64_t>(pmd) << 10;
+  const long long file_pmd = SmapsValue(base_, "FilePmdMapped");
+  return file_pmd > 0 ? static_cast<std::uint64_t>(file_pmd) << 10 : 0;
 }
 
 MemfdArena::~MemfdArena() {

@@ -25,6 +25,11 @@ struct MemfdArenaOptions {
   // per 4 KiB, and a client's page tables for it are 512 times smaller. size must be a
   // multiple of kHugePageBytes; creating fails, saying what the pool has, if it lacks the pages.
   bool huge_pages = false;
+  // Otherwise, ask for transparent huge pages (madvise MADV_HUGEPAGE): where the kernel's
+  // shmem_enabled is "advise" (or "within_size"/"always"), the arena is then backed by 2 MiB
+  // pages where it can find them, like huge_pages but with no pool reserved ahead; where it is
+  // "never" (Debian's default) the advice changes nothing. Clients advise their mappings too.
+  bool transparent_huge_pages = true;
 };
 
 inline constexpr std::uint64_t kHugePageBytes = 2ull << 20;
@@ -43,6 +48,9 @@ class MemfdArena {
   int read_only_fd() const { return read_only_fd_.get(); }
   int numa_node() const { return numa_node_; }
   bool locked() const { return locked_; }
+  // Bytes of the arena this process maps with 2 MiB pages now (huge_pages: all of it;
+  // transparent ones: what the kernel found, once faulted in). Reads /proc/self/smaps.
+  std::uint64_t HugeMappedBytes() const;
 
  private:
   MemfdArena() = default;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/posix.h"
+#include "tiers/memfd_arena.h"
 
 namespace tierpool {
 namespace {
@@ -50,6 +51,36 @@ TEST(DramTier, ArenasAreSharedAndMappable) {
   EXPECT_EQ(t.used_bytes(), 0u);
   EXPECT_EQ(t.Stats().allocations, 1u);
   EXPECT_EQ(t.Stats().frees, 1u);
+}
+
+// Arenas of ordinary pages ask for transparent huge pages (madvise MADV_HUGEPAGE: VmFlags
+// "hg"), unless told not to, whatever the kernel then does with the advice.
+TEST(DramTier, ArenasAskForTransparentHugePages) {
+  auto arena = MemfdArena::Create({.name = "thp-test", .size = 16 << 20});
+  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+  EXPECT_TRUE(SmapsHasFlag((*arena)->base(), "hg"));
+  auto plain = MemfdArena::Create(
+      {.name = "thp-test-off", .size = 16 << 20, .transparent_huge_pages = false});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(SmapsHasFlag((*plain)->base(), "hg"));
+  EXPECT_EQ((*plain)->HugeMappedBytes(), 0u);
+}
+
+// Where the kernel gives shared memory such pages (shmem_enabled "advise" and the like; "never"
+// on CI, so this skips there), a populated arena is mostly in 2 MiB pages, and `tierpool stat`
+// says so.
+TEST(DramTier, ArenasInTransparentHugePagesWhereTheKernelGivesThem) {
+  const std::string setting = ShmemHugePagesSetting();
+  if (setting != "advise" && setting != "within_size" && setting != "always") {
+    GTEST_SKIP() << "shmem_enabled is " << setting << ": no transparent huge pages to check";
+  }
+  auto arena = MemfdArena::Create({.name = "thp-test", .size = 16 << 20});
+  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+  // The kernel may not find every 2 MiB page free at once; half of 16 MiB says the advice took.
+  EXPECT_GE((*arena)->HugeMappedBytes(), 8u << 20);
+  auto tier = DramTier::Create({.capacity = 16 << 20});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_EQ((*tier)->Stats().backend, "memfd/libnuma, transparent 2 MiB pages");
 }
 
 // Huge pages: sizes below one are refused; a pool that lacks the pages (asking for one more

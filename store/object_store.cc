@@ -331,6 +331,8 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
       spdlog::debug("put {}/{} ({}) goes to dram: its job's hbm budget is full", spec.ns, spec.key,
                     FormatBytes(spec.size));
     }
+    // hbm's room would have come from a wait this thread may not make: not dram instead.
+    if (WaitRefused()) return Status::Unavailable("not waited for room on an I/O thread");
     if (!ok) {
       TIERPOOL_RETURN_IF_ERROR(WithinTierQuotaLocked(spec.ns, TierKind::kDram, spec.size));
       auto e = AllocateLocked(lock, TierKind::kDram, spec.size, {spec.numa_node, pool}, true,
@@ -342,6 +344,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
         last = e.status();
       }
     }
+    if (!ok && WaitRefused()) return last;
     if (!ok) {
       ++counters_.resource_exhausted;
       const PoolSpace d = tier(TierKind::kDram)->SpaceOf(pool);

@@ -21,7 +21,9 @@
 // more, takes it exclusively. No bytes are copied under it except a small inline put's own copy
 // (PutCopy) and ReadCopy's copy out of a pinned extent. Calls that may wait (Reserve and
 // PutCopy when room must be made, Pin of an object only on nvme, Promote) wait on a condition
-// variable with mu_ released, and only for moves they started or joined. Move completions run
+// variable with mu_ released, and only for moves they started or joined; on a thread in a
+// NoWaitScope (a server's I/O thread: common/no_wait_scope.h) they give up instead, with
+// RefuseWait, before reserving or pinning anything. Move completions run
 // on mover threads and take mu_. Lock order: mu_, then a lease table shard's lock or the
 // mover's lock; never the reverse.
 #pragma once
@@ -43,6 +45,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/no_wait_scope.h"
 #include "common/sharded_counter.h"
 #include "common/shared_mutex.h"
 #include "common/status.h"

@@ -326,6 +326,12 @@ Result<Extent> ObjectStore::AllocateLocked(StoreLock& lock, TierKind kind, std::
     }
     // Moves out of this tier are under way: wait for one to land, then look again. A move that
     // fails again and again (a failing device) ends the wait instead of repeating forever.
+    // Not on a server's I/O thread: the request is carried on on a worker (no_wait_scope.h).
+    if (!ThisThreadMayWait()) {
+      RefuseWait();
+      return Status::Unavailable("room in " + std::string(TierName(kind)) +
+                                 " is on its way; not waited for on an I/O thread");
+    }
     if (moved_.wait_until(lock, deadline.get()) == std::cv_status::timeout) {
       return Status::ResourceExhausted("timed out after " + std::to_string(config_.room_wait_ms) +
                                        " ms waiting for room in " + std::string(TierName(kind)));
@@ -343,6 +349,11 @@ bool ObjectStore::WaitForMoveLocked(StoreLock& lock, std::uint64_t object_id,
   for (;;) {
     obj = index_.Find(object_id);
     if (obj == nullptr || !obj->move) break;
+    if (!ThisThreadMayWait()) {  // a server's I/O thread: carried on on a worker
+      RefuseWait();
+      in_time = false;
+      break;
+    }
     if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
       in_time = false;
       break;

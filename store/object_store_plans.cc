@@ -18,6 +18,10 @@ bool ObjectStore::WithinPlanBudgetLocked(StoreLock& lock, const std::string& ns,
   // copy stream.
   while (planned_ns_.count(ns) != 0 && ns_bytes() + want > planned_ns_[ns] &&
          LeavingLocked(TierKind::kHbm, PoolOfLocked(ns)) > 0) {
+    if (!ThisThreadMayWait()) {  // a server's I/O thread: carried on on a worker
+      RefuseWait();
+      return false;
+    }
     if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
   }
   auto plan = planned_ns_.find(ns);

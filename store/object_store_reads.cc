@@ -65,7 +65,6 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   const bool want_device = options.want && on_device(*options.want);
   StoreLock lock(mu_);
   TIERPOOL_RETURN_IF_ERROR(AdmitPinLocked(owner));
-  gets_.Add(owner);
   std::optional<HbmUse> use;
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
   WaitDeadline deadline(config_.room_wait_ms);
@@ -108,7 +107,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
     if (moved.code() == StatusCode::kAborted) continue;
     if (!moved.ok()) break;  // no room can be made: the nearest copy is pinned
   }
-  if (found.ok() && !current) {
+  if (found.ok() && !current && !WaitRefused()) {
     // The loop ended on a wait or a move that could not start: look the object up again.
     StoredObject* obj = index_.Lookup(ns, key);
     if (obj == nullptr || obj->id != found->first->id) {
@@ -119,6 +118,10 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
       found = EnsureMappedLocked(lock, ns, key);
     }
   }
+  // A wait this thread may not make (a server's I/O thread): nothing pinned or counted; the
+  // get is carried on on a worker, which waits.
+  if (WaitRefused()) return Status::Unavailable("not waited for a move on an I/O thread");
+  gets_.Add(owner);
   if (!found.ok()) {
     if (found.status().code() == StatusCode::kNotFound) get_misses_.Add(owner);
     return found.status();

@@ -3,6 +3,7 @@
 #include "store/cluster.h"
 
 #include "common/logging.h"
+#include "common/no_wait_scope.h"
 #include "transport/wire_meta.h"
 
 namespace tierpool {
@@ -187,6 +188,8 @@ bool StoreService::Handle(std::uint64_t session, const transport::PeerCredential
                           const wire::Request& req, wire::Response* resp, std::vector<int>* fds) {
   const auto started = std::chrono::steady_clock::now();
   const bool reply = HandleRequest(session, peer, req, resp, fds);
+  // Refused a wait on an I/O thread: a worker carries it on, and records the latency then.
+  if (WaitRefused()) return reply;
   RecordLatency(req, *resp,
                 static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                std::chrono::steady_clock::now() - started)
@@ -286,13 +289,18 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         ToWire(s, resp->mutable_status());
         return true;
       }
-      // Staged room the client no longer wants goes first: it must not count against these.
-      for (auto id : req.reserve().unstage()) (void)store_->Abort(id, session);
       auto* reply = resp->mutable_reserve();
-      for (const auto& item : items) {
-        auto spec = CheckedSpec(peer, item);
-        ToWire(spec.ok() ? store_->Reserve(*spec, session) : Result<Reservation>(spec.status()),
-               reply->add_items());
+      // Staged room the client no longer wants goes first: it must not count against these.
+      // (Once: a request carried on on a worker after a refused wait resumes at its first
+      // unanswered item, below.)
+      if (reply->items_size() == 0) {
+        for (auto id : req.reserve().unstage()) (void)store_->Abort(id, session);
+      }
+      for (int i = reply->items_size(); i < items.size(); ++i) {
+        auto spec = CheckedSpec(peer, items[i]);
+        auto r = spec.ok() ? store_->Reserve(*spec, session) : Result<Reservation>(spec.status());
+        if (WaitRefused()) return true;  // carried on from item i on a worker
+        ToWire(r, reply->add_items());
       }
       return true;
     }
@@ -341,7 +349,8 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         return true;
       }
       auto* reply = resp->mutable_statuses();
-      for (const auto& item : items) {
+      for (int i = reply->items_size(); i < items.size(); ++i) {
+        const auto& item = items[i];
         Status s = CheckSpec(item.spec());
         if (s.ok() && item.data().size() != item.spec().size()) {
           s = Status::InvalidArgument("inline put of " + item.spec().key() + " declares " +
@@ -349,6 +358,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
                                       std::to_string(item.data().size()));
         }
         if (s.ok()) s = store_->PutCopy(FromWire(item.spec()), item.data().data(), session);
+        if (WaitRefused()) return true;  // carried on from item i on a worker
         ToWire(s, reply->add_items());
       }
       return true;
@@ -475,7 +485,19 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
   // objects comes back pinned, read from the mapping, which is 2x faster than carrying 64 x 4 KiB
   // through the socket (docs/benchmarks.md, "Mid-size puts and gets").
   std::uint64_t auto_inline_left = config_.inline_threshold_bytes;
-  for (const auto& k : req.keys()) {
+  // Carried on on a worker after a refused wait (no_wait_scope.h): the items answered on the
+  // I/O thread stay, and their bytes count against this reply's budgets as they did there.
+  const int answered = reply->items_size();
+  for (int i = 0; i < answered; ++i) {
+    const auto& done = reply->items(i);
+    if (!done.has_data()) continue;
+    inline_budget -= done.data().size();
+    if (req.mode() == wire::AUTO && MapsNamespace(peer, req.keys(i).ns())) {
+      auto_inline_left -= std::min<std::uint64_t>(auto_inline_left, done.data().size());
+    }
+  }
+  for (int i = answered; i < req.keys_size(); ++i) {
+    const auto& k = req.keys(i);
     auto* out = reply->add_items();
     if (req.mode() == wire::META) {
       auto meta = store_->Head(k.ns(), k.key());
@@ -504,6 +526,10 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       continue;
     }
     auto pinned = store_->Pin(k.ns(), k.key(), session, options);
+    if (WaitRefused()) {  // carried on from this key on a worker
+      reply->mutable_items()->RemoveLast();
+      return;
+    }
     if (!pinned.ok()) {
       ToWire(pinned.status(), out->mutable_status());
       continue;

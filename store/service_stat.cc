@@ -80,6 +80,7 @@ void StoreService::Stat(wire::StatReply* reply) {
     add("idle_timeouts", t.idle_timeouts);
     add("frame_timeouts", t.frame_timeouts);
     add("requests_on_workers", t.requests_on_workers);
+    add("requests_moved_to_workers", t.requests_moved_to_workers);
     add("frame_bytes_buffered", t.frame_bytes_buffered);
     add("frame_buffer_waits", t.frame_buffer_waits);
     add("io_wakeups", t.io_wakeups);

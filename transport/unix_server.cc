@@ -297,6 +297,7 @@ TransportStats UnixServer::stats() const {
   s.idle_timeouts = c.idle_timeouts.load();
   s.frame_timeouts = c.frame_timeouts.load();
   s.requests_on_workers = c.on_workers.load();
+  s.requests_moved_to_workers = c.moved_to_workers.load();
   s.frame_bytes_buffered = c.buffered.load();
   s.frame_buffer_waits = c.buffer_waits.load();
   s.io_wakeups = c.io_wakeups.load();

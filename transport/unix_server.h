@@ -47,7 +47,9 @@ class RequestHandler {
                       const wire::Request& request, wire::Response* response,
                       std::vector<int>* fds) = 0;
   // True when Handle might wait (for a move, for room): the request then runs on a worker
-  // thread. Called on an I/O thread; must be quick.
+  // thread. Called on an I/O thread; must be quick. Otherwise Handle runs on the I/O thread in a
+  // NoWaitScope (common/no_wait_scope.h); where it refuses a wait there it is called again on a
+  // worker with the same request and the response as it left it, and carries on from there.
   virtual bool MayBlock(std::uint64_t session_id, const wire::Request& request) {
     (void)session_id;
     (void)request;
@@ -107,8 +109,11 @@ struct TransportStats {
   std::uint64_t unknown_messages = 0;    // a Request of a type this server does not know
   std::uint64_t handshake_timeouts = 0;
   std::uint64_t idle_timeouts = 0;
-  std::uint64_t frame_timeouts = 0;        // a frame or a reply took longer than allowed
-  std::uint64_t requests_on_workers = 0;   // requests the handler said may wait
+  std::uint64_t frame_timeouts = 0;       // a frame or a reply took longer than allowed
+  std::uint64_t requests_on_workers = 0;  // requests the handler said may wait
+  // Requests the handler said would not wait that found they must (a snapshot gone stale):
+  // carried on on a worker instead of waiting on an I/O thread.
+  std::uint64_t requests_moved_to_workers = 0;
   std::uint64_t frame_bytes_buffered = 0;  // now, across connections
   std::uint64_t frame_buffer_waits = 0;    // reads that waited for the server-wide bound
   std::uint64_t io_wakeups = 0;  // times an I/O thread blocked with no work and woke to some

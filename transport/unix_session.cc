@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/no_wait_scope.h"
 #include "transport/request_ring.h"
 
 namespace tierpool::transport {
@@ -215,24 +216,38 @@ void UnixSession::Serve() {
 void UnixSession::Handle(void (UnixSession::*done)(bool reply)) {
   if (shared_->handler->MayBlock(id_, messages_.request())) {
     ++shared_->counters.on_workers;
-    on_worker_ = true;
-    asio::post(*shared_->workers, [self = shared_from_this(), done] {
-      const bool reply =
-          self->shared_->handler->Handle(self->id_, self->peer_, self->messages_.request(),
-                                         &self->messages_.response(), &self->fds_);
-      asio::post(self->socket_.get_executor(), [self, done, reply] {
-        self->on_worker_ = false;
-        if (self->closed_) {  // closed while it ran (Close left this): released with what it took
-          self->shared_->handler->OnDisconnect(self->id_);
-          return;
-        }
-        ((*self).*done)(reply);
-      });
-    });
-    return;
+    return HandleOnWorker(done);
   }
-  (this->*done)(
-      shared_->handler->Handle(id_, peer_, messages_.request(), &messages_.response(), &fds_));
+  bool reply;
+  {
+    // MayBlock is a snapshot: a request that finds it must wait after all gives up instead of
+    // holding this thread (and every connection it serves), and a worker carries it on from
+    // where it stopped, in the same response.
+    NoWaitScope no_wait;
+    reply = shared_->handler->Handle(id_, peer_, messages_.request(), &messages_.response(), &fds_);
+    if (no_wait.refused()) {
+      ++shared_->counters.moved_to_workers;
+      return HandleOnWorker(done);
+    }
+  }
+  (this->*done)(reply);
+}
+
+void UnixSession::HandleOnWorker(void (UnixSession::*done)(bool reply)) {
+  on_worker_ = true;
+  asio::post(*shared_->workers, [self = shared_from_this(), done] {
+    const bool reply =
+        self->shared_->handler->Handle(self->id_, self->peer_, self->messages_.request(),
+                                       &self->messages_.response(), &self->fds_);
+    asio::post(self->socket_.get_executor(), [self, done, reply] {
+      self->on_worker_ = false;
+      if (self->closed_) {  // closed while it ran (Close left this): released with what it took
+        self->shared_->handler->OnDisconnect(self->id_);
+        return;
+      }
+      ((*self).*done)(reply);
+    });
+  });
 }
 
 void UnixSession::OpenRing() {

@@ -34,8 +34,8 @@ namespace tierpool::transport {
 struct TransportCounters {
   std::atomic<std::uint64_t> accepted{0}, active{0}, refused{0}, refused_process{0},
       refused_user{0}, frames{0}, bad_frames{0}, malformed{0}, unknown{0}, handshake_timeouts{0},
-      idle_timeouts{0}, frame_timeouts{0}, on_workers{0}, buffered{0}, buffer_waits{0},
-      io_wakeups{0}, ring_requests{0}, ring_doorbells{0};
+      idle_timeouts{0}, frame_timeouts{0}, on_workers{0}, moved_to_workers{0}, buffered{0},
+      buffer_waits{0}, io_wakeups{0}, ring_requests{0}, ring_doorbells{0};
 };
 
 // Connections per process and per user, for the per-client limits.
@@ -78,9 +78,11 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   void ReadBody();
   void OnBody();
   void Serve();  // the frame in body_
-  // Runs messages_'s request (on a worker when the handler says it may wait), then `done`
-  // (Reply or FinishRing) on the session's executor.
+  // Runs messages_'s request (on a worker when the handler says it may wait, or when it finds
+  // it must after all: common/no_wait_scope.h), then `done` (Reply or FinishRing) on the
+  // session's executor.
   void Handle(void (UnixSession::*done)(bool reply));
+  void HandleOnWorker(void (UnixSession::*done)(bool reply));
   void Reply(bool reply);
   // messages_'s response as a frame into *out; an error reply instead when it is too large.
   void EncodeReplyFrame(std::string* out);

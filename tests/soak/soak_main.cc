@@ -519,6 +519,15 @@ int main(int argc, char** argv) {
     ::close(kids[i].fd);
   }
 
+  // How often the clients' requests went off the I/O thread: sent there by the server's look
+  // ahead, or moved there when they found they must wait after all (common/no_wait_scope.h).
+  std::uint64_t on_workers = 0, moved_to_workers = 0;
+  if (!server_died) {
+    if (auto st = probe->ServerStat(); st.ok()) {
+      on_workers = st->counter("requests_on_workers");
+      moved_to_workers = st->counter("requests_moved_to_workers");
+    }
+  }
   // Every key read back: its value, or for a key left uncertain, one of the two.
   std::uint64_t checked = 0, lost_or_wrong = 0, retained = 0, end_errors = 0;
   if (!server_died) {
@@ -588,6 +597,8 @@ int main(int argc, char** argv) {
                         {"lost_or_wrong_at_end", lost_or_wrong},
                         {"reservations_held_after_kills", held_reservations},
                         {"pins_held_after_kills", held_leases},
+                        {"requests_on_workers", on_workers},
+                        {"requests_moved_to_workers", moved_to_workers},
                         {"server_died", server_died},
                         {"rss_outside_arenas_baseline", baseline},
                         {"rss_outside_arenas_after", after}};

@@ -262,6 +262,7 @@ Status EtcdClient::Watch(const std::string& prefix, std::int64_t start_revision,
       return Status::Unavailable("etcd watch: HTTP " + std::to_string(parser.get().result_int()));
     }
     std::string pending;
+    std::size_t scanned = 0;  // bytes at the start of `pending` that hold no newline
     char piece[16384];
     while (!parser.is_done()) {
       parser.get().body().data = piece;
@@ -275,9 +276,12 @@ Status EtcdClient::Watch(const std::string& prefix, std::int64_t start_revision,
       }
       pending.append(piece, sizeof piece - parser.get().body().size);
       if (pending.size() > (64u << 20)) return Status::Internal("etcd watch: a line over 64 MiB");
-      for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+      // Looked for only in what arrived since the last look: a long line trickled in pieces
+      // would otherwise be scanned again from its start for every piece (quadratic).
+      for (std::size_t nl; (nl = pending.find('\n', scanned)) != std::string::npos;) {
         const std::string line = pending.substr(0, nl);
         pending.erase(0, nl + 1);
+        scanned = 0;
         if (line.empty()) continue;
         auto j = ParseJson(line);
         if (!j.ok()) return j.status();
@@ -301,6 +305,7 @@ Status EtcdClient::Watch(const std::string& prefix, std::int64_t start_revision,
           if (!on_event(event)) return Status::Ok();
         }
       }
+      scanned = pending.size();
     }
     return Status::Unavailable("etcd ended the watch");
   } catch (const boost::system::system_error& e) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <sys/socket.h>
 
 #include <string>
@@ -114,6 +115,41 @@ TEST(EtcdClient, WatchEventsOfTheWrongShapeEndTheWatchWithAnError) {
       return true;
     })) << stream;
     EXPECT_FALSE(s.ok()) << stream;
+  }
+}
+
+// Lines longer than the client's 16 KiB reads, and several lines in one read: each event whole,
+// in order (lines are cut where the newline is, whichever read brought it).
+TEST(EtcdClient, WatchLinesAreCutAtTheirNewlinesWhateverTheReads) {
+  auto b64 = [](const std::string& in) {  // what the gateway sends, by OpenSSL as the client
+    std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+    out.resize(static_cast<std::size_t>(EVP_EncodeBlock(
+        reinterpret_cast<unsigned char*>(out.data()),
+        reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()))));
+    return out;
+  };
+  const std::vector<std::size_t> sizes = {1, 40 << 10, 3, 100 << 10, 2, 17};
+  std::vector<std::string> values;
+  std::string stream;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    values.push_back(std::string(sizes[i], static_cast<char>('a' + i)));
+    stream += R"({"result": {"events": [{"type": "PUT", "kv": {"key": ")" +
+              b64("/tierpool/" + std::to_string(i)) + R"(", "value": ")" + b64(values[i]) +
+              "\"}}]}}\n";
+  }
+  FakeEtcd fake({stream}, /*chunked=*/true);
+  auto etcd = EtcdClient::Create(fake.url(), 2000);
+  ASSERT_TRUE(etcd.ok());
+  std::vector<EtcdEvent> got;
+  Status s = etcd->Watch("/tierpool/", 0, [&](const EtcdEvent& e) {
+    got.push_back(e);
+    return true;
+  });
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();  // the stream ended
+  ASSERT_EQ(got.size(), values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(got[i].kv.key, "/tierpool/" + std::to_string(i));
+    EXPECT_EQ(got[i].kv.value, values[i]) << "event " << i;
   }
 }
 

@@ -148,9 +148,14 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
   nlohmann::json rows = nlohmann::json::array();
   // The keys a size goes round take up to 4x the last-level cache, within a quarter of dram.
   std::uint64_t fresh_pool_bytes = 4 * LastLevelCacheBytes();
+  // What backs the server's dram (4 KiB pages, transparent or reserved 2 MiB ones): the rows
+  // from 256 KiB up depend on it (docs/operations.md, "Sizing the tiers").
+  std::string dram_backend;
   if (auto stats = client.ServerStat(); stats.ok()) {
     for (const auto& t : stats->tiers) {
-      if (t.tier == TierKind::kDram) fresh_pool_bytes = std::min(fresh_pool_bytes, t.capacity / 4);
+      if (t.tier != TierKind::kDram) continue;
+      fresh_pool_bytes = std::min(fresh_pool_bytes, t.capacity / 4);
+      dram_backend = t.backend;
     }
   }
   const std::uint64_t sizes[] = {4096,        64 * 1024,       256 * 1024,
@@ -349,7 +354,10 @@ Result<nlohmann::json> RunBench(Client& client, const BenchOptions& options) {
     (void)redis->Delete(first.keys);
   }
   // Which gets were measured: a copying get's rate depends on it.
-  for (auto& row : rows) row["client_verifies_checksums"] = options.verify_checksums;
+  for (auto& row : rows) {
+    row["client_verifies_checksums"] = options.verify_checksums;
+    row["server_dram_backend"] = dram_backend;
+  }
   return rows;
 }
 

@@ -348,6 +348,8 @@ TEST(Bench, ComparesWithRedisInTheSameRun) {
     const std::string path = r["path"];
     if (path == "redis") ++redis_rows;
     EXPECT_EQ(r.value("client_verifies_checksums", true), false) << r.dump();
+    // What backs the dram the rows went through, as `tierpool stat` names it.
+    EXPECT_EQ(r.value("server_dram_backend", "").rfind("memfd/libnuma", 0), 0u) << r.dump();
     if (path != "copy" && path != "zero_copy") continue;
     EXPECT_GT(r.value("ratio_to_redis", 0.0), 0.0) << r.dump();
     if (r["threads"] == 1) {

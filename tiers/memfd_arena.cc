@@ -78,7 +78,7 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
   if (p == MAP_FAILED) return ErrnoStatus("mmap arena of " + FormatBytes(options.size), errno);
   arena->base_ = static_cast<std::byte*>(p);
   arena->size_ = options.size;
-  // Before the first touch: pages faulted in later are not made huge by this advice.
+  // Before the first touch, so that populating faults in 2 MiB pages where the kernel gives them.
   if (!options.huge_pages && options.transparent_huge_pages)
     (void)::madvise(p, options.size, MADV_HUGEPAGE);
   if (options.numa_node >= 0) {

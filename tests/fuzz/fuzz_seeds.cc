@@ -140,6 +140,49 @@ void Frames(const fs::path& dir) {
   two_phase += Frame(abort);
   Write(dir, "two_phase", two_phase);
 
+  // hbm (1 MiB in the harness) in 128 KiB objects, the even ones pinned and the odd ones deleted
+  // but for the fourth: a 256 KiB put into hbm fits by its free bytes (so it runs without
+  // waiting, as on an I/O thread), finds no window, and would wait for the fourth's move down:
+  // the service stops there and carries the request on (common/no_wait_scope.h), from the
+  // batch's second item.
+  std::string fragmented = Frame(hello);
+  auto hbm_put = [&](const std::string& key, std::uint64_t size) {
+    wire::Request r = req();
+    auto* it = r.mutable_put_inline()->add_items();
+    *it->mutable_spec() = Spec(key, size);
+    it->mutable_spec()->set_tier_hint(wire::HBM);
+    it->set_data(std::string(size, 'h'));
+    return Frame(r);
+  };
+  for (int i = 0; i < 8; ++i) fragmented += hbm_put("b" + std::to_string(i), 128 << 10);
+  wire::Request pins = req();
+  pins.mutable_get()->set_mode(wire::PINNED);
+  pins.mutable_get()->set_want_tier(wire::HBM);
+  for (int i : {0, 2, 4, 6}) {
+    auto* k = pins.mutable_get()->add_keys();
+    k->set_ns("seed");
+    k->set_key("b" + std::to_string(i));
+  }
+  fragmented += Frame(pins);
+  wire::Request drop = req();
+  for (int i : {1, 5, 7}) {
+    auto* k = drop.mutable_del()->add_keys();
+    k->set_ns("seed");
+    k->set_key("b" + std::to_string(i));
+  }
+  fragmented += Frame(drop);
+  // A batch, so that it is carried on from its second item.
+  wire::Request batch = req();
+  auto* small = batch.mutable_put_inline()->add_items();
+  *small->mutable_spec() = Spec("small", 4096);
+  small->set_data(std::string(4096, 's'));
+  auto* big = batch.mutable_put_inline()->add_items();
+  *big->mutable_spec() = Spec("big", 256 << 10);
+  big->mutable_spec()->set_tier_hint(wire::HBM);
+  big->set_data(std::string(256 << 10, 'b'));
+  fragmented += Frame(batch);
+  Write(dir, "hbm_fragmented", fragmented);
+
   wire::Request reg = req();
   auto* rp = reg.mutable_register_plan();
   rp->set_format_version(1);

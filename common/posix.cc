@@ -136,4 +136,9 @@ std::string ShmemHugePagesSetting() {
   return "";
 }
 
+bool ShmemHugePagesOnAdvice() {
+  const std::string s = ShmemHugePagesSetting();
+  return s == "advise" || s == "within_size" || s == "always" || s == "force";
+}
+
 }  // namespace tierpool

@@ -64,5 +64,7 @@ bool SmapsHasFlag(const void* start, const std::string& flag);
 // The kernel's setting for transparent huge pages in shared memory (memfd, tmpfs):
 // "never", "advise", "within_size", "always", "deny" or "force"; empty when it does not say.
 std::string ShmemHugePagesSetting();
+// Whether that setting gives shared memory that asks (MADV_HUGEPAGE) 2 MiB pages.
+bool ShmemHugePagesOnAdvice();
 
 }  // namespace tierpool

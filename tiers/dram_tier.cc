@@ -32,17 +32,17 @@ Status DramTierConfig::validate() const {
 namespace {
 
 // What backs an arena, for the log: huge pages from the pool, transparent ones as far as the
-// kernel found them, or 4 KiB pages and how to get larger ones.
-std::string PagesNote(const MemfdArena& arena, const DramTierConfig& config) {
+// kernel found them (`huge_bytes`), or 4 KiB pages and how to get larger ones.
+std::string PagesNote(std::uint64_t huge_bytes, const DramTierConfig& config) {
   if (config.huge_pages) return " of 2 MiB huge pages";
   const std::string setting = ShmemHugePagesSetting();
-  if (setting.empty() || setting == "never" || setting == "deny") {
+  if (!ShmemHugePagesOnAdvice()) {
     return " of 4 KiB pages (2 MiB ones: --huge-pages, or transparent huge pages with "
            "/sys/kernel/mm/transparent_hugepage/shmem_enabled set to advise)";
   }
   if (!config.populate) return " (transparent huge pages allowed: shmem_enabled " + setting + ")";
-  return ", " + FormatBytes(arena.HugeMappedBytes()) +
-         " of it in transparent 2 MiB pages (shmem_enabled " + setting + ")";
+  return ", " + FormatBytes(huge_bytes) + " of it in transparent 2 MiB pages (shmem_enabled " +
+         setting + ")";
 }
 
 }  // namespace
@@ -58,7 +58,11 @@ Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64
   if (!arena.ok()) return arena.status();
   AddRegion(id, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(), numa_node, pool,
             config.alignment);
-  spdlog::info("dram arena {}: {}{}", name, FormatBytes(size), PagesNote(**arena, config));
+  // Measured once (a read of /proc/self/smaps), and only where transparent pages could be there.
+  const bool transparent = !config.huge_pages && config.populate && ShmemHugePagesOnAdvice();
+  const std::uint64_t huge_bytes = transparent ? (*arena)->HugeMappedBytes() : 0;
+  if (!transparent || huge_bytes < size / 2) every_arena_transparent_ = false;
+  spdlog::info("dram arena {}: {}{}", name, FormatBytes(size), PagesNote(huge_bytes, config));
   arenas_.push_back(std::move(arena).value());
   return Status::Ok();
 }
@@ -90,11 +94,7 @@ Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config)
   }
   // Transparent huge pages (tiers/memfd_arena.h), said as --huge-pages' are in `tierpool stat`
   // where the kernel gave them for at least half of every arena.
-  bool transparent = !config.huge_pages && config.populate;
-  for (const auto& arena : tier->arenas_) {
-    transparent = transparent && arena->HugeMappedBytes() >= arena->size() / 2;
-  }
-  if (transparent) tier->set_backend("memfd/libnuma, transparent 2 MiB pages");
+  if (tier->every_arena_transparent_) tier->set_backend("memfd/libnuma, transparent 2 MiB pages");
   return tier;
 }
 

@@ -42,6 +42,9 @@ class DramTier final : public ArenaTier {
   Status AddArena(const std::string& name, std::uint32_t id, std::uint64_t size, int numa_node,
                   std::uint32_t pool, const DramTierConfig& config);
   std::vector<std::unique_ptr<MemfdArena>> arenas_;
+  // Whether the kernel gave every arena so far at least half its bytes in transparent huge
+  // pages (AddArena): the backend `tierpool stat` names.
+  bool every_arena_transparent_ = true;
 };
 
 }  // namespace tierpool

@@ -78,6 +78,7 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
   if (p == MAP_FAILED) return ErrnoStatus("mmap arena of " + FormatBytes(options.size), errno);
   arena->base_ = static_cast<std::byte*>(p);
   arena->size_ = options.size;
+  arena->huge_pages_ = options.huge_pages;
   // Before the first touch, so that populating faults in 2 MiB pages where the kernel gives them.
   if (!options.huge_pages && options.transparent_huge_pages)
     (void)::madvise(p, options.size, MADV_HUGEPAGE);
@@ -116,12 +117,9 @@ Result<std::unique_ptr<MemfdArena>> MemfdArena::Create(const MemfdArenaOptions& 
 }
 
 std::uint64_t MemfdArena::HugeMappedBytes() const {
-  const long long hugetlb = SmapsValue(base_, "Shared_Hugetlb");
-  if (hugetlb > 0) return static_cast<std::uint64_t>(hugetlb) << 10;
+  if (huge_pages_) return size_;  // from the pool, reserved whole at mmap
   const long long pmd = SmapsValue(base_, "ShmemPmdMapped");
-  if (pmd > 0) return static_cast<std::uint64_t>(pmd) << 10;
-  const long long file_pmd = SmapsValue(base_, "FilePmdMapped");
-  return file_pmd > 0 ? static_cast<std::uint64_t>(file_pmd) << 10 : 0;
+  return pmd > 0 ? static_cast<std::uint64_t>(pmd) << 10 : 0;
 }
 
 MemfdArena::~MemfdArena() {

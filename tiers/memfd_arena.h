@@ -49,7 +49,7 @@ class MemfdArena {
   int numa_node() const { return numa_node_; }
   bool locked() const { return locked_; }
   // Bytes of the arena this process maps with 2 MiB pages now (huge_pages: all of it;
-  // transparent ones: what the kernel found, once faulted in). Reads /proc/self/smaps.
+  // transparent ones: what the kernel found, once faulted in, read from /proc/self/smaps).
   std::uint64_t HugeMappedBytes() const;
 
  private:
@@ -60,6 +60,7 @@ class MemfdArena {
   std::uint64_t size_ = 0;
   int numa_node_ = -1;
   bool locked_ = false;
+  bool huge_pages_ = false;  // MemfdArenaOptions::huge_pages
 };
 
 // libnuma's view of the machine: the nodes memory can be placed on (at least {0}).

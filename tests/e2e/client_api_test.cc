@@ -77,13 +77,6 @@ ArenaRss DramArenaRss(std::uint64_t size) {
   return out;
 }
 
-// Whether the kernel gives shared memory transparent huge pages where they are asked for
-// (tiers/memfd_arena.h): a granule faulted in then maps the whole 2 MiB page around it.
-bool ShmemHugePagesOn() {
-  const std::string s = ShmemHugePagesSetting();
-  return s == "advise" || s == "within_size" || s == "always" || s == "force";
-}
-
 // Connecting maps the arenas without faulting them in (it took about 60 ms per GiB when it
 // did, and gave every client page tables for the whole arena); a put faults in the 64 KiB
 // granules it writes in one call, and a get those it reads, and no more (or, with transparent
@@ -101,7 +94,7 @@ TEST(ClientArenas, ConnectFaultsNothingInAndEachCallOnlyTheGranulesItMeets) {
   EXPECT_LE(rss.read_kib, 1024);
   EXPECT_TRUE(rss.write_advised) << "the read-write mapping does not ask for huge pages";
   EXPECT_TRUE(rss.read_advised) << "the read-only mapping does not ask for huge pages";
-  const long long most = ShmemHugePagesOn() ? 4096 : 192;
+  const long long most = ShmemHugePagesOnAdvice() ? 4096 : 192;
 
   // 100 KiB: faulted in page by page as the copy meets them it adds 100 KiB; by granules, the
   // two or three that hold it (128 or 192 KiB).
@@ -123,7 +116,7 @@ TEST(ClientArenas, ConnectFaultsNothingInAndEachCallOnlyTheGranulesItMeets) {
 // "advise"; Debian's default is "never", so this skips on CI), the server's arena and both of
 // a client's mappings of it are in 2 MiB pages, with no pool reserved (cf. --huge-pages).
 TEST(ClientArenas, TransparentHugePagesWhereTheKernelGivesThem) {
-  if (!ShmemHugePagesOn()) {
+  if (!ShmemHugePagesOnAdvice()) {
     GTEST_SKIP() << "shmem_enabled is " << ShmemHugePagesSetting()
                  << " (echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)";
   }

@@ -70,9 +70,9 @@ TEST(DramTier, ArenasAskForTransparentHugePages) {
 // on CI, so this skips there), a populated arena is mostly in 2 MiB pages, and `tierpool stat`
 // says so.
 TEST(DramTier, ArenasInTransparentHugePagesWhereTheKernelGivesThem) {
-  const std::string setting = ShmemHugePagesSetting();
-  if (setting != "advise" && setting != "within_size" && setting != "always") {
-    GTEST_SKIP() << "shmem_enabled is " << setting << ": no transparent huge pages to check";
+  if (!ShmemHugePagesOnAdvice()) {
+    GTEST_SKIP() << "shmem_enabled is " << ShmemHugePagesSetting()
+                 << ": no transparent huge pages to check";
   }
   auto arena = MemfdArena::Create({.name = "thp-test", .size = 16 << 20});
   ASSERT_TRUE(arena.ok()) << arena.status().ToString();

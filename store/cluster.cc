@@ -29,7 +29,7 @@ class NoLending final : public transport::PeerHandler {
                                                 const wire::peer::RegionRange&, bool) override {
     return Status::NotFound("this node lends nothing (--lend 0)");
   }
-  void FillRoom(wire::peer::Response*) override {}
+  void FillRoom(const transport::PeerIdentity&, wire::peer::Response*) override {}
 };
 
 }  // namespace
@@ -88,6 +88,7 @@ MembershipConfig Cluster::MembershipConfigFor(const std::string& advertise) cons
   m.node_id = config_.node_id;
   m.peer_address = advertise;
   m.lend_bytes = config_.lend_bytes;
+  m.borrows = config_.remote.replicas > 0;
   m.ttl_s = config_.member_ttl_s;
   m.incarnation = server_ ? server_->self().incarnation : 0;
   return m;
@@ -99,7 +100,10 @@ MembershipCallbacks Cluster::Callbacks() {
     if (remote_ != nullptr) remote_->SetMembers(members);
     if (lender_) {
       std::map<std::string, std::uint64_t> live;
-      for (const auto& m : members) live[m.node_id] = m.incarnation;
+      for (const auto& m : members) {
+        // The borrowers: a lender keeps no part for itself or for a node that borrows nothing.
+        if (m.node_id != config_.node_id && m.borrows) live[m.node_id] = m.incarnation;
+      }
       lender_->SetLiveBorrowers(live);
     }
   };
@@ -169,6 +173,8 @@ void Cluster::VisitCounters(
     visit("lend_stale_refusals", l.stale_refusals);
     visit("lend_regions_reclaimed", l.regions_reclaimed);
     visit("lend_regions_adopted", l.regions_adopted);
+    visit("lend_share_refusals", l.share_refusals);
+    visit("lend_borrowing_members", l.borrowing_members);
   }
   if (remote_ != nullptr) {
     const RemoteTierCounters r = remote_->counters();

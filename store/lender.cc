@@ -11,6 +11,9 @@ namespace tierpool {
 Status LenderConfig::validate() const {
   if (lend_bytes == 0) return Status::InvalidArgument("--lend must be positive to lend");
   if (max_grant_bytes == 0) return Status::InvalidArgument("the largest grant must be positive");
+  if (!(reserved_share >= 0 && reserved_share <= 1)) {
+    return Status::InvalidArgument("--lend-reserved-share must be from 0 to 1");
+  }
   return Status::Ok();
 }
 
@@ -33,10 +36,29 @@ Lender::Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clo
   counters_.capacity = arena_->size();
 }
 
-void Lender::FillRoom(wire::peer::Response* response) {
+void Lender::FillRoom(const transport::PeerIdentity& peer, wire::peer::Response* response) {
   std::lock_guard lock(mu_);
   response->set_lend_capacity(allocator_.stats().capacity);
-  response->set_lend_free(allocator_.stats().free_bytes);
+  response->set_lend_free(RoomForLocked(peer.node_id));
+}
+
+std::uint64_t Lender::RoomForLocked(const std::string& node) const {
+  const std::uint64_t free = allocator_.stats().free_bytes;
+  // O(members) per reply: clusters have tens to hundreds of nodes.
+  const std::uint64_t others = live_.size() - live_.count(node);
+  if (others == 0 || config_.reserved_share <= 0) return free;
+  // Each member's part; a stranger asking changes nobody's.
+  const std::uint64_t part = static_cast<std::uint64_t>(
+      config_.reserved_share * static_cast<double>(allocator_.stats().capacity) /
+      static_cast<double>(live_.size()));
+  std::uint64_t kept = 0;
+  for (const auto& [member, incarnation] : live_) {
+    if (member == node) continue;
+    auto h = held_.find(member);
+    const std::uint64_t held = h == held_.end() ? 0 : h->second;
+    if (held < part) kept += part - held;
+  }
+  return free > kept ? free - kept : 0;
 }
 
 void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Request& request,
@@ -54,6 +76,14 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
                                        FormatBytes(config_.max_grant_bytes)));
         return;
       }
+      if (const std::uint64_t room = RoomForLocked(peer.node_id);
+          bytes > room && bytes <= allocator_.stats().free_bytes) {
+        ++counters_.share_refusals;
+        refuse(Status::ResourceExhausted(
+            "no " + FormatBytes(bytes) + " left to lend to " + peer.node_id + " (" +
+            FormatBytes(room) + " of it; the rest of what is free is kept for other members)"));
+        return;
+      }
       auto range = allocator_.Allocate(bytes);
       if (!range) {
         refuse(Status::ResourceExhausted("no " + FormatBytes(bytes) + " left to lend (" +
@@ -62,6 +92,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
       }
       const std::uint64_t id = next_region_++;
       regions_[id] = Region{peer.node_id, peer.incarnation, *range, 0, false};
+      held_[peer.node_id] += range->length;
       response->set_region(id);
       response->set_region_bytes(range->length);
       spdlog::debug("lent region {} ({}) to {}", id, FormatBytes(range->length), peer.node_id);
@@ -140,11 +171,16 @@ void Lender::ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator i
   it->second.released = true;
   if (it->second.transfers > 0) return;  // freed when the last transfer ends
   (void)allocator_.Free(it->second.range);
+  auto h = held_.find(it->second.node_id);
+  if (h != held_.end() && (h->second -= std::min(h->second, it->second.range.length)) == 0) {
+    held_.erase(h);
+  }
   regions_.erase(it);
 }
 
 void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) {
   std::lock_guard lock(mu_);
+  live_ = live;
   const std::uint64_t now = clock_->NowMicros();
   std::set<std::pair<std::string, std::uint64_t>> holders;
   for (const auto& [id, r] : regions_) {
@@ -201,6 +237,7 @@ LenderStats Lender::stats() const {
     }
   }
   s.borrowers = borrowers.size();
+  s.borrowing_members = live_.size();
   return s;
 }
 

@@ -11,6 +11,14 @@
 // comes back as a new incarnation within it (its lease lapsed while it was frozen) adopts its
 // regions and keeps its bytes.
 //
+// Members share what is lent: reserved_share of it is split evenly among the live members (the
+// borrowers the membership names), and each member's part of it that it has not taken is kept
+// from everyone else. The rest goes to whoever asks first. So a member that asks for everything
+// (the cluster's secret is the trust boundary, but a buggy or greedy member holds it too) leaves
+// each other member at least its part, and a node alone with its lender may take everything. A
+// peer that is not a member has no part. Every reply tells the asker the room it may still ask
+// for (FillRoom), not the lender's free bytes.
+//
 // Locking: mu_ guards the regions and the allocator; bytes are copied (by the peer server's
 // connection threads) with it released, under a transfer hold.
 #pragma once
@@ -36,6 +44,9 @@ struct LenderConfig {
   // are freed (a borrower whose lease lapsed briefly keeps its bytes while it comes back).
   std::uint32_t borrower_grace_ms = 30'000;
   bool populate = false;  // fault the lent pages in at start
+  // The part of lend_bytes split evenly among the live members and kept for each until it takes
+  // its part (0: first come, first served; 1: even parts and nothing more while others live).
+  double reserved_share = 0.5;
   Status validate() const;
 };
 
@@ -47,6 +58,8 @@ struct LenderStats {
   std::uint64_t stale_refusals = 0;     // requests naming a region that is gone or not theirs
   std::uint64_t regions_reclaimed = 0;  // freed because their borrower left
   std::uint64_t regions_adopted = 0;    // taken over by their borrower's next incarnation
+  std::uint64_t share_refusals = 0;     // grants refused for room kept for other members
+  std::uint64_t borrowing_members = 0;  // live members reserved_share is split among
 };
 
 class Lender final : public transport::PeerHandler {
@@ -59,10 +72,11 @@ class Lender final : public transport::PeerHandler {
   Result<transport::PeerTransfer> BeginTransfer(const transport::PeerIdentity& peer,
                                                 const wire::peer::RegionRange& range,
                                                 bool write) override;
-  void FillRoom(wire::peer::Response* response) override;
+  void FillRoom(const transport::PeerIdentity& peer, wire::peer::Response* response) override;
 
-  // The borrowers the membership knows now (node id -> incarnation). Regions of incarnations
-  // missing for longer than borrower_grace_ms are freed.
+  // The borrowers the membership knows now (node id -> incarnation; not this node). Regions of
+  // incarnations missing for longer than borrower_grace_ms are freed, and these members are the
+  // ones reserved_share is split among.
   void SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live);
   // This node lost its lease: everything lent is dropped (borrowers treat it as dead).
   void DropAll();
@@ -81,6 +95,8 @@ class Lender final : public transport::PeerHandler {
   Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock);
   void EndTransfer(std::uint64_t id);
   void ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it);
+  // Free bytes that `node` may ask for: what is free, less what other members' parts keep.
+  std::uint64_t RoomForLocked(const std::string& node) const;
 
   const LenderConfig config_;
   std::unique_ptr<MemfdArena> arena_;
@@ -90,7 +106,10 @@ class Lender final : public transport::PeerHandler {
   std::unordered_map<std::uint64_t, Region> regions_;                             // guarded by mu_
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> missing_since_;  // guarded by mu_
   std::uint64_t next_region_ = 1;                                                 // guarded by mu_
-  LenderStats counters_;                                                          // guarded by mu_
+  std::map<std::string, std::uint64_t> live_;                                     // guarded by mu_
+  // Bytes granted to each node (every incarnation) and not freed yet.
+  std::unordered_map<std::string, std::uint64_t> held_;  // guarded by mu_
+  LenderStats counters_;                                 // guarded by mu_
 };
 
 }  // namespace tierpool

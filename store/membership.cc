@@ -47,7 +47,8 @@ std::string Membership::Encode(const RemoteMember& m) {
   return json{{"node_id", m.node_id},
               {"incarnation", std::to_string(m.incarnation)},
               {"peer_address", m.address},
-              {"lend_bytes", m.lend_bytes}}
+              {"lend_bytes", m.lend_bytes},
+              {"borrows", m.borrows}}
       .dump();
 }
 
@@ -61,6 +62,8 @@ Result<RemoteMember> Membership::Decode(const std::string& value) {
     m.incarnation = std::stoull(j.at("incarnation").get<std::string>());
     m.address = j.at("peer_address").get<std::string>();
     m.lend_bytes = j.at("lend_bytes").get<std::uint64_t>();
+    // Absent in the records of releases before it: those nodes all borrowed.
+    m.borrows = j.value("borrows", true);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("member record: ") + e.what());
   }
@@ -75,7 +78,7 @@ Status Membership::Register(std::uint64_t incarnation) {
   if (!lease.ok()) return lease.status();
   RemoteMember self{config_.node_id,
                     incarnation != 0 ? incarnation : transport::RandomIncarnation(),
-                    config_.peer_address, config_.lend_bytes};
+                    config_.peer_address, config_.lend_bytes, config_.borrows};
   if (Status s = etcd_.Put(prefix() + config_.node_id, Encode(self), *lease); !s.ok()) {
     (void)etcd_.Revoke(*lease);
     return s;

@@ -37,6 +37,7 @@ struct MembershipConfig {
   std::string node_id;
   std::string peer_address;  // what peers connect to
   std::uint64_t lend_bytes = 0;
+  bool borrows = true;      // lenders keep a part of what they lend for borrowing members only
   std::uint32_t ttl_s = 5;  // the lease; a dead node is noticed within about this long
   std::uint32_t etcd_timeout_ms = 2000;
   // The first registration's incarnation (0: a random one); later ones are always fresh.

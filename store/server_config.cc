@@ -183,6 +183,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      "seconds of the cluster lease: a silent node counts as dead after this long")
     ("lend-grace-ms", po::value(&c.cluster.lender.borrower_grace_ms)->default_value(30000),
      "memory lent to a node that left the cluster is freed after this long")
+    ("lend-reserved-share", po::value(&c.cluster.lender.reserved_share)->default_value(0.5, "0.5"),
+     "part of --lend split evenly among the cluster's other nodes and kept for each until it "
+     "takes it (0: first come, first served)")
     ("log-level", po::value(&c.log_level)->default_value("info"),
      "trace, debug, info, warn, error, critical, off");
   // clang-format on

@@ -54,6 +54,7 @@ struct RemoteMember {
   std::uint64_t incarnation = 0;
   std::string address;           // host:port of its peer listener
   std::uint64_t lend_bytes = 0;  // what it lends in all
+  bool borrows = true;           // it places copies on peers (--remote-replicas above 0)
 };
 
 struct RemoteTierConfig {

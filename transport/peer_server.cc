@@ -243,7 +243,7 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request,
     }
     if (transfer.data != nullptr) bytes_in_ += length;
   }
-  handler_->FillRoom(&response);
+  handler_->FillRoom(session->peer, &response);
   const bool sends = read && transfer.data != nullptr && response.code() == 0;
   if (sends) response.set_payload_length(length);
   if (Status out = SendPeerMessage(fd, response, sends ? transfer.data : nullptr,

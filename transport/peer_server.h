@@ -62,8 +62,8 @@ class PeerHandler {
   // A write's or read's range, checked against the peer's region; an error refuses it.
   virtual Result<PeerTransfer> BeginTransfer(const PeerIdentity& peer,
                                              const wire::peer::RegionRange& range, bool write) = 0;
-  // What every reply says of the lender's room.
-  virtual void FillRoom(wire::peer::Response* response) = 0;
+  // What every reply to `peer` says of the lender's room (the room that peer may ask for).
+  virtual void FillRoom(const PeerIdentity& peer, wire::peer::Response* response) = 0;
   // A peer's connection went away (or failed its handshake, with an empty identity).
   virtual void Disconnected(const PeerIdentity&) {}
 };

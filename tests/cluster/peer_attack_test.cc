@@ -220,8 +220,8 @@ class LyingLender final : public transport::PeerHandler {
                                                 bool write) override {
     return real_->BeginTransfer(peer, range, write);
   }
-  void FillRoom(wire::peer::Response* response) override {
-    real_->FillRoom(response);
+  void FillRoom(const PeerIdentity& peer, wire::peer::Response* response) override {
+    real_->FillRoom(peer, response);
     if (lie_ == Lie::kHugeFreeRoom) response->set_lend_free(~0ull - 1);
   }
 
@@ -430,6 +430,46 @@ TEST(PeerListener, HostilePeersDoNotDisturbAnHonestBorrower) {
   std::printf("%d honest rounds; lender a: %llu requests, %llu refused in the handshake\n", round,
               static_cast<unsigned long long>(a.server->counters().requests),
               static_cast<unsigned long long>(a.server->counters().auth_failures));
+}
+
+// A member holds the secret, so what it is granted is never reclaimed while it stays in the
+// cluster: one that asks for every byte (a borrower with a huge headroom, here) must still leave
+// the other members their parts of each lender.
+TEST(PeerListener, AMemberThatAsksForEverythingLeavesAnHonestBorrowerItsShare) {
+  LendingNode a = StartLender("a", 64ull << 20), b = StartLender("b", 64ull << 20);
+  for (LendingNode* n : {&a, &b}) n->lender->SetLiveBorrowers({{"borrower", 42}, {"greedy", 7}});
+  RemoteTierConfig greedy_config = SmallConfig();
+  greedy_config.headroom_regions = 64;  // always short of room: asks each pass for more
+  RemoteTier greedy(greedy_config, *PeerAuth::FromSecret(kSecret), PeerIdentity{"greedy", 7});
+  greedy.SetMembers({a.member, b.member});
+  for (int pass = 0; pass < 16; ++pass) greedy.RunMaintenance();
+  // Half of each lender is split between the two members: 16 MiB is kept for the borrower. The
+  // replies told the greedy member its room, so it stopped asking rather than being refused.
+  for (LendingNode* n : {&a, &b}) {
+    EXPECT_EQ(n->lender->stats().granted_bytes, 48ull << 20);
+    EXPECT_EQ(n->lender->stats().share_refusals, 0u);
+  }
+  auto tier = Borrower({&a, &b});
+  std::vector<std::pair<Extent, std::string>> objects;
+  for (int n = 0; n < 12; ++n) {  // 12 MiB, two copies: on each lender 12 of its 16 MiB
+    const std::string data = Bytes(1 << 20, static_cast<std::uint32_t>(n));
+    Result<Extent> e = tier->Allocate(data.size(), {});
+    for (int tries = 0; tries < 4 && !e.ok(); ++tries) {
+      tier->RunMaintenance();
+      e = tier->Allocate(data.size(), {});
+    }
+    ASSERT_TRUE(e.ok()) << "object " << n << ": " << e.status().ToString();
+    ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
+    objects.emplace_back(*e, data);
+  }
+  for (auto& [e, data] : objects) {
+    std::string out;
+    ASSERT_TRUE(ReadSync(*tier, e, data, &out).ok());
+    EXPECT_TRUE(out == data);
+  }
+  // The greedy member's next asks find nothing: the borrower's part is held by the borrower.
+  greedy.RunMaintenance();
+  EXPECT_LE(greedy.capacity(), 48ull << 20);
 }
 
 }  // namespace

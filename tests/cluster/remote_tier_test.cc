@@ -422,5 +422,81 @@ TEST(Lender, FreesWhatABorrowerThatLeftHeldAfterTheGracePeriod) {
   EXPECT_EQ(lender->stats().regions_reclaimed, 1u);
 }
 
+// Grants of 1 MiB to `node` until the lender refuses one: the bytes it was granted.
+std::uint64_t GrantUntilRefused(Lender& lender, const transport::PeerIdentity& node) {
+  wire::peer::Request grant;
+  grant.mutable_grant()->set_bytes(1 << 20);
+  std::uint64_t granted = 0;
+  for (int n = 0; n < 1024; ++n) {
+    wire::peer::Response resp;
+    lender.Handle(node, grant, &resp);
+    if (resp.code() != 0) {
+      EXPECT_EQ(resp.code(), static_cast<std::uint32_t>(StatusCode::kResourceExhausted));
+      break;
+    }
+    granted += resp.region_bytes();
+  }
+  return granted;
+}
+
+std::uint64_t RoomFor(Lender& lender, const transport::PeerIdentity& node) {
+  wire::peer::Response resp;
+  lender.FillRoom(node, &resp);
+  return resp.lend_free();
+}
+
+TEST(Lender, AMemberThatAsksForEverythingLeavesTheOthersTheirShare) {
+  LenderConfig lc;
+  lc.lend_bytes = 60 << 20;  // half of it (the default share) is 10 MiB for each of three
+  auto lender = std::move(Lender::Create(lc)).value();
+  lender->SetLiveBorrowers({{"alice", 1}, {"bob", 2}, {"carol", 3}});
+  EXPECT_EQ(RoomFor(*lender, {"alice", 1}), 40u << 20);  // all but bob's and carol's shares
+  // alice (a member, so never reclaimed) asks for all she can get.
+  EXPECT_EQ(GrantUntilRefused(*lender, {"alice", 1}), 40u << 20);
+  EXPECT_EQ(RoomFor(*lender, {"alice", 1}), 0u);
+  EXPECT_EQ(lender->stats().share_refusals, 1u);
+  // A node that is not a member (yet) has no share and gets nothing of the others'.
+  EXPECT_EQ(RoomFor(*lender, {"mallory", 9}), 0u);
+  EXPECT_EQ(GrantUntilRefused(*lender, {"mallory", 9}), 0u);
+  // bob and carol still get their shares, and bob, asking first, no more than his.
+  EXPECT_EQ(RoomFor(*lender, {"bob", 2}), 10u << 20);
+  EXPECT_EQ(GrantUntilRefused(*lender, {"bob", 2}), 10u << 20);
+  EXPECT_EQ(GrantUntilRefused(*lender, {"carol", 3}), 10u << 20);
+  EXPECT_EQ(lender->stats().granted_bytes, 60u << 20);
+}
+
+TEST(Lender, AShareAlreadyHeldIsNotKeptAgain) {
+  LenderConfig lc;
+  lc.lend_bytes = 64 << 20;
+  lc.reserved_share = 0.25;  // 8 MiB for each of two
+  auto lender = std::move(Lender::Create(lc)).value();
+  lender->SetLiveBorrowers({{"alice", 1}, {"bob", 2}});
+  wire::peer::Request grant;
+  grant.mutable_grant()->set_bytes(6 << 20);
+  wire::peer::Response resp;
+  lender->Handle({"alice", 1}, grant, &resp);
+  ASSERT_EQ(resp.code(), 0u);
+  // alice holds 6 MiB of her 8: only the 2 she has not taken are kept from bob.
+  EXPECT_EQ(RoomFor(*lender, {"bob", 2}), 56u << 20);
+  EXPECT_EQ(GrantUntilRefused(*lender, {"bob", 2}), 56u << 20);
+  EXPECT_EQ(GrantUntilRefused(*lender, {"alice", 1}), 2u << 20);
+  // bob gives a region back: it is anyone's again, his share being held.
+  wire::peer::Request release;
+  release.mutable_release()->set_region(resp.region() + 1);  // bob's first region
+  wire::peer::Response released;
+  lender->Handle({"bob", 2}, release, &released);
+  ASSERT_EQ(released.code(), 0u);
+  EXPECT_EQ(RoomFor(*lender, {"alice", 1}), 1u << 20);
+  // A member alone in the cluster is kept nothing for: everything is its to ask for.
+  auto solo = std::move(Lender::Create(lc)).value();
+  solo->SetLiveBorrowers({{"alice", 1}});
+  EXPECT_EQ(GrantUntilRefused(*solo, {"alice", 1}), 64u << 20);
+  // A reserved share of 0 keeps nothing for anyone.
+  lc.reserved_share = 0;
+  auto open = std::move(Lender::Create(lc)).value();
+  open->SetLiveBorrowers({{"alice", 1}, {"bob", 2}});
+  EXPECT_EQ(GrantUntilRefused(*open, {"alice", 1}), 64u << 20);
+}
+
 }  // namespace
 }  // namespace tierpool

@@ -30,6 +30,8 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
   EXPECT_GT(Counter(b, "lent_bytes"), 0u);
   EXPECT_GT(Counter(c, "lent_bytes"), 0u);
   EXPECT_EQ(Counter(c, "lent_borrowers"), 2u);  // a, and b (what c frees once b is gone)
+  // c keeps a part of what it lends for each of them, none for itself.
+  EXPECT_EQ(Counter(c, "lend_borrowing_members"), 2u);
 
   // b dies without a word.
   ::kill(b.pid(), SIGKILL);
@@ -148,6 +150,21 @@ TEST(Cluster, OneRemoteReplicaWithAnNvmeCopyLosesNothingWhenEveryLenderDies) {
   CheckAll(a, kObjects, kSize);
   EXPECT_EQ(Counter(a, "copies_lost_with_peers"), 0u);
   EXPECT_GT(Counter(a, "copies_lost_read_elsewhere"), 0u);
+}
+
+// Nodes that borrow nothing (--remote-replicas 0) say so in their member records, and their
+// lenders keep no part of what they lend for them.
+TEST(Cluster, NodesThatBorrowNothingAreKeptNoShare) {
+  NodeOptions lend_only;
+  lend_only.extra_flags = {"--remote-replicas", "0"};
+  ThreeNodes cluster("t6", lend_only);
+  if (!cluster.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  for (ServerProcess* n : {cluster.a.get(), cluster.b.get(), cluster.c.get()}) {
+    ASSERT_TRUE(n->started());
+    ASSERT_TRUE(n->WaitFor([](const ServerStats& s) { return s.members.size() == 3; }, 10'000));
+    EXPECT_EQ(Counter(*n, "lend_borrowing_members"), 0u);
+    EXPECT_EQ(Counter(*n, "lend_capacity_bytes"), 96u << 20);
+  }
 }
 
 TEST(Cluster, RetainedObjectsWhoseEveryReplicaDiedAreReportedLost) {

@@ -100,16 +100,20 @@ void Requests(const std::uint8_t* data, std::size_t size) {
         }
       }
     } else {
+      wire::peer::Response before;
+      (*lender)->FillRoom(peer, &before);
       (*lender)->Handle(peer, request, &response);
       if (request.op_case() == wire::peer::Request::kGrant && response.code() == 0) {
         if (response.region_bytes() < request.grant().bytes() ||
+            request.grant().bytes() > before.lend_free() ||  // past what others are kept
             !granted.emplace(response.region(), std::pair{peer.node_id, response.region_bytes()})
                  .second) {
           std::abort();  // less than asked for, or an id handed out twice
         }
       }
     }
-    (*lender)->FillRoom(&response);
+    (*lender)->FillRoom(peer, &response);
+    if (response.lend_free() > response.lend_capacity()) std::abort();
     // Now and then the membership changes and time passes: borrowers that left lose their
     // regions after the grace period.
     clock.Advance((request.lender_incarnation() % 64) * 1000);

@@ -89,6 +89,27 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
   }
 }
 
+TEST(ServerConfig, TheLendersReservedShareIsAFraction) {
+  bool exit_now;
+  auto cluster = [&](const char* share) {
+    return Parse({"--etcd", "http://127.0.0.1:2379", "--peer-listen", "127.0.0.1:0", "--peer-auth",
+                  "/nonexistent/secret", "--lend", "64M", "--lend-reserved-share", share},
+                 &exit_now);
+  };
+  auto ok = cluster("0.25");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_DOUBLE_EQ(ok->cluster.lender.reserved_share, 0.25);
+  auto defaults = Parse({}, &exit_now);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_DOUBLE_EQ(defaults->cluster.lender.reserved_share, 0.5);
+  for (const char* bad : {"1.5", "-0.1", "nan"}) {
+    auto c = cluster(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("--lend-reserved-share"), std::string::npos)
+        << c.status().ToString();
+  }
+}
+
 TEST(ServerConfig, ReadsATomlConfigFile) {
   std::string path = ::testing::TempDir() + "/tierpoold.toml";
   std::ofstream(path)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start: install what is missing, build, start tierpoold on its built-in defaults and walk
-# through a put, a get and a stat. Pass --keep-running to leave the daemon up afterwards.
+# Quick start: install what is missing, let tierpoold's shared memory use transparent 2 MiB pages
+# (scripts/tune-node.sh), build, start tierpoold on its built-in defaults and walk through a put,
+# a get and a stat. Pass --keep-running to leave the daemon up afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,9 @@ keep_running=0
 [ "${1:-}" = "--keep-running" ] && keep_running=1
 
 ./scripts/install-deps.sh
+# Transparent 2 MiB pages for the shared memory that asks for them (tierpoold's arenas):
+# TIERPOOL_NO_NODE_TUNING=1 skips it, scripts/tune-node.sh --undo reverts it.
+./scripts/tune-node.sh
 echo "==> building (cmake --preset default)"
 cmake --preset default -DTIERPOOL_BUILD_TESTS=OFF -DTIERPOOL_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build build/default -j"$(nproc)" >/dev/null

@@ -1,9 +1,7 @@
 #include "store/etcd_client.h"
 
-#include <openssl/evp.h>
 #include <sys/socket.h>
 
-#include <optional>
 #include <utility>
 
 #include <boost/asio/connect.hpp>
@@ -13,6 +11,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "store/etcd_wire.h"
 #include "transport/peer_connection.h"
 #include "transport/peer_wire.h"
 
@@ -23,91 +22,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using json = nlohmann::json;
 
-namespace {
-
-std::string Base64(const std::string& in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()),
-                                static_cast<int>(in.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
-Result<std::string> Unbase64(const std::string& in) {
-  if (in.empty()) return std::string();
-  if (in.size() % 4 != 0) return Status::InvalidArgument("etcd sent malformed base64");
-  std::string out(3 * in.size() / 4, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()),
-                                static_cast<int>(in.size()));
-  if (n < 0) return Status::InvalidArgument("etcd sent malformed base64");
-  std::size_t pad = 0;
-  if (in.size() >= 1 && in[in.size() - 1] == '=') ++pad;
-  if (in.size() >= 2 && in[in.size() - 2] == '=') ++pad;
-  out.resize(static_cast<std::size_t>(n) - pad);
-  return out;
-}
-
-// The gateway writes 64-bit numbers as strings.
-std::int64_t Int(const json& j, const char* field) {
-  if (!j.is_object() || !j.contains(field)) return 0;
-  const json& v = j.at(field);
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  if (v.is_string()) {
-    try {
-      return std::stoll(v.get<std::string>());
-    } catch (...) {
-      return 0;
-    }
-  }
-  return 0;
-}
-
-// A field that must be a string if it is there: "" when absent; nothing (an error to the caller)
-// when it is another type. nlohmann's value() would throw, past every caller, on the membership's
-// threads.
-std::optional<std::string> Str(const json& j, const char* field) {
-  if (!j.is_object() || !j.contains(field)) return std::string();
-  const json& v = j.at(field);
-  if (!v.is_string()) return std::nullopt;
-  return v.get<std::string>();
-}
-
-bool Bool(const json& j, const char* field) {
-  if (!j.is_object() || !j.contains(field)) return false;
-  const json& v = j.at(field);
-  return v.is_boolean() && v.get<bool>();
-}
-
-Result<EtcdKeyValue> ParseKv(const json& j) {
-  const auto key64 = Str(j, "key");
-  const auto value64 = Str(j, "value");
-  if (!j.is_object() || !key64 || !value64) {
-    return Status::Internal("etcd sent a key-value that is not one: " + j.dump());
-  }
-  EtcdKeyValue kv;
-  auto key = Unbase64(*key64);
-  if (!key.ok()) return key.status();
-  auto value = Unbase64(*value64);
-  if (!value.ok()) return value.status();
-  kv.key = std::move(key).value();
-  kv.value = std::move(value).value();
-  kv.mod_revision = Int(j, "mod_revision");
-  return kv;
-}
-
-Result<json> ParseJson(const std::string& text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::Internal("etcd sent malformed JSON");
-  if (j.contains("error") || (j.contains("code") && Int(j, "code") != 0)) {
-    const auto message = Str(j, "message");
-    return Status::Unavailable("etcd: " + (message && !message->empty() ? *message : j.dump()));
-  }
-  return j;
-}
-
-}  // namespace
+using etcd_wire::Base64;
 
 std::string PrefixEnd(const std::string& prefix) {
   std::string end = prefix;
@@ -169,20 +84,13 @@ Result<std::string> EtcdClient::Post(const std::string& path, const std::string&
 Result<std::int64_t> EtcdClient::GrantLease(std::int64_t ttl_s) {
   auto body = Post("/v3/lease/grant", json{{"TTL", ttl_s}}.dump());
   if (!body.ok()) return body.status();
-  auto j = ParseJson(*body);
-  if (!j.ok()) return j.status();
-  const std::int64_t id = Int(*j, "ID");
-  if (id == 0) return Status::Unavailable("etcd granted no lease: " + *body);
-  return id;
+  return etcd_wire::LeaseGranted(*body);
 }
 
 Result<std::int64_t> EtcdClient::KeepAlive(std::int64_t lease) {
   auto body = Post("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump());
   if (!body.ok()) return body.status();
-  auto j = ParseJson(*body);
-  if (!j.ok()) return j.status();
-  const json& result = j->contains("result") ? j->at("result") : *j;
-  return Int(result, "TTL");
+  return etcd_wire::LeaseTtl(*body);
 }
 
 Status EtcdClient::Revoke(std::int64_t lease) {
@@ -194,9 +102,7 @@ Status EtcdClient::Put(const std::string& key, const std::string& value, std::in
   json req{{"key", Base64(key)}, {"value", Base64(value)}};
   if (lease != 0) req["lease"] = std::to_string(lease);
   auto body = Post("/v3/kv/put", req.dump());
-  if (!body.ok()) return body.status();
-  auto j = ParseJson(*body);
-  return j.ok() ? Status::Ok() : j.status();
+  return body.ok() ? etcd_wire::PutAnswered(*body) : body.status();
 }
 
 Status EtcdClient::Delete(const std::string& key) {
@@ -209,20 +115,7 @@ Result<std::vector<EtcdKeyValue>> EtcdClient::RangePrefix(const std::string& pre
   auto body = Post("/v3/kv/range",
                    json{{"key", Base64(prefix)}, {"range_end", Base64(PrefixEnd(prefix))}}.dump());
   if (!body.ok()) return body.status();
-  auto j = ParseJson(*body);
-  if (!j.ok()) return j.status();
-  if (revision != nullptr) {
-    *revision = Int(j->contains("header") ? j->at("header") : json::object(), "revision");
-  }
-  std::vector<EtcdKeyValue> out;
-  if (j->contains("kvs") && j->at("kvs").is_array()) {
-    for (const json& kv : j->at("kvs")) {
-      auto parsed = ParseKv(kv);
-      if (!parsed.ok()) return parsed.status();
-      out.push_back(std::move(parsed).value());
-    }
-  }
-  return out;
+  return etcd_wire::RangeAnswered(*body, revision);
 }
 
 void EtcdClient::CancelWatch() {
@@ -261,8 +154,7 @@ Status EtcdClient::Watch(const std::string& prefix, std::int64_t start_revision,
     if (parser.get().result() != http::status::ok) {
       return Status::Unavailable("etcd watch: HTTP " + std::to_string(parser.get().result_int()));
     }
-    std::string pending;
-    std::size_t scanned = 0;  // bytes at the start of `pending` that hold no newline
+    etcd_wire::WatchLines lines;
     char piece[16384];
     while (!parser.is_done()) {
       parser.get().body().data = piece;
@@ -274,38 +166,10 @@ Status EtcdClient::Watch(const std::string& prefix, std::int64_t start_revision,
         if (watch_cancelled_) return Status::Aborted("watch cancelled");
         return Status::Unavailable("etcd watch: " + ec.message());
       }
-      pending.append(piece, sizeof piece - parser.get().body().size);
-      if (pending.size() > (64u << 20)) return Status::Internal("etcd watch: a line over 64 MiB");
-      // Looked for only in what arrived since the last look: a long line trickled in pieces
-      // would otherwise be scanned again from its start for every piece (quadratic).
-      for (std::size_t nl; (nl = pending.find('\n', scanned)) != std::string::npos;) {
-        const std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        scanned = 0;
-        if (line.empty()) continue;
-        auto j = ParseJson(line);
-        if (!j.ok()) return j.status();
-        const json& result = j->contains("result") ? j->at("result") : *j;
-        if (Bool(result, "canceled")) {
-          const auto reason = Str(result, "cancel_reason");
-          return Status::Unavailable("etcd cancelled the watch: " +
-                                     (reason && !reason->empty() ? *reason : "compacted?"));
-        }
-        if (!result.contains("events") || !result.at("events").is_array()) continue;
-        for (const json& e : result.at("events")) {
-          EtcdEvent event;
-          const auto type = Str(e, "type");
-          if (!e.is_object() || !type) {
-            return Status::Internal("etcd sent an event that is not one: " + e.dump());
-          }
-          event.deleted = *type == "DELETE";
-          auto kv = ParseKv(e.contains("kv") ? e.at("kv") : json::object());
-          if (!kv.ok()) return kv.status();
-          event.kv = std::move(kv).value();
-          if (!on_event(event)) return Status::Ok();
-        }
-      }
-      scanned = pending.size();
+      bool stopped = false;
+      Status s = lines.Feed(std::string_view(piece, sizeof piece - parser.get().body().size),
+                            on_event, &stopped);
+      if (!s.ok() || stopped) return s;
     }
     return Status::Unavailable("etcd ended the watch");
   } catch (const boost::system::system_error& e) {

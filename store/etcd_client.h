@@ -13,19 +13,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "store/etcd_wire.h"
 
 namespace tierpool {
-
-struct EtcdKeyValue {
-  std::string key;
-  std::string value;
-  std::int64_t mod_revision = 0;
-};
-
-struct EtcdEvent {
-  bool deleted = false;
-  EtcdKeyValue kv;
-};
 
 class EtcdClient {
  public:

@@ -10,6 +10,7 @@
 
 #include "prefetch/schedule.h"
 #include "proto/peer.pb.h"
+#include "store/etcd_wire.h"
 #include "store/membership.h"
 #include "store/snapshot.h"
 #include "tests/fuzz/store_harness.h"
@@ -352,6 +353,36 @@ void Snapshots(const fs::path& dir) {
   h.Reset();
 }
 
+// etcd's gateway answers: the first byte picks the call (its value mod 5), the rest is the body.
+void EtcdAnswers(const fs::path& dir) {
+  using etcd_wire::Base64;
+  const std::string header = R"("header":{"cluster_id":"14841639068965178418","revision":"42"})";
+  Write(dir, "grant", "\0{" + header + R"(,"ID":"7587869520421806852","TTL":"5"})");
+  Write(dir, "keepalive", "\1{" + header + R"(,"result":{"ID":"7587869520421806852","TTL":"4"}})");
+  Write(dir, "put", "\2{" + header + "}");
+  Write(dir, "base64", "\2" + Base64("tierpool"));
+  const std::string member =
+      Membership::Encode({"node-a", 12345, "127.0.0.1:7000", 1 << 30, false});
+  Write(dir, "range",
+        "\3{" + header + R"(,"kvs":[{"key":")" + Base64("/tierpool/default/members/node-a") +
+            R"(","create_revision":"40","mod_revision":"41","version":"2","value":")" +
+            Base64(member) + R"(","lease":"7587869520421806852"}],"count":"1"})");
+  std::string watch;
+  for (int i = 0; i < 4; ++i) {
+    watch += R"({"result":{)" + header + R"(,"events":[{)" +
+             (i == 2 ? std::string(R"("type":"DELETE",)") : std::string()) + R"("kv":{"key":")" +
+             Base64("/tierpool/default/members/node-" + std::to_string(i)) + R"(","value":")" +
+             (i == 2 ? std::string() : Base64(member)) + R"(","mod_revision":")" +
+             std::to_string(43 + i) + R"("}}]}})" + "\n";
+    if (i == 1) watch += "\n";
+  }
+  watch +=
+      R"({"result":{"canceled":true,"cancel_reason":"mvcc: required revision has been compacted"}})"
+      "\n";
+  Write(dir, "watch", std::string(1, static_cast<char>(4 + 5 * 3)) + watch);  // stops at 4
+  Write(dir, "watch_whole", std::string(1, static_cast<char>(4 + 5 * 40)) + watch);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -368,5 +399,6 @@ int main(int argc, char** argv) {
   NamespacePolicies(out / "namespace_policy");
   Peers(out / "peer");
   Snapshots(out / "snapshot");
+  EtcdAnswers(out / "etcd");
   return 0;
 }

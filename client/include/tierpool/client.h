@@ -146,7 +146,7 @@ struct ClusterMemberInfo {
   std::uint64_t incarnation = 0;
   std::string peer_address;
   std::uint64_t lend_bytes = 0;     // what it lends in all
-  std::uint64_t lend_free = 0;      // not granted yet, as it last said
+  std::uint64_t lend_free = 0;  // what it would still grant this server, as it last said (self: free)
   std::uint64_t granted_to_us = 0;  // regions it granted the server asked
   std::uint64_t used_by_us = 0;     // of those, holding replicas
   bool responsive = true;

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(frames plan schedule onnx config snapshot namespace_policy peer)
+[ ${#targets[@]} -eq 0 ] && targets=(frames plan schedule onnx config snapshot namespace_policy peer etcd)
 jobs="$(nproc)"
 
 ./scripts/install-deps.sh clang libclang-rt-14-dev

@@ -35,8 +35,9 @@ commands:
   ls [PREFIX]      list objects [--json]
   stat [KEY]       each tier's capacity, use and object count, or one object's metadata [--json]
   promote KEY      move KEY to hbm (--to dram moves it down)
-  peers            the server's cluster: each member's incarnation, address, what it lends
-                   and has free, and what it lent this server [--json]
+  peers            the server's cluster: each member's incarnation, address, what it lends,
+                   what it would still lend this server (FREE; for this server, its own free
+                   room), and what it lent this server [--json]
   bench            put/get throughput and latency against memcpy [--json]
                    [--compare redis] (a redis-server started for the run) [--threads N]
                    [--verify-checksums]

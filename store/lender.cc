@@ -247,4 +247,11 @@ std::byte* Lender::RegionBytesForTest(std::uint64_t region) {
   return it == regions_.end() ? nullptr : arena_->base() + it->second.range.offset;
 }
 
+std::uint64_t Lender::HeldBytesForTest() const {
+  std::lock_guard lock(mu_);
+  std::uint64_t sum = 0;
+  for (const auto& [node, bytes] : held_) sum += bytes;
+  return sum;
+}
+
 }  // namespace tierpool

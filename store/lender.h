@@ -83,6 +83,9 @@ class Lender final : public transport::PeerHandler {
   LenderStats stats() const;
   // For tests: the bytes of a region (to corrupt them on purpose).
   std::byte* RegionBytesForTest(std::uint64_t region);
+  // For tests: the bytes counted against the nodes that hold them (equal to what the allocator
+  // has given out, regions being freed included).
+  std::uint64_t HeldBytesForTest() const;
 
  private:
   struct Region {

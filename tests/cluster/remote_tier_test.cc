@@ -463,6 +463,7 @@ TEST(Lender, AMemberThatAsksForEverythingLeavesTheOthersTheirShare) {
   EXPECT_EQ(GrantUntilRefused(*lender, {"bob", 2}), 10u << 20);
   EXPECT_EQ(GrantUntilRefused(*lender, {"carol", 3}), 10u << 20);
   EXPECT_EQ(lender->stats().granted_bytes, 60u << 20);
+  EXPECT_EQ(lender->HeldBytesForTest(), 60u << 20);
 }
 
 TEST(Lender, AShareAlreadyHeldIsNotKeptAgain) {
@@ -487,6 +488,7 @@ TEST(Lender, AShareAlreadyHeldIsNotKeptAgain) {
   lender->Handle({"bob", 2}, release, &released);
   ASSERT_EQ(released.code(), 0u);
   EXPECT_EQ(RoomFor(*lender, {"alice", 1}), 1u << 20);
+  EXPECT_EQ(lender->HeldBytesForTest(), 63u << 20);
   // A member alone in the cluster is kept nothing for: everything is its to ask for.
   auto solo = std::move(Lender::Create(lc)).value();
   solo->SetLiveBorrowers({{"alice", 1}});

@@ -114,6 +114,8 @@ void Requests(const std::uint8_t* data, std::size_t size) {
     }
     (*lender)->FillRoom(peer, &response);
     if (response.lend_free() > response.lend_capacity()) std::abort();
+    // Every byte given out is counted against the node it was granted to, and no other.
+    if ((*lender)->HeldBytesForTest() != (*lender)->stats().granted_bytes) std::abort();
     // Now and then the membership changes and time passes: borrowers that left lose their
     // regions after the grace period.
     clock.Advance((request.lender_incarnation() % 64) * 1000);

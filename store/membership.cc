@@ -70,6 +70,22 @@ Result<RemoteMember> Membership::Decode(const std::string& value) {
   if (m.node_id.empty() || m.incarnation == 0) {
     return Status::InvalidArgument("member record without node id or incarnation");
   }
+  // What --node-id allows, and an address no longer than a host name and a port.
+  if (m.node_id.size() > 255 || m.node_id.find('/') != std::string::npos ||
+      m.address.size() > 300) {
+    return Status::InvalidArgument("member record with a node id or address out of bounds");
+  }
+  return m;
+}
+
+Result<RemoteMember> Membership::DecodeAt(const std::string& prefix, const std::string& key,
+                                          const std::string& value) {
+  auto m = Decode(value);
+  if (!m.ok()) return m.status();
+  if (key.size() <= prefix.size() || key.compare(0, prefix.size(), prefix) != 0 ||
+      key.compare(prefix.size(), std::string::npos, m->node_id) != 0) {
+    return Status::InvalidArgument("member record of " + m->node_id + " under another key");
+  }
   return m;
 }
 
@@ -198,7 +214,11 @@ void Membership::WatchLoop() {
         std::lock_guard lock(mu_);
         members_.clear();
         for (const auto& kv : *kvs) {
-          if (auto m = Decode(kv.value); m.ok()) members_[m->node_id] = *m;
+          if (auto m = DecodeAt(pfx, kv.key, kv.value); m.ok()) {
+            members_[m->node_id] = *m;
+          } else {
+            spdlog::warn("ignoring a member record under {}: {}", kv.key, m.status().ToString());
+          }
         }
       }
       {
@@ -206,15 +226,16 @@ void Membership::WatchLoop() {
         Publish();
       }
       Status s = watch_etcd_.Watch(pfx, revision + 1, [&](const EtcdEvent& e) {
-        const std::string node = e.kv.key.substr(std::min(e.kv.key.size(), pfx.size()));
+        const bool under =
+            e.kv.key.size() > pfx.size() && e.kv.key.compare(0, pfx.size(), pfx) == 0;
         {
           std::lock_guard lock(mu_);
           if (e.deleted) {
-            members_.erase(node);
-          } else if (auto m = Decode(e.kv.value); m.ok() && m->node_id == node) {
-            members_[node] = *m;
+            if (under) members_.erase(e.kv.key.substr(pfx.size()));
+          } else if (auto m = DecodeAt(pfx, e.kv.key, e.kv.value); m.ok()) {
+            members_[m->node_id] = *m;
           } else {
-            spdlog::warn("ignoring a malformed member record under {}", e.kv.key);
+            spdlog::warn("ignoring a member record under {}: {}", e.kv.key, m.status().ToString());
           }
         }
         std::lock_guard cb(callback_mu_);

@@ -70,6 +70,10 @@ class Membership {
   // The record's JSON, and back (INVALID_ARGUMENT when malformed).
   static std::string Encode(const RemoteMember& m);
   static Result<RemoteMember> Decode(const std::string& value);
+  // A record read under `key`: decoded, and taken only as the record of the node the key names
+  // under `prefix` (a record cannot speak for another node).
+  static Result<RemoteMember> DecodeAt(const std::string& prefix, const std::string& key,
+                                       const std::string& value);
 
  private:
   Membership(MembershipConfig config, MembershipCallbacks callbacks, EtcdClient etcd);

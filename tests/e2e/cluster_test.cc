@@ -87,6 +87,35 @@ TEST(Cluster, ANodeWithoutTheSecretGetsNothing) {
   EXPECT_LE(lent_to_others, 1u);  // b only
 }
 
+// Whoever can write to etcd can write a record under any key. One under another node's key (or
+// any key but its own) speaks for no one: the node's first read of the members took it (the
+// watch already refused it), and the remote tier then tried to borrow from the address it named.
+TEST(Cluster, AMemberRecordUnderAnotherNodesKeyIsIgnored) {
+  EtcdProcess etcd;
+  if (!etcd.ready()) GTEST_SKIP() << "no etcd here (Debian's etcd-server)";
+  const std::string record =
+      R"({"node_id":"b","incarnation":"5","peer_address":"127.0.0.1:1","lend_bytes":67108864})";
+  int rc = -1;
+  RunShell("curl -sf -m 5 -X POST " + etcd.url() + "/v3/kv/put -d \"{\\\"key\\\":\\\"$(printf " +
+               "%s /tierpool/t7/members/impostor | base64 -w0)\\\",\\\"value\\\":\\\"$(printf " +
+               "%s '" + record + "' | base64 -w0)\\\"}\"",
+           &rc);
+  ASSERT_EQ(rc, 0);
+  const std::string secret =
+      WriteSecret(etcd.dir(), "secret", "the cluster's real secret, 40 bytes long");
+  ServerProcess a(NodeFlags(etcd, secret, "a", "t7"));
+  ASSERT_TRUE(a.started());
+  ASSERT_TRUE(a.WaitFor([](const ServerStats& s) { return !s.members.empty(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a watch event or two
+  auto client = a.Connect();
+  ASSERT_TRUE(client.ok());
+  auto stats = (*client)->ServerStat();
+  ASSERT_TRUE(stats.ok());
+  ASSERT_EQ(stats->members.size(), 1u) << RemoteSummary(a);
+  EXPECT_EQ(stats->members[0].node_id, "a");
+  EXPECT_EQ(stats->counter("remote_peers"), 0u);
+}
+
 // A cache object has one remote copy. When the peer that holds it dies, the object is a miss
 // (NOT_FOUND, as if evicted): never DATA_LOSS, never wrong bytes; every other one comes back.
 TEST(Cluster, CacheObjectsWhoseOnlyCopyDiedAreMisses) {

@@ -147,9 +147,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       Requests(data + 1, size - 1);
       break;
     default: {
-      auto member = tierpool::Membership::Decode(
-          std::string(reinterpret_cast<const char*>(data + 1), size - 1));
-      if (member.ok() && (member->node_id.empty() || member->incarnation == 0)) std::abort();
+      const std::string record(reinterpret_cast<const char*>(data + 1), size - 1);
+      auto member = tierpool::Membership::Decode(record);
+      if (member.ok() &&
+          (member->node_id.empty() || member->incarnation == 0 || member->node_id.size() > 255 ||
+           member->node_id.find('/') != std::string::npos)) {
+        std::abort();
+      }
+      // Taken under its own node's key only.
+      const std::string prefix = "/tierpool/default/members/";
+      if (member.ok() &&
+          (!tierpool::Membership::DecodeAt(prefix, prefix + member->node_id, record).ok() ||
+           tierpool::Membership::DecodeAt(prefix, prefix + member->node_id + "x", record).ok())) {
+        std::abort();
+      }
     }
   }
   return 0;

@@ -21,6 +21,9 @@ Status MembershipConfig::validate() const {
   if (node_id.empty() || node_id.size() > 255 || node_id.find('/') != std::string::npos) {
     return Status::InvalidArgument("--node-id must be 1 to 255 characters without '/'");
   }
+  if (peer_address.size() > 300) {  // what the other nodes take (Decode)
+    return Status::InvalidArgument("--peer-advertise must be at most 300 characters");
+  }
   if (ttl_s < 2 || ttl_s > 3600)
     return Status::InvalidArgument("the member TTL must be 2 to 3600 s");
   return Status::Ok();

@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/units.h"
+
 namespace tierpool {
 
 namespace {
@@ -138,6 +140,12 @@ Status Cluster::Start() {
     return s;
   }
   spdlog::info("peers reach this node at {}", advertise);
+  if (lender_) {
+    spdlog::info(
+        "lending {}; {:.0f}% of it kept in even parts for the other nodes that borrow "
+        "(--lend-reserved-share)",
+        FormatBytes(config_.lend_bytes), config_.lender.reserved_share * 100);
+  }
   return Status::Ok();
 }
 

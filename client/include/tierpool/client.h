@@ -145,8 +145,9 @@ struct ClusterMemberInfo {
   std::string node_id;
   std::uint64_t incarnation = 0;
   std::string peer_address;
-  std::uint64_t lend_bytes = 0;     // what it lends in all
-  std::uint64_t lend_free = 0;  // what it would still grant this server, as it last said (self: free)
+  std::uint64_t lend_bytes = 0;  // what it lends in all
+  // What it would still grant the server asked, as it last said (for that server: its free room).
+  std::uint64_t lend_free = 0;
   std::uint64_t granted_to_us = 0;  // regions it granted the server asked
   std::uint64_t used_by_us = 0;     // of those, holding replicas
   bool responsive = true;

@@ -63,6 +63,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Create(ClusterConfig config) {
   if (c->config_.lend_bytes > 0) {
     LenderConfig l = c->config_.lender;
     l.lend_bytes = c->config_.lend_bytes;
+    l.grants_wait_for_members = true;  // the membership's first word sets the shares
     auto lender = Lender::Create(l);
     if (!lender.ok()) return lender.status();
     c->lender_ = std::move(lender).value();

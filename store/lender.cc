@@ -43,6 +43,7 @@ void Lender::FillRoom(const transport::PeerIdentity& peer, wire::peer::Response*
 }
 
 std::uint64_t Lender::RoomForLocked(const std::string& node) const {
+  if (config_.grants_wait_for_members && !members_heard_) return 0;
   const std::uint64_t free = allocator_.stats().free_bytes;
   // O(members) per reply: clusters have tens to hundreds of nodes.
   const std::uint64_t others = live_.size() - live_.count(node);
@@ -74,6 +75,10 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
       if (bytes == 0 || bytes > config_.max_grant_bytes) {
         refuse(Status::InvalidArgument("a grant must be of 1 byte to " +
                                        FormatBytes(config_.max_grant_bytes)));
+        return;
+      }
+      if (config_.grants_wait_for_members && !members_heard_) {
+        refuse(Status::Unavailable("this lender has not heard the cluster's members yet"));
         return;
       }
       if (const std::uint64_t room = RoomForLocked(peer.node_id);
@@ -181,6 +186,7 @@ void Lender::ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator i
 void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) {
   std::lock_guard lock(mu_);
   live_ = live;
+  members_heard_ = true;
   const std::uint64_t now = clock_->NowMicros();
   std::set<std::pair<std::string, std::uint64_t>> holders;
   for (const auto& [id, r] : regions_) {

@@ -47,6 +47,10 @@ struct LenderConfig {
   // The part of lend_bytes split evenly among the live members and kept for each until it takes
   // its part (0: first come, first served; 1: even parts and nothing more while others live).
   double reserved_share = 0.5;
+  // Grant nothing until the membership has been heard once (SetLiveBorrowers): before that no
+  // part could be kept for anyone, and a member asking first could take everything for good.
+  // tierpoold sets it; a lender outside a cluster (tests, benchmarks) need not.
+  bool grants_wait_for_members = false;
   Status validate() const;
 };
 
@@ -110,6 +114,7 @@ class Lender final : public transport::PeerHandler {
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> missing_since_;  // guarded by mu_
   std::uint64_t next_region_ = 1;                                                 // guarded by mu_
   std::map<std::string, std::uint64_t> live_;                                     // guarded by mu_
+  bool members_heard_ = false;                                                    // guarded by mu_
   // Bytes granted to each node (every incarnation) and not freed yet.
   std::unordered_map<std::string, std::uint64_t> held_;  // guarded by mu_
   LenderStats counters_;                                 // guarded by mu_

@@ -466,6 +466,25 @@ TEST(Lender, AMemberThatAsksForEverythingLeavesTheOthersTheirShare) {
   EXPECT_EQ(lender->HeldBytesForTest(), 60u << 20);
 }
 
+// Before the membership is first heard no part can be kept for anyone: a lender in a cluster
+// grants nothing then, so a member asking at the lender's start cannot take everything for good.
+TEST(Lender, InAClusterNothingIsGrantedBeforeTheMembersAreHeard) {
+  LenderConfig lc;
+  lc.lend_bytes = 60 << 20;
+  lc.grants_wait_for_members = true;
+  auto lender = std::move(Lender::Create(lc)).value();
+  EXPECT_EQ(RoomFor(*lender, {"alice", 1}), 0u);
+  wire::peer::Request grant;
+  grant.mutable_grant()->set_bytes(1 << 20);
+  wire::peer::Response early;
+  lender->Handle({"alice", 1}, grant, &early);
+  EXPECT_EQ(early.code(), static_cast<std::uint32_t>(StatusCode::kUnavailable));
+  EXPECT_EQ(lender->stats().granted_bytes, 0u);
+  lender->SetLiveBorrowers({{"alice", 1}, {"bob", 2}, {"carol", 3}});
+  EXPECT_EQ(GrantUntilRefused(*lender, {"alice", 1}), 40u << 20);
+  EXPECT_EQ(GrantUntilRefused(*lender, {"bob", 2}), 10u << 20);
+}
+
 TEST(Lender, AShareAlreadyHeldIsNotKeptAgain) {
   LenderConfig lc;
   lc.lend_bytes = 64 << 20;

@@ -62,6 +62,7 @@ void Requests(const std::uint8_t* data, std::size_t size) {
   config.lend_bytes = 4 << 20;
   config.max_grant_bytes = 2 << 20;
   config.borrower_grace_ms = 50;
+  config.grants_wait_for_members = size % 2 == 0;  // as tierpoold's lender, or not
   auto lender = Lender::Create(config, &clock);
   if (!lender.ok()) std::abort();
   const transport::PeerIdentity peers[] = {{"a", 1}, {"a", 2}, {"b", 3}};

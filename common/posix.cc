@@ -136,8 +136,7 @@ std::string ShmemHugePagesSetting() {
   return "";
 }
 
-bool ShmemHugePagesOnAdvice() {
-  const std::string s = ShmemHugePagesSetting();
+bool ShmemHugePagesOnAdvice(const std::string& s) {
   return s == "advise" || s == "within_size" || s == "always" || s == "force";
 }
 

@@ -64,7 +64,8 @@ bool SmapsHasFlag(const void* start, const std::string& flag);
 // The kernel's setting for transparent huge pages in shared memory (memfd, tmpfs):
 // "never", "advise", "within_size", "always", "deny" or "force"; empty when it does not say.
 std::string ShmemHugePagesSetting();
-// Whether that setting gives shared memory that asks (MADV_HUGEPAGE) 2 MiB pages.
-bool ShmemHugePagesOnAdvice();
+// Whether that setting (the kernel's now, unless given) gives shared memory that asks
+// (MADV_HUGEPAGE) 2 MiB pages.
+bool ShmemHugePagesOnAdvice(const std::string& setting = ShmemHugePagesSetting());
 
 }  // namespace tierpool

@@ -49,6 +49,9 @@ const json& Field(const json& j, const char* field) {
   return j.is_object() && j.contains(field) ? j.at(field) : kNone;
 }
 
+// The gateway wraps some answers in "result" (keep-alives, watch lines), not others.
+const json& ResultOf(const json& j) { return j.contains("result") ? j.at("result") : j; }
+
 Result<EtcdKeyValue> ParseKv(const json& j) {
   const auto key64 = Str(j, "key");
   const auto value64 = Str(j, "value");
@@ -126,8 +129,7 @@ Result<std::int64_t> LeaseGranted(const std::string& body) {
 Result<std::int64_t> LeaseTtl(const std::string& body) {
   auto j = ParseJson(body);
   if (!j.ok()) return j.status();
-  const json& result = j->contains("result") ? j->at("result") : *j;
-  return Int(result, "TTL");
+  return Int(ResultOf(*j), "TTL");
 }
 
 Status PutAnswered(const std::string& body) {
@@ -175,7 +177,7 @@ Status WatchLines::Line(std::string_view line,
                         const std::function<bool(const EtcdEvent&)>& on_event, bool* stopped) {
   auto j = ParseJson(line);
   if (!j.ok()) return j.status();
-  const json& result = j->contains("result") ? j->at("result") : *j;
+  const json& result = ResultOf(*j);
   if (Bool(result, "canceled")) {
     const auto reason = Str(result, "cancel_reason");
     return Status::Unavailable("etcd cancelled the watch: " +

@@ -81,12 +81,19 @@ Result<RemoteMember> Membership::Decode(const std::string& value) {
   return m;
 }
 
+std::optional<std::string> Membership::NodeOfKey(const std::string& prefix,
+                                                 const std::string& key) {
+  if (key.size() <= prefix.size() || key.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
+  return key.substr(prefix.size());
+}
+
 Result<RemoteMember> Membership::DecodeAt(const std::string& prefix, const std::string& key,
                                           const std::string& value) {
   auto m = Decode(value);
   if (!m.ok()) return m.status();
-  if (key.size() <= prefix.size() || key.compare(0, prefix.size(), prefix) != 0 ||
-      key.compare(prefix.size(), std::string::npos, m->node_id) != 0) {
+  if (NodeOfKey(prefix, key) != m->node_id) {
     return Status::InvalidArgument("member record of " + m->node_id + " under another key");
   }
   return m;
@@ -229,12 +236,10 @@ void Membership::WatchLoop() {
         Publish();
       }
       Status s = watch_etcd_.Watch(pfx, revision + 1, [&](const EtcdEvent& e) {
-        const bool under =
-            e.kv.key.size() > pfx.size() && e.kv.key.compare(0, pfx.size(), pfx) == 0;
         {
           std::lock_guard lock(mu_);
           if (e.deleted) {
-            if (under) members_.erase(e.kv.key.substr(pfx.size()));
+            if (auto node = NodeOfKey(pfx, e.kv.key)) members_.erase(*node);
           } else if (auto m = DecodeAt(pfx, e.kv.key, e.kv.value); m.ok()) {
             members_[m->node_id] = *m;
           } else {

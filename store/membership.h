@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,8 @@ class Membership {
   // The record's JSON, and back (INVALID_ARGUMENT when malformed).
   static std::string Encode(const RemoteMember& m);
   static Result<RemoteMember> Decode(const std::string& value);
+  // The node a key under `prefix` names (nothing for a key outside it, or the prefix alone).
+  static std::optional<std::string> NodeOfKey(const std::string& prefix, const std::string& key);
   // A record read under `key`: decoded, and taken only as the record of the node the key names
   // under `prefix` (a record cannot speak for another node).
   static Result<RemoteMember> DecodeAt(const std::string& prefix, const std::string& key,

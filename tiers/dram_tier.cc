@@ -32,11 +32,12 @@ Status DramTierConfig::validate() const {
 namespace {
 
 // What backs an arena, for the log: huge pages from the pool, transparent ones as far as the
-// kernel found them (`huge_bytes`), or 4 KiB pages and how to get larger ones.
-std::string PagesNote(std::uint64_t huge_bytes, const DramTierConfig& config) {
+// kernel found them (`huge_bytes`, under the kernel's `setting`), or 4 KiB pages and how to get
+// larger ones.
+std::string PagesNote(const std::string& setting, std::uint64_t huge_bytes,
+                      const DramTierConfig& config) {
   if (config.huge_pages) return " of 2 MiB huge pages";
-  const std::string setting = ShmemHugePagesSetting();
-  if (!ShmemHugePagesOnAdvice()) {
+  if (!ShmemHugePagesOnAdvice(setting)) {
     return " of 4 KiB pages (2 MiB ones: --huge-pages, or transparent huge pages with "
            "/sys/kernel/mm/transparent_hugepage/shmem_enabled set to advise)";
   }
@@ -58,11 +59,14 @@ Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64
   if (!arena.ok()) return arena.status();
   AddRegion(id, (*arena)->base(), size, (*arena)->fd(), (*arena)->read_only_fd(), numa_node, pool,
             config.alignment);
-  // Measured once (a read of /proc/self/smaps), and only where transparent pages could be there.
-  const bool transparent = !config.huge_pages && config.populate && ShmemHugePagesOnAdvice();
+  // Each read once (the kernel's setting, /proc/self/smaps), and smaps only where transparent
+  // pages could be there.
+  const std::string setting = ShmemHugePagesSetting();
+  const bool transparent = !config.huge_pages && config.populate && ShmemHugePagesOnAdvice(setting);
   const std::uint64_t huge_bytes = transparent ? (*arena)->HugeMappedBytes() : 0;
   if (!transparent || huge_bytes < size / 2) every_arena_transparent_ = false;
-  spdlog::info("dram arena {}: {}{}", name, FormatBytes(size), PagesNote(huge_bytes, config));
+  spdlog::info("dram arena {}: {}{}", name, FormatBytes(size),
+               PagesNote(setting, huge_bytes, config));
   arenas_.push_back(std::move(arena).value());
   return Status::Ok();
 }

@@ -79,4 +79,12 @@ Status ReadSync(Tier& t, const Extent& e, const std::string& want, std::string* 
   return s;
 }
 
+void ExpectEachReadsBack(Tier& tier, const std::vector<std::pair<Extent, std::string>>& objects) {
+  for (const auto& [e, data] : objects) {
+    std::string out;
+    ASSERT_TRUE(ReadSync(tier, e, data, &out).ok());
+    EXPECT_TRUE(out == data);
+  }
+}
+
 }  // namespace tierpool::testing

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/lender.h"
@@ -37,5 +38,8 @@ std::unique_ptr<RemoteTier> Borrower(const std::vector<LendingNode*>& lenders,
 std::string Bytes(std::size_t n, std::uint32_t seed);
 Status WriteSync(Tier& t, const Extent& e, const std::string& data);
 Status ReadSync(Tier& t, const Extent& e, const std::string& want, std::string* out);
+// Every object read back from `tier` and compared with its bytes (a test failure for each that
+// does not come back, or comes back other).
+void ExpectEachReadsBack(Tier& tier, const std::vector<std::pair<Extent, std::string>>& objects);
 
 }  // namespace tierpool::testing

@@ -414,11 +414,7 @@ TEST(PeerListener, HostilePeersDoNotDisturbAnHonestBorrower) {
   stop = true;
   for (auto& t : hostile) t.join();
   membership.join();
-  for (auto& [e, data] : objects) {
-    std::string out;
-    ASSERT_TRUE(ReadSync(*tier, e, data, &out).ok());
-    EXPECT_TRUE(out == data);
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectEachReadsBack(*tier, objects));
   EXPECT_EQ(tier->counters().read_failovers, 0u);
   // What the hostile peers were granted goes once they are out of the cluster; the borrower's
   // regions stay.
@@ -462,11 +458,7 @@ TEST(PeerListener, AMemberThatAsksForEverythingLeavesAnHonestBorrowerItsShare) {
     ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
     objects.emplace_back(*e, data);
   }
-  for (auto& [e, data] : objects) {
-    std::string out;
-    ASSERT_TRUE(ReadSync(*tier, e, data, &out).ok());
-    EXPECT_TRUE(out == data);
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectEachReadsBack(*tier, objects));
   // The greedy member's next asks find nothing: the borrower's part is held by the borrower.
   greedy.RunMaintenance();
   EXPECT_LE(greedy.capacity(), 48ull << 20);

@@ -48,11 +48,7 @@ TEST(RemoteTier, RoundTripThroughTwoReplicasOnDifferentPeers) {
     ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
     objects.emplace_back(*e, data);
   }
-  for (auto& [e, data] : objects) {
-    std::string out;
-    ASSERT_TRUE(ReadSync(*tier, e, data, &out).ok());
-    EXPECT_TRUE(out == data);
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectEachReadsBack(*tier, objects));
   for (auto& [e, data] : objects) EXPECT_TRUE(tier->Free(e).ok());
   EXPECT_EQ(tier->used_bytes(), 0u);
 }

@@ -139,4 +139,118 @@ Result<ReorderResult> HoistOptimizerUpdates(const Schedule& s) {
   return r;
 }
 
+namespace {
+
+// What running a step does to the memory in use: the bytes it makes, and, given how many steps
+// still touch each tensor, the bytes whose last touch it is.
+class MemoryEffects {
+ public:
+  explicit MemoryEffects(const Schedule& s)
+      : n_(static_cast<std::uint32_t>(s.steps_size())), touches_(n_), made_(n_, 0) {
+    remaining_.resize(static_cast<std::size_t>(s.tensors_size()));
+    size_.resize(remaining_.size());
+    for (const auto& t : s.tensors()) {
+      if (t.def_step() < 0) continue;  // persistent: in use throughout, whatever the order
+      size_[t.id()] = t.size_bytes();
+      made_[static_cast<std::uint32_t>(t.def_step())] += t.size_bytes();
+      std::vector<std::uint32_t> steps(t.use_steps().begin(), t.use_steps().end());
+      steps.push_back(static_cast<std::uint32_t>(t.def_step()));
+      std::sort(steps.begin(), steps.end());
+      steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+      remaining_[t.id()] = static_cast<std::uint32_t>(steps.size());
+      for (auto step : steps) touches_[step].push_back(t.id());
+    }
+  }
+
+  // Bytes in use after the step runs, less before it.
+  std::int64_t Net(std::uint32_t step) const {
+    std::int64_t freed = 0;
+    for (auto t : touches_[step]) {
+      if (remaining_[t] == 1) freed += static_cast<std::int64_t>(size_[t]);
+    }
+    return static_cast<std::int64_t>(made_[step]) - freed;
+  }
+  void Run(std::uint32_t step) {
+    for (auto t : touches_[step]) --remaining_[t];
+  }
+
+ private:
+  std::uint32_t n_;
+  std::vector<std::vector<std::uint32_t>> touches_;  // non-persistent tensors, per step
+  std::vector<std::uint64_t> made_;
+  std::vector<std::uint32_t> remaining_;  // steps still to run that touch it
+  std::vector<std::uint64_t> size_;
+};
+
+enum class Pick { kLeastNet, kFreeingFirst };
+
+// A list schedule over the dependencies: of the ready steps, the one `pick` prefers.
+std::vector<std::uint32_t> ListOrder(const Schedule& s,
+                                     const std::vector<std::vector<std::uint32_t>>& deps,
+                                     Pick pick) {
+  const auto n = static_cast<std::uint32_t>(s.steps_size());
+  std::vector<std::vector<std::uint32_t>> next(n);
+  std::vector<std::uint32_t> waiting(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    waiting[i] = static_cast<std::uint32_t>(deps[i].size());
+    for (auto d : deps[i]) next[d].push_back(i);
+  }
+  MemoryEffects memory(s);
+  std::vector<std::uint32_t> ready;  // ascending original position
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (waiting[i] == 0) ready.push_back(i);
+  }
+  std::vector<std::uint32_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    std::size_t best = 0;  // the earliest ready step, unless another is preferred
+    std::int64_t best_net = memory.Net(ready[0]);
+    for (std::size_t i = 1; i < ready.size(); ++i) {
+      if (pick == Pick::kFreeingFirst && best_net <= 0) break;
+      const std::int64_t net = memory.Net(ready[i]);
+      if (pick == Pick::kLeastNet ? net < best_net : net <= 0) {
+        best = i;
+        best_net = net;
+        if (pick == Pick::kFreeingFirst) break;
+      }
+    }
+    const std::uint32_t step = ready[best];
+    ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(best));
+    memory.Run(step);
+    order.push_back(step);
+    for (auto j : next[step]) {
+      if (--waiting[j] == 0) ready.insert(std::upper_bound(ready.begin(), ready.end(), j), j);
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+Result<ReorderResult> LowerPeakOrder(const Schedule& s,
+                                     const std::function<bool(const Schedule&)>& acceptable) {
+  if (Status st = Validate(s); !st.ok()) return st;
+  const auto n = static_cast<std::uint32_t>(s.steps_size());
+  const auto deps = StepDependencies(s);
+  ReorderResult best;
+  best.order.resize(n);
+  for (std::uint32_t i = 0; i < n; ++i) best.order[i] = i;
+  std::uint64_t best_peak = Lifetimes(s).peak_bytes();
+  for (Pick pick : {Pick::kLeastNet, Pick::kFreeingFirst}) {
+    std::vector<std::uint32_t> order = ListOrder(s, deps, pick);
+    if (order.size() != n) return Status::Internal("the step dependencies have a cycle");
+    Schedule candidate = ApplyOrder(s, order);
+    const std::uint64_t peak = Lifetimes(candidate).peak_bytes();
+    if (peak < best_peak && (!acceptable || acceptable(candidate))) {
+      best_peak = peak;
+      best.order = std::move(order);
+      best.schedule = std::move(candidate);
+    }
+  }
+  best.moved = 0;
+  for (std::uint32_t i = 0; i < n; ++i) best.moved += best.order[i] != i ? 1 : 0;
+  if (best.moved == 0) best.schedule = s;
+  return best;
+}
+
 }  // namespace tierpool::prefetch

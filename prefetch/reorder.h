@@ -2,7 +2,9 @@
 // chosen so that transfers hide behind compute and memory frees sooner (HyperOffload's global
 // execution-order refinement). The first case: each optimizer update runs as soon as its
 // gradient exists, instead of all at the end of the backward pass, so the gradient dies there
-// and the parameter's optimizer states stream through hbm while backward still computes.
+// and the parameter's optimizer states stream through hbm while backward still computes. The
+// second: a branch's steps run where their results are needed, so that they are not held across
+// the rest of the graph (LowerPeakOrder).
 //
 // Dependencies come from the tensors: a read after the write it reads, a write after the write
 // and every read of the value it replaces (in-place updates included). A step of class `kSync`
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -32,11 +35,23 @@ struct ReorderResult {
   Schedule schedule;                 // reordered
   std::vector<std::uint32_t> order;  // new position -> original step
   std::uint32_t moved = 0;           // steps no longer at their original position
-  std::uint32_t hoisted = 0;         // optimizer updates that now run earlier
+  std::uint32_t hoisted = 0;  // optimizer updates that now run earlier (HoistOptimizerUpdates)
 };
 
 // Every optimizer update (op class kOptimizer) as early as its dependencies allow; all other
 // steps keep their relative order.
 Result<ReorderResult> HoistOptimizerUpdates(const Schedule& s);
+
+// An order with a lower no-offload peak, for graphs with branches (inference exports above all,
+// where no step is an optimizer update): a list schedule that at each point runs, of the steps
+// whose dependencies have run, the one that leaves the least memory in use after it (a step that
+// frees its inputs' last use before one that only allocates; ties in the original order), and a
+// second that runs a freeing step first where there is one and otherwise keeps the original
+// order. Of the two and the original order, the one with the lowest peak is returned (the
+// original unless one is strictly lower, so `moved` is 0 where nothing helps). `acceptable`, when
+// given, vetoes a candidate for another reason (the tool: a no-offload iteration that grows on
+// the device by more than --max-overhead, since the order moves kernels against each other).
+Result<ReorderResult> LowerPeakOrder(
+    const Schedule& s, const std::function<bool(const Schedule&)>& acceptable = nullptr);
 
 }  // namespace tierpool::prefetch

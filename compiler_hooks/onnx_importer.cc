@@ -146,6 +146,31 @@ Result<onnx::ModelProto> LoadOnnxModel(const std::string& path, std::uint64_t ma
   return model;
 }
 
+Status SaveOnnxModel(const onnx::ModelProto& model, const std::string& source,
+                     const std::string& path) {
+  auto external = [](const onnx::TensorProto& t) {
+    return t.data_location() == onnx::TensorProto::EXTERNAL;
+  };
+  const bool has_external =
+      std::any_of(model.graph().initializer().begin(), model.graph().initializer().end(), external);
+  if (has_external) {
+    std::error_code ec;
+    auto from =
+        std::filesystem::weakly_canonical(std::filesystem::absolute(source).parent_path(), ec);
+    auto to = std::filesystem::weakly_canonical(std::filesystem::absolute(path).parent_path(), ec);
+    if (from != to) {
+      return Status::InvalidArgument(source + " keeps its weights in external data files, named " +
+                                     "relative to its directory: write the new model into " +
+                                     from.string() + " too");
+    }
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out || !model.SerializeToOstream(&out) || !out.flush()) {
+    return Status::IoError("cannot write " + path);
+  }
+  return Status::Ok();
+}
+
 Result<Schedule> ImportOnnx(const std::string& path, const OnnxImportOptions& options) {
   auto model = LoadOnnxModel(path, options.max_file_bytes);
   if (!model.ok()) return model.status();

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,7 @@
 #include "common/units.h"
 #include "compiler_hooks/onnx_generate.h"
 #include "compiler_hooks/onnx_importer.h"
+#include "compiler_hooks/onnx_reorder.h"
 #include "prefetch/cost_model.h"
 #include "prefetch/guided_plan.h"
 #include "prefetch/planner.h"
@@ -56,9 +58,14 @@ constexpr const char* kUsage = R"(usage:
   tierpool schedule show SCHEDULE [--json OUT.json, or - for standard output]
                               [--device NAME: where the time goes on it, by op class]
   tierpool schedule convert SCHEDULE [-o OUT.pb] [--json OUT.json]
-  tierpool schedule reorder SCHEDULE -o OUT.pb [--json OUT.json]
-                              (each optimizer update right after its gradient, every
-                              dependency kept)
+  tierpool schedule reorder SCHEDULE|MODEL.onnx -o OUT.pb [--json OUT.json]
+                              [--onnx-out OUT.onnx] [--updates-only] [--device NAME]
+                              [--max-overhead 0.01]
+                              (each optimizer update right after its gradient, then an
+                              order with a lower peak where one exists and the no-offload
+                              iteration on the device grows by at most the overhead, every
+                              dependency kept; for a model, from-onnx's options and the
+                              reordered model)
   tierpool schedule split-updates SCHEDULE --chunk 16M -o OUT.pb [--json OUT.json]
                               (each optimizer update larger than the chunk as slices that
                               stream through hbm one after another)
@@ -279,7 +286,8 @@ int main(int argc, char** argv) {
   unsigned lp_windows = TransferLpOptions{}.max_windows, sweep_jobs = 1;
   bool lp_guided = false;
   bool no_early_loads = false;
-  std::string measured, device_kind, name, chunk, split_updates;
+  std::string measured, device_kind, name, chunk, split_updates, onnx_out;
+  bool updates_only = false;
   int warmup = 3, repeat = 10;
   double dispatch = 0, eager_ms = 0;
   po::options_description opts("options");
@@ -322,12 +330,14 @@ int main(int argc, char** argv) {
     ("svg", po::value(&svg), "replay: SVG of each tier's use over time")
     ("sweep", po::bool_switch(&sweep), "replay: try budgets from 100% down")
     ("chunk", po::value(&chunk), "split-updates: the largest slice of a tensor (e.g. 16M)")
+    ("onnx-out", po::value(&onnx_out), "reorder of a MODEL.onnx: write the reordered model")
+    ("updates-only", po::bool_switch(&updates_only), "reorder: only move optimizer updates")
     ("split-updates", po::value(&split_updates),
      "plan, replay: split optimizer updates into slices of at most this size first")
     ("lp-guided", po::bool_switch(&lp_guided), "plan, replay: guide the planner by the LP bound's optimum")
     ("no-early-loads", po::bool_switch(&no_early_loads),
      "plan, replay: skip the rounds with early loads and reload-aware evictions (faster, may stall more)")
-    ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead")
+    ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead; reorder: longest the no-offload iteration may grow")
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
     ("lp-windows", po::value(&lp_windows)->default_value(TransferLpOptions{}.max_windows),
@@ -355,21 +365,23 @@ int main(int argc, char** argv) {
   if (!profile.ok()) return Fail(profile.status());
 
   const std::string& cmd = args[0];
+  // from-onnx's options, for every command that imports a model.
+  hooks::OnnxImportOptions onnx_options;
+  onnx_options.batch = batch;
+  onnx_options.repeats = !torch.no_repeat;
+  onnx_options.data_inputs = data_inputs;
+  for (const auto& d : dims) {
+    auto eq = d.find('=');
+    try {
+      if (eq == std::string::npos) throw std::invalid_argument(d);
+      onnx_options.dims[d.substr(0, eq)] = std::stoll(d.substr(eq + 1));
+    } catch (const std::exception&) {
+      return Fail(Status::InvalidArgument("--dim takes NAME=N, got '" + d + "'"));
+    }
+  }
   if (cmd == "schedule" && args.size() >= 2 && args[1] == "from-onnx") {
     if (args.size() != 3) return Fail(Status::InvalidArgument("from-onnx takes one MODEL.onnx"));
-    hooks::OnnxImportOptions o;
-    o.batch = batch;
-    o.repeats = !torch.no_repeat;
-    o.data_inputs = data_inputs;
-    for (const auto& d : dims) {
-      auto eq = d.find('=');
-      try {
-        if (eq == std::string::npos) throw std::invalid_argument(d);
-        o.dims[d.substr(0, eq)] = std::stoll(d.substr(eq + 1));
-      } catch (const std::exception&) {
-        return Fail(Status::InvalidArgument("--dim takes NAME=N, got '" + d + "'"));
-      }
-    }
+    const hooks::OnnxImportOptions& o = onnx_options;
     Result<Schedule> s = Status::Internal("not imported");
     if (torch.generate.empty()) {
       s = hooks::ImportOnnx(args[2], o);
@@ -468,15 +480,49 @@ int main(int argc, char** argv) {
     return st.ok() ? 0 : Fail(st);
   }
   if (cmd == "schedule" && args.size() == 3 && args[1] == "reorder") {
-    auto s = LoadSchedule(args[2]);
+    const bool is_onnx = std::filesystem::path(args[2]).extension() == ".onnx";
+    if (!onnx_out.empty() && !is_onnx) {
+      return Fail(Status::InvalidArgument("--onnx-out needs a MODEL.onnx to reorder"));
+    }
+    Result<Schedule> s = is_onnx ? hooks::ImportOnnx(args[2], onnx_options) : LoadSchedule(args[2]);
+    if (s.ok() && is_onnx) ApplyCostModel(*profile, &*s);
     if (!s.ok()) return Fail(s.status());
     auto r = HoistOptimizerUpdates(*s);
     if (!r.ok()) return Fail(r.status());
+    std::uint32_t lowered = 0;  // steps the lower-peak order moved after the hoist
+    if (!updates_only) {
+      // Kept only if the no-offload iteration on the device grows by at most --max-overhead.
+      auto iteration_us = [&](Schedule candidate) {
+        ApplyCostModel(*profile, &candidate);
+        auto replay = Replay(candidate, Lifetimes(candidate), *profile, {.policy = Policy::kNone});
+        return replay.ok() ? replay->time_us : std::numeric_limits<double>::infinity();
+      };
+      const double hoisted_us = iteration_us(r->schedule);
+      auto lower = LowerPeakOrder(r->schedule, [&](const Schedule& candidate) {
+        return iteration_us(candidate) <= hoisted_us * (1 + max_overhead);
+      });
+      if (!lower.ok()) return Fail(lower.status());
+      if (lower->moved > 0) {
+        lowered = lower->moved;
+        std::vector<std::uint32_t> order(r->order.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = r->order[lower->order[i]];
+        r->order = std::move(order);
+        r->schedule = std::move(lower->schedule);
+        r->moved = 0;
+        for (std::uint32_t i = 0; i < r->order.size(); ++i) r->moved += r->order[i] != i ? 1 : 0;
+      }
+    }
     Lifetimes before(*s), after(r->schedule);
-    std::cout << s->name() << ": " << r->hoisted << " optimizer updates run earlier, " << r->moved
-              << " of " << s->steps_size() << " steps moved; no-offload peak "
+    std::cout << s->name() << ": " << r->hoisted << " optimizer updates run earlier, "
+              << (updates_only ? std::string()
+                               : std::to_string(lowered) + " steps moved for a lower peak, ")
+              << r->moved << " of " << s->steps_size() << " steps moved; no-offload peak "
               << FormatBytes(before.peak_bytes()) << " -> " << FormatBytes(after.peak_bytes())
               << "\n";
+    if (!onnx_out.empty()) {
+      Status st = hooks::WriteReorderedOnnx(args[2], onnx_options, *s, r->order, onnx_out);
+      if (!st.ok()) return Fail(st);
+    }
     Status st = Emit(r->schedule, out, json);
     return st.ok() ? 0 : Fail(st);
   }

@@ -259,6 +259,35 @@ void Onnx(const fs::path& dir) {
   std::string bytes;
   model.SerializeToString(&bytes);
   Write(dir, "matmul_relu.onnx", bytes);
+
+  // A branch made early and summed late, which the lower-peak reorder moves, and a Shape that
+  // import folds (no step): the reorder's matching of steps to nodes has work to do.
+  g->clear_node();
+  g->clear_initializer();
+  g->clear_output();
+  tensor_type(g->add_output(), "out", {2, 4});
+  auto node = [&](const char* op, std::vector<const char*> in, const char* out) {
+    auto* n = g->add_node();
+    n->set_name(std::string(op) + "_" + out);
+    n->set_op_type(op);
+    for (const char* i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  for (const char* out : {"b", "a1"}) {
+    auto* axis = node("Concat", {"x", "x", "x", "x"}, out)->add_attribute();
+    axis->set_name("axis");
+    axis->set_type(onnx::AttributeProto::INT);
+    axis->set_i(1);
+  }
+  node("Relu", {"a1"}, "a2");
+  node("ReduceSum", {"a2"}, "a3");
+  node("ReduceSum", {"b"}, "c");
+  node("Add", {"a3", "c"}, "y0");
+  node("Shape", {"x"}, "sh");
+  node("Expand", {"y0", "sh"}, "out");
+  model.SerializeToString(&bytes);
+  Write(dir, "branch.onnx", bytes);
 }
 
 void Configs(const fs::path& dir) {

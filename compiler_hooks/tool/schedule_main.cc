@@ -270,6 +270,35 @@ Status RunPython(const std::string& python, const std::string& script,
   return Status::Ok();
 }
 
+// `tierpool schedule reorder`: the optimizer updates moved up, then (unless updates_only) the
+// lower-peak order where its no-offload iteration on the device grows by at most max_overhead
+// (it moves kernels against each other, which an eager profile charges). The order is against
+// `s`; *lowered counts the steps the second pass moved.
+Result<ReorderResult> RefineOrder(const Schedule& s, const DeviceProfile& device, bool updates_only,
+                                  double max_overhead, std::uint32_t* lowered) {
+  auto r = HoistOptimizerUpdates(s);
+  if (!r.ok() || updates_only) return r;
+  auto iteration_us = [&](Schedule candidate) {
+    ApplyCostModel(device, &candidate);
+    auto replay = Replay(candidate, Lifetimes(candidate), device, {.policy = Policy::kNone});
+    return replay.ok() ? replay->time_us : std::numeric_limits<double>::infinity();
+  };
+  const double hoisted_us = iteration_us(r->schedule);
+  auto lower = LowerPeakOrder(r->schedule, [&](const Schedule& candidate) {
+    return iteration_us(candidate) <= hoisted_us * (1 + max_overhead);
+  });
+  if (!lower.ok()) return lower.status();
+  *lowered = lower->moved;
+  if (lower->moved == 0) return r;
+  std::vector<std::uint32_t> order(r->order.size());  // composed: lower's positions over r's
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = r->order[lower->order[i]];
+  r->order = std::move(order);
+  r->schedule = std::move(lower->schedule);
+  r->moved = 0;
+  for (std::uint32_t i = 0; i < r->order.size(); ++i) r->moved += r->order[i] != i ? 1 : 0;
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -487,31 +516,9 @@ int main(int argc, char** argv) {
     Result<Schedule> s = is_onnx ? hooks::ImportOnnx(args[2], onnx_options) : LoadSchedule(args[2]);
     if (s.ok() && is_onnx) ApplyCostModel(*profile, &*s);
     if (!s.ok()) return Fail(s.status());
-    auto r = HoistOptimizerUpdates(*s);
+    std::uint32_t lowered = 0;  // steps the lower-peak pass moved after the updates'
+    auto r = RefineOrder(*s, *profile, updates_only, max_overhead, &lowered);
     if (!r.ok()) return Fail(r.status());
-    std::uint32_t lowered = 0;  // steps the lower-peak order moved after the hoist
-    if (!updates_only) {
-      // Kept only if the no-offload iteration on the device grows by at most --max-overhead.
-      auto iteration_us = [&](Schedule candidate) {
-        ApplyCostModel(*profile, &candidate);
-        auto replay = Replay(candidate, Lifetimes(candidate), *profile, {.policy = Policy::kNone});
-        return replay.ok() ? replay->time_us : std::numeric_limits<double>::infinity();
-      };
-      const double hoisted_us = iteration_us(r->schedule);
-      auto lower = LowerPeakOrder(r->schedule, [&](const Schedule& candidate) {
-        return iteration_us(candidate) <= hoisted_us * (1 + max_overhead);
-      });
-      if (!lower.ok()) return Fail(lower.status());
-      if (lower->moved > 0) {
-        lowered = lower->moved;
-        std::vector<std::uint32_t> order(r->order.size());
-        for (std::size_t i = 0; i < order.size(); ++i) order[i] = r->order[lower->order[i]];
-        r->order = std::move(order);
-        r->schedule = std::move(lower->schedule);
-        r->moved = 0;
-        for (std::uint32_t i = 0; i < r->order.size(); ++i) r->moved += r->order[i] != i ? 1 : 0;
-      }
-    }
     Lifetimes before(*s), after(r->schedule);
     std::cout << s->name() << ": " << r->hoisted << " optimizer updates run earlier, "
               << (updates_only ? std::string()

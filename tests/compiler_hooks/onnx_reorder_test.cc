@@ -6,8 +6,11 @@
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "compiler_hooks/onnx_model.h"
@@ -118,6 +121,54 @@ TEST_F(OnnxReorder, TheModelRunsInTheNewOrderWithItsDimensionsKept) {
   }
   EXPECT_GE(shape_at, 0);
   EXPECT_LT(shape_at, expand_at);
+}
+
+// The command: `tierpool schedule reorder MODEL.onnx --onnx-out` writes the model in the order
+// of the schedule it writes, and refuses --onnx-out for a schedule file.
+TEST_F(OnnxReorder, TheCommandWritesTheModelAndTheSchedule) {
+  Axis(Node("big", "Concat", {"x", "x", "x", "x"}, "b"), 1);
+  Axis(Node("wide", "Concat", {"x", "x", "x", "x"}, "a1"), 1);
+  Node("relu", "Relu", {"a1"}, "a2");
+  Node("sum_wide", "ReduceSum", {"a2"}, "a3");
+  Node("sum_big", "ReduceSum", {"b"}, "c");
+  Node("add", "Add", {"a3", "c"}, "y");
+  Value(g_->add_output(), "y", {"1", "1"});
+  const std::string path = Save("cli.onnx"), onnx_out = path + ".out.onnx", pb = path + ".pb";
+  const std::string cli = TIERPOOL_CLI_PATH;
+  auto run = [](const std::string& cmd) {
+    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    for (std::size_t n; p != nullptr && (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) {
+      out.append(buf, n);
+    }
+    return std::make_pair(out, p != nullptr ? ::pclose(p) : -1);
+  };
+  auto [out, rc] =
+      run(cli + " schedule reorder " + path + " --batch 4 -o " + pb + " --onnx-out " + onnx_out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("4 steps moved for a lower peak"), std::string::npos) << out;
+  auto written = prefetch::LoadSchedule(pb);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  OnnxImportOptions options;
+  options.batch = 4;
+  auto again = ImportOnnx(onnx_out, options);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(StepNames(*again), StepNames(*written));
+  EXPECT_EQ(StepNames(*again),
+            (std::vector<std::string>{"big", "sum_big", "wide", "relu", "sum_wide", "add"}));
+  // --updates-only moves nothing here (no optimizer), and --onnx-out needs a model.
+  std::tie(out, rc) = run(cli + " schedule reorder " + path + " --updates-only -o " + pb +
+                          " --onnx-out " + onnx_out);
+  ASSERT_EQ(rc, 0) << out;
+  auto same = ImportOnnx(onnx_out, options);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(StepNames(*same).front(), "big");
+  EXPECT_EQ(StepNames(*same)[1], "wide");
+  std::tie(out, rc) =
+      run(cli + " schedule reorder " + pb + " -o " + pb + ".2 --onnx-out " + onnx_out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--onnx-out needs a MODEL.onnx"), std::string::npos) << out;
 }
 
 // `expand` reads x's shape only through the folded Shape of relu's output, so the schedule

@@ -43,7 +43,9 @@ def replay(a, path, device, hbm, policy):
     if hbm:
         cmd += ["--hbm", str(hbm)]
     if policy == "planned" and a.lp_guided:
-        cmd += ["--lp-guided"]
+        # At the 64 boundaries the recorded figures were made with (the tool's guide defaults
+        # to 8 since 2026-11-28).
+        cmd += ["--lp-guided", "--lp-windows", "64"]
     run(cmd)
     with open(out) as f:
         return json.load(f)

@@ -36,6 +36,9 @@ using namespace tierpool::prefetch;
 
 namespace {
 
+// Boundaries of the LP that guides a single plan (plan|replay --lp-guided) unless asked.
+constexpr unsigned kGuideWindows = 8;
+
 constexpr const char* kUsage = R"(usage:
   tierpool schedule from-onnx MODEL.onnx -o OUT.pb [--json OUT.json] [--device NAME] [--batch N]
                               [--dim NAME=N ...] [--data-input NAME ...] [--no-repeat]
@@ -74,7 +77,8 @@ constexpr const char* kUsage = R"(usage:
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
                               [--json REPORT.json] [--trace TRACE.json] [--svg MEM.svg]
                               [--lp-guided: solve the LP bound and let its optimum choose
-                              what to evict; kept if it stalls less (seconds, not ms)]
+                              what to evict; kept if it stalls less (seconds, not ms;
+                              its LP at 8 boundaries unless --lp-windows says)]
   tierpool replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
                               [--sweep-step 0.05] [--sweep-lowest 0.2]
                               [--lp-windows 64: the LP stall bound's boundaries, 0 to skip it]
@@ -370,7 +374,8 @@ int main(int argc, char** argv) {
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
     ("lp-windows", po::value(&lp_windows)->default_value(TransferLpOptions{}.max_windows),
-     "sweep: boundaries of the LP stall bound (0: skip it)")
+     "sweep: boundaries of the LP stall bound (0: skip it); plan, replay --lp-guided: of the LP "
+     "that guides (default there 8)")
     ("jobs", po::value(&sweep_jobs)->default_value(1), "sweep: budgets worked on at once")
     ("prefetch-margin", po::value(&margin)->default_value(PlannerConfig{}.prefetch_margin),
      "plan: prefetch windows cover this many times a transfer's estimated time")
@@ -603,8 +608,12 @@ int main(int argc, char** argv) {
       const PlannerConfig config{
           .hbm_budget = budget, .prefetch_margin = margin, .early_loads = !no_early_loads};
       if (lp_guided) {
+        // A guide needs few boundaries: at 8 the guided plans stalled about as little as at 64,
+        // for a solve 5-40x shorter (docs/benchmarks.md, "A coarse LP guides as well"). Asked
+        // for, --lp-windows gives more (a tighter bound to print beside the plan).
+        const unsigned windows = vm["lp-windows"].defaulted() ? kGuideWindows : lp_windows;
         auto built =
-            BuildLpGuidedPlan(*s, lt, *profile, config, {.max_windows = std::max(lp_windows, 2u)});
+            BuildLpGuidedPlan(*s, lt, *profile, config, {.max_windows = std::max(windows, 2u)});
         if (!built.ok()) return Fail(built.status());
         char guided[64] = "not made (nothing to guide)";
         const auto& g = built->guidance;

@@ -668,6 +668,11 @@ int main(int argc, char** argv) {
           check->compute_us > 0 ? 100 * check->stall_us / check->compute_us : 0.0,
           FormatBytes(check->peak_hbm).c_str(), FormatBytes(check->h2d_bytes).c_str(),
           FormatBytes(check->d2h_bytes).c_str());
+      if (!lp_guided && check->stall_us > 0.01 * check->compute_us) {
+        // Where plans stall, the guided planner stalled 36% less in total on 21 corpus budgets
+        // (docs/benchmarks.md, "A coarse LP guides as well"); it costs seconds, so it is asked.
+        std::printf("the plan stalls; --lp-guided may find one that stalls less (seconds more)\n");
+      }
       return 0;
     }
     auto r = Replay(*s, lt, *profile,

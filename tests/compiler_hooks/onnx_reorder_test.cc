@@ -198,3 +198,50 @@ TEST_F(OnnxReorder, AnOrderTheModelsEdgesForbidIsRefused) {
 
 }  // namespace
 }  // namespace tierpool::hooks
+
+namespace tierpool::hooks {
+namespace {
+
+// What ONNX's shape inference takes on trust is checked before it runs (the model builder of
+// the reorder tests). Fuzzing found this model crashing libonnx's inference: a Shape of a value
+// nothing defines, under an opset the library does not know.
+class OnnxImportChecks : public OnnxReorder {};
+
+TEST_F(OnnxImportChecks, AnUnknownOpsetOrAnUndefinedValueIsAnErrorNotACrash) {
+  Node("shape", "Shape", {"u"}, "sh");
+  Node("expand", "Expand", {"x", "sh"}, "y");
+  Value(g_->add_output(), "y", {"batch", "1024"});
+  model_.mutable_opset_import(0)->set_version(91);
+  auto s = ImportOnnx(Save("opset91.onnx"), {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("opset 91"), std::string::npos) << s.status().ToString();
+
+  model_.mutable_opset_import(0)->set_version(13);
+  s = ImportOnnx(Save("undefined.onnx"), {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("reads 'u', which nothing before it defines"),
+            std::string::npos)
+      << s.status().ToString();
+
+  // A value made twice, and no opset of the default domain at all.
+  g_->mutable_node(0)->set_input(0, "x");
+  Node("again", "Relu", {"x"}, "y");
+  s = ImportOnnx(Save("twice.onnx"), {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("makes 'y', which is already defined"), std::string::npos)
+      << s.status().ToString();
+  g_->mutable_node()->RemoveLast();
+  model_.mutable_opset_import(0)->set_domain("com.example");
+  s = ImportOnnx(Save("no-default-opset.onnx"), {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("no opset of the default domain"), std::string::npos)
+      << s.status().ToString();
+  // Put right, it imports.
+  model_.mutable_opset_import(0)->set_domain("");
+  s = ImportOnnx(Save("fixed.onnx"), {});
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+}
+
+}  // namespace
+}  // namespace tierpool::hooks

@@ -146,7 +146,8 @@ namespace {
 class MemoryEffects {
  public:
   explicit MemoryEffects(const Schedule& s)
-      : n_(static_cast<std::uint32_t>(s.steps_size())), touches_(n_), made_(n_, 0) {
+      : touches_(static_cast<std::size_t>(s.steps_size())),
+        made_(static_cast<std::size_t>(s.steps_size()), 0) {
     remaining_.resize(static_cast<std::size_t>(s.tensors_size()));
     size_.resize(remaining_.size());
     for (const auto& t : s.tensors()) {
@@ -175,7 +176,6 @@ class MemoryEffects {
   }
 
  private:
-  std::uint32_t n_;
   std::vector<std::vector<std::uint32_t>> touches_;  // non-persistent tensors, per step
   std::vector<std::uint64_t> made_;
   std::vector<std::uint32_t> remaining_;  // steps still to run that touch it

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "prefetch/cost_model.h"
+#include "tests/compiler_hooks/run_command.h"
 
 namespace tierpool::hooks {
 namespace {
@@ -196,16 +197,6 @@ TEST_F(OnnxImporter, ScheduleShowSpeaksJson) {
   EXPECT_EQ(j["by_kind"]["WEIGHT"]["bytes"].get<std::uint64_t>(),
             static_cast<std::uint64_t>(params) * 4);
   EXPECT_GT(j["peak_bytes_without_offload"].get<std::uint64_t>(), 0u);
-}
-
-// What a command prints, and its exit status.
-std::pair<std::string, int> RunCommand(const std::string& cmd) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  if (p == nullptr) return {out, -1};
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  return {out, ::pclose(p)};
 }
 
 // `tierpool plan` says what its plan does on the profile's clock (before, only its action

@@ -15,6 +15,7 @@
 
 #include "compiler_hooks/onnx_model.h"
 #include "prefetch/reorder.h"
+#include "tests/compiler_hooks/run_command.h"
 
 namespace tierpool::hooks {
 namespace {
@@ -70,6 +71,17 @@ class OnnxReorder : public ::testing::Test {
     return names;
   }
 
+  // x -> big (4x wider) -> sum_big, and x -> wide -> relu -> sum_wide; the sums added into
+  // `sum`. In file order `big` is held across the whole other branch.
+  void Branch(const std::string& sum) {
+    Axis(Node("big", "Concat", {"x", "x", "x", "x"}, "b"), 1);
+    Axis(Node("wide", "Concat", {"x", "x", "x", "x"}, "a1"), 1);
+    Node("relu", "Relu", {"a1"}, "a2");
+    Node("sum_wide", "ReduceSum", {"a2"}, "a3");
+    Node("sum_big", "ReduceSum", {"b"}, "c");
+    Node("add", "Add", {"a3", "c"}, sum);
+  }
+
   onnx::ModelProto model_;
   onnx::GraphProto* g_ = nullptr;
 };
@@ -77,12 +89,7 @@ class OnnxReorder : public ::testing::Test {
 // x -> big (4x wider) ... sum_big, and x -> wide -> relu -> sum_wide; the sums added, then
 // broadcast back to x's shape by a Shape node that import folds (no step of its own).
 TEST_F(OnnxReorder, TheModelRunsInTheNewOrderWithItsDimensionsKept) {
-  Axis(Node("big", "Concat", {"x", "x", "x", "x"}, "b"), 1);
-  Axis(Node("wide", "Concat", {"x", "x", "x", "x"}, "a1"), 1);
-  Node("relu", "Relu", {"a1"}, "a2");
-  Node("sum_wide", "ReduceSum", {"a2"}, "a3");
-  Node("sum_big", "ReduceSum", {"b"}, "c");
-  Node("add", "Add", {"a3", "c"}, "y0");
+  Branch("y0");
   Node("shape", "Shape", {"x"}, "sh");
   Node("expand", "Expand", {"y0", "sh"}, "y");
   Value(g_->add_output(), "y", {"batch", "1024"});
@@ -126,26 +133,12 @@ TEST_F(OnnxReorder, TheModelRunsInTheNewOrderWithItsDimensionsKept) {
 // The command: `tierpool schedule reorder MODEL.onnx --onnx-out` writes the model in the order
 // of the schedule it writes, and refuses --onnx-out for a schedule file.
 TEST_F(OnnxReorder, TheCommandWritesTheModelAndTheSchedule) {
-  Axis(Node("big", "Concat", {"x", "x", "x", "x"}, "b"), 1);
-  Axis(Node("wide", "Concat", {"x", "x", "x", "x"}, "a1"), 1);
-  Node("relu", "Relu", {"a1"}, "a2");
-  Node("sum_wide", "ReduceSum", {"a2"}, "a3");
-  Node("sum_big", "ReduceSum", {"b"}, "c");
-  Node("add", "Add", {"a3", "c"}, "y");
+  Branch("y");
   Value(g_->add_output(), "y", {"1", "1"});
   const std::string path = Save("cli.onnx"), onnx_out = path + ".out.onnx", pb = path + ".pb";
   const std::string cli = TIERPOOL_CLI_PATH;
-  auto run = [](const std::string& cmd) {
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    std::string out;
-    char buf[4096];
-    for (std::size_t n; p != nullptr && (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) {
-      out.append(buf, n);
-    }
-    return std::make_pair(out, p != nullptr ? ::pclose(p) : -1);
-  };
-  auto [out, rc] =
-      run(cli + " schedule reorder " + path + " --batch 4 -o " + pb + " --onnx-out " + onnx_out);
+  auto [out, rc] = RunCommand(cli + " schedule reorder " + path + " --batch 4 -o " + pb +
+                              " --onnx-out " + onnx_out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("4 steps moved for a lower peak"), std::string::npos) << out;
   auto written = prefetch::LoadSchedule(pb);
@@ -158,15 +151,15 @@ TEST_F(OnnxReorder, TheCommandWritesTheModelAndTheSchedule) {
   EXPECT_EQ(StepNames(*again),
             (std::vector<std::string>{"big", "sum_big", "wide", "relu", "sum_wide", "add"}));
   // --updates-only moves nothing here (no optimizer), and --onnx-out needs a model.
-  std::tie(out, rc) = run(cli + " schedule reorder " + path + " --updates-only -o " + pb +
-                          " --onnx-out " + onnx_out);
+  std::tie(out, rc) = RunCommand(cli + " schedule reorder " + path + " --updates-only -o " + pb +
+                                 " --onnx-out " + onnx_out);
   ASSERT_EQ(rc, 0) << out;
   auto same = ImportOnnx(onnx_out, options);
   ASSERT_TRUE(same.ok());
   EXPECT_EQ(StepNames(*same).front(), "big");
   EXPECT_EQ(StepNames(*same)[1], "wide");
   std::tie(out, rc) =
-      run(cli + " schedule reorder " + pb + " -o " + pb + ".2 --onnx-out " + onnx_out);
+      RunCommand(cli + " schedule reorder " + pb + " -o " + pb + ".2 --onnx-out " + onnx_out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--onnx-out needs a MODEL.onnx"), std::string::npos) << out;
 }

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   LogToStderr();
   spdlog::set_level(spdlog::level::warn);
   int device = 0, repeat = 3, checksum_threads = 0;
+  std::string check_min_s = "16M";
   std::string check = "device";
   std::string total_s = "1G", sizes_s = "256K,1M,4M,16M,64M", inflight_s = "256M";
   bool as_json = false;
@@ -75,14 +76,17 @@ int main(int argc, char** argv) {
      "where moves are checked: device (on the GPU) or host")
     ("checksum-threads", po::value(&checksum_threads)->default_value(0),
      "threads checking bytes beside the copies (0: the server's default)")
+    ("device-check-min", po::value(&check_min_s)->default_value("16M"),
+     "objects checked on the device from this size (smaller ones on the host)")
     ("json", po::bool_switch(&as_json), "print JSON");
   // clang-format on
   po::variables_map vm;
   if (auto rc = ParseToolOptions(argc, argv, opts, "tierpool bench hbm", &vm)) return *rc;
   auto total = ParseByteSize(total_s);
   auto inflight = ParseByteSize(inflight_s);
-  if (!total.ok() || !inflight.ok() || repeat < 1) {
-    std::cerr << "tierpool bench hbm: bad --total, --inflight or --repeat\n";
+  auto check_min = ParseByteSize(check_min_s);
+  if (!total.ok() || !inflight.ok() || !check_min.ok() || repeat < 1) {
+    std::cerr << "tierpool bench hbm: bad --total, --inflight, --device-check-min or --repeat\n";
     return 2;
   }
   std::vector<std::uint64_t> sizes;
@@ -101,7 +105,9 @@ int main(int argc, char** argv) {
     std::cerr << "tierpool bench hbm: --check is device or host\n";
     return 2;
   }
-  auto backend = MakeCudaHbmBackend(device, checksum_threads, check == "device");
+  auto backend = MakeCudaHbmBackend(device, {.checksum_threads = checksum_threads,
+                                             .device_checks = check == "device",
+                                             .device_check_min_bytes = *check_min});
   if (!backend.ok()) {
     std::cerr << "tierpool bench hbm: " << backend.status().ToString() << "\n";
     return 1;
@@ -194,8 +200,13 @@ int main(int argc, char** argv) {
   }
   (void)cudaFree(ref_device);
   (void)cudaStreamDestroy(stream);
-  json out{{"device", prop.name}, {"inflight_bytes", *inflight},          {"total_bytes", *total},
-           {"repeat", repeat},    {"checksum_threads", checksum_threads}, {"check", check},
+  json out{{"device", prop.name},
+           {"inflight_bytes", *inflight},
+           {"total_bytes", *total},
+           {"repeat", repeat},
+           {"checksum_threads", checksum_threads},
+           {"check", check},
+           {"device_check_min_bytes", *check_min},
            {"rows", rows}};
   if (as_json) {
     std::cout << out.dump(2) << "\n";

@@ -300,8 +300,8 @@ Result<std::unique_ptr<HbmTier>> BuildHbmTier(const HbmTierConfig& config,
                                               const ServerConfig& server, Tier& dram) {
   const int device = server.hbm_device;
   if (device >= 0) {
-    auto backend =
-        MakeCudaHbmBackend(device, server.hbm_checksum_threads, server.hbm_check == "device");
+    auto backend = MakeCudaHbmBackend(device, {.checksum_threads = server.hbm_checksum_threads,
+                                               .device_checks = server.hbm_check == "device"});
     if (backend.ok()) {
       auto hbm = HbmTier::Create(config, std::move(backend).value());
       if (!hbm.ok()) return hbm.status();

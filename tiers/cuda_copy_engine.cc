@@ -21,22 +21,30 @@ cudaError_t NewEvent(cudaEvent_t* event) {
   return cudaEventCreateWithFlags(event, cudaEventDisableTiming | cudaEventBlockingSync);
 }
 
+// An event from a lane's pool (its lock held), or a new one. Created and destroyed per copy,
+// they held moves of 256 KiB off an H200 to 0.46-0.55x of cudaMemcpyAsync, 0.57-0.61x reused
+// (docs/benchmarks.md).
+cudaError_t TakeEvent(std::vector<void*>* pool, cudaEvent_t* event) {
+  if (pool->empty()) return NewEvent(event);
+  *event = static_cast<cudaEvent_t>(pool->back());
+  pool->pop_back();
+  return cudaSuccess;
+}
+
 // Result slots for checked copies in flight: more than the mover keeps in flight in practice;
 // when they run out, copies are checked on the host.
 constexpr int kSlots = 1 << 14;
 constexpr int kHashStreams = 16;  // per direction
-// Below this a copy is checked on the host, by the checksum threads, several copies at once:
-// measured faster up to 4 MiB, even at 16 MiB, and slower from 64 MiB, where one object's pass
-// on one thread holds its copy's completion back (docs/benchmarks.md).
-constexpr std::uint64_t kDeviceCheckMinBytes = 16 << 20;
 
 }  // namespace
 
-Result<std::shared_ptr<CudaCopyEngine>> CudaCopyEngine::Create(int device, int checksum_threads) {
+Result<std::shared_ptr<CudaCopyEngine>> CudaCopyEngine::Create(int device,
+                                                               const CudaHbmOptions& options) {
+  if (Status s = options.validate(); !s.ok()) return s;
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
     return CudaError("cudaSetDevice", e);
   }
-  std::shared_ptr<CudaCopyEngine> engine(new CudaCopyEngine(device));
+  std::shared_ptr<CudaCopyEngine> engine(new CudaCopyEngine(device, options));
   for (Lane& lane : engine->lanes_) {
     for (int i = 0; i <= kHashStreams; ++i) {
       cudaStream_t stream = nullptr;
@@ -62,7 +70,7 @@ Result<std::shared_ptr<CudaCopyEngine>> CudaCopyEngine::Create(int device, int c
   for (Lane& lane : engine->lanes_) {
     lane.thread = std::thread([raw, l = &lane] { raw->CompletionLoop(l); });
   }
-  for (int i = 0; i < std::max(1, checksum_threads); ++i) {
+  for (int i = 0; i < std::max(1, options.checksum_threads); ++i) {
     engine->checksum_threads_.emplace_back([raw] { raw->ChecksumLoop(); });
   }
   return engine;
@@ -88,6 +96,7 @@ CudaCopyEngine::~CudaCopyEngine() {
   for (Lane& lane : lanes_) {
     if (lane.stream != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(lane.stream));
     for (void* s : lane.hash_streams) (void)cudaStreamDestroy(static_cast<cudaStream_t>(s));
+    for (void* ev : lane.free_events) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   }
   for (void* base : registered_) (void)cudaHostUnregister(base);
   if (slots_ != nullptr) (void)cudaFreeHost(slots_);
@@ -105,7 +114,7 @@ void CudaCopyEngine::Copy(Direction dir, void* dst, const void* src, std::uint64
     e = cudaMemcpyAsync(dst, src, size, kind, static_cast<cudaStream_t>(lane.stream));
   }
   cudaEvent_t event = nullptr;
-  if (e == cudaSuccess) e = NewEvent(&event);
+  if (e == cudaSuccess) e = TakeEvent(&lane.free_events, &event);
   if (e == cudaSuccess) {
     e = cudaEventRecord(event, static_cast<cudaStream_t>(lane.stream));
     if (e != cudaSuccess) (void)cudaEventDestroy(event);
@@ -121,10 +130,13 @@ void CudaCopyEngine::Copy(Direction dir, void* dst, const void* src, std::uint64
 
 void CudaCopyEngine::CompletionLoop(Lane* lane) {
   (void)cudaSetDevice(device_);
+  std::vector<void*> spent;  // events whose copies have ended, back to the pool at the next lock
   for (;;) {
     Pending p;
     {
       std::unique_lock lock(lane->mu);
+      lane->free_events.insert(lane->free_events.end(), spent.begin(), spent.end());
+      spent.clear();
       lane->wake.wait(lock, [&] { return !lane->pending.empty() || lane->stopping; });
       if (lane->pending.empty()) return;  // stopping, and every copy has been answered
       p = std::move(lane->pending.front());
@@ -134,10 +146,12 @@ void CudaCopyEngine::CompletionLoop(Lane* lane) {
     for (void* ev : {p.event, p.event2}) {
       if (ev == nullptr) continue;
       auto event = static_cast<cudaEvent_t>(ev);
-      if (cudaError_t e = cudaEventSynchronize(event); e != cudaSuccess && s.ok()) {
-        s = CudaError("copy on the device", e);
+      if (cudaError_t e = cudaEventSynchronize(event); e != cudaSuccess) {
+        if (s.ok()) s = CudaError("copy on the device", e);
+        (void)cudaEventDestroy(event);  // a failed event is not reused
+      } else {
+        spent.push_back(event);
       }
-      (void)cudaEventDestroy(event);
     }
     p.done(std::move(s));
   }
@@ -160,7 +174,7 @@ bool CudaCopyEngine::CopyChecked(Direction dir, void* dst, const void* src, std:
                                  std::uint64_t checksum, const Done& done) {
   const bool to_device = dir == Direction::kToDevice;
   const void* device_side = to_device ? dst : src;
-  if (size < std::max(kDeviceXxh3MinBytes, kDeviceCheckMinBytes) ||
+  if (size < std::max(kDeviceXxh3MinBytes, options_.device_check_min_bytes) ||
       reinterpret_cast<std::uintptr_t>(device_side) % 8 != 0) {
     return false;
   }
@@ -181,8 +195,8 @@ bool CudaCopyEngine::CopyChecked(Direction dir, void* dst, const void* src, std:
   // From here the copy is ours to answer. To the device: copy, then hash what landed (the hash
   // stream waits for the copy). Off it: hash the source beside the copy.
   cudaEvent_t copied = nullptr, hashed = nullptr;
-  cudaError_t e = NewEvent(&copied);
-  if (e == cudaSuccess) e = NewEvent(&hashed);
+  cudaError_t e = TakeEvent(&lane.free_events, &copied);
+  if (e == cudaSuccess) e = TakeEvent(&lane.free_events, &hashed);
   if (e == cudaSuccess && !to_device) e = EnqueueDeviceXxh3(src, size, scratch, hash_stream);
   if (e == cudaSuccess) {
     e = cudaMemcpyAsync(dst, src, size, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tiers/hbm_tier.h"
 
 namespace tierpool {
 
@@ -30,8 +31,9 @@ class CudaCopyEngine {
   enum class Direction { kToDevice = 0, kToHost = 1 };
   using Done = std::function<void(Status)>;
 
-  // The engine of `device` with `checksum_threads` threads for Post.
-  static Result<std::shared_ptr<CudaCopyEngine>> Create(int device, int checksum_threads);
+  // The engine of `device`: options.checksum_threads threads for Post (at least one), checks on
+  // the device from options.device_check_min_bytes.
+  static Result<std::shared_ptr<CudaCopyEngine>> Create(int device, const CudaHbmOptions& options);
   ~CudaCopyEngine();
   CudaCopyEngine(const CudaCopyEngine&) = delete;
   CudaCopyEngine& operator=(const CudaCopyEngine&) = delete;
@@ -66,18 +68,20 @@ class CudaCopyEngine {
     std::size_t next_hash_stream = 0;  // guarded by mu
     std::mutex mu;  // also held while a copy is queued, so `pending` is in stream order
     std::condition_variable wake;
-    std::deque<Pending> pending;  // guarded by mu
-    bool stopping = false;        // guarded by mu
+    std::deque<Pending> pending;     // guarded by mu
+    std::vector<void*> free_events;  // cudaEvent_t, ended copies' for reuse; guarded by mu
+    bool stopping = false;           // guarded by mu
     std::thread thread;
   };
 
-  explicit CudaCopyEngine(int device) : device_(device) {}
+  CudaCopyEngine(int device, const CudaHbmOptions& options) : device_(device), options_(options) {}
   void CompletionLoop(Lane* lane);
   void ChecksumLoop();
   int TakeSlot();  // a pinned result slot, or -1 when all are in use
   void GiveSlot(int slot);
 
   const int device_;
+  const CudaHbmOptions options_;
   Lane lanes_[2];
   std::mutex mu_;
   std::condition_variable work_ready_;

@@ -10,8 +10,8 @@
 #include "common/units.h"
 
 namespace tierpool {
-Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_threads,
-                                                       bool device_checks) {
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, CudaHbmOptions options) {
+  if (Status s = options.validate(); !s.ok()) return s;
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -21,13 +21,14 @@ Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_
     return Status::Unavailable("no CUDA device " + std::to_string(device) + " (this node has " +
                                std::to_string(count) + ")");
   }
-  if (checksum_threads <= 0) {
-    checksum_threads =
+  if (options.checksum_threads <= 0) {
+    options.checksum_threads =
         std::clamp(static_cast<int>(std::thread::hardware_concurrency()) * 3 / 4, 1, 12);
   }
-  auto engine = CudaCopyEngine::Create(device, checksum_threads);
+  auto engine = CudaCopyEngine::Create(device, options);
   if (!engine.ok()) return Status::Unavailable(engine.status().message());
-  return std::unique_ptr<HbmBackend>(new CudaHbmBackend(std::move(engine).value(), device_checks));
+  return std::unique_ptr<HbmBackend>(
+      new CudaHbmBackend(std::move(engine).value(), options.device_checks));
 }
 
 CudaHbmBackend::~CudaHbmBackend() {

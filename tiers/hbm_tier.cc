@@ -16,11 +16,17 @@ void HbmBackend::CopyOut(std::uint64_t, std::byte*, std::uint64_t, IoCompletion 
 }
 
 #ifndef TIERPOOL_HAVE_CUDA
-Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int /*device*/, int /*checksum_threads*/,
-                                                       bool /*device_checks*/) {
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int /*device*/, CudaHbmOptions /*options*/) {
   return Status::Unavailable("tierpool was built without CUDA (-DTIERPOOL_CUDA=OFF)");
 }
 #endif
+
+Status CudaHbmOptions::validate() const {
+  if (checksum_threads < 0 || checksum_threads > 256) {
+    return Status::InvalidArgument("hbm checksum threads must be 0 to 256");
+  }
+  return Status::Ok();
+}
 
 Status HostPinnedHbmBackend::Init(std::uint64_t capacity) {
   auto arena = MemfdArena::Create(

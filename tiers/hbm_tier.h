@@ -73,8 +73,17 @@ class HbmBackend {
 // the host by checksum_threads threads beside the copy engines (0: 3/4 of the host's cores, at
 // most 12): one thread's XXH3 over memory the engine just wrote runs at 7-10 GB/s, a sixth of
 // a PCIe 5 engine's rate (docs/benchmarks.md "hbm in a GPU's memory").
-Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, int checksum_threads = 0,
-                                                       bool device_checks = true);
+struct CudaHbmOptions {
+  int checksum_threads = 0;  // host checks' threads (0: 3/4 of the host's cores, at most 12)
+  bool device_checks = true;
+  // Copies of at least this many bytes are checked on the device, smaller ones on the host
+  // (where several objects are hashed at once): host checks measured faster up to 16 MiB on an
+  // H100 (at 1 MiB on an H200 too), and slower from 64 MiB, where one object's pass on one
+  // thread holds its copy's completion back (`tierpool bench hbm --device-check-min`).
+  std::uint64_t device_check_min_bytes = 16ull << 20;
+  Status validate() const;
+};
+Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, CudaHbmOptions options = {});
 
 // Stand-in for device memory: a page-locked, shared host arena with a fixed budget.
 class HostPinnedHbmBackend final : public HbmBackend {

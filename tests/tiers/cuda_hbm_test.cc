@@ -59,7 +59,7 @@ DeviceTiers MakeTiers(std::uint64_t hbm_bytes, std::uint64_t dram_bytes,
   auto dram = DramTier::Create({.capacity = dram_bytes, .first_arena_id = 1});
   EXPECT_TRUE(dram.ok()) << dram.status().ToString();
   t.dram = std::move(dram).value();
-  auto backend = MakeCudaHbmBackend(0, 0, device_checks);
+  auto backend = MakeCudaHbmBackend(0, {.device_checks = device_checks});
   EXPECT_TRUE(backend.ok());
   auto hbm = HbmTier::Create({.capacity = hbm_bytes, .arena_id = 100}, std::move(backend).value());
   EXPECT_TRUE(hbm.ok()) << hbm.status().ToString();

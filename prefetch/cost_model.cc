@@ -143,6 +143,22 @@ bool HasCostInputs(const schedule::Step& st) { return st.flops() > 0 || st.bytes
 constexpr std::array<std::string_view, 8> kNoKernelOps = {
     "constant", "flatten", "identity", "reshape", "shape", "size", "squeeze", "unsqueeze"};
 
+// Bytes of one element of a math mode's operands (TF32 reads fp32).
+double ElementBytes(MathMode m) {
+  switch (m) {
+    case MathMode::kBf16:
+      return 2;
+    case MathMode::kFp8:
+      return 1;
+    case MathMode::kFp64:
+      return 8;
+    case MathMode::kFp32:
+    case MathMode::kTf32:
+      break;
+  }
+  return 4;
+}
+
 // What a measured step's kernels took: kernel_us once ApplyCostModel has split it off.
 double KernelUs(const schedule::Step& st) {
   return st.kernel_us() > 0 ? st.kernel_us() : st.compute_us();
@@ -175,10 +191,18 @@ MathMode MathModeOf(std::string_view dtype, OpClass c, const DeviceProfile& d) {
   }
   if (t == "float64" || t == "double") return MathMode::kFp64;
   if ((c == OpClass::kConv && d.fp32_conv_uses_tf32) ||
-      ((c == OpClass::kGemm || c == OpClass::kAttention) && d.fp32_matmul_uses_tf32)) {
+      ((c == OpClass::kGemm || c == OpClass::kGemv || c == OpClass::kAttention) &&
+       d.fp32_matmul_uses_tf32)) {
     return MathMode::kTf32;
   }
   return MathMode::kFp32;
+}
+
+bool IsMatrixVectorLike(double flops, std::uint64_t bytes, double element_bytes,
+                        std::uint64_t largest_operand) {
+  const auto b = static_cast<double>(bytes);
+  return flops > 0 && bytes > 0 && flops * element_bytes <= 32.0 * b &&
+         static_cast<double>(largest_operand) >= 0.75 * b;
 }
 
 StepTime EstimateStep(const DeviceProfile& d, StepKind kind, double flops, std::uint64_t bytes) {
@@ -212,9 +236,15 @@ std::vector<StepKind> StepKinds(const schedule::Schedule& s, const DeviceProfile
   }
   std::vector<StepKind> kinds(steps);
   for (std::uint32_t i = 0; i < steps; ++i) {
-    kinds[i].op_class = ClassifyOp(s.steps(static_cast<int>(i)).op_type());
+    const auto& st = s.steps(static_cast<int>(i));
+    kinds[i].op_class = ClassifyOp(st.op_type());
     int t = read[i].second >= 0 ? read[i].second : made[i].second;
     if (t >= 0) kinds[i].math = MathModeOf(s.tensors(t).dtype(), kinds[i].op_class, d);
+    if (kinds[i].op_class == OpClass::kGemm &&
+        IsMatrixVectorLike(st.flops(), st.bytes_touched(), ElementBytes(kinds[i].math),
+                           read[i].first)) {
+      kinds[i].op_class = OpClass::kGemv;
+    }
   }
   return kinds;
 }

@@ -30,6 +30,14 @@ OpClass ClassifyOp(std::string_view op_type);
 // steps, and they take no time and no dispatch. A measured step keeps its measured time.
 bool RunsNoKernel(const schedule::Step& st);
 
+// Whether a matrix multiply of these FLOPs and bytes (in elements of `element_bytes`), whose
+// largest operand is `largest_operand` bytes, streams that operand past a side of at most 16
+// rows (kGemv): at most 32 FLOPs per element moved (2 x rows when the other sides are large),
+// and that operand 3/4 of the bytes or more. Small batched multiplies (Swin's 49 x 32 x 49
+// windows: 28 FLOPs per element, no operand above a third) are not streams and stay kGemm.
+bool IsMatrixVectorLike(double flops, std::uint64_t bytes, double element_bytes,
+                        std::uint64_t largest_operand);
+
 // What a step computes with: its op's class and the dtype its arithmetic reads.
 struct StepKind {
   OpClass op_class = OpClass::kElementwise;
@@ -41,8 +49,9 @@ struct StepKind {
 // says so). Integer and unknown dtypes count as fp32.
 MathMode MathModeOf(std::string_view dtype, OpClass c, const DeviceProfile& d);
 
-// Each step's kind: the class of its op, the math mode of the largest floating-point tensor it
-// reads (or, if it reads none, the largest it defines).
+// Each step's kind: the class of its op (a matrix multiply kGemv where IsMatrixVectorLike), the
+// math mode of the largest floating-point tensor it reads (or, if it reads none, the largest it
+// defines).
 std::vector<StepKind> StepKinds(const schedule::Schedule& s, const DeviceProfile& d);
 
 // One step's kernels on the device, and the host's time to issue them, in microseconds.

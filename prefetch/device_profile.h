@@ -16,6 +16,9 @@ namespace tierpool::prefetch {
 // What kind of kernel a step runs; each class reaches its own share of the device's peaks.
 enum class OpClass : std::uint8_t {
   kGemm,         // matrix multiplies (mm, addmm, bmm, MatMul, Gemm)
+  kGemv,         // matrix multiplies with a side of a few rows (IsMatrixVectorLike): decode's
+                 // reads of weights and KV cache, which stream at a share of the bandwidth
+                 // that large multiplies do not reach
   kConv,         // convolutions and their backward
   kAttention,    // fused attention
   kNorm,         // batch/layer/group norm and softmax, forward and backward
@@ -25,7 +28,7 @@ enum class OpClass : std::uint8_t {
   kCopy,         // casts, clones, concatenation, gathers, padding
   kSync,         // a point in the step order that runs no kernel
 };
-inline constexpr std::size_t kOpClasses = 9;
+inline constexpr std::size_t kOpClasses = 10;
 std::string_view OpClassName(OpClass c);
 
 // The arithmetic a step's FLOPs run in; each has its own peak.

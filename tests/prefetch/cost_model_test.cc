@@ -78,6 +78,75 @@ TEST(CostModel, AnFp32GemmTakesItsFp32PeakNotTheTensorCorePeak) {
   EXPECT_EQ(bf16.device(), "h100");
 }
 
+// A decode step's multiplies have one row per token: they stream their weights (or a layer's
+// KV cache) through the cores, measured on an H100 at twice the bandwidth share that large,
+// memory-bound multiplies reach. Shapes by rows x inner x columns, the second operand the
+// larger.
+struct Multiply {
+  double flops;
+  std::uint64_t bytes, largest;
+};
+Multiply Mm(double m, double k, double n, double element, double batch = 1) {
+  return {batch * 2 * m * k * n,
+          static_cast<std::uint64_t>(batch * element * (m * k + k * n + m * n)),
+          static_cast<std::uint64_t>(batch * element * k * n)};
+}
+
+// One multiply step reading an activation and its large operand.
+schedule::Schedule MultiplyStep(const Multiply& mm, const std::string& dtype) {
+  schedule::Schedule s;
+  s.set_format_version(1);
+  auto* st = s.add_steps();
+  st->set_name("s0");
+  st->set_op_type("mm");
+  st->set_flops(mm.flops);
+  st->set_bytes_touched(mm.bytes);
+  const std::uint64_t sizes[] = {mm.bytes - mm.largest, mm.largest};
+  for (int i = 0; i < 2; ++i) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(i));
+    t->set_size_bytes(sizes[i]);
+    t->set_dtype(dtype);
+    t->set_def_step(-1);
+    t->add_use_steps(0);
+  }
+  return s;
+}
+
+TEST(CostModel, AMultiplyOfAFewRowsIsAGemvAndStreamsAtItsOwnShare) {
+  auto d = BuiltinProfile("h100");
+  ASSERT_TRUE(d.ok());
+  auto gemv = [](const Multiply& mm, double element) {
+    return IsMatrixVectorLike(mm.flops, mm.bytes, element, mm.largest);
+  };
+  const Multiply decode = Mm(1, 4096, 14336, 2);  // one token through a SwiGLU weight
+  const Multiply gqa = Mm(4, 128, 131072, 2);     // 4 query rows against a 128K cache
+  EXPECT_TRUE(gemv(decode, 2));
+  EXPECT_TRUE(gemv(gqa, 2));
+  EXPECT_TRUE(gemv(Mm(16, 4096, 4096, 4), 4));  // fp32, 16 rows: the edge, still a stream
+  EXPECT_FALSE(gemv(Mm(17, 4096, 4096, 4), 4));
+  EXPECT_FALSE(gemv(Mm(32, 2048, 1000, 4), 4));    // ResNet's classifier at batch 32
+  EXPECT_FALSE(gemv(Mm(4096, 4096, 4096, 2), 2));  // compute-bound
+  // Swin's window attention: few FLOPs per byte, but small batched blocks, no stream.
+  const Multiply window = Mm(49, 32, 49, 2, 4096);
+  EXPECT_LT(window.flops * 2, 32.0 * static_cast<double>(window.bytes));
+  EXPECT_FALSE(IsMatrixVectorLike(window.flops, window.bytes, 2, window.bytes / 3));
+
+  auto step = MultiplyStep(decode, "bfloat16");
+  EXPECT_EQ(StepKinds(step, *d)[0].op_class, OpClass::kGemv);
+  EXPECT_EQ(StepKinds(MultiplyStep(Mm(512, 4096, 4096, 2), "bfloat16"), *d)[0].op_class,
+            OpClass::kGemm);
+  auto relu = MultiplyStep(decode, "bfloat16");
+  relu.mutable_steps(0)->set_op_type("relu");
+  EXPECT_EQ(StepKinds(relu, *d)[0].op_class, OpClass::kElementwise);  // multiplies only
+  d->dispatch_us = 0;
+  ApplyCostModel(*d, &step);
+  const double streamed =
+      static_cast<double>(decode.bytes) / (3350e9 * d->op(OpClass::kGemv).memory_efficiency) * 1e6;
+  EXPECT_NEAR(step.steps(0).compute_us(), streamed + d->launch_us, 1e-6);
+  EXPECT_GT(d->op(OpClass::kGemv).memory_efficiency, 1.9 * d->op(OpClass::kGemm).memory_efficiency);
+}
+
 TEST(CostModel, MemoryBoundStepsTakeTheirBytesAtTheClassesShareOfBandwidth) {
   auto d = BuiltinProfile("a100");
   ASSERT_TRUE(d.ok());

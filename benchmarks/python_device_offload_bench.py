@@ -18,6 +18,7 @@ the step's time over no offload goes.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -83,6 +84,13 @@ def steps(model, opt, x, n, acts):
         if acts is not None:
             acts.flush()
     return times
+
+
+class NoOffload(contextlib.nullcontext):
+    """--breakdown's phases without offload: a context that does nothing, and no flush."""
+
+    def flush(self):
+        pass
 
 
 # The offload's parts whose host time --breakdown reports (inclusive: _pack holds _put_device).
@@ -186,18 +194,8 @@ def main():
                     assert acts.hbm_device == (0 if mode == "device" else None)
             if a.breakdown:
                 for mode in ("none", "device"):
-                    acts = None if mode == "none" else tt.offload_activations(
-                        c, min_bytes=1 << 20, prefetch_bytes=window,
-                        inflight_bytes=window)
-                    if acts is None:
-                        # The same phases with no offload: a context that does nothing.
-                        import contextlib
-
-                        class Plain(contextlib.nullcontext):
-                            def flush(self):
-                                pass
-
-                        acts = Plain()
+                    acts = NoOffload() if mode == "none" else tt.offload_activations(
+                        c, min_bytes=1 << 20, prefetch_bytes=window, inflight_bytes=window)
                     steps(model, opt, x, a.warmup, acts if mode == "device" else None)
                     try:
                         ph, parts = breakdown(model, opt, x, acts, a.breakdown)

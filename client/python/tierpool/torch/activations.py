@@ -38,8 +38,8 @@ class offload_activations:
     Results are bit-identical to running without it. Puts run on the client's threads while
     forward goes on (at most ``inflight_bytes`` of those through host memory in flight; puts into
     the server's device arena hold no host memory and are not held back); in backward the
-    tensors are fetched
-    in reverse order of saving, ``prefetch_bytes`` ahead of the one being used.
+    tensors are fetched in reverse order of saving, ``prefetch_bytes`` ahead of the one being
+    used.
 
     With ``plan`` (a ``tierpool.Plan`` registered from `tierpool schedule from-torch` of this
     model) and ``schedule`` (that schedule's JSON, or a ``tierpool.torch.ActivationPlan``),

@@ -32,24 +32,35 @@ sys.path.insert(0, "compiler_hooks/torch")
 import tierpool_models  # noqa: E402
 
 
-def sdpa_forward(self, x, cos, sin, past):
-    """tierpool_models.Attention.forward with one scaled_dot_product_attention call (decode: one
-    query token per sequence, so no mask)."""
+def rotated_qkv(self, x, cos, sin):
+    """The step's queries, keys and values (B x heads x T x head_dim, the rotary embedding
+    applied), as tierpool_models.Attention.forward makes them."""
     b, t, _ = x.shape
     q = self.wq(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
     k = self.wk(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
     v = self.wv(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
     q = q * cos + tierpool_models.rotate_half(q) * sin
     k = k * cos + tierpool_models.rotate_half(k) * sin
+    return q, k, v
+
+
+def attend_grouped(self, q, k, v, attend):
+    """The output projection of `attend` over the keys and values, the `group` query heads of
+    each key/value head taken as one block of rows (as the module does)."""
+    b, _, t, _ = q.shape
+    q = q.reshape(b, self.kv_heads, (self.heads // self.kv_heads) * t, self.head_dim)
+    out = attend(q, k, v).view(b, self.heads, t, self.head_dim)
+    return self.wo(out.transpose(1, 2).reshape(b, t, -1))
+
+
+def sdpa_forward(self, x, cos, sin, past):
+    """tierpool_models.Attention.forward with one scaled_dot_product_attention call (decode: one
+    query token per sequence, so no mask)."""
+    q, k, v = rotated_qkv(self, x, cos, sin)
     if past is not None:
         k = torch.cat([past[0], k], dim=2)
         v = torch.cat([past[1], v], dim=2)
-    present = (k, v)
-    group = self.heads // self.kv_heads
-    q = q.reshape(b, self.kv_heads, group * t, self.head_dim)
-    out = F.scaled_dot_product_attention(q, k, v)
-    out = out.view(b, self.heads, t, self.head_dim)
-    return self.wo(out.transpose(1, 2).reshape(b, t, -1)), present
+    return attend_grouped(self, q, k, v, F.scaled_dot_product_attention), (k, v)
 
 
 def static_forward(attend):
@@ -58,20 +69,12 @@ def static_forward(attend):
     last slot(s) in place, and the buffers are returned as `present` (the same storage)."""
 
     def forward(self, x, cos, sin, past):
-        b, t, _ = x.shape
-        q = self.wq(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q = q * cos + tierpool_models.rotate_half(q) * sin
-        k = k * cos + tierpool_models.rotate_half(k) * sin
+        q, k, v = rotated_qkv(self, x, cos, sin)
         cache_k, cache_v = past
-        pos = cache_k.shape[2] - t
+        pos = cache_k.shape[2] - k.shape[2]
         cache_k[:, :, pos:].copy_(k)
         cache_v[:, :, pos:].copy_(v)
-        group = self.heads // self.kv_heads
-        q = q.reshape(b, self.kv_heads, group * t, self.head_dim)
-        out = attend(q, cache_k, cache_v).view(b, self.heads, t, self.head_dim)
-        return self.wo(out.transpose(1, 2).reshape(b, t, -1)), past
+        return attend_grouped(self, q, cache_k, cache_v, attend), past
 
     return forward
 
@@ -157,8 +160,7 @@ def main():
     if a.attention == "sdpa":
         tierpool_models.Attention.forward = sdpa_forward
     elif a.attention == "static-sdpa":
-        tierpool_models.Attention.forward = static_forward(
-            lambda q, k, v: F.scaled_dot_product_attention(q, k, v))
+        tierpool_models.Attention.forward = static_forward(F.scaled_dot_product_attention)
     elif a.attention == "static-split":
         tierpool_models.Attention.forward = static_forward(split_kv_attention(a.slice))
     torch.manual_seed(0)

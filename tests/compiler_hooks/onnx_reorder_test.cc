@@ -189,12 +189,6 @@ TEST_F(OnnxReorder, AnOrderTheModelsEdgesForbidIsRefused) {
   EXPECT_EQ(WriteReorderedOnnx(path, {}, other, {0, 1}, out).code(), StatusCode::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace tierpool::hooks
-
-namespace tierpool::hooks {
-namespace {
-
 // What ONNX's shape inference takes on trust is checked before it runs (the model builder of
 // the reorder tests). Fuzzing found this model crashing libonnx's inference: a Shape of a value
 // nothing defines, under an opset the library does not know.

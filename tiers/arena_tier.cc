@@ -115,6 +115,19 @@ Status ArenaTier::Free(const Extent& extent) {
   return s;
 }
 
+Result<Extent> ArenaTier::Trim(const Extent& extent, std::uint64_t keep) {
+  std::lock_guard lock(mu_);
+  Region* r = FindRegion(extent.arena_id);
+  if (r == nullptr) return Status::Internal("trim of an extent in unknown arena");
+  if (keep == 0) return Status::InvalidArgument("a trimmed extent keeps at least one byte");
+  const std::uint64_t kept = r->allocator.RoundUp(keep);
+  if (kept >= extent.length) return extent;
+  const std::uint64_t tail = extent.length - kept;
+  TIERPOOL_RETURN_IF_ERROR(r->allocator.Free({extent.offset + kept, tail}));
+  used_ -= tail;
+  return Extent{extent.arena_id, extent.offset, kept};
+}
+
 std::byte* ArenaTier::HostAddress(const Extent& extent) {
   std::lock_guard lock(mu_);
   Region* r = FindRegion(extent.arena_id);

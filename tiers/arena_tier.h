@@ -24,6 +24,7 @@ class ArenaTier : public Tier {
   std::uint32_t level() const override { return level_; }
   Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) override;
   Status Free(const Extent& extent) override;
+  Result<Extent> Trim(const Extent& extent, std::uint64_t keep) override;
   std::vector<Extent> FreeExtents(std::uint32_t pool) const override;
   Result<Extent> AllocateAt(const Extent& want) override;
   Result<Extent> AllocateOutside(std::uint64_t size, std::uint32_t pool,

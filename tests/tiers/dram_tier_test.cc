@@ -159,6 +159,35 @@ TEST(DramTier, PoolsAreArenasOfTheirOwnWithReadOnlyDescriptors) {
   }
 }
 
+// The end of an extent goes back (staged room a smaller put took); its start and bytes stay.
+TEST(DramTier, TrimGivesBackTheEndOfAnExtent) {
+  auto tier = DramTier::Create({.capacity = 1 << 20, .alignment = 4096});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Tier& t = **tier;
+  auto e = t.Allocate(256 << 10, {});
+  ASSERT_TRUE(e.ok());
+  std::memset(t.HostAddress(*e), 'k', 5000);
+  auto kept = t.Trim(*e, 5000);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->arena_id, e->arena_id);
+  EXPECT_EQ(kept->offset, e->offset);
+  EXPECT_EQ(kept->length, 8192u);  // rounded up to the alignment
+  EXPECT_EQ(t.used_bytes(), 8192u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(t.HostAddress(*kept)), 5000),
+            std::string(5000, 'k'));
+  // What went back is free room again: everything else fits one extent.
+  auto rest = t.Allocate((1 << 20) - 8192, {});
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  ASSERT_TRUE(t.Free(*rest).ok());
+  // Keeping as much as it holds changes nothing; keeping nothing is refused.
+  auto same = t.Trim(*kept, 8192);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->length, 8192u);
+  EXPECT_EQ(t.Trim(*kept, 0).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t.Free(*kept).ok());
+  EXPECT_EQ(t.used_bytes(), 0u);
+}
+
 TEST(DramTier, FullTierSaysResourceExhausted) {
   auto tier = DramTier::Create({.capacity = 1 << 20});
   ASSERT_TRUE(tier.ok());

@@ -60,6 +60,15 @@ void ObjectIndex::EraseReservation(std::uint64_t id) {
   Count(obj.owner, -1, -static_cast<std::int64_t>(obj.meta.size));
 }
 
+void ObjectIndex::ShrinkReservation(StoredObject& obj, std::uint64_t size, TierKind tier,
+                                    const Extent& extent) {
+  const auto less = static_cast<std::int64_t>(obj.meta.size - size);
+  Count(obj.owner, 0, -less);
+  CountNs(obj.meta.ns, -less, 0);
+  obj.meta.size = size;
+  SetCopy(obj, tier, extent);
+}
+
 void ObjectIndex::ClearReservationDeadline(std::uint64_t id) {
   auto it = objects_.find(id);
   if (it == objects_.end() || !it->second->reservation) return;

@@ -205,6 +205,10 @@ class ObjectIndex {
   // Everything `owner` holds.
   std::vector<std::uint64_t> ReservationsOf(std::uint64_t owner) const;
   void EraseReservation(std::uint64_t id);  // the record only; the caller frees the object
+  // An open reservation now holds `size` bytes (at most what it held) in `extent`, its copy in
+  // `tier` trimmed to it: its owner's and namespace's counts follow.
+  void ShrinkReservation(StoredObject& obj, std::uint64_t size, TierKind tier,
+                         const Extent& extent);
 
   // Visits linked objects in name order from the first name not before `from` until visit
   // returns false.

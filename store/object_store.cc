@@ -387,7 +387,10 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
       StoredObject* obj = index_.Find(reservation_id);
       if (obj != nullptr && !obj->committed && !obj->doomed && obj->owner == owner &&
           index_.IsReservation(reservation_id)) {
-        bytes.emplace(obj->copy(obj->meta.tier).extent, obj->meta.size);
+        // Staged room holds a put of its size or less: the bytes are the ones the commit names.
+        const bool staged = obj->meta.key.empty() && name != nullptr && name->size > 0 &&
+                            name->size <= obj->meta.size;
+        bytes.emplace(obj->copy(obj->meta.tier).extent, staged ? name->size : obj->meta.size);
       }
     }
     if (bytes && bytes->second > 0 && Xxh3(HostAddress(bytes->first), bytes->second) != checksum) {

@@ -245,7 +245,8 @@ class ObjectStore {
   // without a plan on the namespace), and has no deadline: it is idle by design. Freed by
   // Abort, by the commit that names it, or with its owner.
   Result<Reservation> Stage(const PutSpec& spec, std::uint64_t owner);
-  // name: set exactly when the reservation was staged; its ns and size must be the staged ones.
+  // name: set exactly when the reservation was staged; its ns must be the staged one and its
+  // size at most the staged size (the room past it goes back to its tier).
   // A commit that gives a name wrongly (or none for staged room) frees the reservation.
   Status Commit(std::uint64_t reservation_id, std::uint64_t checksum, std::uint64_t owner,
                 const PutSpec* name = nullptr);

@@ -1,7 +1,8 @@
 // Staged reservations: room made for a connection's next put before it has a name, so that the
 // put costs one round trip (copy into the staged extent, commit naming it) instead of two
-// (reserve, then commit). The class and its locking: store/object_store.h; the wire side:
-// CommitRequest in transport/proto/tierpool.proto.
+// (reserve, then commit). A put of any size up to the room's may take it; the rest of the room
+// goes back to its tier as the commit names it. The class and its locking: store/object_store.h;
+// the wire side: CommitRequest in transport/proto/tierpool.proto.
 #include "common/units.h"
 #include "store/object_store.h"
 
@@ -56,10 +57,20 @@ Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner)
 
 Status ObjectStore::BindStagedLocked(StoredObject& obj, const PutSpec& name) {
   Status s = CheckPutSpec(name, /*named=*/true);
-  if (s.ok() && (name.ns != obj.meta.ns || name.size != obj.meta.size)) {
+  if (s.ok() && (name.ns != obj.meta.ns || name.size == 0 || name.size > obj.meta.size)) {
     s = Status::InvalidArgument("reservation " + std::to_string(obj.id) + " was staged for " +
                                 FormatBytes(obj.meta.size) + " in namespace '" + obj.meta.ns +
                                 "', not for " + FormatBytes(name.size) + " in '" + name.ns + "'");
+  }
+  if (s.ok() && name.size < obj.meta.size) {
+    // A smaller put took it: the room past its bytes goes back to the tier now.
+    const TierKind kind = obj.meta.tier;
+    auto kept = tier(kind)->Trim(obj.copy(kind).extent, name.size);
+    if (kept.ok()) {
+      index_.ShrinkReservation(obj, name.size, kind, *kept);
+    } else {
+      s = kept.status();
+    }
   }
   if (!s.ok()) {
     FreeReservationLocked(obj.id);

@@ -274,6 +274,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         }
       }
       h->set_copy_only(!req.hello().ns().empty() && !MapsNamespace(peer, req.hello().ns()));
+      h->set_staged_room_fits_smaller(true);
       auto* l = h->mutable_limits();
       l->set_max_frame_bytes(config_.max_frame_bytes);
       l->set_max_key_bytes(store_->config().max_key_bytes);

@@ -492,7 +492,7 @@ TEST(Attack, PerClientLimitsOnReservationsAndPins) {
 }
 
 // Staged room (one-round-trip puts) is bounded per connection in count and size, and cannot be
-// named into another namespace or size than it was staged for.
+// named into another namespace or for more bytes than it was staged for.
 TEST(Attack, StagedRoomIsBoundedAndNamedOnlyAsStaged) {
   ServerProcess server({"--dram", "256M", "--hbm", "0"});
   ASSERT_TRUE(server.started());
@@ -537,7 +537,7 @@ TEST(Attack, StagedRoomIsBoundedAndNamedOnlyAsStaged) {
   b->set_reservation_id(staged.staged().items(1).reservation_id());
   b->mutable_spec()->set_ns(server.options().ns);
   b->mutable_spec()->set_key("k");
-  b->mutable_spec()->set_size(4096);
+  b->mutable_spec()->set_size((1 << 20) + 1);
   wire::Response named = call(name);
   ASSERT_EQ(named.statuses().items_size(), 2);
   for (const auto& st : named.statuses().items()) {

@@ -72,9 +72,12 @@ TEST_F(StagingTest, ACommitThatDoesNotNameItOrNamesItWronglyFreesIt) {
   const std::uint64_t size = 64 << 10;
   auto [a, sum_a] = StageFilled(size, 'a');
   EXPECT_EQ(store_->Commit(a.id, sum_a, kOwner).code(), StatusCode::kInvalidArgument);
-  PutSpec wrong_size{.ns = "ns", .key = "k", .size = size - 1};
+  PutSpec too_large{.ns = "ns", .key = "k", .size = size + 1};
   auto [b, sum_b] = StageFilled(size, 'b');
-  EXPECT_EQ(store_->Commit(b.id, sum_b, kOwner, &wrong_size).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Commit(b.id, sum_b, kOwner, &too_large).code(), StatusCode::kInvalidArgument);
+  PutSpec empty{.ns = "ns", .key = "k", .size = 0};
+  auto [b2, sum_b2] = StageFilled(size, 'B');
+  EXPECT_EQ(store_->Commit(b2.id, sum_b2, kOwner, &empty).code(), StatusCode::kInvalidArgument);
   PutSpec other_ns{.ns = "other", .key = "k", .size = size};
   auto [c, sum_c] = StageFilled(size, 'c');
   EXPECT_EQ(store_->Commit(c.id, sum_c, kOwner, &other_ns).code(), StatusCode::kInvalidArgument);
@@ -95,6 +98,64 @@ TEST_F(StagingTest, ACommitThatDoesNotNameItOrNamesItWronglyFreesIt) {
   PutSpec ok{.ns = "ns", .key = "k", .size = size};
   EXPECT_EQ(store_->Commit(e.id, sum_e, kOwner + 1, &ok).code(), StatusCode::kPermissionDenied);
   EXPECT_TRUE(store_->Commit(e.id, sum_e, kOwner, &ok).ok());
+}
+
+// A put smaller than the room takes it; the room past its bytes goes back to the tier, and the
+// connection's and namespace's counts are the put's.
+TEST_F(StagingTest, ASmallerPutTakesTheRoomAndGivesTheRestBack) {
+  const std::uint64_t staged = 256 << 10, size = (100 << 10) + 1;
+  auto r = store_->Stage({.ns = "ns", .size = staged}, kOwner);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(store_->SpaceOf(TierKind::kDram, kSharedPool).used, staged);
+  EXPECT_EQ(store_->UsageOf("ns").bytes, staged);
+  std::byte* p = store_->HostAddress(r->extent);
+  std::memset(p, 's', staged);  // the client may write past its bytes: they are not the object
+  std::memset(p, 'x', size);
+  PutSpec name{.ns = "ns", .key = "small", .size = size};
+  ASSERT_TRUE(store_->Commit(r->id, Xxh3(p, size), kOwner, &name).ok());
+  // The extent keeps the put's bytes rounded up to the tier's 4 KiB.
+  EXPECT_EQ(store_->SpaceOf(TierKind::kDram, kSharedPool).used, 104u << 10);
+  EXPECT_EQ(store_->UsageOf("ns").bytes, size);
+  EXPECT_EQ(store_->UsageOf("ns").tier_bytes[static_cast<int>(TierKind::kDram)], 104u << 10);
+  EXPECT_EQ(store_->Stats().reservations_open, 0u);
+  auto meta = store_->Head("ns", "small");
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->size, size);
+  std::string out;
+  ASSERT_TRUE(store_->ReadCopy("ns", "small", &out).ok());
+  EXPECT_EQ(out, std::string(size, 'x'));
+  // The room given back is free for others: all of what is left fits one put.
+  const std::uint64_t rest = (1 << 20) - (104 << 10);
+  auto again = store_->Reserve({.ns = "ns", .key = "rest", .size = rest}, kOwner);
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(store_->Abort(again->id, kOwner).ok());
+  ASSERT_TRUE(store_->Delete("ns", "small").ok());
+  EXPECT_EQ(store_->SpaceOf(TierKind::kDram, kSharedPool).used, 0u);
+  EXPECT_EQ(store_->UsageOf("ns").bytes, 0u);
+}
+
+// With verify_commits the server hashes the bytes the commit names, not the whole room.
+TEST(StagingVerified, ASmallerPutIsCheckedOverItsOwnBytes) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  auto d = DramTier::Create({.capacity = 1 << 20, .populate = false});
+  ASSERT_TRUE(d.ok());
+  tiers.push_back(std::move(d).value());
+  auto s = ObjectStore::Create({.verify_commits = true}, std::move(tiers));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ObjectStore& store = **s;
+  for (const bool right : {true, false}) {
+    auto r = store.Stage({.ns = "ns", .size = 64 << 10}, kOwner);
+    ASSERT_TRUE(r.ok());
+    std::byte* p = store.HostAddress(r->extent);
+    std::memset(p, 'v', 64 << 10);
+    PutSpec name{.ns = "ns", .key = right ? "right" : "wrong", .size = 5000};
+    const std::uint64_t sum = right ? Xxh3(p, 5000) : Xxh3(p, 64 << 10);
+    EXPECT_EQ(store.Commit(r->id, sum, kOwner, &name).code(),
+              right ? StatusCode::kOk : StatusCode::kDataLoss);
+  }
+  EXPECT_TRUE(store.Head("ns", "right").ok());
+  EXPECT_EQ(store.Head("ns", "wrong").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store.Stats().reservations_open, 0u);
 }
 
 TEST_F(StagingTest, TakesOnlyFreeRoomBelowTheHighWatermark) {

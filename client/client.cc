@@ -156,12 +156,12 @@ Status WriteReservation::CommitWith(std::uint64_t checksum) {
   // Room for the next put like this one, staged within this round trip.
   const detail::PutShape shape(size_, options_);
   // (Never for device reservations: staged room is host memory the next put writes.)
-  const bool asked =
-      conn_->stage_puts && !options_.device && conn_->staged.Ask(commit, conn_->ns, shape);
+  std::optional<detail::PutShape> asked;
+  if (conn_->stage_puts && !options_.device) asked = conn_->staged.Ask(commit, conn_->ns, shape);
   wire::Response resp;
   auto conn = std::move(conn_);
   TIERPOOL_RETURN_IF_ERROR(conn->Call(req, &resp));
-  if (asked) conn->staged.Keep(resp, *conn->mappings, shape);
+  if (asked) conn->staged.Keep(resp, *conn->mappings, *asked);
   if (resp.statuses().items_size() != 1) return Status::Internal("bad commit reply");
   return FromWire(resp.statuses().items(0));
 }

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -53,6 +54,9 @@ struct PutShape {
   PutShape() = default;
   PutShape(std::uint64_t n, const PutOptions& o) : size(n), tier(o.tier), numa_node(o.numa_node) {}
   bool operator==(const PutShape&) const = default;
+  bool SamePlacement(const PutShape& o) const { return tier == o.tier && numa_node == o.numa_node; }
+  // Room staged for this shape serves a put of `o`'s.
+  bool Holds(const PutShape& o) const { return SamePlacement(o) && o.size > 0 && o.size <= size; }
 };
 
 struct StagedRoom {
@@ -71,10 +75,15 @@ inline constexpr std::size_t kMaxStagedPutBytes = 4u << 20;
 // raced another) is given back in the next reserve or commit sent on it.
 class StagedRooms {
  public:
-  // The staged room, if it fits a put of this shape; it is the caller's from now on.
+  // Whether the server lets a put smaller than the room name it (HelloReply); without, a put
+  // takes only room of its own size, and only runs of one size stage. Set before use.
+  void set_fits_smaller(bool v) { fits_smaller_ = v; }
+  // The staged room, if it holds a put of this shape (its placement, and its size, or less
+  // where the server gives back the rest as the commit names it); the caller's from now on.
   std::optional<StagedRoom> Take(const PutShape& shape) {
     std::lock_guard lock(mu_);
-    if (!room_ || room_->shape != shape) return std::nullopt;
+    if (!room_ || !room_->shape.Holds(shape)) return std::nullopt;
+    if (!fits_smaller_ && room_->shape.size != shape.size) return std::nullopt;
     return std::exchange(room_, std::nullopt);
   }
   // Gives back everything staged within a request that is about to reserve.
@@ -85,42 +94,59 @@ class StagedRooms {
     for (auto id : unused_) unstage->Add(id);
     unused_.clear();
   }
-  // Asks for room for a next put like this one within its commit; false when none is asked:
-  // too large, room staged already, or this put's size and placement are not those of the
-  // connection's previous put (sizes that vary would stage room no put uses; a run of equal
-  // sizes, as KV blocks and layer-by-layer tensors come, pays two round trips once).
-  bool Ask(wire::CommitRequest* commit, const std::string& ns, const PutShape& shape) {
+  // Asks for room for a next put like this one within its commit, and says for what shape.
+  // Nothing is asked when room is staged already, or when this put is not the second or later
+  // of a run of puts up to 4 MiB with one placement (of one size, where the server takes only
+  // that): a lone put would leave room nobody uses. The room is as large as the largest of the
+  // run's last kSizesKept puts, so that where sizes vary (activations, one tensor after
+  // another) most puts still fit; a smaller one gives the rest back.
+  std::optional<PutShape> Ask(wire::CommitRequest* commit, const std::string& ns,
+                              const PutShape& shape) {
     std::lock_guard lock(mu_);
     for (auto id : unused_) commit->add_unstage(id);
     unused_.clear();
-    const bool repeat = std::exchange(last_, shape) == shape;
-    if (!repeat || shape.size > kMaxStagedPutBytes || shape.size == 0 || room_) return false;
+    const bool stageable = shape.size > 0 && shape.size <= kMaxStagedPutBytes;
+    const bool run = stageable && count_ > 0 && last_.SamePlacement(shape) &&
+                     (fits_smaller_ || last_.size == shape.size);
+    if (!run) count_ = 0;
+    last_ = shape;
+    if (stageable) sizes_[count_++ % kSizesKept] = shape.size;
+    if (!run || room_) return std::nullopt;
+    PutShape want = shape;
+    for (std::size_t i = 0; i < std::min(count_, kSizesKept); ++i) {
+      want.size = std::max(want.size, sizes_[i]);
+    }
     auto* next = commit->add_stage();
     next->set_ns(ns);
-    next->set_size(shape.size);
-    if (shape.tier) next->set_tier_hint(static_cast<wire::Tier>(*shape.tier));
-    if (shape.numa_node >= 0) next->set_numa_node(shape.numa_node);
-    return true;
+    next->set_size(want.size);
+    if (want.tier) next->set_tier_hint(static_cast<wire::Tier>(*want.tier));
+    if (want.numa_node >= 0) next->set_numa_node(want.numa_node);
+    return want;
   }
-  // Keeps the room a commit that asked for it got (a server that does not stage, or had no
-  // free room, answers with none).
-  void Keep(const wire::Response& resp, const ArenaMappings& mappings, const PutShape& shape) {
+  // Keeps the room a commit that asked for it (for `asked`) got (a server that does not stage,
+  // or had no free room, answers with none).
+  void Keep(const wire::Response& resp, const ArenaMappings& mappings, const PutShape& asked) {
     if (resp.staged().items_size() != 1) return;
     const auto& r = resp.staged().items(0);
     if (r.status().code() != 0) return;
     std::byte* data = mappings.Address(r.extent());
     std::lock_guard lock(mu_);
-    if (data == nullptr || r.extent().length() < shape.size || room_) {
+    if (data == nullptr || r.extent().length() < asked.size || room_) {
       unused_.push_back(r.reservation_id());
       return;
     }
-    room_ = StagedRoom{r.reservation_id(), shape, data, static_cast<TierKind>(r.tier())};
+    room_ = StagedRoom{r.reservation_id(), asked, data, static_cast<TierKind>(r.tier())};
   }
 
  private:
   std::mutex mu_;
+  static constexpr std::size_t kSizesKept = 4;
+  bool fits_smaller_ = false;
   std::optional<StagedRoom> room_;
   PutShape last_;  // the last put committed on the connection
+  // The sizes of the current run's last puts (count_ of them so far, kept round).
+  std::array<std::uint64_t, kSizesKept> sizes_{};
+  std::size_t count_ = 0;
   std::vector<std::uint64_t> unused_;
 };
 
@@ -302,6 +328,7 @@ class ClientCore {
       TIERPOOL_RETURN_IF_ERROR(mappings->Map(resp.hello(), fds));
       devices->Record(resp.hello());
     }
+    pc->staged.set_fits_smaller(resp.hello().staged_room_fits_smaller());
     pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
     pc->conn->set_busy_poll_us(options.busy_poll_us);
     if (options.request_ring) TIERPOOL_RETURN_IF_ERROR(OpenRing(*pc));

@@ -384,11 +384,11 @@ TEST(RoundTripBatch, AutoGetsInlineAtMostTheThresholdPerReply) {
   EXPECT_EQ(get({"eight", "b0"}), (std::vector<bool>{true, false}));
 }
 
-// After two puts in a row of one size, the connection asks the server to stage room for the
-// next within the second's commit; the next put of that size copies into it and names it in its
-// commit: one round trip (ClientOptions::stage_puts). Before: every put above the inline
-// threshold was reserve, then commit.
-TEST(StagedPuts, ARunOfPutsOfOneSizeTakesOneRoundTripEach) {
+// After two puts in a row up to 4 MiB, the connection asks the server to stage room for the next
+// within the second's commit; the next put that fits copies into it and names it in its commit:
+// one round trip (ClientOptions::stage_puts). Before: every put above the inline threshold was
+// reserve, then commit.
+TEST(StagedPuts, ARunOfPutsTakesOneRoundTripForEachPutTheRoomHolds) {
   ServerProcess server({"--dram", "64M", "--hbm", "0"});
   ASSERT_TRUE(server.started());
   ClientOptions options = server.options();
@@ -421,16 +421,20 @@ TEST(StagedPuts, ARunOfPutsOfOneSizeTakesOneRoundTripEach) {
   EXPECT_EQ(meta->dtype, "float16");
   EXPECT_EQ(meta->shape, kv.shape);
 
-  // Another size gives the staged room back in its reserve, and stages nothing yet.
+  // A larger put does not fit the room: it gives the room back in its reserve, and its commit
+  // stages room as large as it (the largest of the run's last puts).
   const std::string big = Pattern(4, 2 * size);
   ASSERT_TRUE(c.Put("big", big.data(), big.size()).ok());
   EXPECT_EQ(counter("staged_commits"), 2u);
-  EXPECT_EQ(counter("reservations_open"), 0u);
+  EXPECT_EQ(counter("reservations_open"), 1u);
+  // A smaller reservation takes that room (no round trip until its commit), the rest going
+  // back to the tier; its commit stages the run's largest again, which the next big put takes.
   auto r = c.Reserve("explicit", 4096 * 4);
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->Commit().ok());
+  EXPECT_EQ(counter("staged_commits"), 3u);
   ASSERT_TRUE(c.Put("big", big.data(), big.size()).ok());
-  ASSERT_TRUE(c.Put("big", big.data(), big.size()).ok());  // the second in a row stages
+  EXPECT_EQ(counter("staged_commits"), 4u);
   EXPECT_EQ(counter("reservations_open"), 1u);
 
   // A zero-copy reservation of a staged size takes the room without a round trip; its commit
@@ -440,7 +444,7 @@ TEST(StagedPuts, ARunOfPutsOfOneSizeTakesOneRoundTripEach) {
     ASSERT_TRUE(z.ok());
     std::memcpy(z->data(), big.data(), big.size());
     ASSERT_TRUE(z->Commit().ok());
-    EXPECT_EQ(counter("staged_commits"), 3u);
+    EXPECT_EQ(counter("staged_commits"), 5u);
     std::string back(big.size(), '\0');
     ASSERT_TRUE(c.Get("zero-copy", back.data(), back.size()).ok());
     EXPECT_TRUE(back == big);
@@ -461,12 +465,31 @@ TEST(StagedPuts, ARunOfPutsOfOneSizeTakesOneRoundTripEach) {
     EXPECT_EQ(counter("reservations_open"), 1u);  // only the room that commit staged
   }
 
-  // Sizes that vary stage nothing.
-  const std::uint64_t staged = counter("reservations_staged");
-  for (std::size_t n = 1; n <= 8; ++n) {
-    ASSERT_TRUE(c.Put("varied", big.data(), size + n * 4096).ok());
+  // Sizes that vary: the room staged is the largest of the run's last four puts, and a put it
+  // holds takes it, the rest of the room going back. Sizes that grow at every put find the room
+  // too small (given back in their reserve); shrinking ones fit.
+  // (A put above 4 MiB ends a run and gives back the room staged so far.)
+  const std::string huge = Pattern(5, (4 << 20) + 4096);
+  ASSERT_TRUE(c.Put("huge", huge.data(), huge.size()).ok());
+  EXPECT_EQ(counter("reservations_open"), 0u);
+  const std::uint64_t commits = counter("staged_commits");
+  for (std::size_t n = 1; n <= 4; ++n) {
+    ASSERT_TRUE(c.Put("growing", big.data(), size + n * 4096).ok());
   }
-  EXPECT_EQ(counter("reservations_staged"), staged);
+  EXPECT_EQ(counter("staged_commits"), commits);
+  for (std::size_t n = 4; n >= 1; --n) {
+    const std::string bytes = Pattern(static_cast<int>(10 + n), size + n * 4096);
+    ASSERT_TRUE(c.Put("shrinking", bytes.data(), bytes.size()).ok());
+    std::string back(bytes.size(), '\0');
+    ASSERT_TRUE(c.Get("shrinking", back.data(), back.size()).ok());
+    EXPECT_TRUE(back == bytes) << n;
+    auto shrunk = c.Stat("shrinking");
+    ASSERT_TRUE(shrunk.ok());
+    EXPECT_EQ(shrunk->size, bytes.size());
+  }
+  EXPECT_EQ(counter("staged_commits"), commits + 4);
+  EXPECT_EQ(counter("reservations_open"), 1u);  // the room for the next one
+  const std::uint64_t staged = counter("reservations_staged");
 
   // Without staging, no room is held between puts.
   options.stage_puts = false;

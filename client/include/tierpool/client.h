@@ -53,10 +53,11 @@ struct ClientOptions {
   // one (--max-request-rings): no syscall on either side while both poll, a few microseconds
   // less per call. Costs the server 132 KiB per connection. false: the socket only.
   bool request_ring = true;
-  // One-round-trip puts: after two puts in a row of the same size (at most 4 MiB) and placement
+  // One-round-trip puts: after two puts in a row of at most 4 MiB each, with the same placement,
   // through reservations (Put above the inline threshold, or Reserve), a connection asks the
-  // server to stage room for the next one, which then copies into it and commits: one round
-  // trip instead of reserve + commit. Costs at most one such extent of server memory per open
+  // server to stage room for the next one, as large as the largest of the last four; a next put
+  // that fits copies into it and commits (the room past its bytes going back): one round trip
+  // instead of reserve + commit. Costs at most one such extent (4 MiB) of server memory per open
   // connection, taken only from free room below the high watermark.
   bool stage_puts = true;
 };

@@ -3,7 +3,7 @@
 // drift of a shared machine falls on both alike. Prints each case's rate and latency on A and
 // on B, and B's rate over A's.
 //
-//   server_ab --a /tmp/a.sock --b /tmp/b.sock [--seconds 2] [--json]
+//   server_ab --a /tmp/a.sock --b /tmp/b.sock [--seconds 2] [--json] [--no-ring]
 //
 // Both servers should have the same flags and at least 512 MiB of dram.
 #include <boost/program_options.hpp>
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,6 +29,11 @@ constexpr std::uint64_t kSmall = 4096;
 constexpr std::uint64_t kLarge = 256 << 10;
 constexpr std::uint64_t kLargeKeys = 1024;  // 256 MiB of 256 KiB objects: out of most caches
 constexpr int kBatch = 64;
+// Puts of sizes that vary, one tensor after another as activations come (96 KiB to 1 MiB),
+// round 64 keys of their own.
+constexpr std::uint64_t kMixedSizes[] = {96 << 10,  384 << 10, 1 << 20,
+                                         160 << 10, 768 << 10, 256 << 10};
+constexpr std::uint64_t kMixedKeys = 64;
 
 // What one server is asked: its client, the keys it goes round and where the bytes come from.
 struct Side {
@@ -36,6 +42,7 @@ struct Side {
   std::uint64_t next = 0;
   std::vector<PutItem> puts;
   std::vector<GetItem> gets;
+  std::uint64_t next_mixed = 0;
   const std::string& NextKey() { return keys[next++ % keys.size()]; }
 };
 
@@ -50,12 +57,15 @@ struct Case {
 int main(int argc, char** argv) {
   std::string socket_a, socket_b;
   double seconds = 2;
+  bool no_ring = false;
   po::options_description opts("server_ab options");
   opts.add_options()("help", "this text")("a", po::value(&socket_a)->required(),
                                           "socket of server A (the baseline)")(
       "b", po::value(&socket_b)->required(), "socket of server B")(
       "seconds", po::value(&seconds)->default_value(2), "time on each server per case")(
-      "json", "one JSON object per case instead of the table");
+      "json", "one JSON object per case instead of the table")(
+      "no-ring", po::bool_switch(&no_ring),
+      "calls through the socket only (ClientOptions::request_ring off)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -70,6 +80,10 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::byte> large(kLarge, std::byte{5});
+  std::vector<std::byte> mixed(1 << 20, std::byte{6});
+  std::uint64_t mixed_mean = 0;
+  for (std::uint64_t n : kMixedSizes) mixed_mean += n;
+  mixed_mean /= std::size(kMixedSizes);
   std::vector<std::byte> batch_src(kBatch * kSmall, std::byte{3});
   // Destinations on a cache line, as PyTorch's allocator places tensors (see tool/bench.cc).
   auto* dst = static_cast<std::byte*>(std::aligned_alloc(64, kLarge));
@@ -84,6 +98,7 @@ int main(int argc, char** argv) {
   for (int s = 0; s < 2; ++s) {
     ClientOptions co;
     co.socket_path = *sockets[s];
+    co.request_ring = !no_ring;
     auto c = Client::Connect(co);
     if (!c.ok()) {
       std::cerr << "server_ab: " << *sockets[s] << ": " << c.status().ToString() << "\n";
@@ -138,6 +153,12 @@ int main(int argc, char** argv) {
        }},
       {"get 64 x 4 KiB", kBatch * kSmall,
        [&](Side& s) { return first_error(s.client->GetBatch(s.gets)); }},
+      {"put 96K-1M mixed", mixed_mean,
+       [&](Side& s) {
+         const std::uint64_t i = s.next_mixed++;
+         return s.client->Put("ab-mixed-" + std::to_string(i % kMixedKeys), mixed.data(),
+                              kMixedSizes[i % std::size(kMixedSizes)], put_options);
+       }},
   };
 
   const bool as_json = vm.count("json") > 0;
@@ -179,6 +200,7 @@ int main(int argc, char** argv) {
   for (Side& side : sides) {
     std::vector<std::string> keys = side.keys;
     for (const GetItem& g : side.gets) keys.push_back(g.key);
+    for (std::uint64_t i = 0; i < kMixedKeys; ++i) keys.push_back("ab-mixed-" + std::to_string(i));
     keys.push_back("ab-small");
     (void)side.client->DeleteBatch(keys);
   }

@@ -132,9 +132,10 @@ class Tier {
   // An extent in hint.pool's arenas (a partitioned tier), on hint.numa_node's first.
   virtual Result<Extent> Allocate(std::uint64_t size, const AllocationHint& hint) = 0;
   virtual Status Free(const Extent& extent) = 0;
-  // Gives the end of an extent back: what lies past its first `keep` bytes (rounded up to the
-  // tier's alignment), and returns the extent that remains. A room staged for a put larger than
-  // the one that took it is trimmed so. Tiers that cannot keep the whole extent (0 < keep).
+  // Gives the end of an extent back: what lies past its first `keep` bytes (0 < keep, rounded
+  // up to the tier's alignment), and returns the extent that remains. Room staged for a put
+  // larger than the one that took it is trimmed so. A tier that cannot trim returns the extent
+  // whole.
   virtual Result<Extent> Trim(const Extent& extent, std::uint64_t /*keep*/) { return extent; }
   // For opening a window by moving copies aside (the store's compaction): the pool's free
   // extents in address order, and an extent taken at a chosen place (want.length bytes at

@@ -42,6 +42,7 @@ struct Side {
   std::uint64_t next = 0;
   std::vector<PutItem> puts;
   std::vector<GetItem> gets;
+  std::vector<std::string> mixed_keys;
   std::uint64_t next_mixed = 0;
   const std::string& NextKey() { return keys[next++ % keys.size()]; }
 };
@@ -114,6 +115,9 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    for (std::uint64_t i = 0; i < kMixedKeys; ++i) {
+      side.mixed_keys.push_back("ab-mixed-" + std::to_string(i));
+    }
     for (int i = 0; i < kBatch; ++i) {
       const std::string key = "ab-block-" + std::to_string(i);
       side.puts.push_back({key, batch_src.data() + i * kSmall, kSmall, block_options});
@@ -156,7 +160,7 @@ int main(int argc, char** argv) {
       {"put 96K-1M mixed", mixed_mean,
        [&](Side& s) {
          const std::uint64_t i = s.next_mixed++;
-         return s.client->Put("ab-mixed-" + std::to_string(i % kMixedKeys), mixed.data(),
+         return s.client->Put(s.mixed_keys[i % kMixedKeys], mixed.data(),
                               kMixedSizes[i % std::size(kMixedSizes)], put_options);
        }},
   };
@@ -200,7 +204,7 @@ int main(int argc, char** argv) {
   for (Side& side : sides) {
     std::vector<std::string> keys = side.keys;
     for (const GetItem& g : side.gets) keys.push_back(g.key);
-    for (std::uint64_t i = 0; i < kMixedKeys; ++i) keys.push_back("ab-mixed-" + std::to_string(i));
+    keys.insert(keys.end(), side.mixed_keys.begin(), side.mixed_keys.end());
     keys.push_back("ab-small");
     (void)side.client->DeleteBatch(keys);
   }

@@ -40,7 +40,6 @@ constexpr int kHashStreams = 16;  // per direction
 
 Result<std::shared_ptr<CudaCopyEngine>> CudaCopyEngine::Create(int device,
                                                                const CudaHbmOptions& options) {
-  if (Status s = options.validate(); !s.ok()) return s;
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
     return CudaError("cudaSetDevice", e);
   }

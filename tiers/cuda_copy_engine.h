@@ -32,7 +32,8 @@ class CudaCopyEngine {
   using Done = std::function<void(Status)>;
 
   // The engine of `device`: options.checksum_threads threads for Post (at least one), checks on
-  // the device from options.device_check_min_bytes.
+  // the device from options.device_check_min_bytes. The options are validated by the caller
+  // (MakeCudaHbmBackend, the one that builds engines).
   static Result<std::shared_ptr<CudaCopyEngine>> Create(int device, const CudaHbmOptions& options);
   ~CudaCopyEngine();
   CudaCopyEngine(const CudaCopyEngine&) = delete;

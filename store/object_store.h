@@ -18,14 +18,14 @@
 // and the release of its lease take mu_ shared, so gets from several I/O threads run at once;
 // what they write is atomic or has a lock of its own (a copy's pins and recency, the sharded
 // lease table and get counters). Everything else, and any get that must wait, move or change
-// more, takes it exclusively. No bytes are copied under it except a small inline put's own copy
-// (PutCopy) and ReadCopy's copy out of a pinned extent. Calls that may wait (Reserve and
-// PutCopy when room must be made, Pin of an object only on nvme, Promote) wait on a condition
-// variable with mu_ released, and only for moves they started or joined; on a thread in a
-// NoWaitScope (a server's I/O thread: common/no_wait_scope.h) they give up instead, with
-// RefuseWait, before reserving or pinning anything. Move completions run
-// on mover threads and take mu_. Lock order: mu_, then a lease table shard's lock or the
-// mover's lock; never the reverse.
+// more, takes it exclusively. No bytes are copied under it but a compaction's (one window's
+// worth; PutCopy copies between its reserve and its commit, ReadCopy under a pin).
+// Calls that may wait (Reserve and PutCopy when room must be made, Pin of an object only on
+// nvme, Promote) wait on a condition variable with mu_ released, and only for moves they
+// started or joined; on a thread in a NoWaitScope (a server's I/O thread:
+// common/no_wait_scope.h) they give up instead, with RefuseWait, before reserving or pinning
+// anything. Move completions run on mover threads and take mu_. Lock order: mu_, then a lease
+// table shard's lock or the mover's lock; never the reverse.
 #pragma once
 
 #include <array>

@@ -95,29 +95,12 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
     return Status::InvalidArgument("hbm budget of " + std::to_string(budget) +
                                    " bytes is above the tier's " + std::to_string(hbm_capacity_));
   }
+  TIERPOOL_RETURN_IF_ERROR(ValidatePlan(spec.plan, s));
   job->before.resize(steps);
   job->after.resize(steps);
   for (int i = 0; i < spec.plan.actions_size(); ++i) {
     const Action& a = spec.plan.actions(i);
-    const std::string where = "plan action " + std::to_string(i) + ": ";
-    if (!schedule::ActionKind_IsValid(a.kind())) {
-      return Status::InvalidArgument(where + "unknown action kind");
-    }
-    if (a.tensor() >= tensors) {
-      return Status::InvalidArgument(where + "names tensor " + std::to_string(a.tensor()) +
-                                     ", the schedule has " + std::to_string(tensors));
-    }
-    if (a.step() >= steps || (a.kind() == schedule::PREFETCH && a.needed_by() >= steps)) {
-      return Status::InvalidArgument(where + "step out of range (the schedule has " +
-                                     std::to_string(steps) + " steps)");
-    }
-    if (!(a.delay_us() >= 0 && a.delay_us() < 3.6e9)) {
-      return Status::InvalidArgument(where + "delay_us out of range");
-    }
     (a.after() ? job->after : job->before)[a.step()].push_back(static_cast<std::uint32_t>(i));
-  }
-  for (auto t : spec.plan.resident_at_start()) {
-    if (t >= tensors) return Status::InvalidArgument("resident tensor out of range");
   }
   for (auto& list : job->before) {
     std::stable_sort(list.begin(), list.end(), [&](auto x, auto y) {

@@ -103,6 +103,58 @@ Result<Schedule> LoadSchedule(const std::string& path, std::uint64_t max_bytes) 
   return s;
 }
 
+Status ValidatePlan(const schedule::Plan& plan, const Schedule& s) {
+  const auto steps = static_cast<std::uint32_t>(s.steps_size());
+  const auto tensors = static_cast<std::uint32_t>(s.tensors_size());
+  // Every replay of every planning pass checks its plan: the message is built only on a problem.
+  auto bad = [](int i, const std::string& what) {
+    return Status::InvalidArgument("plan action " + std::to_string(i) + ": " + what);
+  };
+  for (int i = 0; i < plan.actions_size(); ++i) {
+    const schedule::Action& a = plan.actions(i);
+    if (!schedule::ActionKind_IsValid(a.kind())) return bad(i, "unknown action kind");
+    if (a.tensor() >= tensors) {
+      return bad(i, "names tensor " + std::to_string(a.tensor()) + ", the schedule has " +
+                        std::to_string(tensors));
+    }
+    if (a.step() >= steps || (a.kind() == schedule::PREFETCH && a.needed_by() >= steps)) {
+      return bad(i, "step out of range (the schedule has " + std::to_string(steps) + " steps)");
+    }
+    if (!(a.delay_us() >= 0 && a.delay_us() < 3.6e9)) return bad(i, "delay_us out of range");
+  }
+  for (auto t : plan.resident_at_start()) {
+    if (t >= tensors) {
+      return Status::InvalidArgument("resident tensor " + std::to_string(t) +
+                                     " out of range (the schedule has " + std::to_string(tensors) +
+                                     " tensors)");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<schedule::Plan> LoadPlan(const std::string& path, const Schedule& s,
+                                std::uint64_t max_bytes) {
+  auto read = ReadFileUpTo(path, max_bytes);
+  if (!read.ok()) return read.status();
+  schedule::Plan plan;
+  if (EndsWith(path, ".json")) {
+    google::protobuf::util::JsonParseOptions opts;
+    opts.ignore_unknown_fields = false;
+    auto st = google::protobuf::util::JsonStringToMessage(*read, &plan, opts);
+    if (!st.ok()) return Status::InvalidArgument(path + ": not a plan: " + st.ToString());
+  } else if (!plan.ParseFromString(*read)) {
+    return Status::InvalidArgument(path + " is not a binary plan (use .json for JSON)");
+  }
+  if (plan.schedule() != s.name()) {
+    return Status::InvalidArgument(path + ": the plan is for schedule '" + plan.schedule() +
+                                   "', not '" + s.name() + "'");
+  }
+  if (Status v = ValidatePlan(plan, s); !v.ok()) {
+    return Status(v.code(), path + ": " + v.message());
+  }
+  return plan;
+}
+
 Status SaveSchedule(const Schedule& s, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out || !s.SerializeToOstream(&out)) return Status::IoError("cannot write " + path);

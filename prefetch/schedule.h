@@ -26,6 +26,16 @@ Result<Schedule> ParseScheduleJson(const std::string& json);
 // after the def, sizes are sane. The message names the first problem.
 Status Validate(const Schedule& s);
 
+// A plan's fields checked against the schedule it is for: every action of a known kind, naming a
+// tensor and steps of the schedule, with a finite delay of under an hour; resident tensors that
+// exist. The message names the first problem. (Replay and the executor call it; a plan from a
+// file is outside input.)
+Status ValidatePlan(const schedule::Plan& plan, const Schedule& s);
+// Reads a plan for `s` from a binary (.pb) or JSON (.json) file, and checks it (ValidatePlan, and
+// that it names `s` as its schedule). Files larger than max_bytes are refused.
+Result<schedule::Plan> LoadPlan(const std::string& path, const Schedule& s,
+                                std::uint64_t max_bytes = 1ull << 30);
+
 // When each step's compute starts with no stall at all (n + 1 entries: the last is the
 // iteration's compute time): the clock the stall bounds reason on.
 std::vector<double> ComputeStarts(const Schedule& s);

@@ -562,13 +562,7 @@ Result<ReplayReport> Replay(const Schedule& s, const Lifetimes& lt, const Device
   if (options.policy == Policy::kPlanned && options.plan == nullptr) {
     return Status::InvalidArgument("the planned policy needs a plan");
   }
-  if (options.plan != nullptr) {
-    for (const auto& a : options.plan->actions()) {
-      if (a.step() >= lt.steps() || a.tensor() >= static_cast<std::uint32_t>(s.tensors_size())) {
-        return Status::InvalidArgument("plan action names a step or tensor outside the schedule");
-      }
-    }
-  }
+  if (options.plan != nullptr) TIERPOOL_RETURN_IF_ERROR(ValidatePlan(*options.plan, s));
   Simulation sim(s, lt, d, options);
   return sim.Run();
 }

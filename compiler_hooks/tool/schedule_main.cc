@@ -77,6 +77,9 @@ constexpr const char* kUsage = R"(usage:
                               [--split-updates SIZE: split-updates' slices first; also replay's]
   tierpool replay SCHEDULE --device NAME --hbm BUDGET --policy none|reactive-lru|planned
                               [--json REPORT.json] [--trace TRACE.json] [--svg MEM.svg]
+                              [--plan PLAN.pb|.json: replay a plan made earlier (by `plan`,
+                              under another profile, or by hand) instead of planning; its
+                              budget unless --hbm gives one]
                               [--lp-guided: solve the LP bound and let its optimum choose
                               what to evict; kept if it stalls less (seconds, not ms;
                               its LP at 8 boundaries unless --lp-windows says)]
@@ -238,7 +241,7 @@ int main(int argc, char** argv) {
   unsigned lp_windows = TransferLpOptions{}.max_windows, sweep_jobs = 1;
   bool lp_guided = false;
   bool no_early_loads = false;
-  std::string measured, device_kind, name, chunk, split_updates, onnx_out;
+  std::string measured, device_kind, name, chunk, split_updates, onnx_out, plan_file;
   bool updates_only = false;
   int warmup = 3, repeat = 10;
   double dispatch = 0, eager_ms = 0;
@@ -278,6 +281,7 @@ int main(int argc, char** argv) {
      "fit-profile: the whole step's measured time, to fit the host time per kernel to")
     ("hbm", po::value(&hbm), "hbm budget: a size or a percentage of the no-offload peak")
     ("policy", po::value(&policy)->default_value("planned"), "none, reactive-lru or planned")
+    ("plan", po::value(&plan_file), "replay: a plan made earlier (.pb or .json) instead of planning")
     ("trace", po::value(&trace), "replay: Chrome trace (open in Perfetto)")
     ("svg", po::value(&svg), "replay: SVG of each tier's use over time")
     ("sweep", po::bool_switch(&sweep), "replay: try budgets from 100% down")
@@ -511,19 +515,28 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    if (hbm.empty() && !(cmd == "replay" && policy == "none")) {
+    std::optional<schedule::Plan> plan;
+    if (!plan_file.empty()) {
+      if (cmd != "replay" || policy != "planned" || lp_guided) {
+        return Fail(Status::InvalidArgument(
+            "--plan replays a plan made earlier: `replay` with the planned policy only"));
+      }
+      auto loaded = LoadPlan(plan_file, *s);
+      if (!loaded.ok()) return Fail(loaded.status());
+      plan = std::move(loaded).value();
+    }
+    if (hbm.empty() && !(cmd == "replay" && policy == "none") && !plan) {
       return Fail(Status::InvalidArgument("give --hbm BUDGET (a size, or a % of the peak)"));
     }
-    std::uint64_t budget = 0;
+    std::uint64_t budget = plan ? plan->hbm_budget_bytes() : 0;  // a plan's own, unless given
     if (!hbm.empty()) {
       auto b = ParseHbmBudget(hbm, lt.peak_bytes());
       if (!b.ok()) return Fail(b.status());
       budget = *b;
     }
-    std::optional<schedule::Plan> plan;
     auto p = ParsePolicy(policy);
     if (!p.ok()) return Fail(p.status());
-    if (cmd == "plan" || *p == Policy::kPlanned) {
+    if (!plan && (cmd == "plan" || *p == Policy::kPlanned)) {
       const PlannerConfig config{
           .hbm_budget = budget, .prefetch_margin = margin, .early_loads = !no_early_loads};
       if (lp_guided) {

@@ -201,7 +201,7 @@ TEST_F(OnnxImporter, ScheduleShowSpeaksJson) {
 
 // `tierpool plan` says what its plan does on the profile's clock (before, only its action
 // count and peak), the same figures as `replay --policy planned` at that budget (one where
-// the link shows: 30% stalls a little).
+// the link shows: 30% stalls a little), and as `replay --plan` of the plan it wrote.
 TEST_F(OnnxImporter, PlanSaysWhatItsReplayShows) {
   std::string file = Dir() + "/mlp_plan.onnx", pb = Dir() + "/mlp_plan.pb",
               plan = Dir() + "/mlp_plan-plan.pb";
@@ -224,6 +224,12 @@ TEST_F(OnnxImporter, PlanSaysWhatItsReplayShows) {
   ASSERT_TRUE(std::regex_search(replayed, b, stall)) << replayed;
   EXPECT_EQ(a[1].str(), b[1].str()) << planned << replayed;
   EXPECT_EQ(::access(plan.c_str(), R_OK), 0);
+  // The saved plan replayed from its file (`replay --plan`, at its own budget) stalls the same.
+  auto [from_file, rc3] = RunCommand(cli + " replay " + pb + " --device h100 --plan " + plan);
+  ASSERT_EQ(rc3, 0) << from_file;
+  std::smatch c;
+  ASSERT_TRUE(std::regex_search(from_file, c, stall)) << from_file;
+  EXPECT_EQ(c[1].str(), a[1].str()) << from_file;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace tierpool::prefetch {
@@ -91,6 +92,67 @@ TEST(Schedule, JsonAndBinaryRoundTrip) {
   EXPECT_FALSE(ParseScheduleJson("{\"steps\": 3}").ok());
   EXPECT_FALSE(ParseScheduleJson("not json").ok());
   EXPECT_EQ(LoadSchedule(dir + "/missing.pb").status().code(), StatusCode::kNotFound);
+}
+
+// A plan from a file is outside input: every field is checked against the schedule it names.
+TEST(Plan, ValidateRejectsWhatTheScheduleDoesNotHave) {
+  Schedule s = Tiny(true);
+  schedule::Plan good;
+  good.set_format_version(1);
+  good.set_schedule("tiny");
+  good.set_hbm_budget_bytes(120);
+  auto* a = good.add_actions();
+  a->set_kind(schedule::PREFETCH);
+  a->set_tensor(0);
+  a->set_step(1);
+  a->set_needed_by(3);
+  good.add_resident_at_start(0);
+  EXPECT_TRUE(ValidatePlan(good, s).ok());
+  auto bad = [&](auto change) {
+    schedule::Plan p = good;
+    change(&p);
+    return ValidatePlan(p, s);
+  };
+  EXPECT_FALSE(bad([](auto* p) { p->mutable_actions(0)->set_tensor(4); }).ok());
+  EXPECT_FALSE(bad([](auto* p) { p->mutable_actions(0)->set_step(4); }).ok());
+  EXPECT_FALSE(bad([](auto* p) { p->mutable_actions(0)->set_needed_by(4); }).ok());
+  EXPECT_FALSE(bad([](auto* p) {
+                 p->mutable_actions(0)->set_kind(static_cast<schedule::ActionKind>(7));
+               }).ok());
+  EXPECT_FALSE(bad([](auto* p) { p->mutable_actions(0)->set_delay_us(-1); }).ok());
+  EXPECT_FALSE(bad([](auto* p) { p->mutable_actions(0)->set_delay_us(std::nan("")); }).ok());
+  EXPECT_FALSE(bad([](auto* p) { p->add_resident_at_start(9); }).ok());
+  // A FREE's needed_by means nothing and is not checked.
+  EXPECT_TRUE(bad([](auto* p) {
+                p->mutable_actions(0)->set_kind(schedule::FREE);
+                p->mutable_actions(0)->set_needed_by(99);
+              }).ok());
+
+  const std::string dir = ::testing::TempDir();
+  {
+    std::FILE* f = std::fopen((dir + "/plan.pb").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string bytes = good.SerializeAsString();
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  }
+  auto loaded = LoadPlan(dir + "/plan.pb", s);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->SerializeAsString(), good.SerializeAsString());
+  s.set_name("another");
+  EXPECT_EQ(LoadPlan(dir + "/plan.pb", s).status().code(), StatusCode::kInvalidArgument)
+      << "a plan for another schedule was taken";
+  s.set_name("tiny");
+  {
+    std::FILE* f = std::fopen((dir + "/plan.json").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"schedule": "tiny", "actions": [{"kind": "PREFETCH", "tensor": 3, )"
+               R"("step": 0, "needed_by": 7}]})",
+               f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(LoadPlan(dir + "/plan.json", s).status().code(), StatusCode::kInvalidArgument)
+      << "a prefetch needed by a step the schedule does not have was taken";
 }
 
 }  // namespace

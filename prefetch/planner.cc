@@ -10,6 +10,7 @@
 #include "common/units.h"
 #include "prefetch/plan_pass.h"
 #include "prefetch/simulator.h"
+#include "prefetch/streamed_tensors.h"
 
 namespace tierpool::prefetch {
 
@@ -177,12 +178,44 @@ Result<Candidate> PlanRounds(const Schedule& s, const Lifetimes& lt, const Devic
   return best;
 }
 
+// Where the best plan still stalls on a loop that reads persistent tensors it never writes, the
+// plans that stream an evenly spread share of them through a ring (streamed_tensors.h), for the
+// largest few sizes the ring may hold and a few ring depths, each replayed; kept where one
+// stalls less. A dozen replays at most, and none where no such tensors can make the room.
+void TryStreamedTensors(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                        std::uint64_t budget, Candidate* best) {
+  if (!s.repeats()) return;
+  std::vector<std::uint64_t> sizes;
+  for (int i = 0; i < s.tensors_size(); ++i) {
+    const auto& t = s.tensors(i);
+    if (lt.persistent(static_cast<std::uint32_t>(i)) && t.update_steps_size() == 0 &&
+        t.size_bytes() > 0) {
+      sizes.push_back(t.size_bytes());
+    }
+  }
+  std::sort(sizes.rbegin(), sizes.rend());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  if (sizes.size() > 3) sizes.resize(3);
+  for (std::uint64_t largest : sizes) {
+    for (int depth = 1; depth <= 4; ++depth) {
+      auto plan =
+          StreamedTensorsPlan(s, lt, d, {.budget = budget, .depth = depth, .largest = largest});
+      if (!plan) break;  // a deeper ring needs more room still
+      Candidate c{.plan = std::move(*plan)};
+      Evaluate(s, lt, d, budget, &c);
+      if (c.time_us < best->time_us) *best = std::move(c);
+    }
+  }
+}
+
 Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                  const PlannerConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   auto best = PlanRounds(s, lt, d, config, {});
   if (!best.ok()) return best.status();
-  if (!config.choose_by_replay || !config.early_loads || !Stalls(*best, ComputeUs(s))) {
+  if (!config.choose_by_replay || !Stalls(*best, ComputeUs(s))) return std::move(best->plan);
+  if (!config.early_loads) {
+    TryStreamedTensors(s, lt, d, config.hbm_budget, &*best);
     return std::move(best->plan);
   }
   // Loads ahead of their windows into room nothing needs yet (plan_pass.h, EarlyLoads): a
@@ -209,6 +242,7 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
     auto next = r.get();
     if (next.ok() && next->time_us < best->time_us) best = std::move(next);
   }
+  if (Stalls(*best, ComputeUs(s))) TryStreamedTensors(s, lt, d, config.hbm_budget, &*best);
   return std::move(best->plan);
 }
 

@@ -1,7 +1,7 @@
 #include "prefetch/streamed_tensors.h"
 
 #include <algorithm>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "prefetch/periodic_copies.h"

@@ -187,11 +187,8 @@ void TryStreamedTensors(const Schedule& s, const Lifetimes& lt, const DeviceProf
   if (!s.repeats()) return;
   std::vector<std::uint64_t> sizes;
   for (int i = 0; i < s.tensors_size(); ++i) {
-    const auto& t = s.tensors(i);
-    if (lt.persistent(static_cast<std::uint32_t>(i)) && t.update_steps_size() == 0 &&
-        t.size_bytes() > 0) {
-      sizes.push_back(t.size_bytes());
-    }
+    if (Streamable(s, lt, static_cast<std::uint32_t>(i)))
+      sizes.push_back(s.tensors(i).size_bytes());
   }
   std::sort(sizes.rbegin(), sizes.rend());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
@@ -208,24 +205,16 @@ void TryStreamedTensors(const Schedule& s, const Lifetimes& lt, const DeviceProf
   }
 }
 
-Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
-                                 const PlannerConfig& config) {
-  TIERPOOL_RETURN_IF_ERROR(config.validate());
-  auto best = PlanRounds(s, lt, d, config, {});
-  if (!best.ok()) return best.status();
-  if (!config.choose_by_replay || !Stalls(*best, ComputeUs(s))) return std::move(best->plan);
-  if (!config.early_loads) {
-    TryStreamedTensors(s, lt, d, config.hbm_budget, &*best);
-    return std::move(best->plan);
-  }
-  // Loads ahead of their windows into room nothing needs yet (plan_pass.h, EarlyLoads): a
-  // pass that evicts only on demand leaves the host->hbm link idle where room is free, and
-  // issuing the next loads into that room fills it. How far ahead suits a schedule varies (room
-  // taken early can force an eviction later), so where the plan stalls the rounds run again
-  // with two reaches, and with the first of them and reload-aware evictions (PassOptions),
-  // each on a core of its own where there is one; the fastest replay wins. (Of four reaches
-  // tried on 53 corpus plans, these two came within 0.2% of the best of all four in total
-  // stall; the third setting is for loops that stream: docs/schedules.md.)
+// Loads ahead of their windows into room nothing needs yet (plan_pass.h, EarlyLoads): a pass
+// that evicts only on demand leaves the host->hbm link idle where room is free, and issuing the
+// next loads into that room fills it. How far ahead suits a schedule varies (room taken early
+// can force an eviction later), so where the plan stalls the rounds run again with two reaches,
+// and with the first of them and reload-aware evictions (PassOptions), each on a core of its own
+// where there is one; the fastest replay wins. (Of four reaches tried on 53 corpus plans, these
+// two came within 0.2% of the best of all four in total stall; the third setting is for loops
+// that stream: docs/schedules.md.)
+void TryEarlyLoads(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                   const PlannerConfig& config, Candidate* best) {
   const std::int64_t n = lt.steps();
   const std::int64_t third = std::max<std::int64_t>(1, n / 3);
   const PassOptions variants[] = {
@@ -240,9 +229,19 @@ Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const D
   }
   for (auto& r : runs) {
     auto next = r.get();
-    if (next.ok() && next->time_us < best->time_us) best = std::move(next);
+    if (next.ok() && next->time_us < best->time_us) *best = std::move(next).value();
   }
-  if (Stalls(*best, ComputeUs(s))) TryStreamedTensors(s, lt, d, config.hbm_budget, &*best);
+}
+
+Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                                 const PlannerConfig& config) {
+  TIERPOOL_RETURN_IF_ERROR(config.validate());
+  auto best = PlanRounds(s, lt, d, config, {});
+  if (!best.ok()) return best.status();
+  const double compute = ComputeUs(s);
+  if (!config.choose_by_replay || !Stalls(*best, compute)) return std::move(best->plan);
+  if (config.early_loads) TryEarlyLoads(s, lt, d, config, &*best);
+  if (Stalls(*best, compute)) TryStreamedTensors(s, lt, d, config.hbm_budget, &*best);
   return std::move(best->plan);
 }
 

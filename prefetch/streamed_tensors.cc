@@ -8,23 +8,24 @@
 
 namespace tierpool::prefetch {
 
+bool Streamable(const Schedule& s, const Lifetimes& lt, std::uint32_t t) {
+  const auto& tensor = s.tensors(static_cast<int>(t));
+  return lt.persistent(t) && !lt.uses(t).empty() && tensor.update_steps_size() == 0 &&
+         tensor.size_bytes() > 0;
+}
+
 std::optional<schedule::Plan> StreamedTensorsPlan(const Schedule& s, const Lifetimes& lt,
                                                   const DeviceProfile& d,
                                                   const StreamingOptions& options) {
   if (!s.repeats() || options.depth < 1 || lt.peak_bytes() <= options.budget) return std::nullopt;
   const std::uint64_t deficit = lt.peak_bytes() - options.budget;
-  // Candidates, in order of first use: persistent, read in this iteration, never written (a
-  // dropped copy is then still the host's), at most `largest` bytes.
+  // Candidates, in order of first use: streamable, of at most `largest` bytes.
   std::vector<std::uint32_t> candidates;
   std::uint64_t total = 0, largest = 0;
   for (int i = 0; i < s.tensors_size(); ++i) {
     const auto t = static_cast<std::uint32_t>(i);
-    const auto& tensor = s.tensors(i);
-    const std::uint64_t size = tensor.size_bytes();
-    if (!lt.persistent(t) || lt.uses(t).empty() || tensor.update_steps_size() > 0 || size == 0 ||
-        (options.largest != 0 && size > options.largest)) {
-      continue;
-    }
+    const std::uint64_t size = s.tensors(i).size_bytes();
+    if (!Streamable(s, lt, t) || (options.largest != 0 && size > options.largest)) continue;
     candidates.push_back(t);
     total += size;
     largest = std::max(largest, size);

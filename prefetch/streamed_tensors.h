@@ -29,6 +29,10 @@ struct StreamingOptions {
   std::uint64_t largest = 0;
 };
 
+// Whether tensor t may stream: persistent, read in the iteration, never written (a dropped copy
+// is then still the host's), and not empty.
+bool Streamable(const Schedule& s, const Lifetimes& lt, std::uint32_t t);
+
 // A plan for a repeating schedule's persistent, never-updated tensors under `budget`, or nothing
 // when the schedule does not repeat or those tensors (of at most `largest` bytes) cannot make
 // the room the budget needs. Which tensors stream: in order of first use, each as soon as the

@@ -182,6 +182,8 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
   auto none = Replay(s, lt, d, {.policy = Policy::kNone});
   if (!none.ok()) return none.status();
   out.none = std::move(none).value();
+  out.step_floor_bytes = lt.step_floor_bytes();
+  out.step_floor_step = lt.step_floor_step();
   const double base_time = out.none.time_us;
   std::vector<double> fractions;
   for (double f = 1.0; f >= options.lowest - 1e-9; f -= options.step) fractions.push_back(f);
@@ -321,6 +323,14 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
                   FormatBytes(row.budget).c_str(), 100 * row.fraction);
     o << buf;
   }
+  if (r.none.peak_hbm > 0 && s.steps_size() > 0) {
+    std::snprintf(
+        buf, sizeof(buf), "no policy keeps a budget below %s (%.1f%% of the peak): ",
+        FormatBytes(r.step_floor_bytes).c_str(),
+        100 * static_cast<double>(r.step_floor_bytes) / static_cast<double>(r.none.peak_hbm));
+    o << buf << "step " << r.step_floor_step << " ("
+      << s.steps(static_cast<int>(r.step_floor_step)).name() << ") touches that much at once\n";
+  }
   std::uint64_t breaches = 0, worse_half = 0, unreachable = 0, guided_faster = 0, guided_made = 0;
   double worst_gap = 0;       // planned stall over the best bound, where the bound is above 0
   double worst_best_gap = 0;  // the better of planned and guided over the bound
@@ -408,6 +418,12 @@ std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfi
               {"max_overhead", r.max_overhead},
               {"none", ReportObject(r.none)},
               {"rows", rows},
+              {"step_floor",
+               {{"bytes", r.step_floor_bytes},
+                {"fraction", r.none.peak_hbm == 0 ? 0.0
+                                                  : static_cast<double>(r.step_floor_bytes) /
+                                                        static_cast<double>(r.none.peak_hbm)},
+                {"step", r.step_floor_step}}},
               {"planning_ms_max", r.planning_ms_max},
               {"guided_planning_ms_max", r.guided_planning_ms_max}};
   if (r.smallest_within) {

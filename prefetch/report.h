@@ -47,6 +47,10 @@ struct SweepResult {
   std::optional<std::size_t> smallest_within;  // row index of the smallest budget within overhead
   // The same with the better of the plain and the LP-guided plan at each budget.
   std::optional<std::size_t> smallest_within_guided;
+  // What the busiest step touches at once (Lifetimes::step_floor_bytes): no policy keeps a
+  // budget below it, so no sweep lowers the peak further than to it.
+  std::uint64_t step_floor_bytes = 0;
+  std::uint32_t step_floor_step = 0;
   double planning_ms_max = 0;         // slowest plan of the sweep
   double guided_planning_ms_max = 0;  // slowest guided plan (the LP's solve apart)
 };

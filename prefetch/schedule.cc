@@ -207,6 +207,14 @@ Lifetimes::Lifetimes(const Schedule& s) : steps_(static_cast<std::uint32_t>(s.st
     running += delta[i];
     curve_[i] = static_cast<std::uint64_t>(running);
     peak_ = std::max(peak_, curve_[i]);
+    // A tensor is never defined and used at one step (Validate: uses come after the def).
+    std::uint64_t touched = 0;
+    for (auto t : defs_at_[i]) touched += s.tensors(static_cast<int>(t)).size_bytes();
+    for (auto t : uses_at_[i]) touched += s.tensors(static_cast<int>(t)).size_bytes();
+    if (touched > step_floor_) {
+      step_floor_ = touched;
+      step_floor_at_ = i;
+    }
   }
 }
 

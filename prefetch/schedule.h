@@ -63,6 +63,11 @@ class Lifetimes {
   const std::vector<std::uint64_t>& memory_curve() const { return curve_; }
   std::uint64_t peak_bytes() const { return peak_; }
   std::uint64_t persistent_bytes() const { return persistent_bytes_; }
+  // The most bytes one step touches (the tensors it defines and uses), and the first step that
+  // touches that many: a step's tensors are all in hbm while it runs, so no policy keeps a
+  // budget below this, whatever it moves.
+  std::uint64_t step_floor_bytes() const { return step_floor_; }
+  std::uint32_t step_floor_step() const { return step_floor_at_; }
 
  private:
   std::uint32_t steps_;
@@ -73,6 +78,8 @@ class Lifetimes {
   std::vector<std::uint64_t> curve_;
   std::uint64_t peak_ = 0;
   std::uint64_t persistent_bytes_ = 0;
+  std::uint64_t step_floor_ = 0;
+  std::uint32_t step_floor_at_ = 0;
 };
 
 }  // namespace tierpool::prefetch

@@ -169,6 +169,14 @@ Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes&
     out.proven = true;
     return out;
   }
+  // Below what one step touches at once no policy keeps the budget; the relaxation, which
+  // keeps memory at its boundaries only, could find a point there.
+  if (budget < lt.step_floor_bytes()) {
+    out.proven = true;
+    out.feasible = false;
+    out.stall_us = std::numeric_limits<double>::infinity();
+    return out;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint32_t n = lt.steps();
   const auto& curve = lt.memory_curve();

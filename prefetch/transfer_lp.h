@@ -60,7 +60,8 @@ struct TransferLpBound {
   ResidencyGuide residency;
 };
 
-// Budgets at or above the no-offload peak give 0 without solving.
+// Budgets at or above the no-offload peak give 0 without solving; budgets below the step floor
+// (Lifetimes::step_floor_bytes) are infeasible without solving.
 Result<TransferLpBound> TransferLpStallBound(const Schedule& s, const Lifetimes& lt,
                                              const DeviceProfile& d, std::uint64_t budget,
                                              const TransferLpOptions& options = {});

@@ -54,6 +54,9 @@ TEST(Lifetimes, UseDefChainsAndMemoryCurve) {
   EXPECT_EQ(lt.memory_curve(), (std::vector<std::uint64_t>{110, 130, 135, 110}));
   EXPECT_EQ(lt.peak_bytes(), 135u);
   EXPECT_EQ(lt.persistent_bytes(), 100u);
+  // What each step touches: 0: w+a = 110; 1: a+b = 30; 2: b+c = 25; 3: w+a = 110.
+  EXPECT_EQ(lt.step_floor_bytes(), 110u);
+  EXPECT_EQ(lt.step_floor_step(), 0u);
 }
 
 TEST(Validate, RejectsHostileSchedules) {

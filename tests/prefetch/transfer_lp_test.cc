@@ -48,6 +48,40 @@ TEST(TransferLpBound, ABudgetBelowAStepsWorkingSetIsInfeasible) {
   EXPECT_FALSE(TransferLpStallBound(s, lt, *device, 1, {.max_windows = 1}).ok());
 }
 
+// The step floor (Lifetimes::step_floor_bytes) is what a sweep reports as the budget no policy
+// keeps below: one byte under it, the planner refuses, reactive-lru breaks the budget and the
+// bound says infeasible (the relaxation alone, which keeps memory at its boundaries only, found a
+// point below it on some schedules); at it, with a boundary at every step, the relaxation has
+// one.
+TEST(StepFloor, NoPolicyKeepsABudgetBelowIt) {
+  const std::uint64_t seed = PrintedSeed("StepFloor");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto device = H100WithSlowLinks();
+  ASSERT_TRUE(device.ok());
+  for (int round = 0; round < 12; ++round) {
+    const auto steps = 8 + static_cast<std::uint32_t>(rng() % 40);
+    Schedule s = RandomSchedule(rng, steps, rng() % 2 == 0);
+    Lifetimes lt(s);
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::uint64_t floor = lt.step_floor_bytes();
+    ASSERT_GT(floor, 0u);
+    ASSERT_LE(floor, lt.peak_bytes());
+    auto plan = BuildPlan(s, lt, *device, {.hbm_budget = floor - 1});
+    EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
+    auto below = TransferLpStallBound(s, lt, *device, floor - 1, {.max_windows = steps});
+    ASSERT_TRUE(below.ok());
+    EXPECT_FALSE(below->feasible);
+    auto reactive =
+        Replay(s, lt, *device, {.policy = Policy::kReactiveLru, .hbm_budget = floor - 1});
+    ASSERT_TRUE(reactive.ok());
+    EXPECT_GT(reactive->budget_violations + reactive->missing_at_use, 0u);
+    auto at = TransferLpStallBound(s, lt, *device, floor, {.max_windows = steps});
+    ASSERT_TRUE(at.ok());
+    EXPECT_TRUE(at->feasible);
+  }
+}
+
 // The bound's promise: no policy that keeps the budget stalls less. Checked against the
 // planner and reactive-lru on random schedules, with every step a boundary and with few
 // boundaries; the integral form on the small ones is at least the relaxation.

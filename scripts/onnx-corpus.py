@@ -6,6 +6,8 @@ batch axis, then imported with `tierpool schedule from-onnx`.
   scripts/onnx-corpus.py --tool build/ci/client/tierpool [--models resnet18,swin_t]
       [--opsets 13,14,17] [--variants weights,no-weights,dynamic,no-weights+dynamic]
       [--json OUT.json] [--ops-table OPS.md]
+  scripts/onnx-corpus.py --export-to OUT.onnx --models NAME [--opsets 17]
+      [--variants no-weights+dynamic]   (one export, nothing imported: planning-corpus.py's)
 
 Each import must succeed, and its WEIGHT bytes must equal the bytes of the file's weights: its
 initializers (export folds BatchNorm into convolutions and may fold other constants, so these
@@ -83,7 +85,14 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--json")
     ap.add_argument("--ops-table")
+    ap.add_argument("--export-to", help="export the one model of --models (first opset and "
+                    "variant) to this file and stop")
     a = ap.parse_args()
+    if a.export_to:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            export(a.models, int(a.opsets.split(",")[0]), a.variants.split(",")[0], a.export_to)
+        return 0
     import torchvision
     models = a.models.split(",") if a.models else torchvision.models.list_models(module=torchvision.models)
     rows, failures, export_failures = [], 0, 0

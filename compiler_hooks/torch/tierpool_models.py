@@ -11,6 +11,16 @@ def transformer_stack(layers=12, d_model=768, heads=12, ffn=3072):
         for _ in range(layers)])
 
 
+def transformer_stack_d512():
+    """The stack at 512 wide (8 heads, FFN 2048): the narrow one of the figures' three widths."""
+    return transformer_stack(d_model=512, heads=8, ffn=2048)
+
+
+def transformer_stack_d1024():
+    """The stack at 1024 wide (16 heads, FFN 4096; BERT-large's width): the wide one."""
+    return transformer_stack(d_model=1024, heads=16, ffn=4096)
+
+
 def mlp(width=256, depth=4):
     """A small MLP for tests; input Bx width."""
     mods = []

@@ -185,19 +185,39 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
   out.step_floor_bytes = lt.step_floor_bytes();
   out.step_floor_step = lt.step_floor_step();
   const double base_time = out.none.time_us;
-  std::vector<double> fractions;
-  for (double f = 1.0; f >= options.lowest - 1e-9; f -= options.step) fractions.push_back(f);
+  // The budgets: fractions of the peak in steps, and the step floor itself where it falls
+  // between two of them above the lowest (the one below it is infeasible for every policy, so
+  // the floor is the lowest budget any plan can keep).
+  struct Budget {
+    double fraction;
+    std::uint64_t bytes;
+    bool at_floor = false;
+  };
+  const auto peak = static_cast<double>(out.none.peak_hbm);
+  std::vector<Budget> budgets;
+  for (double f = 1.0; f >= options.lowest - 1e-9; f -= options.step) {
+    budgets.push_back({f, static_cast<std::uint64_t>(peak * f)});
+  }
+  const std::uint64_t floor = out.step_floor_bytes;
+  for (std::size_t i = 1; i < budgets.size(); ++i) {
+    if (budgets[i - 1].bytes > floor && floor > budgets[i].bytes) {
+      budgets.insert(budgets.begin() + static_cast<std::ptrdiff_t>(i),
+                     {static_cast<double>(floor) / peak, floor, true});
+      break;
+    }
+  }
 
   // One budget's row; budgets share nothing but the (read-only) schedule and profile.
   struct Worked {
     Result<SweepRow> row = Status::Internal("not worked on");
     double planning_ms = 0, guided_planning_ms = 0;
   };
-  auto work = [&](double f) {
+  auto work = [&](const Budget& b) {
     Worked w;
     SweepRow row;
-    row.fraction = f;
-    row.budget = static_cast<std::uint64_t>(static_cast<double>(out.none.peak_hbm) * f);
+    row.fraction = b.fraction;
+    row.budget = b.bytes;
+    row.at_step_floor = b.at_floor;
     auto reactive = Replay(s, lt, d, {.policy = Policy::kReactiveLru, .hbm_budget = row.budget});
     if (reactive.ok()) row.reactive = std::move(reactive).value();
     const PlannerConfig config{.hbm_budget = row.budget,
@@ -233,14 +253,14 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
     w.row = std::move(row);
     return w;
   };
-  std::vector<Worked> worked(fractions.size());
+  std::vector<Worked> worked(budgets.size());
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
-    for (std::size_t i = next++; i < fractions.size(); i = next++) worked[i] = work(fractions[i]);
+    for (std::size_t i = next++; i < budgets.size(); i = next++) worked[i] = work(budgets[i]);
   };
   {
     std::vector<std::jthread> helpers;
-    const std::size_t extra = std::min<std::size_t>(options.jobs, fractions.size()) - 1;
+    const std::size_t extra = std::min<std::size_t>(options.jobs, budgets.size()) - 1;
     for (std::size_t j = 0; j < extra; ++j) helpers.emplace_back(worker);
     worker();
   }  // the helpers are joined here
@@ -298,8 +318,11 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
       std::snprintf(buf, sizeof(buf), "%.3f", row.guided->stall_us / 1000);
       guided = buf;
     }
+    // The step floor's row is not one of the sweep's round fractions: one decimal tells it apart.
     std::snprintf(
-        buf, sizeof(buf), "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9.3f %9s\n",
+        buf, sizeof(buf),
+        row.at_step_floor ? "%6.1f%% %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9.3f %9s\n"
+                          : "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9.3f %9s\n",
         100 * row.fraction, FormatBytes(row.budget).c_str(), p_peak.c_str(), p_over.c_str(),
         p_stall.c_str(), FormatBytes(row.reactive.peak_hbm).c_str(), r_over, r_stall,
         guided.c_str(), row.reactive.stall_lower_bound_us / 1000, lp.c_str());
@@ -395,6 +418,7 @@ std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfi
     json j = {{"fraction", row.fraction},
               {"budget_bytes", row.budget},
               {"reactive", ReportObject(row.reactive)}};
+    if (row.at_step_floor) j["at_step_floor"] = true;
     if (row.lp) {
       j["lp_bound"] = {{"stall_us", row.lp->feasible ? row.lp->stall_us : -1.0},
                        {"feasible", row.lp->feasible},

@@ -22,6 +22,7 @@ std::string MemorySvg(const ReplayReport& r, const std::string& title);
 struct SweepRow {
   double fraction = 0;  // of the no-offload peak
   std::uint64_t budget = 0;
+  bool at_step_floor = false;  // the step floor, between two of the sweep's steps
   bool planned_ok = false;
   std::string planned_error;  // when the planner finds the budget infeasible
   ReplayReport planned;

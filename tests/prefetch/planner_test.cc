@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "prefetch/report.h"
@@ -153,6 +154,47 @@ TEST(Report, TraceAndSvgAreWellFormed) {
   }
   EXPECT_FALSE(Sweep(s, lt, *device, {.lp = {.max_windows = 1}}).ok());
   EXPECT_FALSE(Sweep(s, lt, *device, {.jobs = 0}).ok());
+}
+
+// Where the step floor falls between two of the sweep's budgets, the sweep tries it too: the
+// lowest budget any policy keeps. Rows stay in falling budget order, and none below the floor
+// has a plan.
+TEST(Report, SweepTriesTheStepFloor) {
+  auto device = BuiltinProfile("h100");
+  ASSERT_TRUE(device.ok());
+  int tried = 0;
+  for (std::uint64_t seed : {21, 22, 23, 24, 25, 26}) {
+    std::mt19937_64 rng(seed);
+    Schedule s = RandomSchedule(rng, 30, true);
+    Lifetimes lt(s);
+    auto sweep = Sweep(s, lt, *device, {.step = 0.1, .lowest = 0.05, .lp_bound = false});
+    ASSERT_TRUE(sweep.ok());
+    const std::uint64_t floor = lt.step_floor_bytes();
+    int at_floor = 0;
+    for (std::size_t i = 0; i < sweep->rows.size(); ++i) {
+      const auto& row = sweep->rows[i];
+      if (i > 0) {
+        EXPECT_LT(row.budget, sweep->rows[i - 1].budget) << "seed " << seed;
+      }
+      if (row.budget < floor) {
+        EXPECT_FALSE(row.planned_ok) << "seed " << seed;
+      }
+      if (row.at_step_floor) {
+        ++at_floor;
+        EXPECT_EQ(row.budget, floor);
+        EXPECT_DOUBLE_EQ(row.fraction, static_cast<double>(floor) / lt.peak_bytes());
+      }
+    }
+    // Between two budgets of the sweep (multiples of a tenth of the peak, down to 10%).
+    const double f = static_cast<double>(floor) / static_cast<double>(lt.peak_bytes());
+    const bool between = f > 0.1 && f < 1 && std::abs(f * 10 - std::round(f * 10)) > 1e-6;
+    EXPECT_EQ(at_floor, between ? 1 : 0) << "seed " << seed << " floor " << f;
+    tried += at_floor;
+    if (at_floor == 1) {
+      EXPECT_NE(SweepJson(*sweep, s, *device).find("\"at_step_floor\": true"), std::string::npos);
+    }
+  }
+  EXPECT_GT(tried, 0);
 }
 
 TEST(Report, SweepWithSeveralJobsGivesTheSameRows) {

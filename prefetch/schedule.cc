@@ -14,6 +14,9 @@ namespace tierpool::prefetch {
 
 namespace {
 constexpr std::uint64_t kMaxTensorBytes = 1ull << 44;  // 16 TiB: anything larger is garbage
+// All tensors together: 64 PiB. Memory curves and step floors sum sizes in 64 bits, which 2^20
+// tensors of the largest size would overflow.
+constexpr std::uint64_t kMaxTotalBytes = 1ull << 56;
 constexpr std::size_t kMaxSteps = 10'000'000;
 constexpr std::size_t kMaxTensors = 50'000'000;
 
@@ -43,6 +46,7 @@ Status Validate(const Schedule& s) {
   }
   // Names are the objects' default keys in a live job: one tensor each.
   std::unordered_set<std::string_view> names;
+  std::uint64_t total_bytes = 0;
   for (int i = 0; i < s.tensors_size(); ++i) {
     const auto& t = s.tensors(i);
     std::string who = "tensor " + std::to_string(i) + " (" + t.name() + ")";
@@ -54,6 +58,11 @@ Status Validate(const Schedule& s) {
                                      "; ids must be the tensor's index");
     }
     if (t.size_bytes() > kMaxTensorBytes) return Status::InvalidArgument(who + " is too large");
+    total_bytes += t.size_bytes();  // checked at each tensor: never past 2^56 + 2^44
+    if (total_bytes > kMaxTotalBytes) {
+      return Status::InvalidArgument(who + ": the tensors so far total more than " +
+                                     std::to_string(kMaxTotalBytes >> 50) + " PiB");
+    }
     if (t.def_step() < -1 || t.def_step() >= static_cast<int>(n)) {
       return Status::InvalidArgument(who + " is defined at step " + std::to_string(t.def_step()) +
                                      ", outside 0.." + std::to_string(n - 1));

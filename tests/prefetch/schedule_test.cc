@@ -74,6 +74,19 @@ TEST(Validate, RejectsHostileSchedules) {
   EXPECT_FALSE(bad([](Schedule& s) { s.mutable_tensors(1)->set_def_step(-5); }).ok());
   EXPECT_FALSE(bad([](Schedule& s) { s.mutable_steps(0)->set_compute_us(-1); }).ok());
   EXPECT_FALSE(bad([](Schedule& s) { s.mutable_tensors(0)->set_size_bytes(1ull << 60); }).ok());
+  // Each tensor within its limit, all of them past what 64-bit sums of a step or a curve hold.
+  Status total = bad([](Schedule& s) {
+    for (int i = 0; i < 5000; ++i) {
+      auto* t = s.add_tensors();
+      t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
+      t->set_name("big" + std::to_string(i));
+      t->set_size_bytes(1ull << 44);
+      t->set_def_step(-1);
+      t->add_use_steps(0);
+    }
+  });
+  EXPECT_FALSE(total.ok());
+  EXPECT_NE(total.message().find("PiB"), std::string::npos) << total.message();
   // Two tensors of one name would be one object in a live job.
   EXPECT_FALSE(bad([](Schedule& s) { s.mutable_tensors(1)->set_name(s.tensors(0).name()); }).ok());
   Status s = bad([](Schedule& x) { x.mutable_tensors(2)->add_use_steps(1); });

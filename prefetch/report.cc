@@ -330,19 +330,25 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
   }
   if (r.smallest_within) {
     const auto& row = r.rows[*r.smallest_within];
-    std::snprintf(buf, sizeof(buf),
-                  "smallest budget within %.1f%% overhead: %s (%.0f%% of the no-offload peak, "
-                  "%.1f%% lower peak)\n",
-                  100 * r.max_overhead, FormatBytes(row.budget).c_str(), 100 * row.fraction,
-                  100 * (1 - static_cast<double>(row.planned.peak_hbm) /
-                                 static_cast<double>(r.none.peak_hbm)));
+    std::snprintf(
+        buf, sizeof(buf),
+        row.at_step_floor ? "smallest budget within %.1f%% overhead: %s (%.1f%% of the no-offload "
+                            "peak: the step floor, no policy lower; %.1f%% lower peak)\n"
+                          : "smallest budget within %.1f%% overhead: %s (%.0f%% of the no-offload "
+                            "peak, %.1f%% lower peak)\n",
+        100 * r.max_overhead, FormatBytes(row.budget).c_str(), 100 * row.fraction,
+        100 *
+            (1 - static_cast<double>(row.planned.peak_hbm) / static_cast<double>(r.none.peak_hbm)));
     o << buf;
   } else {
     o << "no budget in the sweep stays within the overhead\n";
   }
   if (r.smallest_within_guided && r.smallest_within_guided != r.smallest_within) {
     const auto& row = r.rows[*r.smallest_within_guided];
-    std::snprintf(buf, sizeof(buf), "...with the LP-guided plan where it is faster: %s (%.0f%%)\n",
+    std::snprintf(buf, sizeof(buf),
+                  row.at_step_floor
+                      ? "...with the LP-guided plan where it is faster: %s (%.1f%%)\n"
+                      : "...with the LP-guided plan where it is faster: %s (%.0f%%)\n",
                   FormatBytes(row.budget).c_str(), 100 * row.fraction);
     o << buf;
   }

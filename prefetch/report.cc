@@ -282,6 +282,18 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
   return out;
 }
 
+namespace {
+
+// A row's budget as a share of the peak: a round percentage for the sweep's own steps, one
+// decimal for the step floor's row, which is not one of them.
+std::string BudgetShare(const SweepRow& row) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), row.at_step_floor ? "%.1f%%" : "%.0f%%", 100 * row.fraction);
+  return buf;
+}
+
+}  // namespace
+
 std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProfile& d) {
   std::ostringstream o;
   char buf[256];
@@ -318,25 +330,21 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
       std::snprintf(buf, sizeof(buf), "%.3f", row.guided->stall_us / 1000);
       guided = buf;
     }
-    // The step floor's row is not one of the sweep's round fractions: one decimal tells it apart.
-    std::snprintf(
-        buf, sizeof(buf),
-        row.at_step_floor ? "%6.1f%% %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9.3f %9s\n"
-                          : "%6.0f%% %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9.3f %9s\n",
-        100 * row.fraction, FormatBytes(row.budget).c_str(), p_peak.c_str(), p_over.c_str(),
-        p_stall.c_str(), FormatBytes(row.reactive.peak_hbm).c_str(), r_over, r_stall,
-        guided.c_str(), row.reactive.stall_lower_bound_us / 1000, lp.c_str());
+    std::snprintf(buf, sizeof(buf), "%7s %12s | %12s %9s %10s | %12s %9s %10s | %10s | %9.3f %9s\n",
+                  BudgetShare(row).c_str(), FormatBytes(row.budget).c_str(), p_peak.c_str(),
+                  p_over.c_str(), p_stall.c_str(), FormatBytes(row.reactive.peak_hbm).c_str(),
+                  r_over, r_stall, guided.c_str(), row.reactive.stall_lower_bound_us / 1000,
+                  lp.c_str());
     o << buf;
   }
   if (r.smallest_within) {
     const auto& row = r.rows[*r.smallest_within];
     std::snprintf(
         buf, sizeof(buf),
-        row.at_step_floor ? "smallest budget within %.1f%% overhead: %s (%.1f%% of the no-offload "
-                            "peak: the step floor, no policy lower; %.1f%% lower peak)\n"
-                          : "smallest budget within %.1f%% overhead: %s (%.0f%% of the no-offload "
-                            "peak, %.1f%% lower peak)\n",
-        100 * r.max_overhead, FormatBytes(row.budget).c_str(), 100 * row.fraction,
+        "smallest budget within %.1f%% overhead: %s (%s of the no-offload peak%s %.1f%% lower "
+        "peak)\n",
+        100 * r.max_overhead, FormatBytes(row.budget).c_str(), BudgetShare(row).c_str(),
+        row.at_step_floor ? ": the step floor, no policy lower;" : ",",
         100 *
             (1 - static_cast<double>(row.planned.peak_hbm) / static_cast<double>(r.none.peak_hbm)));
     o << buf;
@@ -345,18 +353,13 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
   }
   if (r.smallest_within_guided && r.smallest_within_guided != r.smallest_within) {
     const auto& row = r.rows[*r.smallest_within_guided];
-    std::snprintf(buf, sizeof(buf),
-                  row.at_step_floor
-                      ? "...with the LP-guided plan where it is faster: %s (%.1f%%)\n"
-                      : "...with the LP-guided plan where it is faster: %s (%.0f%%)\n",
-                  FormatBytes(row.budget).c_str(), 100 * row.fraction);
+    std::snprintf(buf, sizeof(buf), "...with the LP-guided plan where it is faster: %s (%s)\n",
+                  FormatBytes(row.budget).c_str(), BudgetShare(row).c_str());
     o << buf;
   }
   if (r.none.peak_hbm > 0 && s.steps_size() > 0) {
-    std::snprintf(
-        buf, sizeof(buf), "no policy keeps a budget below %s (%.1f%% of the peak): ",
-        FormatBytes(r.step_floor_bytes).c_str(),
-        100 * static_cast<double>(r.step_floor_bytes) / static_cast<double>(r.none.peak_hbm));
+    std::snprintf(buf, sizeof(buf), "no policy keeps a budget below %s (%.1f%% of the peak): ",
+                  FormatBytes(r.step_floor_bytes).c_str(), 100 * r.step_floor_fraction());
     o << buf << "step " << r.step_floor_step << " ("
       << s.steps(static_cast<int>(r.step_floor_step)).name() << ") touches that much at once\n";
   }
@@ -450,9 +453,7 @@ std::string SweepJson(const SweepResult& r, const Schedule& s, const DeviceProfi
               {"rows", rows},
               {"step_floor",
                {{"bytes", r.step_floor_bytes},
-                {"fraction", r.none.peak_hbm == 0 ? 0.0
-                                                  : static_cast<double>(r.step_floor_bytes) /
-                                                        static_cast<double>(r.none.peak_hbm)},
+                {"fraction", r.step_floor_fraction()},
                 {"step", r.step_floor_step}}},
               {"planning_ms_max", r.planning_ms_max},
               {"guided_planning_ms_max", r.guided_planning_ms_max}};

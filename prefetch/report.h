@@ -52,6 +52,11 @@ struct SweepResult {
   // budget below it, so no sweep lowers the peak further than to it.
   std::uint64_t step_floor_bytes = 0;
   std::uint32_t step_floor_step = 0;
+  double step_floor_fraction() const {  // of the no-offload peak
+    return none.peak_hbm == 0
+               ? 0.0
+               : static_cast<double>(step_floor_bytes) / static_cast<double>(none.peak_hbm);
+  }
   double planning_ms_max = 0;         // slowest plan of the sweep
   double guided_planning_ms_max = 0;  // slowest guided plan (the LP's solve apart)
 };

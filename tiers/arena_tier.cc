@@ -129,8 +129,9 @@ Result<Extent> ArenaTier::Trim(const Extent& extent, std::uint64_t keep) {
 }
 
 std::byte* ArenaTier::HostAddress(const Extent& extent) {
-  std::lock_guard lock(mu_);
-  Region* r = FindRegion(extent.arena_id);
+  // No lock: a region's place and size never change once the tier is shared (every put and get
+  // asks this, from any thread).
+  const Region* r = FindRegion(extent.arena_id);
   if (r == nullptr || r->base == nullptr || extent.offset + extent.length > r->size) return nullptr;
   return r->base + extent.offset;
 }

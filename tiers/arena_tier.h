@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/spin_mutex.h"
 #include "tiers/extent_allocator.h"
 #include "tiers/tier.h"
 
@@ -47,7 +48,8 @@ class ArenaTier : public Tier {
                 IoCompletion done) override;
   void WriteImpl(const Extent& dst, const RecordInfo& info, const std::byte* src,
                  IoCompletion done) override;
-  // A region of `pool`; fd and read_only_fd are what clients of the pool map (-1: none). A
+  // A region of `pool`, added before the tier is shared (its factory): regions never change
+  // after that. fd and read_only_fd are what clients of the pool map (-1: none). A
   // region of device memory has no base (HostAddress is nullptr in it) and no descriptors, and
   // clients open it by device and ipc_handle instead.
   void AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd,
@@ -81,10 +83,10 @@ class ArenaTier : public Tier {
   std::string backend_;
   bool pages_locked_ = false;
   std::uint64_t capacity_ = 0;
-  mutable std::mutex mu_;
-  std::vector<Region> regions_;
-  std::uint64_t used_ = 0;  // guarded by mu_
-  std::uint64_t peak_ = 0;  // guarded by mu_
+  mutable SpinMutex mu_;         // held for an allocator call: a few dozen ns
+  std::vector<Region> regions_;  // fixed once shared; each allocator guarded by mu_
+  std::uint64_t used_ = 0;       // guarded by mu_
+  std::uint64_t peak_ = 0;       // guarded by mu_
 };
 
 }  // namespace tierpool

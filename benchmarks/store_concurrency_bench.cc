@@ -3,9 +3,10 @@
 // threads of a server with several clients do. The reference in the same run is the one-thread
 // rate: with N threads, items_per_second per thread against the /threads:1 row says how far gets
 // scale (1.0: perfectly; 1/N: one at a time). A second pair pins and releases while another
-// thread keeps putting (puts take the index exclusively), to show readers are not starved and
-// writers still get through. BM_StorePut is the same for puts of 4 KiB objects from one and two
-// threads. Run: build/ci/benchmarks/store_concurrency_bench
+// thread keeps putting, to show readers are not starved and writers still get through.
+// BM_StorePut is the same for puts of 4 KiB objects from one and two threads, each replacing
+// names of its own (reserves and commits under the shared lock, in different parts of the
+// index). Run: build/ci/benchmarks/store_concurrency_bench
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -69,9 +70,9 @@ void PinReleaseLoop(benchmark::State& state, ObjectStore* store) {
 void BM_StorePinRelease(benchmark::State& state) { PinReleaseLoop(state, SharedStore()); }
 BENCHMARK(BM_StorePinRelease)->Threads(1)->Threads(2)->UseRealTime();
 
-// Puts of 4 KiB objects (reserve, copy, commit), each thread replacing objects of its own:
-// puts take the index exclusively, so with two threads this shows how much of a put's work is
-// under the lock (1/N per thread: all of it).
+// Puts of 4 KiB objects (reserve, copy, commit), each thread replacing objects of its own.
+// Per thread against /threads:1, 1/N means they ran one at a time; what they still share is
+// the dram tier's allocator, the recency sequence and the object ids.
 void BM_StorePut(benchmark::State& state) {
   ObjectStore* store = SharedStore();
   const int t = state.thread_index();

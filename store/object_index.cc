@@ -1,5 +1,6 @@
 #include "store/object_index.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace tierpool {
@@ -16,164 +17,336 @@ int StoredObject::present_copies() const {
   return n;
 }
 
+int ObjectIndex::PartOf(std::string_view ns, std::string_view key) {
+  // The key's hash, mixed with the namespace's length: names that differ only in their
+  // namespace are rare enough to share a part.
+  const std::size_t h = std::hash<std::string_view>()(key) ^ (ns.size() * 0x9e3779b97f4a7c15ull);
+  return static_cast<int>((h >> 7) % kParts);
+}
+
 StoredObject* ObjectIndex::Find(std::uint64_t id) {
-  auto it = objects_.find(id);
-  return it == objects_.end() ? nullptr : it->second.get();
+  ObjectShard& shard = ObjectShardOf(id);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.objects.find(id);
+  return it == shard.objects.end() ? nullptr : it->second.get();
 }
 
 StoredObject* ObjectIndex::Lookup(const std::string& ns, const std::string& key) {
-  auto it = names_.find(NameView(ns, key));
-  return it == names_.end() ? nullptr : objects_.at(it->second).get();
+  return WithName(ns, key, [](StoredObject* obj) { return obj; });
 }
 
-bool ObjectIndex::IsReservation(std::uint64_t id) const {
-  auto it = objects_.find(id);
-  return it != objects_.end() && it->second->reservation;
+bool ObjectIndex::IsReservation(std::uint64_t id) {
+  // The flag changes under its owner's lock; the owner is known only from the object, which
+  // holders of mu_ shared never free while it is a reservation.
+  StoredObject* obj = Find(id);
+  if (obj == nullptr) return false;
+  const OwnerPart& op = OwnerPartOf(obj->owner);
+  std::lock_guard lock(op.mu);
+  return obj->reservation;
+}
+
+// --- reservations ---------------------------------------------------------------------------
+
+void ObjectIndex::RecordReservation(OwnerPart& op, const StoredObject& obj, int sign) {
+  const std::pair<std::uint64_t, std::uint64_t> by_owner{obj.owner, obj.id};
+  const std::pair<std::uint64_t, std::uint64_t> by_expiry{obj.expiry_us, obj.id};
+  OwnerHoldings& h = op.holdings[obj.owner];
+  if (sign > 0) {
+    ++op.reservations;
+    if (obj.expiry_us != 0) op.by_expiry.insert(by_expiry);
+    op.by_owner.insert(by_owner);
+    ++h.reservations;
+    h.reserved_bytes += obj.meta.size;
+  } else {
+    --op.reservations;
+    op.by_expiry.erase(by_expiry);
+    op.by_owner.erase(by_owner);
+    --h.reservations;
+    h.reserved_bytes -= obj.meta.size;
+  }
+  if (h.reservations == 0) op.holdings.erase(obj.owner);
+}
+
+OwnerHoldings ObjectIndex::HoldingsIn(const OwnerPart& op, std::uint64_t owner) {
+  auto it = op.holdings.find(owner);
+  return it == op.holdings.end() ? OwnerHoldings{} : it->second;
 }
 
 StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
                                           std::uint64_t expiry_us) {
   auto obj = std::make_unique<StoredObject>();
-  obj->id = NextId();
   obj->meta = std::move(meta);
+  obj->id = NextId();
   obj->owner = owner;
   obj->expiry_us = expiry_us;
+  obj->reservation = true;
+  {
+    OwnerPart& op = OwnerPartOf(owner);
+    std::lock_guard lock(op.mu);
+    RecordReservation(op, *obj, +1);
+  }
+  return Publish(std::move(obj), std::nullopt, nullptr);
+}
+
+StoredObject& ObjectIndex::Publish(std::unique_ptr<StoredObject> obj, std::optional<TierKind> tier,
+                                   const Extent* extent) {
   StoredObject& ref = *obj;
-  ref.reservation = true;
-  ++reservations_;
-  if (expiry_us != 0) reservations_by_expiry_.emplace(expiry_us, ref.id);
-  reservations_by_owner_.emplace(owner, ref.id);
-  Count(owner, 1, static_cast<std::int64_t>(ref.meta.size));
-  CountNs(ref.meta.ns, static_cast<std::int64_t>(ref.meta.size), 0);
-  objects_.emplace(ref.id, std::move(obj));
+  // Staged room has no name yet: its id picks its part.
+  ref.part = ref.meta.key.empty() ? static_cast<std::uint32_t>(ref.id % kParts)
+                                  : static_cast<std::uint32_t>(PartOf(ref.meta.ns, ref.meta.key));
+  {
+    Part& part = parts_[ref.part];
+    std::lock_guard lock(part.mu);
+    CountNs(part, ref.meta.ns, static_cast<std::int64_t>(ref.meta.size), 0);
+    if (tier) SetCopyIn(part, ref, *tier, *extent);
+  }
+  ObjectShard& shard = ObjectShardOf(ref.id);
+  std::lock_guard lock(shard.mu);
+  shard.objects.emplace(ref.id, std::move(obj));
   return ref;
 }
 
 void ObjectIndex::EraseReservation(std::uint64_t id) {
-  auto it = objects_.find(id);
-  if (it == objects_.end() || !it->second->reservation) return;
-  StoredObject& obj = *it->second;
-  obj.reservation = false;
-  --reservations_;
-  reservations_by_expiry_.erase({obj.expiry_us, id});
-  reservations_by_owner_.erase({obj.owner, id});
-  Count(obj.owner, -1, -static_cast<std::int64_t>(obj.meta.size));
+  StoredObject* obj = Find(id);
+  if (obj == nullptr) return;
+  OwnerPart& op = OwnerPartOf(obj->owner);
+  std::lock_guard lock(op.mu);
+  if (!obj->reservation) return;
+  obj->reservation = false;
+  RecordReservation(op, *obj, -1);
 }
 
 void ObjectIndex::ShrinkReservation(StoredObject& obj, std::uint64_t size, TierKind tier,
                                     const Extent& extent) {
   const auto less = static_cast<std::int64_t>(obj.meta.size - size);
-  Count(obj.owner, 0, -less);
-  CountNs(obj.meta.ns, -less, 0);
+  {
+    OwnerPart& op = OwnerPartOf(obj.owner);
+    std::lock_guard lock(op.mu);
+    if (obj.reservation) op.holdings[obj.owner].reserved_bytes -= static_cast<std::uint64_t>(less);
+  }
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
+  CountNs(part, obj.meta.ns, -less, 0);
   obj.meta.size = size;
-  SetCopy(obj, tier, extent);
+  SetCopyIn(part, obj, tier, extent);
 }
 
 void ObjectIndex::ClearReservationDeadline(std::uint64_t id) {
-  auto it = objects_.find(id);
-  if (it == objects_.end() || !it->second->reservation) return;
-  reservations_by_expiry_.erase({it->second->expiry_us, id});
-  it->second->expiry_us = 0;
-}
-
-void ObjectIndex::Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes) {
-  OwnerHoldings& h = holdings_[owner];
-  h.reservations += static_cast<std::uint64_t>(reservations);
-  h.reserved_bytes += static_cast<std::uint64_t>(bytes);
-  if (h.reservations == 0) holdings_.erase(owner);
-}
-
-void ObjectIndex::CountNs(const std::string& ns, std::int64_t bytes, std::int64_t objects) {
-  NamespaceUsage& u = ns_usage_[ns];
-  u.bytes += static_cast<std::uint64_t>(bytes);
-  u.objects += static_cast<std::uint64_t>(objects);
-  if (u.bytes == 0 && u.objects == 0) ns_usage_.erase(ns);
-}
-
-NamespaceUsage ObjectIndex::UsageOf(const std::string& ns) const {
-  auto it = ns_usage_.find(ns);
-  return it == ns_usage_.end() ? NamespaceUsage{} : it->second;
+  StoredObject* obj = Find(id);
+  if (obj == nullptr) return;
+  OwnerPart& op = OwnerPartOf(obj->owner);
+  std::lock_guard lock(op.mu);
+  if (!obj->reservation) return;
+  op.by_expiry.erase({obj->expiry_us, id});
+  obj->expiry_us = 0;
 }
 
 OwnerHoldings ObjectIndex::HoldingsOf(std::uint64_t owner) const {
-  auto it = holdings_.find(owner);
-  return it == holdings_.end() ? OwnerHoldings{} : it->second;
+  const OwnerPart& op = OwnerPartOf(owner);
+  std::lock_guard lock(op.mu);
+  return HoldingsIn(op, owner);
 }
 
-StoredObject* ObjectIndex::Commit(StoredObject& obj) {
+std::vector<std::uint64_t> ObjectIndex::ExpiredReservations(std::uint64_t now_us) const {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> due;
+  for (const OwnerPart& op : owner_parts_) {
+    std::lock_guard lock(op.mu);
+    for (const auto& entry : op.by_expiry) {
+      if (entry.first > now_us) break;
+      due.push_back(entry);
+    }
+  }
+  std::sort(due.begin(), due.end());
+  std::vector<std::uint64_t> out;
+  for (const auto& [expiry, id] : due) out.push_back(id);
+  return out;
+}
+
+std::vector<std::uint64_t> ObjectIndex::ReservationsOf(std::uint64_t owner) const {
+  const OwnerPart& op = OwnerPartOf(owner);
+  std::lock_guard lock(op.mu);
+  std::vector<std::uint64_t> out;
+  for (auto it = op.by_owner.lower_bound({owner, 0}); it != op.by_owner.end() && it->first == owner;
+       ++it) {
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+std::uint64_t ObjectIndex::reservations() const {
+  std::uint64_t n = 0;
+  for (const OwnerPart& op : owner_parts_) {
+    std::lock_guard lock(op.mu);
+    n += op.reservations;
+  }
+  return n;
+}
+
+// --- names ----------------------------------------------------------------------------------
+
+StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   EraseReservation(obj.id);
   obj.committed = true;
-  StoredObject* replaced = nullptr;
-  const NameView name(obj.meta.ns, obj.meta.key);
-  auto it = names_.lower_bound(name);
-  if (it != names_.end() && !names_.key_comp()(name, it->first)) {
-    replaced = objects_.at(it->second).get();
-    replaced->linked = false;
-    Refresh(*replaced);
-    it->second = obj.id;
-  } else {
-    names_.emplace_hint(it, Name(name), obj.id);
-    CountNs(obj.meta.ns, 0, 1);
-  }
-  obj.linked = true;
   for (int t = 0; t < kTierKindCount; ++t) {
     if (obj.copies[t].present) obj.copies[t].last_use = NextUse();
   }
-  Refresh(obj);
+  StoredObject* replaced = nullptr;
+  const NameView name(obj.meta.ns, obj.meta.key);
+  const int name_part = PartOf(name.first, name.second);
+  {
+    Part& part = parts_[name_part];
+    std::lock_guard lock(part.mu);
+    auto it = part.names.lower_bound(name);
+    if (it != part.names.end() && !part.names.key_comp()(name, it->first)) {
+      replaced = it->second;
+      replaced->linked = false;
+      it->second = &obj;
+      if (unused != nullptr) {
+        bool freeing = false;  // a copy already wanted gone as its readers let go
+        for (const ObjectCopy& c : replaced->copies) freeing |= c.free_on_unpin;
+        *unused = replaced->pins() == 0 && replaced->holds == 0 && !replaced->move && !freeing;
+      }
+    } else {
+      part.names.emplace_hint(it, Name(name), &obj);
+    }
+    obj.linked = true;  // published by the part's lock: a get that finds it sees it whole
+    // The common case, both objects of this part (neither made as staged room): their
+    // bookkeeping under the same hold.
+    if (obj.part == static_cast<std::uint32_t>(name_part) &&
+        (replaced == nullptr || replaced->part == obj.part)) {
+      if (replaced != nullptr) {
+        CountNs(part, replaced->meta.ns, 0, -1);
+        RefreshIn(part, *replaced);
+      }
+      CountNs(part, obj.meta.ns, 0, 1);
+      RefreshIn(part, obj);
+      return replaced;
+    }
+  }
+  if (replaced != nullptr) {
+    Part& part = parts_[replaced->part];
+    std::lock_guard lock(part.mu);
+    CountNs(part, replaced->meta.ns, 0, -1);
+    RefreshIn(part, *replaced);
+  }
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
+  CountNs(part, obj.meta.ns, 0, 1);
+  RefreshIn(part, obj);
   return replaced;
 }
 
-void ObjectIndex::EraseName(const StoredObject& obj) {
-  if (auto it = names_.find(NameView(obj.meta.ns, obj.meta.key)); it != names_.end()) {
-    names_.erase(it);
-  }
-}
-
 void ObjectIndex::Unlink(StoredObject& obj) {
-  if (obj.linked) {
-    EraseName(obj);
+  const bool was_linked = obj.linked;
+  if (was_linked) {
+    Part& part = parts_[PartOf(obj.meta.ns, obj.meta.key)];
+    std::lock_guard lock(part.mu);
+    if (auto it = part.names.find(NameView(obj.meta.ns, obj.meta.key));
+        it != part.names.end() && it->second == &obj) {
+      part.names.erase(it);
+    }
     obj.linked = false;
-    CountNs(obj.meta.ns, 0, -1);
   }
-  Refresh(obj);
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
+  if (was_linked) CountNs(part, obj.meta.ns, 0, -1);
+  RefreshIn(part, obj);
 }
 
 void ObjectIndex::Erase(std::uint64_t id) {
-  auto it = objects_.find(id);
-  if (it == objects_.end()) return;
-  StoredObject& obj = *it->second;
+  StoredObject* obj = Find(id);
+  if (obj == nullptr) return;
+  Unlink(*obj);
   EraseReservation(id);
-  Unlist(obj);
-  if (obj.linked) {
-    EraseName(obj);
-    CountNs(obj.meta.ns, 0, -1);
+  {
+    Part& part = parts_[obj->part];
+    std::lock_guard lock(part.mu);
+    for (int t = 0; t < kTierKindCount; ++t) {
+      if (obj->copies[t].present) ClearCopyIn(part, *obj, static_cast<TierKind>(t));
+      UnlistCopyIn(part, *obj, t);
+    }
+    CountNs(part, obj->meta.ns, -static_cast<std::int64_t>(obj->meta.size), 0);
   }
-  CountNs(obj.meta.ns, -static_cast<std::int64_t>(obj.meta.size), 0);
-  for (int t = 0; t < kTierKindCount; ++t) {
-    if (obj.copies[t].present) ClearCopy(obj, static_cast<TierKind>(t));
-  }
-  objects_.erase(it);
+  std::unique_ptr<StoredObject> gone;  // destroyed with no lock held
+  ObjectShard& shard = ObjectShardOf(id);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.objects.find(id);
+  gone = std::move(it->second);
+  shard.objects.erase(it);
 }
 
-RecencySet& ObjectIndex::SetOf(const StoredObject& obj, int t, int set) {
+// --- counts ---------------------------------------------------------------------------------
+
+void ObjectIndex::CountNs(Part& part, const std::string& ns, std::int64_t bytes,
+                          std::int64_t objects) {
+  NamespaceUsage& u = part.ns_usage[ns];
+  u.bytes += static_cast<std::uint64_t>(bytes);
+  u.objects += static_cast<std::uint64_t>(objects);
+  part.linked += static_cast<std::uint64_t>(objects);
+  if (u.bytes == 0 && u.objects == 0 &&
+      std::all_of(u.tier_bytes.begin(), u.tier_bytes.end(), [](auto b) { return b == 0; })) {
+    part.ns_usage.erase(ns);
+  }
+}
+
+NamespaceUsage ObjectIndex::UsageOf(const std::string& ns) const {
+  NamespaceUsage total;
+  for (const Part& part : parts_) {
+    std::lock_guard lock(part.mu);
+    auto it = part.ns_usage.find(ns);
+    if (it == part.ns_usage.end()) continue;
+    total.bytes += it->second.bytes;
+    total.objects += it->second.objects;
+    for (int t = 0; t < kTierKindCount; ++t) total.tier_bytes[t] += it->second.tier_bytes[t];
+  }
+  return total;
+}
+
+std::uint64_t ObjectIndex::TierBytesOf(const std::string& ns, TierKind tier) const {
+  return UsageOf(ns).tier_bytes[static_cast<int>(tier)];
+}
+
+std::uint64_t ObjectIndex::objects() const {
+  std::uint64_t n = 0;
+  for (const Part& part : parts_) {
+    std::lock_guard lock(part.mu);
+    n += part.linked;
+  }
+  return n;
+}
+
+std::uint64_t ObjectIndex::copies_in(TierKind t) const {
+  std::uint64_t n = 0;
+  for (const Part& part : parts_) {
+    std::lock_guard lock(part.mu);
+    n += part.copies_in[static_cast<int>(t)];
+  }
+  return n;
+}
+
+// --- copies and candidate sets --------------------------------------------------------------
+
+RecencySet& ObjectIndex::SetOf(Part& part, const StoredObject& obj, int t, int set) {
   const std::uint32_t p = partitioned_[t] ? obj.pool : kSharedPool;
-  if (p >= sets_.size()) sets_.resize(p + 1);
-  return sets_[p][t][set];
+  if (p >= part.sets.size()) part.sets.resize(p + 1);
+  return part.sets[p][t][set];
 }
 
-void ObjectIndex::UnlistCopy(StoredObject& obj, int t) {
+void ObjectIndex::UnlistCopyIn(Part& part, StoredObject& obj, int t) {
   ObjectCopy& c = obj.copies[t];
   for (int set = 0; c.listed != 0 && set < 3; ++set) {
-    if (c.listed & (1u << set)) SetOf(obj, t, set).erase(c.listed_at[set]);
+    if (c.listed & (1u << set)) SetOf(part, obj, t, set).erase(c.listed_at[set]);
   }
   c.listed = 0;
 }
 
-void ObjectIndex::Unlist(StoredObject& obj) {
-  for (int t = 0; t < kTierKindCount; ++t) UnlistCopy(obj, t);
+void ObjectIndex::Refresh(StoredObject& obj) {
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
+  RefreshIn(part, obj);
 }
 
-void ObjectIndex::Refresh(StoredObject& obj) {
+void ObjectIndex::RefreshIn(Part& part, StoredObject& obj) {
   // The sets each copy belongs in now; only the differences touch the sets (a put or a get
   // changes one or two memberships, not all twelve).
   const bool movable_object = MovableObject(obj);
@@ -198,11 +371,11 @@ void ObjectIndex::Refresh(StoredObject& obj) {
     if (want == c.listed) continue;
     for (int set = 0; set < 3; ++set) {
       const bool in = c.listed & (1u << set), should = want & (1u << set);
-      if (in && !should) SetOf(obj, t, set).erase(c.listed_at[set]);
+      if (in && !should) SetOf(part, obj, t, set).erase(c.listed_at[set]);
       if (!in && should) {
         // Most copies are listed as they are used, newest of all: the end is where they go,
         // and a correct hint spares the search.
-        RecencySet& listed = SetOf(obj, t, set);
+        RecencySet& listed = SetOf(part, obj, t, set);
         c.listed_at[set] = listed.insert(listed.end(), {c.last_use.load(), obj.id});
       }
     }
@@ -211,99 +384,80 @@ void ObjectIndex::Refresh(StoredObject& obj) {
 }
 
 void ObjectIndex::Touch(StoredObject& obj, TierKind tier) {
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
   ObjectCopy& c = obj.copy(tier);
   const std::uint64_t use = NextUse();
   c.last_use = use;
   // Re-key the copy's entries under its new recency (no allocation: the nodes move).
   for (int set = 0; set < 3; ++set) {
     if (!(c.listed & (1u << set))) continue;
-    auto& s = SetOf(obj, static_cast<int>(tier), set);
+    auto& s = SetOf(part, obj, static_cast<int>(tier), set);
     auto node = s.extract(c.listed_at[set]);
     node.value() = {use, obj.id};
     c.listed_at[set] = s.insert(s.end(), std::move(node));  // the newest: the end, no search
   }
 }
 
-bool ObjectIndex::Rekeyed(StoredObject& obj, int t, int set, RecencySet& s,
-                          RecencySet::iterator here, RecencySet::iterator next) {
-  ObjectCopy& c = obj.copies[t];
-  const std::uint64_t use = c.last_use.load(std::memory_order_relaxed);
-  if (here->first >= use) return false;
-  // Used since it was listed: its place is later in the order (no allocation: the node moves).
+RecencySet::iterator ObjectIndex::Rekey(StoredObject& obj, int t, int set, RecencySet& s,
+                                        RecencySet::iterator here, RecencySet::iterator hint) {
+  // No allocation: the node moves.
   auto node = s.extract(here);
-  node.value() = {use, obj.id};
-  c.listed_at[set] = s.insert(next, std::move(node));
-  return next != s.end() && *next < *c.listed_at[set];
+  node.value() = {UseOf(obj, t), obj.id};
+  obj.copies[t].listed_at[set] = s.insert(hint, std::move(node));
+  return obj.copies[t].listed_at[set];
 }
 
 void ObjectIndex::SetCopy(StoredObject& obj, TierKind tier, const Extent& extent) {
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
+  SetCopyIn(part, obj, tier, extent);
+}
+
+void ObjectIndex::SetCopyIn(Part& part, StoredObject& obj, TierKind tier, const Extent& extent) {
   ObjectCopy& c = obj.copy(tier);
-  UnlistCopy(obj, static_cast<int>(tier));  // its key changes; Refresh fixes the rest
-  if (!c.present) ++copies_in_[static_cast<int>(tier)];
-  std::uint64_t& bytes = ns_tier_bytes_[obj.meta.ns][static_cast<int>(tier)];
+  UnlistCopyIn(part, obj, static_cast<int>(tier));  // its key changes; Refresh fixes the rest
+  if (!c.present) ++part.copies_in[static_cast<int>(tier)];
+  std::uint64_t& bytes = part.ns_usage[obj.meta.ns].tier_bytes[static_cast<int>(tier)];
   if (c.present) bytes -= c.extent.length;
   bytes += extent.length;
   c.present = true;
   c.extent = extent;
-  c.last_use = NextUse();
-  Refresh(obj);
+  // A reservation's copies are in no candidate set: their use starts as it commits (one bump
+  // of the shared sequence less per put).
+  if (obj.committed) c.last_use = NextUse();
+  RefreshIn(part, obj);
 }
 
 void ObjectIndex::RelocateCopy(StoredObject& obj, TierKind tier, const Extent& extent) {
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
   ObjectCopy& c = obj.copy(tier);
-  std::uint64_t& bytes = ns_tier_bytes_[obj.meta.ns][static_cast<int>(tier)];
+  std::uint64_t& bytes = part.ns_usage[obj.meta.ns].tier_bytes[static_cast<int>(tier)];
   bytes = bytes - c.extent.length + extent.length;
   c.extent = extent;
 }
 
 void ObjectIndex::ClearCopy(StoredObject& obj, TierKind tier) {
+  Part& part = parts_[obj.part];
+  std::lock_guard lock(part.mu);
+  ClearCopyIn(part, obj, tier);
+}
+
+void ObjectIndex::ClearCopyIn(Part& part, StoredObject& obj, TierKind tier) {
   ObjectCopy& c = obj.copy(tier);
-  UnlistCopy(obj, static_cast<int>(tier));
+  UnlistCopyIn(part, obj, static_cast<int>(tier));
   if (c.present) {
-    --copies_in_[static_cast<int>(tier)];
-    // An entry goes once all its bytes are gone (a copy of an empty object may outlive it).
-    if (auto it = ns_tier_bytes_.find(obj.meta.ns); it != ns_tier_bytes_.end()) {
-      it->second[static_cast<int>(tier)] -= c.extent.length;
-      bool empty = true;
-      for (std::uint64_t b : it->second) empty = empty && b == 0;
-      if (empty) ns_tier_bytes_.erase(it);
+    --part.copies_in[static_cast<int>(tier)];
+    if (auto it = part.ns_usage.find(obj.meta.ns); it != part.ns_usage.end()) {
+      it->second.tier_bytes[static_cast<int>(tier)] -= c.extent.length;
+      // An entry goes once all its counts are zero (a copy of an empty object may outlive it).
+      CountNs(part, obj.meta.ns, 0, 0);
     }
   }
   c.present = false;
   c.extent = {};
-  Refresh(obj);
-}
-
-std::uint64_t ObjectIndex::TierBytesOf(const std::string& ns, TierKind tier) const {
-  auto it = ns_tier_bytes_.find(ns);
-  return it == ns_tier_bytes_.end() ? 0 : it->second[static_cast<int>(tier)];
-}
-
-namespace {
-std::vector<std::uint64_t> UpTo(const std::set<std::pair<std::uint64_t, std::uint64_t>>& set,
-                                std::uint64_t now_us) {
-  std::vector<std::uint64_t> out;
-  for (const auto& [expiry, id] : set) {
-    if (expiry > now_us) break;
-    out.push_back(id);
-  }
-  return out;
-}
-std::vector<std::uint64_t> Of(const std::set<std::pair<std::uint64_t, std::uint64_t>>& set,
-                              std::uint64_t owner) {
-  std::vector<std::uint64_t> out;
-  for (auto it = set.lower_bound({owner, 0}); it != set.end() && it->first == owner; ++it) {
-    out.push_back(it->second);
-  }
-  return out;
-}
-}  // namespace
-
-std::vector<std::uint64_t> ObjectIndex::ExpiredReservations(std::uint64_t now_us) const {
-  return UpTo(reservations_by_expiry_, now_us);
-}
-std::vector<std::uint64_t> ObjectIndex::ReservationsOf(std::uint64_t owner) const {
-  return Of(reservations_by_owner_, owner);
+  RefreshIn(part, obj);
 }
 
 }  // namespace tierpool

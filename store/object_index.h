@@ -3,10 +3,30 @@
 // store/lease_table.h). It moves no bytes and makes no decisions; it keeps the bookkeeping
 // consistent and every lookup cheap.
 //
-// Locking: not thread-safe by itself. The ObjectStore guards it with its reader-writer mutex:
-// every method must be called with that mutex held exclusively, except Lookup, Find and
-// TouchShared, which a get calls with it held shared (several at once). What a shared holder
-// writes is atomic: a copy's pins and last use, and the recency sequence. Nothing here blocks.
+// Locking. The ObjectStore's reader-writer mutex (mu_) says who may call what:
+//   - held exclusively: every method. Nothing else runs in the index then.
+//   - held shared: the paths that run in parallel, puts that need nothing moved and gets of a
+//     copy that is where it is wanted: Find, Lookup, WithName, AddReservationIf,
+//     ClaimReservation, Commit, Erase, ClearCopy, HoldingsOf, TouchShared.
+// For the second, the index is split into parts with locks of their own (SpinMutex, taken
+// inside each method, never held when it returns), so that puts and gets of different names
+// touch different memory:
+//   - kParts name parts, by the name's hash: the names in it and the bookkeeping of the objects
+//     that belong to it (an object belongs to its name's part; staged room, made before it has
+//     a name, to its id's): their candidate sets, per-namespace counts and copies per tier.
+//     Totals are sums over the parts; a victim search merges the parts' sets.
+//   - kOwnerParts owner parts, by owner: per-owner holdings and the reservation records.
+//   - kObjectShards object parts, by id: the objects themselves.
+// Lock order: a name part (two at once in index order), then an owner part, then an object
+// part. Iterations (ForEachCandidate, ForEachNameFrom) take none and need mu_ exclusively.
+//
+// A StoredObject's fields are written under mu_ exclusively, except by a put under mu_ shared:
+// it builds its object before any other thread can reach it, and a commit links it (and unlinks
+// the object it replaces) under the name's lock, where a get under mu_ shared looks it up and
+// pins it. So an object reached by name under mu_ shared is read under that lock (WithName) or
+// after pinning it, and an object unlinked with no pins, holds or move is reachable by no other
+// thread: its committer may free it. What other shared holders write is atomic: a copy's pins
+// and last use, and the recency sequence.
 #pragma once
 
 #include <array>
@@ -15,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -23,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/spin_mutex.h"
 #include "store/mover.h"
 #include "tierpool/types.h"
 #include "tiers/tier.h"
@@ -72,6 +94,7 @@ struct StoredObject {
   std::uint64_t id = 0;
   ObjectMeta meta;                   // meta.tier: the top tier holding a copy
   std::uint32_t pool = kSharedPool;  // its namespace's pool: the arenas its copies live in
+  std::uint32_t part = 0;            // the index's part that keeps its bookkeeping
   bool committed = false;
   bool reservation = false;     // an open reservation: committed, aborted or expired ends it
   bool up_on_commit = false;    // a put that wanted a device hbm: copied up once committed
@@ -103,7 +126,7 @@ inline bool MovableObject(const StoredObject& obj) {
 // Which copies a victim search may take, in least recently used order:
 //   kMovable: any copy that may be moved or dropped (committed, linked, not moving, not
 //             quarantined). Pins do not change membership (a get takes one under the shared
-//             lock, where the sets cannot change): whoever acts on a candidate checks its pins;
+//             lock): whoever acts on a candidate checks its pins;
 //   kCache:   the movable copies of `cache` objects;
 //   kRedundant: movable copies whose object has another copy: dropping one costs no transfer
 //             (a retained object's last copy in a tier that keeps it alone is not redundant).
@@ -128,18 +151,78 @@ class ObjectIndex {
  public:
   using Name = std::pair<std::string, std::string>;  // (namespace, key)
   using NameView = std::pair<std::string_view, std::string_view>;
+  static constexpr int kParts = 32;
+  static constexpr int kOwnerParts = 16;
+  static constexpr int kObjectShards = 32;
+
+  ObjectIndex() = default;
+  ObjectIndex(const ObjectIndex&) = delete;
+  ObjectIndex& operator=(const ObjectIndex&) = delete;
 
   StoredObject* Find(std::uint64_t id);
+  // Under mu_ shared, the object may be freed once the name's lock is let go (a commit that
+  // replaced it): read it in WithName instead, or pin it there.
   StoredObject* Lookup(const std::string& ns, const std::string& key);
+  // Runs f(StoredObject*) (nullptr when the name is free) with the name's lock held: a commit
+  // cannot replace and free the object meanwhile. f must not call back into the index but for
+  // TouchShared.
+  template <typename F>
+  decltype(auto) WithName(const std::string& ns, const std::string& key, F&& f) {
+    Part& part = parts_[PartOf(ns, key)];
+    std::lock_guard lock(part.mu);
+    auto it = part.names.find(NameView(ns, key));
+    return f(it == part.names.end() ? nullptr : it->second);
+  }
   // A new, uncommitted object (a reservation) owned by `owner`, due at expiry_us (0: never).
   StoredObject& AddReservation(ObjectMeta meta, std::uint64_t owner, std::uint64_t expiry_us);
+  // The same for an object built by the caller (meta and pool set; its id is given here), with
+  // its copy in `tier` at `extent`, if admit(owner's holdings) says yes: the check and the
+  // counting happen under one lock, so puts in parallel cannot pass a limit together. Returns
+  // the object, or nullptr (refused: obj is dropped).
+  template <typename Admit>
+  StoredObject* AddReservationIf(std::unique_ptr<StoredObject> obj, std::uint64_t owner,
+                                 std::uint64_t expiry_us, TierKind tier, const Extent& extent,
+                                 Admit&& admit) {
+    {
+      OwnerPart& op = OwnerPartOf(owner);
+      std::lock_guard lock(op.mu);
+      if (!admit(HoldingsIn(op, owner))) return nullptr;
+      obj->id = NextId();
+      obj->owner = owner;
+      obj->expiry_us = expiry_us;
+      obj->reservation = true;
+      RecordReservation(op, *obj, +1);
+    }
+    return &Publish(std::move(obj), tier, &extent);
+  }
+  // Ends reservation `id` for its commit, if it is `owner`'s and may(object) says so (both under
+  // its owner's lock, so one commit at most claims it): the object is no longer a reservation
+  // and is marked committed, not linked yet (Commit). nullptr: not claimed, nothing changed.
+  template <typename May>
+  StoredObject* ClaimReservation(std::uint64_t id, std::uint64_t owner, May&& may) {
+    OwnerPart& op = OwnerPartOf(owner);
+    std::lock_guard lock(op.mu);
+    // Looked at with its object part locked: the id may name an object a commit is freeing
+    // (not a reservation: its owner and flag say so, and neither changes then).
+    ObjectShard& shard = ObjectShardOf(id);
+    std::lock_guard shard_lock(shard.mu);
+    auto it = shard.objects.find(id);
+    StoredObject* obj = it == shard.objects.end() ? nullptr : it->second.get();
+    if (obj == nullptr || obj->owner != owner || !obj->reservation || !may(*obj)) return nullptr;
+    obj->reservation = false;
+    RecordReservation(op, *obj, -1);
+    obj->committed = true;
+    return obj;
+  }
   // Commits a reservation: links it under its name. Returns the object it replaced, if any
-  // (still in the index; the caller dooms it).
-  StoredObject* Commit(StoredObject& obj);
+  // (still in the index, unlinked; the caller dooms or frees it). unused, when given, says
+  // whether the replaced object had no pins, no holds and no move as it was unlinked (decided
+  // under the name's lock, where gets under mu_ shared pin): then no other thread can reach it.
+  StoredObject* Commit(StoredObject& obj, bool* unused = nullptr);
   // Makes the name point nowhere (the object stays until Erase).
   void Unlink(StoredObject& obj);
   void Erase(std::uint64_t id);
-  bool IsReservation(std::uint64_t id) const;
+  bool IsReservation(std::uint64_t id);  // mu_ exclusive
 
   // A copy appeared, vanished, got pinned or unpinned, or the object changed state: recompute
   // which candidate sets its copies belong to, keeping their recency.
@@ -165,33 +248,58 @@ class ObjectIndex {
   void SetNeedsGuard(TierKind tier) { needs_guard_[static_cast<int>(tier)] = true; }
 
   // Visits candidates of `tier` whose room is `pool`'s in least recently used order until visit
-  // returns true. Entries a get touched under the shared lock are moved to their place as the
-  // search meets them, at most kMaxRekeysPerSearch of them per search: a search after a million
-  // gets and no search would otherwise re-key a million entries under the exclusive lock (about
-  // 0.2 s here). Past that many, the rest are visited where they are listed (their last use
-  // under the exclusive lock, or their arrival): least recently used, approximately, until
-  // later searches have moved them.
+  // returns true (mu_ exclusive), the parts' sets merged. Entries a get touched under the shared
+  // lock are moved to their place as the search meets them, at most kMaxRekeysPerSearch of them
+  // per search: a search after a million gets and no search would otherwise re-key a million
+  // entries under the exclusive lock (about 0.2 s here). Past that many, the rest are visited
+  // where they are listed (their last use under the exclusive lock, or their arrival): least
+  // recently used, approximately, until later searches have moved them.
   static constexpr int kMaxRekeysPerSearch = 1024;
   template <typename F>
   void ForEachCandidate(TierKind tier, std::uint32_t pool, CandidateSet set, F&& visit) {
     const int t = static_cast<int>(tier);
     const std::uint32_t p = partitioned_[t] ? pool : kSharedPool;
-    if (p >= sets_.size()) return;
-    auto& s = sets_[p][t][static_cast<int>(set)];
+    struct Head {
+      RecencySet* set;
+      RecencySet::iterator next;
+    };
+    std::vector<Head> heads;  // each part's next entry, for parts with entries left
+    for (Part& part : parts_) {
+      if (p >= part.sets.size()) continue;
+      RecencySet& s = part.sets[p][t][static_cast<int>(set)];
+      if (!s.empty()) heads.push_back({&s, s.begin()});
+    }
     int rekeys = 0;
-    for (auto it = s.begin(); it != s.end();) {
-      auto here = it++;
-      StoredObject& obj = *objects_.at(here->second);
-      if (rekeys < kMaxRekeysPerSearch && Rekeyed(obj, t, static_cast<int>(set), s, here, it)) {
+    while (!heads.empty()) {
+      std::size_t least = 0;
+      for (std::size_t i = 1; i < heads.size(); ++i) {
+        if (*heads[i].next < *heads[least].next) least = i;
+      }
+      Head& h = heads[least];
+      StoredObject& obj = *FindExclusive(h.next->second);
+      if (rekeys < kMaxRekeysPerSearch && h.next->first < UseOf(obj, t)) {
+        // Used since it was listed: it moves to its place, and the part's next entry is
+        // whichever of it and the one after comes first.
         ++rekeys;
-        continue;  // met again later
+        const auto after = std::next(h.next);
+        const auto moved = Rekey(obj, t, static_cast<int>(set), *h.set, h.next, after);
+        h.next = after == h.set->end() || *moved < *after ? moved : after;
+        continue;
+      }
+      if (++h.next == h.set->end()) {
+        heads[least] = heads.back();
+        heads.pop_back();
       }
       if (visit(obj)) return;  // visit may refresh this object
     }
   }
   std::uint64_t candidates(TierKind tier, CandidateSet set) const {
     std::uint64_t n = 0;
-    for (const auto& pool : sets_) n += pool[static_cast<int>(tier)][static_cast<int>(set)].size();
+    for (const Part& part : parts_) {
+      for (const auto& pool : part.sets) {
+        n += pool[static_cast<int>(tier)][static_cast<int>(set)].size();
+      }
+    }
     return n;
   }
 
@@ -211,35 +319,38 @@ class ObjectIndex {
                          const Extent& extent);
 
   // Visits linked objects in name order from the first name not before `from` until visit
-  // returns false.
+  // returns false (mu_ exclusive): the parts' names merged.
   template <typename F>
   void ForEachNameFrom(NameView from, F&& visit) {
-    for (auto it = names_.lower_bound(from); it != names_.end(); ++it) {
-      if (!visit(NameView(it->first.first, it->first.second), *objects_.at(it->second))) return;
+    using It = NameMap::iterator;
+    std::vector<std::pair<It, It>> heads;  // (next, end) of each part with names left
+    for (Part& part : parts_) {
+      It it = part.names.lower_bound(from);
+      if (it != part.names.end()) heads.emplace_back(it, part.names.end());
+    }
+    while (!heads.empty()) {
+      std::size_t least = 0;
+      for (std::size_t i = 1; i < heads.size(); ++i) {
+        if (NameOrder()(heads[i].first->first, heads[least].first->first)) least = i;
+      }
+      It it = heads[least].first++;
+      if (heads[least].first == heads[least].second) {
+        heads[least] = heads.back();
+        heads.pop_back();
+      }
+      if (!visit(NameView(it->first.first, it->first.second), *it->second)) return;
     }
   }
-  std::uint64_t objects() const { return names_.size(); }
-  std::uint64_t reservations() const { return reservations_; }
-  std::uint64_t copies_in(TierKind t) const { return copies_in_[static_cast<int>(t)]; }
+  std::uint64_t objects() const;
+  std::uint64_t reservations() const;
+  std::uint64_t copies_in(TierKind t) const;
   // Bytes (extent lengths) of a namespace's copies in a tier.
   std::uint64_t TierBytesOf(const std::string& ns, TierKind tier) const;
   std::uint64_t HbmBytesOf(const std::string& ns) const { return TierBytesOf(ns, TierKind::kHbm); }
-  std::uint64_t NextId() { return next_id_++; }
+  std::uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   using TierSets = std::array<std::array<RecencySet, 3>, kTierKindCount>;
-  // The set a copy of obj in tier t is listed in.
-  RecencySet& SetOf(const StoredObject& obj, int t, int set);
-  void Unlist(StoredObject& obj);
-  void UnlistCopy(StoredObject& obj, int tier);
-  void EraseName(const StoredObject& obj);
-  std::uint64_t NextUse() { return use_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
-  // An entry of set `set` of tier t listed under an older use than its copy's (a get under the
-  // shared lock touched it) moves to where its use puts it. True if that is at or after `next`
-  // (a walk from `next` meets it again); false if it is still the oldest not yet visited.
-  bool Rekeyed(StoredObject& obj, int t, int set, RecencySet& s, RecencySet::iterator here,
-               RecencySet::iterator next);
-
   // Names in order (listing walks them), looked up by view: a lookup builds no strings (a key
   // past the short string size would cost an allocation per get and per put).
   struct NameOrder {
@@ -251,24 +362,74 @@ class ObjectIndex {
       return View(a) < View(b);
     }
   };
-  std::unordered_map<std::uint64_t, std::unique_ptr<StoredObject>> objects_;
-  std::map<Name, std::uint64_t, NameOrder> names_;
-  std::vector<TierSets> sets_{1};  // by pool (kSharedPool for tiers not partitioned)
-  std::array<bool, kTierKindCount> partitioned_{};
-  std::array<bool, kTierKindCount> needs_guard_{};
-  std::array<std::uint64_t, kTierKindCount> copies_in_{};
-  std::unordered_map<std::string, std::array<std::uint64_t, kTierKindCount>> ns_tier_bytes_;
+  using NameMap = std::map<Name, StoredObject*, NameOrder>;
+  // A name part: its names, and the bookkeeping of the objects that belong to it.
+  struct alignas(64) Part {
+    mutable SpinMutex mu;
+    NameMap names;                  // guarded by mu
+    std::vector<TierSets> sets{1};  // guarded by mu: by pool (kSharedPool: not partitioned)
+    std::array<std::uint64_t, kTierKindCount> copies_in{};  // guarded by mu
+    // guarded by mu: its objects' bytes and named objects per namespace, and their copies'
+    // bytes per tier
+    std::unordered_map<std::string, NamespaceUsage> ns_usage;
+    std::uint64_t linked = 0;  // guarded by mu: its objects reachable by name
+  };
+  struct alignas(64) OwnerPart {
+    mutable SpinMutex mu;
+    std::unordered_map<std::uint64_t, OwnerHoldings> holdings;  // guarded by mu
+    std::uint64_t reservations = 0;                             // guarded by mu
+    // guarded by mu: (deadline, id) and (owner, id) of its owners' open reservations
+    std::set<std::pair<std::uint64_t, std::uint64_t>> by_expiry, by_owner;
+  };
+  struct alignas(64) ObjectShard {
+    SpinMutex mu;
+    std::unordered_map<std::uint64_t, std::unique_ptr<StoredObject>> objects;  // guarded by mu
+  };
+
+  static int PartOf(std::string_view ns, std::string_view key);
+  OwnerPart& OwnerPartOf(std::uint64_t owner) { return owner_parts_[owner % kOwnerParts]; }
+  const OwnerPart& OwnerPartOf(std::uint64_t owner) const {
+    return owner_parts_[owner % kOwnerParts];
+  }
+  ObjectShard& ObjectShardOf(std::uint64_t id) { return object_shards_[id % kObjectShards]; }
+  // Find without the object part's lock: mu_ exclusive.
+  StoredObject* FindExclusive(std::uint64_t id) {
+    auto& objects = ObjectShardOf(id).objects;
+    auto it = objects.find(id);
+    return it == objects.end() ? nullptr : it->second.get();
+  }
+  // A new reservation's part, counts and copy (tier null: none yet), and the object made
+  // reachable by id. Its owner's records are already made.
+  StoredObject& Publish(std::unique_ptr<StoredObject> obj, std::optional<TierKind> tier,
+                        const Extent* extent);
+  // The owner part's records of obj as a reservation, made (+1) or ended (-1); op locked.
+  static void RecordReservation(OwnerPart& op, const StoredObject& obj, int sign);
+  static OwnerHoldings HoldingsIn(const OwnerPart& op, std::uint64_t owner);
+
+  // The *In methods need the object's part locked.
+  void RefreshIn(Part& part, StoredObject& obj);
+  void SetCopyIn(Part& part, StoredObject& obj, TierKind tier, const Extent& extent);
+  void ClearCopyIn(Part& part, StoredObject& obj, TierKind tier);
+  void UnlistCopyIn(Part& part, StoredObject& obj, int tier);
+  static void CountNs(Part& part, const std::string& ns, std::int64_t bytes, std::int64_t objects);
+  // The set a copy of obj in tier t is listed in.
+  RecencySet& SetOf(Part& part, const StoredObject& obj, int t, int set);
+  std::uint64_t NextUse() { return use_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  static std::uint64_t UseOf(const StoredObject& obj, int t) {
+    return obj.copies[t].last_use.load(std::memory_order_relaxed);
+  }
+  // The entry `here` of set `set` of tier t, listed under an older use than its copy's (a get
+  // under the shared lock touched it), moves to where its use puts it (at or after `hint`).
+  RecencySet::iterator Rekey(StoredObject& obj, int t, int set, RecencySet& s,
+                             RecencySet::iterator here, RecencySet::iterator hint);
+
+  std::array<Part, kParts> parts_;
+  std::array<OwnerPart, kOwnerParts> owner_parts_;
+  std::array<ObjectShard, kObjectShards> object_shards_;
+  std::array<bool, kTierKindCount> partitioned_{};  // set before any object
+  std::array<bool, kTierKindCount> needs_guard_{};  // set before any object
   std::atomic<std::uint64_t> use_seq_{0};
-  std::uint64_t next_id_ = 1;
-
-  void Count(std::uint64_t owner, std::int64_t reservations, std::int64_t bytes);
-
-  std::unordered_map<std::uint64_t, OwnerHoldings> holdings_;  // owners holding anything
-  std::unordered_map<std::string, NamespaceUsage> ns_usage_;   // namespaces holding anything
-  void CountNs(const std::string& ns, std::int64_t bytes, std::int64_t objects);
-  std::uint64_t reservations_ = 0;
-  std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_expiry_;
-  std::set<std::pair<std::uint64_t, std::uint64_t>> reservations_by_owner_;
+  std::atomic<std::uint64_t> next_id_{1};
 };
 
 }  // namespace tierpool

@@ -296,8 +296,47 @@ Status ObjectStore::CheckPutSpec(const PutSpec& spec, bool named) const {
   return Status::Ok();
 }
 
+std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, std::uint64_t owner) {
+  if (spec.size == 0 || (spec.tier_hint && *spec.tier_hint != TierKind::kDram)) {
+    return std::nullopt;
+  }
+  // Built before any lock: no other thread sees it until it is in the index.
+  auto obj = std::make_unique<StoredObject>();
+  ObjectMeta& meta = obj->meta;
+  meta.ns = spec.ns;
+  meta.key = spec.key;
+  meta.size = spec.size;
+  meta.dtype = spec.dtype;
+  meta.shape = spec.shape;
+  meta.kind = spec.kind;
+  meta.durability = spec.durability;
+  meta.tier = TierKind::kDram;
+  const std::uint64_t due = config_.reservation_ttl_ms == 0 || owner == kStoreOwner
+                                ? 0
+                                : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
+  std::shared_lock lock(mu_);
+  // A quota is checked against every put of its namespace at once: the exclusive path.
+  if (!quotas_.empty() && quotas_.count(spec.ns) != 0) return std::nullopt;
+  Tier* dram = tier(TierKind::kDram);
+  const std::uint32_t pool = PoolOfLocked(spec.ns);
+  // Free room only, as the exclusive path's first try takes it; making room is that path's.
+  auto extent = dram->Allocate(spec.size, {spec.numa_node, pool});
+  if (!extent.ok()) return std::nullopt;
+  obj->pool = pool;
+  StoredObject* added = index_.AddReservationIf(
+      std::move(obj), owner, due, TierKind::kDram, *extent, [&](const OwnerHoldings& h) {
+        return owner == kStoreOwner || OverClientLimits(h, spec.size).empty();
+      });
+  if (added == nullptr) {  // over a limit: the exclusive path refuses it and says why
+    (void)dram->Free(*extent);
+    return std::nullopt;
+  }
+  return Reservation{added->id, *extent, TierKind::kDram};
+}
+
 Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owner) {
   TIERPOOL_RETURN_IF_ERROR(CheckPutSpec(spec, /*named=*/true));
+  if (auto r = TryReserveShared(spec, owner)) return *r;
   std::unique_lock lock(mu_);
   TIERPOOL_RETURN_IF_ERROR(AdmitReserveLocked(spec, owner));
   const std::uint32_t pool = PoolOfLocked(spec.ns);
@@ -402,6 +441,21 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
           "is dropped");
     }
   }
+  const std::uint64_t created_unix_ms = UnixMillis();
+  if (name == nullptr) {
+    std::uint64_t doom = 0;
+    if (TryCommitShared(reservation_id, checksum, owner, created_unix_ms, &doom)) {
+      if (doom != 0) {
+        // The object it replaced is read or moving: it goes as the exclusive path decides.
+        std::lock_guard lock(mu_);
+        if (StoredObject* replaced = index_.Find(doom);
+            replaced != nullptr && !replaced->doomed && !replaced->linked) {
+          DoomLocked(*replaced);
+        }
+      }
+      return Status::Ok();
+    }
+  }
   std::lock_guard lock(mu_);
   StoredObject* obj = index_.Find(reservation_id);
   if (obj == nullptr || obj->committed || obj->doomed || !index_.IsReservation(reservation_id)) {
@@ -429,12 +483,52 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
     ++counters_.staged_commits;
   }
   obj->meta.checksum = checksum;
-  obj->meta.created_unix_ms = UnixMillis();
+  obj->meta.created_unix_ms = created_unix_ms;
   if (StoredObject* replaced = index_.Commit(*obj)) DoomLocked(*replaced);
-  ++counters_.puts;
-  counters_.bytes_put += obj->meta.size;
+  puts_.Add(owner);
+  bytes_put_.Add(owner, obj->meta.size);
   if (obj->up_on_commit) CopyUpAfterPutLocked(*obj);
   return Status::Ok();
+}
+
+bool ObjectStore::TryCommitShared(std::uint64_t reservation_id, std::uint64_t checksum,
+                                  std::uint64_t owner, std::uint64_t created_unix_ms,
+                                  std::uint64_t* doom) {
+  std::shared_lock lock(mu_);
+  StoredObject* obj = index_.ClaimReservation(reservation_id, owner, [](const StoredObject& o) {
+    return !o.committed && !o.doomed && !o.meta.key.empty() && !o.up_on_commit;
+  });
+  if (obj == nullptr) return false;
+  // Claimed: no other thread reaches it until Commit links it.
+  obj->meta.checksum = checksum;
+  obj->meta.created_unix_ms = created_unix_ms;
+  const std::uint64_t size = obj->meta.size;
+  bool unused = false;
+  if (StoredObject* replaced = index_.Commit(*obj, &unused)) {
+    if (!unused || !FreeUnreachableShared(*replaced)) *doom = replaced->id;
+  }
+  puts_.Add(owner);
+  bytes_put_.Add(owner, size);
+  return true;
+}
+
+bool ObjectStore::FreeUnreachableShared(StoredObject& obj) {
+  for (int k = 0; k < kTierKindCount; ++k) {
+    // A copy below memory or on a device is freed through its tier's own paths: exclusive.
+    if (obj.copies[k].present && !mapped(static_cast<TierKind>(k))) return false;
+  }
+  obj.doomed = true;
+  for (TierKind k : by_level_) {
+    ObjectCopy& c = obj.copy(k);
+    if (!c.present) continue;
+    if (c.extent.length > 0) {
+      Status s = tier(k)->Free(c.extent);
+      if (!s.ok()) spdlog::error("freeing a copy of object {}: {}", obj.id, s.ToString());
+    }
+    index_.ClearCopy(obj, k);
+  }
+  index_.Erase(obj.id);
+  return true;
 }
 
 Status ObjectStore::Abort(std::uint64_t reservation_id, std::uint64_t owner) {
@@ -557,6 +651,8 @@ StoreStats ObjectStore::Stats() const {
   {
     std::lock_guard lock(mu_);
     s = counters_;
+    s.puts = puts_.Sum();
+    s.bytes_put = bytes_put_.Sum();
     s.gets = gets_.Sum();
     s.get_misses = get_misses_.Sum();
     for (int k = 0; k < kTierKindCount; ++k) {

@@ -14,11 +14,14 @@
 // in every partitioned tier (tiers/tier.h), and room for it is made from its pool's objects only.
 //
 // Locking: one reader-writer mutex (mu_, writer-preferring: common/shared_mutex.h) guards the
-// index and the counters. A get of a copy that is already where it is wanted (the common case)
-// and the release of its lease take mu_ shared, so gets from several I/O threads run at once;
-// what they write is atomic or has a lock of its own (a copy's pins and recency, the sharded
-// lease table and get counters). Everything else, and any get that must wait, move or change
-// more, takes it exclusively. No bytes are copied under it but a compaction's (one window's
+// index and the counters. The common cases take mu_ shared, so puts and gets from several I/O
+// threads run at once: a get of a copy that is already where it is wanted and the release of
+// its lease, a reserve in dram that free room holds, and the commit of such a reservation
+// (freeing the object it replaces when nobody holds it). What they change is atomic or has a
+// lock of its own: the index's parts (store/object_index.h says which, and how a commit frees
+// an object while gets run), a copy's pins and recency, the sharded lease table and counters.
+// Everything else, and any get or put that must wait, move, make room or change more, takes it
+// exclusively. No bytes are copied under it but a compaction's (one window's
 // worth; PutCopy copies between its reserve and its commit, ReadCopy under a pin).
 // Calls that may wait (Reserve and PutCopy when room must be made, Pin of an object only on
 // nvme, Promote) wait on a condition variable with mu_ released, and only for moves they
@@ -464,6 +467,23 @@ class ObjectStore {
                                                    std::uint64_t owner, const PinOptions& options);
   // Per-connection and per-namespace limits (object_store_admission.cc).
   Status AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner);
+  // Why a connection holding `h` may not reserve `size` bytes more (its per-connection limits),
+  // or empty when it may.
+  std::string OverClientLimits(const OwnerHoldings& h, std::uint64_t size) const;
+  // A reserve under mu_ held shared, beside other puts and gets: a put into dram that free room
+  // holds now, within its connection's limits, in a namespace without a quota. nullopt:
+  // anything else, left to the exclusive path (nothing was changed).
+  std::optional<Reservation> TryReserveShared(const PutSpec& spec, std::uint64_t owner);
+  // A commit under mu_ held shared of a reservation made for a key that has nothing more to do
+  // as it commits (no copy up). The object it replaces is freed here when no other thread can
+  // reach it; otherwise its id is left in *doom for the exclusive path. False: not this
+  // reservation's case (or not this owner's), nothing changed.
+  bool TryCommitShared(std::uint64_t reservation_id, std::uint64_t checksum, std::uint64_t owner,
+                       std::uint64_t created_unix_ms, std::uint64_t* doom);
+  // Frees an object no other thread can reach (unlinked as its replacement committed, with no
+  // pins, holds or move) under mu_ held shared, when all its copies are in host memory. False:
+  // left as it was.
+  bool FreeUnreachableShared(StoredObject& obj);
   // The limits every put spec must keep; named: a key is required (else it must be empty).
   Status CheckPutSpec(const PutSpec& spec, bool named) const;
   // Names a staged reservation after `name` (checked); frees it and says why when it cannot.
@@ -496,6 +516,8 @@ class ObjectStore {
   // Gets and gets of names that do not exist: counted by shared holders too (StoreStats reports
   // them with the rest).
   ShardedCounter gets_, get_misses_;
+  // Puts and their bytes: counted by puts under mu_ shared too.
+  ShardedCounter puts_, bytes_put_;
   // guarded by mu_: bytes moving out, by pool (kSharedPool only, for tiers not partitioned)
   std::vector<std::array<std::uint64_t, kTierKindCount>> leaving_{1};
   std::vector<NamespacePool> pools_;  // guarded by mu_

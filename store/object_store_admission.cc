@@ -9,20 +9,24 @@
 
 namespace tierpool {
 
+std::string ObjectStore::OverClientLimits(const OwnerHoldings& h, std::uint64_t size) const {
+  if (config_.max_reservations_per_client != 0 &&
+      h.reservations >= config_.max_reservations_per_client) {
+    return std::to_string(h.reservations) + " reservations open (limit " +
+           std::to_string(config_.max_reservations_per_client) + ")";
+  }
+  if (h.reservations != 0 && h.reserved_bytes + size > max_reserved_bytes_) {
+    // A connection's first reservation may be of any size the tiers take: one object larger
+    // than the share is a legitimate put, many open at once are not.
+    return FormatBytes(h.reserved_bytes) + " reserved, and " + FormatBytes(size) +
+           " more would pass the per-connection limit of " + FormatBytes(max_reserved_bytes_);
+  }
+  return {};
+}
+
 Status ObjectStore::AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner) {
   if (owner != kStoreOwner) {
-    const OwnerHoldings h = index_.HoldingsOf(owner);
-    std::string over;
-    if (config_.max_reservations_per_client != 0 &&
-        h.reservations >= config_.max_reservations_per_client) {
-      over = std::to_string(h.reservations) + " reservations open (limit " +
-             std::to_string(config_.max_reservations_per_client) + ")";
-    } else if (h.reservations != 0 && h.reserved_bytes + spec.size > max_reserved_bytes_) {
-      // A connection's first reservation may be of any size the tiers take: one object larger
-      // than the share is a legitimate put, many open at once are not.
-      over = FormatBytes(h.reserved_bytes) + " reserved, and " + FormatBytes(spec.size) +
-             " more would pass the per-connection limit of " + FormatBytes(max_reserved_bytes_);
-    }
+    const std::string over = OverClientLimits(index_.HoldingsOf(owner), spec.size);
     if (!over.empty()) {
       ++counters_.client_limit_refusals;
       return Status::ResourceExhausted("this connection has " + over +
@@ -101,11 +105,7 @@ std::uint32_t ObjectStore::PoolOf(const std::string& ns) const {
 
 NamespaceUsage ObjectStore::UsageOf(const std::string& ns) const {
   std::lock_guard lock(mu_);
-  NamespaceUsage u = index_.UsageOf(ns);
-  for (int t = 0; t < kTierKindCount; ++t) {
-    u.tier_bytes[t] = index_.TierBytesOf(ns, static_cast<TierKind>(t));
-  }
-  return u;
+  return index_.UsageOf(ns);
 }
 
 PoolSpace ObjectStore::SpaceOf(TierKind kind, std::uint32_t pool) const {
@@ -145,10 +145,11 @@ bool ObjectStore::Holds(std::uint64_t owner) const {
 bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,
                              std::optional<TierKind> want) {
   std::shared_lock lock(mu_);
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr || obj->corrupt) return false;  // answered at once
-  if (want && tier(*want) != nullptr && !obj->copy(*want).present) return true;
-  return !TopCopy(*obj, /*mapped_only=*/true).has_value();
+  return index_.WithName(ns, key, [&](const StoredObject* obj) {
+    if (obj == nullptr || obj->corrupt) return false;  // answered at once
+    if (want && tier(*want) != nullptr && !obj->copy(*want).present) return true;
+    return !TopCopy(*obj, /*mapped_only=*/true).has_value();
+  });
 }
 
 bool ObjectStore::ReserveMayWait(const std::string& ns, std::uint64_t total_bytes,

@@ -160,24 +160,34 @@ std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string&
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
   std::shared_lock lock(mu_);
   if (AtPinLimit(owner)) return std::nullopt;
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr) {
-    gets_.Add(owner);
+  // Looked at and pinned under the name's lock: a commit replacing it under mu_ shared frees
+  // only an object nobody pinned there (store/object_index.h).
+  enum class Found { kNone, kPinned, kExclusive };
+  StoredObject* obj = nullptr;
+  TierKind t = TierKind::kDram;
+  const Found found = index_.WithName(ns, key, [&](StoredObject* o) {
+    if (o == nullptr) return Found::kNone;
+    if (o->corrupt) return Found::kExclusive;
+    const std::optional<TierKind> top = TopCopy(*o, /*mapped_only=*/true);
+    if (!top || (options.want && *top != *options.want)) return Found::kExclusive;
+    if (o->copy(*top).free_on_unpin) return Found::kExclusive;
+    o->copy(*top).pins.fetch_add(1);
+    index_.TouchShared(*o, *top);
+    obj = o;
+    t = *top;
+    return Found::kPinned;
+  });
+  if (found == Found::kExclusive) return std::nullopt;
+  gets_.Add(owner);
+  if (found == Found::kNone) {
     get_misses_.Add(owner);
     return Result<PinnedObject>(Status::NotFound("no object " + ns + "/" + key));
   }
-  if (obj->corrupt) return std::nullopt;
-  const std::optional<TierKind> t = TopCopy(*obj, /*mapped_only=*/true);
-  if (!t || (options.want && *t != *options.want)) return std::nullopt;
-  ObjectCopy& c = obj->copy(*t);
-  if (c.free_on_unpin) return std::nullopt;
-  gets_.Add(owner);
-  c.pins.fetch_add(1);
-  const std::uint64_t lease_id = leases_.Add(Lease{obj->id, *t, owner, LeaseDue(owner)});
-  index_.TouchShared(*obj, *t);
+  // Pinned: it stays, and what is read here changes only under mu_ held exclusively.
+  const std::uint64_t lease_id = leases_.Add(Lease{obj->id, t, owner, LeaseDue(owner)});
   ObjectMeta meta = MetaLocked(*obj);
-  meta.tier = *t;
-  PinnedObject pinned{lease_id, std::move(meta), c.extent};
+  meta.tier = t;
+  PinnedObject pinned{lease_id, std::move(meta), obj->copy(t).extent};
   lock.unlock();
   if (options.want == TierKind::kHbm && observer_) {
     observer_(ns, key, HbmUse::kHit, clock_->NowMicros() - started_us);
@@ -197,10 +207,13 @@ Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
     StoredObject* obj = index_.Find(l.object_id);
     if (obj == nullptr) return Status::Ok();
     ObjectCopy& c = obj->copy(l.tier);
+    // Read before letting go: once its last pin is gone, a commit under mu_ shared that
+    // replaced it may free it. Both change only under mu_ held exclusively.
+    const bool settle = c.free_on_unpin || obj->doomed;
     std::uint32_t pins = c.pins.load();
     while (pins > 0 && !c.pins.compare_exchange_weak(pins, pins - 1)) {
     }
-    if (pins > 1 || (!c.free_on_unpin && !obj->doomed)) return Status::Ok();
+    if (pins > 1 || !settle) return Status::Ok();
   }
   std::lock_guard lock(mu_);
   SettleUnpinnedLocked(l.object_id, l.tier);
@@ -210,20 +223,25 @@ Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
 Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& key) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
   std::shared_lock lock(mu_);
-  StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
-  return MetaLocked(*obj);
+  std::optional<ObjectMeta> meta = index_.WithName(ns, key, [&](const StoredObject* obj) {
+    return obj == nullptr ? std::nullopt : std::optional<ObjectMeta>(MetaLocked(*obj));
+  });
+  if (!meta) return Status::NotFound("no object " + ns + "/" + key);
+  return std::move(*meta);
 }
 
 Result<std::vector<TierKind>> ObjectStore::CopiesOf(const std::string& ns, const std::string& key) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));
   std::shared_lock lock(mu_);
-  const StoredObject* obj = index_.Lookup(ns, key);
-  if (obj == nullptr) return Status::NotFound("no object " + ns + "/" + key);
   std::vector<TierKind> copies;
-  for (TierKind k : by_level_) {
-    if (obj->copy(k).present) copies.push_back(k);
-  }
+  const bool exists = index_.WithName(ns, key, [&](const StoredObject* obj) {
+    if (obj == nullptr) return false;
+    for (TierKind k : by_level_) {
+      if (obj->copy(k).present) copies.push_back(k);
+    }
+    return true;
+  });
+  if (!exists) return Status::NotFound("no object " + ns + "/" + key);
   return copies;
 }
 

@@ -475,5 +475,104 @@ TEST_F(ObjectStoreTest, SharedGetsBesideReplacesDeletesAndMoves) {
   EXPECT_EQ(Usage(TierKind::kHbm).tier.used_bytes, 0u);
 }
 
+// Puts from several connections at once into the same names (reserves and commits under the
+// shared lock, each commit freeing the object it replaced when nobody reads it) beside gets of
+// those names, deletes, and puts of `cache` objects that fill dram so that room is made (the
+// exclusive path) while the rest goes on. A get returns the bytes of some put of its own name,
+// whole; every put that a full tier does not refuse lands; when all is deleted, nothing is left:
+// no object, reservation or lease, and every byte of dram is free (no replaced object leaked).
+TEST_F(ObjectStoreTest, PutsInParallelIntoTheSameNamesBesideGetsAndEvictions) {
+  Make(4 << 20, 0);
+  store_->Start();
+  constexpr int kKeys = 24, kWriters = 3, kReaders = 2, kRounds = 4000;
+  constexpr std::uint64_t kSize = 16 << 10;  // 256 of them fill dram: evictions below
+  auto key = [](int i) { return "p" + std::to_string(i); };
+  // Bytes that say whose they are: the key's number, the version, then a fill of both.
+  auto bytes_of = [](int i, std::uint64_t version) {
+    std::string b(kSize, static_cast<char>(i * 7 + version));
+    std::memcpy(b.data(), &i, sizeof(i));
+    std::memcpy(b.data() + 8, &version, sizeof(version));
+    return b;
+  };
+  std::atomic<int> bad{0}, puts_ok{0}, gets_ok{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      const std::uint64_t owner = kOwner + 10 + static_cast<std::uint64_t>(w);
+      for (int n = 0; n < kRounds; ++n) {
+        const int i = (n * 5 + w) % kKeys;
+        const std::uint64_t version = static_cast<std::uint64_t>(n) * kWriters + w;
+        const std::string b = bytes_of(i, version);
+        // Retained names the readers check, and cache objects of their own that fill dram.
+        PutSpec spec{.ns = "ns", .key = key(i), .size = kSize};
+        Status s = store_->PutCopy(spec, b.data(), owner);
+        if (s.ok()) {
+          ++puts_ok;
+        } else if (s.code() != StatusCode::kResourceExhausted) {
+          ++bad;
+        }
+        PutSpec filler{.ns = "ns",
+                       .key = "c" + std::to_string(w) + "-" + std::to_string(n % 200),
+                       .size = kSize,
+                       .durability = Durability::kCache};
+        s = store_->PutCopy(filler, b.data(), owner);
+        if (!s.ok() && s.code() != StatusCode::kResourceExhausted) ++bad;
+        if (n % 97 == 0) (void)store_->Delete("ns", key(i));
+      }
+    });
+  }
+  for (int r = 0; r < kReaders; ++r) {
+    threads.emplace_back([&, r] {
+      const std::uint64_t owner = kOwner + 20 + static_cast<std::uint64_t>(r);
+      for (int n = 0; n < kRounds * 4; ++n) {
+        const int i = (n + r * 11) % kKeys;
+        auto pinned = store_->Pin("ns", key(i), owner);
+        if (!pinned.ok()) {
+          if (pinned.status().code() != StatusCode::kNotFound) ++bad;
+          continue;
+        }
+        const std::byte* p = store_->HostAddress(pinned->extent);
+        int whose = -1;
+        if (p != nullptr) std::memcpy(&whose, p, sizeof(whose));
+        // Checked twice: a pinned copy's bytes stay as they are for as long as it is held.
+        if (p == nullptr || pinned->meta.size != kSize || whose != i ||
+            Xxh3(p, pinned->meta.size) != pinned->meta.checksum ||
+            Xxh3(p, pinned->meta.size) != pinned->meta.checksum) {
+          ++bad;
+        }
+        ++gets_ok;
+        if (!store_->Release(pinned->lease_id, owner).ok()) ++bad;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(puts_ok.load(), kWriters * kRounds / 2);
+  EXPECT_GT(gets_ok.load(), 0);
+  EXPECT_EQ(Counter(&StoreStats::puts) >= static_cast<std::uint64_t>(puts_ok.load()), true);
+  std::string out;
+  for (int i = 0; i < kKeys; ++i) {
+    if (auto meta = store_->ReadCopy("ns", key(i), &out); meta.ok()) {
+      int whose = -1;
+      std::memcpy(&whose, out.data(), sizeof(whose));
+      EXPECT_EQ(whose, i);
+    }
+    (void)store_->Delete("ns", key(i));
+  }
+  for (int w = 0; w < kWriters; ++w) {
+    for (int n = 0; n < 200; ++n) {
+      (void)store_->Delete("ns", "c" + std::to_string(w) + "-" + std::to_string(n));
+    }
+  }
+  store_->Quiesce();
+  store_->Stop();
+  const StoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.objects, 0u);
+  EXPECT_EQ(stats.reservations_open, 0u);
+  EXPECT_EQ(stats.leases_open, 0u);
+  EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 0u);
+  EXPECT_EQ(Usage(TierKind::kDram).object_count, 0u);
+}
+
 }  // namespace
 }  // namespace tierpool

@@ -57,12 +57,14 @@ void ObjectIndex::RecordReservation(OwnerPart& op, const StoredObject& obj, int 
     op.by_owner.insert(by_owner);
     ++h.reservations;
     h.reserved_bytes += obj.meta.size;
+    h.staged += obj.staged ? 1 : 0;
   } else {
     --op.reservations;
     op.by_expiry.erase(by_expiry);
     op.by_owner.erase(by_owner);
     --h.reservations;
     h.reserved_bytes -= obj.meta.size;
+    h.staged -= obj.staged ? 1 : 0;
   }
   if (h.reservations == 0) op.holdings.erase(obj.owner);
 }
@@ -80,6 +82,7 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
   obj->owner = owner;
   obj->expiry_us = expiry_us;
   obj->reservation = true;
+  obj->staged = obj->meta.key.empty();
   {
     OwnerPart& op = OwnerPartOf(owner);
     std::lock_guard lock(op.mu);
@@ -192,7 +195,19 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   }
   StoredObject* replaced = nullptr;
   const NameView name(obj.meta.ns, obj.meta.key);
-  const int name_part = PartOf(name.first, name.second);
+  const auto name_part = static_cast<std::uint32_t>(PartOf(name.first, name.second));
+  // The object's bookkeeping is done before the name makes it reachable (or under the same
+  // hold): once it is, a commit of the same name may replace and free it.
+  auto link = [&](Part& part) {
+    obj.linked = true;
+    CountNs(part, obj.meta.ns, 0, 1);
+    RefreshIn(part, obj);
+  };
+  if (obj.part != name_part) {  // made as staged room: its part is its id's
+    Part& part = parts_[obj.part];
+    std::lock_guard lock(part.mu);
+    link(part);
+  }
   {
     Part& part = parts_[name_part];
     std::lock_guard lock(part.mu);
@@ -206,33 +221,22 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
         for (const ObjectCopy& c : replaced->copies) freeing |= c.free_on_unpin;
         *unused = replaced->pins() == 0 && replaced->holds == 0 && !replaced->move && !freeing;
       }
-    } else {
-      part.names.emplace_hint(it, Name(name), &obj);
-    }
-    obj.linked = true;  // published by the part's lock: a get that finds it sees it whole
-    // The common case, both objects of this part (neither made as staged room): their
-    // bookkeeping under the same hold.
-    if (obj.part == static_cast<std::uint32_t>(name_part) &&
-        (replaced == nullptr || replaced->part == obj.part)) {
-      if (replaced != nullptr) {
+      if (replaced->part == name_part) {
         CountNs(part, replaced->meta.ns, 0, -1);
         RefreshIn(part, *replaced);
       }
-      CountNs(part, obj.meta.ns, 0, 1);
-      RefreshIn(part, obj);
-      return replaced;
+    } else {
+      part.names.emplace_hint(it, Name(name), &obj);
     }
+    if (obj.part == name_part) link(part);
   }
-  if (replaced != nullptr) {
+  // Unlinked, the replaced object is this thread's alone (and its readers', who only let go).
+  if (replaced != nullptr && replaced->part != name_part) {
     Part& part = parts_[replaced->part];
     std::lock_guard lock(part.mu);
     CountNs(part, replaced->meta.ns, 0, -1);
     RefreshIn(part, *replaced);
   }
-  Part& part = parts_[obj.part];
-  std::lock_guard lock(part.mu);
-  CountNs(part, obj.meta.ns, 0, 1);
-  RefreshIn(part, obj);
   return replaced;
 }
 

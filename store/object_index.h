@@ -97,6 +97,7 @@ struct StoredObject {
   std::uint32_t part = 0;            // the index's part that keeps its bookkeeping
   bool committed = false;
   bool reservation = false;     // an open reservation: committed, aborted or expired ends it
+  bool staged = false;          // made as staged room, before it had a name
   bool up_on_commit = false;    // a put that wanted a device hbm: copied up once committed
   std::uint64_t owner = 0;      // who may commit the reservation
   std::uint64_t expiry_us = 0;  // reservation deadline
@@ -145,6 +146,7 @@ struct NamespaceUsage {
 struct OwnerHoldings {
   std::uint64_t reservations = 0;
   std::uint64_t reserved_bytes = 0;
+  std::uint64_t staged = 0;  // of the reservations, those made as staged room
 };
 
 class ObjectIndex {
@@ -191,6 +193,7 @@ class ObjectIndex {
       obj->owner = owner;
       obj->expiry_us = expiry_us;
       obj->reservation = true;
+      obj->staged = obj->meta.key.empty();
       RecordReservation(op, *obj, +1);
     }
     return &Publish(std::move(obj), tier, &extent);

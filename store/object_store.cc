@@ -224,7 +224,6 @@ void ObjectStore::DoomLocked(StoredObject& obj) {
 void ObjectStore::FreeReservationLocked(std::uint64_t id) {
   StoredObject* obj = index_.Find(id);
   if (obj == nullptr) return;
-  if (obj->meta.key.empty()) UnstageLocked(obj->owner);
   index_.EraseReservation(id);
   obj->doomed = true;
   MaybeFreeLocked(*obj);
@@ -442,19 +441,18 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
     }
   }
   const std::uint64_t created_unix_ms = UnixMillis();
-  if (name == nullptr) {
-    std::uint64_t doom = 0;
-    if (TryCommitShared(reservation_id, checksum, owner, created_unix_ms, &doom)) {
-      if (doom != 0) {
-        // The object it replaced is read or moving: it goes as the exclusive path decides.
-        std::lock_guard lock(mu_);
-        if (StoredObject* replaced = index_.Find(doom);
-            replaced != nullptr && !replaced->doomed && !replaced->linked) {
-          DoomLocked(*replaced);
-        }
+  std::uint64_t doom = 0;
+  if (auto shared =
+          TryCommitShared(reservation_id, checksum, owner, name, created_unix_ms, &doom)) {
+    if (doom != 0) {
+      // What is left to free is read or moving: it goes as the exclusive path decides.
+      std::lock_guard lock(mu_);
+      if (StoredObject* left = index_.Find(doom);
+          left != nullptr && !left->doomed && !left->linked) {
+        DoomLocked(*left);
       }
-      return Status::Ok();
     }
+    return *shared;
   }
   std::lock_guard lock(mu_);
   StoredObject* obj = index_.Find(reservation_id);
@@ -480,7 +478,7 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
                                      "freed)");
     }
     TIERPOOL_RETURN_IF_ERROR(BindStagedLocked(*obj, *name));
-    ++counters_.staged_commits;
+    staged_commits_.Add(owner);
   }
   obj->meta.checksum = checksum;
   obj->meta.created_unix_ms = created_unix_ms;
@@ -491,15 +489,43 @@ Status ObjectStore::Commit(std::uint64_t reservation_id, std::uint64_t checksum,
   return Status::Ok();
 }
 
-bool ObjectStore::TryCommitShared(std::uint64_t reservation_id, std::uint64_t checksum,
-                                  std::uint64_t owner, std::uint64_t created_unix_ms,
-                                  std::uint64_t* doom) {
+std::optional<Status> ObjectStore::TryCommitShared(std::uint64_t reservation_id,
+                                                   std::uint64_t checksum, std::uint64_t owner,
+                                                   const PutSpec* name,
+                                                   std::uint64_t created_unix_ms,
+                                                   std::uint64_t* doom) {
+  // A name must be one its staged room can take, checked before the claim (which is not
+  // undone); a name that cannot, and a copy up, are the exclusive path's.
+  if (name != nullptr && (name->size == 0 || !CheckPutSpec(*name, /*named=*/true).ok() ||
+                          (name->tier_hint == TierKind::kHbm && on_device(TierKind::kHbm)))) {
+    return std::nullopt;
+  }
   std::shared_lock lock(mu_);
-  StoredObject* obj = index_.ClaimReservation(reservation_id, owner, [](const StoredObject& o) {
-    return !o.committed && !o.doomed && !o.meta.key.empty() && !o.up_on_commit;
+  StoredObject* obj = index_.ClaimReservation(reservation_id, owner, [&](const StoredObject& o) {
+    if (o.committed || o.doomed || o.up_on_commit) return false;
+    if (name == nullptr) return !o.meta.key.empty();
+    return o.meta.key.empty() && o.meta.ns == name->ns && name->size <= o.meta.size;
   });
-  if (obj == nullptr) return false;
+  if (obj == nullptr) return std::nullopt;
   // Claimed: no other thread reaches it until Commit links it.
+  if (name != nullptr) {
+    const TierKind kind = obj->meta.tier;
+    if (name->size < obj->meta.size) {
+      // A smaller put took the room: the rest goes back to its tier now.
+      auto kept = tier(kind)->Trim(obj->copy(kind).extent, name->size);
+      if (!kept.ok()) {
+        *doom = obj->id;  // claimed and named by nobody: freed on the exclusive path
+        return kept.status();
+      }
+      index_.ShrinkReservation(*obj, name->size, kind, *kept);
+    }
+    obj->meta.key = name->key;
+    obj->meta.dtype = name->dtype;
+    obj->meta.shape = name->shape;
+    obj->meta.kind = name->kind;
+    obj->meta.durability = name->durability;
+    staged_commits_.Add(owner);
+  }
   obj->meta.checksum = checksum;
   obj->meta.created_unix_ms = created_unix_ms;
   const std::uint64_t size = obj->meta.size;
@@ -509,7 +535,7 @@ bool ObjectStore::TryCommitShared(std::uint64_t reservation_id, std::uint64_t ch
   }
   puts_.Add(owner);
   bytes_put_.Add(owner, size);
-  return true;
+  return Status::Ok();
 }
 
 bool ObjectStore::FreeUnreachableShared(StoredObject& obj) {
@@ -652,6 +678,8 @@ StoreStats ObjectStore::Stats() const {
     std::lock_guard lock(mu_);
     s = counters_;
     s.puts = puts_.Sum();
+    s.reservations_staged = reservations_staged_.Sum();
+    s.staged_commits = staged_commits_.Sum();
     s.bytes_put = bytes_put_.Sum();
     s.gets = gets_.Sum();
     s.get_misses = get_misses_.Sum();

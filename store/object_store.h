@@ -474,12 +474,17 @@ class ObjectStore {
   // holds now, within its connection's limits, in a namespace without a quota. nullopt:
   // anything else, left to the exclusive path (nothing was changed).
   std::optional<Reservation> TryReserveShared(const PutSpec& spec, std::uint64_t owner);
-  // A commit under mu_ held shared of a reservation made for a key that has nothing more to do
-  // as it commits (no copy up). The object it replaces is freed here when no other thread can
-  // reach it; otherwise its id is left in *doom for the exclusive path. False: not this
-  // reservation's case (or not this owner's), nothing changed.
-  bool TryCommitShared(std::uint64_t reservation_id, std::uint64_t checksum, std::uint64_t owner,
-                       std::uint64_t created_unix_ms, std::uint64_t* doom);
+  // Stage's case of the same: staged room in dram within the staged-room limits, below dram's
+  // high watermark.
+  std::optional<Reservation> TryStageShared(const PutSpec& spec, std::uint64_t owner);
+  // A commit under mu_ held shared: of a reservation made for a key, or of staged room named
+  // by `name` (its namespace, at most its size), with nothing more to do as it commits (no copy
+  // up). The object it replaces is freed here when no other thread can reach it; otherwise its
+  // id is left in *doom for the exclusive path. nullopt: not this reservation's case (or not
+  // this owner's), nothing changed.
+  std::optional<Status> TryCommitShared(std::uint64_t reservation_id, std::uint64_t checksum,
+                                        std::uint64_t owner, const PutSpec* name,
+                                        std::uint64_t created_unix_ms, std::uint64_t* doom);
   // Frees an object no other thread can reach (unlinked as its replacement committed, with no
   // pins, holds or move) under mu_ held shared, when all its copies are in host memory. False:
   // left as it was.
@@ -488,7 +493,6 @@ class ObjectStore {
   Status CheckPutSpec(const PutSpec& spec, bool named) const;
   // Names a staged reservation after `name` (checked); frees it and says why when it cannot.
   Status BindStagedLocked(StoredObject& obj, const PutSpec& name);
-  void UnstageLocked(std::uint64_t owner);
   // The per-connection pin limit reached (the lease table's count; mu_ held, either mode).
   bool AtPinLimit(std::uint64_t owner) const;
   // When a new lease of owner's falls due (0: never).
@@ -516,17 +520,15 @@ class ObjectStore {
   // Gets and gets of names that do not exist: counted by shared holders too (StoreStats reports
   // them with the rest).
   ShardedCounter gets_, get_misses_;
-  // Puts and their bytes: counted by puts under mu_ shared too.
-  ShardedCounter puts_, bytes_put_;
+  // Puts, their bytes, staged room and the puts that named it: counted under mu_ shared too.
+  ShardedCounter puts_, bytes_put_, reservations_staged_, staged_commits_;
   // guarded by mu_: bytes moving out, by pool (kSharedPool only, for tiers not partitioned)
   std::vector<std::array<std::uint64_t, kTierKindCount>> leaving_{1};
   std::vector<NamespacePool> pools_;  // guarded by mu_
   // guarded by mu_: moves out of each tier that failed for a reason other than corruption (a
   // failing device below); a caller waiting for room gives up after a few of these.
   std::array<std::uint64_t, kTierKindCount> failed_out_{};
-  StoreStats counters_;  // guarded by mu_
-  // Staged reservations per owner: they do not keep an idle connection open (Holds).
-  std::unordered_map<std::uint64_t, std::uint64_t> staged_of_;   // guarded by mu_
+  StoreStats counters_;                                          // guarded by mu_
   std::unordered_map<std::string, std::uint64_t> incoming_hbm_;  // guarded by mu_, per namespace
   std::unordered_map<std::string, std::uint64_t> planned_ns_;    // guarded by mu_: budgets
   std::unordered_set<std::uint64_t> overdue_;                    // guarded by mu_: owners

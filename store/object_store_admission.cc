@@ -137,9 +137,7 @@ bool ObjectStore::Holds(std::uint64_t owner) const {
   std::shared_lock lock(mu_);
   const OwnerHoldings h = index_.HoldingsOf(owner);
   // Staged room is idle by design: it does not keep the connection from timing out.
-  auto staged = staged_of_.find(owner);
-  return h.reservations != (staged == staged_of_.end() ? 0 : staged->second) ||
-         leases_.CountOf(owner) != 0;
+  return h.reservations != h.staged || leases_.CountOf(owner) != 0;
 }
 
 bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,

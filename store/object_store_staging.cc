@@ -15,11 +15,12 @@ Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner)
     return Status::InvalidArgument("staged room is for puts of at most " +
                                    FormatBytes(config_.max_staged_bytes));
   }
+  if (auto r = TryStageShared(spec, owner)) return *r;
   std::lock_guard lock(mu_);
-  if (auto it = staged_of_.find(owner);
-      it != staged_of_.end() && it->second >= config_.max_staged_per_client) {
+  if (const std::uint64_t staged = index_.HoldingsOf(owner).staged;
+      staged >= config_.max_staged_per_client) {
     ++counters_.client_limit_refusals;
-    return Status::ResourceExhausted("this connection has " + std::to_string(it->second) +
+    return Status::ResourceExhausted("this connection has " + std::to_string(staged) +
                                      " staged reservations (the limit)");
   }
   TIERPOOL_RETURN_IF_ERROR(AdmitReserveLocked(spec, owner));
@@ -50,9 +51,41 @@ Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner)
   StoredObject& obj = index_.AddReservation(std::move(meta), owner, /*expiry_us=*/0);
   obj.pool = pool;
   index_.SetCopy(obj, kind, *extent);
-  ++counters_.reservations_staged;
-  ++staged_of_[owner];
+  reservations_staged_.Add(owner);
   return Reservation{obj.id, *extent, kind};
+}
+
+std::optional<Reservation> ObjectStore::TryStageShared(const PutSpec& spec, std::uint64_t owner) {
+  if (spec.tier_hint && *spec.tier_hint != TierKind::kDram) return std::nullopt;
+  auto obj = std::make_unique<StoredObject>();  // built before any lock, as a reserve's is
+  obj->meta.ns = spec.ns;
+  obj->meta.size = spec.size;
+  obj->meta.tier = TierKind::kDram;
+  std::shared_lock lock(mu_);
+  if (!quotas_.empty() && quotas_.count(spec.ns) != 0) return std::nullopt;
+  Tier* dram = tier(TierKind::kDram);
+  const std::uint32_t pool = PoolOfLocked(spec.ns);
+  auto extent = dram->Allocate(spec.size, {spec.numa_node, pool});
+  if (!extent.ok()) return std::nullopt;
+  // Room nobody asked for yet never pushes dram over its high watermark: the exclusive path
+  // says no, and why.
+  if (policy_->OverWatermark(TierKind::kDram, pool, 0) > 0) {
+    (void)dram->Free(*extent);
+    return std::nullopt;
+  }
+  obj->pool = pool;
+  StoredObject* added = index_.AddReservationIf(
+      std::move(obj), owner, /*expiry_us=*/0, TierKind::kDram, *extent,
+      [&](const OwnerHoldings& h) {
+        return h.staged < config_.max_staged_per_client &&
+               (owner == kStoreOwner || OverClientLimits(h, spec.size).empty());
+      });
+  if (added == nullptr) {
+    (void)dram->Free(*extent);
+    return std::nullopt;
+  }
+  reservations_staged_.Add(owner);
+  return Reservation{added->id, *extent, TierKind::kDram};
 }
 
 Status ObjectStore::BindStagedLocked(StoredObject& obj, const PutSpec& name) {
@@ -76,7 +109,6 @@ Status ObjectStore::BindStagedLocked(StoredObject& obj, const PutSpec& name) {
     FreeReservationLocked(obj.id);
     return s;
   }
-  UnstageLocked(obj.owner);
   obj.meta.key = name.key;
   obj.meta.dtype = name.dtype;
   obj.meta.shape = name.shape;
@@ -85,10 +117,4 @@ Status ObjectStore::BindStagedLocked(StoredObject& obj, const PutSpec& name) {
   obj.up_on_commit = name.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm);
   return Status::Ok();
 }
-
-void ObjectStore::UnstageLocked(std::uint64_t owner) {
-  auto it = staged_of_.find(owner);
-  if (it != staged_of_.end() && --it->second == 0) staged_of_.erase(it);
-}
-
 }  // namespace tierpool

@@ -478,7 +478,8 @@ TEST_F(ObjectStoreTest, SharedGetsBesideReplacesDeletesAndMoves) {
 // Puts from several connections at once into the same names (reserves and commits under the
 // shared lock, each commit freeing the object it replaced when nobody reads it) beside gets of
 // those names, deletes, and puts of `cache` objects that fill dram so that room is made (the
-// exclusive path) while the rest goes on. A get returns the bytes of some put of its own name,
+// exclusive path) while the rest goes on; one writer puts through staged room. A get returns
+// the bytes of some put of its own name,
 // whole; every put that a full tier does not refuse lands; when all is deleted, nothing is left:
 // no object, reservation or lease, and every byte of dram is free (no replaced object leaked).
 TEST_F(ObjectStoreTest, PutsInParallelIntoTheSameNamesBesideGetsAndEvictions) {
@@ -504,19 +505,42 @@ TEST_F(ObjectStoreTest, PutsInParallelIntoTheSameNamesBesideGetsAndEvictions) {
         const std::uint64_t version = static_cast<std::uint64_t>(n) * kWriters + w;
         const std::string b = bytes_of(i, version);
         // Retained names the readers check, and cache objects of their own that fill dram.
+        // The first writer puts through staged room a page larger than its puts (the commit
+        // that names it gives the rest back).
         PutSpec spec{.ns = "ns", .key = key(i), .size = kSize};
-        Status s = store_->PutCopy(spec, b.data(), owner);
+        Status s;
+        if (w == 0) {
+          auto room = store_->Stage({.ns = "ns", .size = kSize + 4096}, owner);
+          s = room.status();
+          if (room.ok()) {
+            std::memcpy(store_->HostAddress(room->extent), b.data(), kSize);
+            s = store_->Commit(room->id, Xxh3(b.data(), kSize), owner, &spec);
+          }
+        } else {
+          s = store_->PutCopy(spec, b.data(), owner);
+        }
         if (s.ok()) {
           ++puts_ok;
         } else if (s.code() != StatusCode::kResourceExhausted) {
           ++bad;
         }
-        PutSpec filler{.ns = "ns",
-                       .key = "c" + std::to_string(w) + "-" + std::to_string(n % 200),
-                       .size = kSize,
-                       .durability = Durability::kCache};
-        s = store_->PutCopy(filler, b.data(), owner);
-        if (!s.ok() && s.code() != StatusCode::kResourceExhausted) ++bad;
+        // The others' cache objects keep dram about three quarters full (below its high
+        // watermark, where staged room is made), and now and then a large one needs room made.
+        if (w != 0) {
+          PutSpec filler{.ns = "ns",
+                         .key = "c" + std::to_string(w) + "-" + std::to_string(n % 80),
+                         .size = kSize,
+                         .durability = Durability::kCache};
+          s = store_->PutCopy(filler, b.data(), owner);
+          if (!s.ok() && s.code() != StatusCode::kResourceExhausted) ++bad;
+        }
+        if (w == 1 && n % 64 == 0) {
+          const std::string large(3 << 19, 'L');
+          PutSpec big{
+              .ns = "ns", .key = "large", .size = large.size(), .durability = Durability::kCache};
+          s = store_->PutCopy(big, large.data(), owner);
+          if (!s.ok() && s.code() != StatusCode::kResourceExhausted) ++bad;
+        }
         if (n % 97 == 0) (void)store_->Delete("ns", key(i));
       }
     });
@@ -560,18 +584,23 @@ TEST_F(ObjectStoreTest, PutsInParallelIntoTheSameNamesBesideGetsAndEvictions) {
     (void)store_->Delete("ns", key(i));
   }
   for (int w = 0; w < kWriters; ++w) {
-    for (int n = 0; n < 200; ++n) {
+    for (int n = 0; n < 80; ++n) {
       (void)store_->Delete("ns", "c" + std::to_string(w) + "-" + std::to_string(n));
     }
   }
+  (void)store_->Delete("ns", "large");
   store_->Quiesce();
   store_->Stop();
   const StoreStats stats = store_->Stats();
   EXPECT_EQ(stats.objects, 0u);
   EXPECT_EQ(stats.reservations_open, 0u);
   EXPECT_EQ(stats.leases_open, 0u);
+  EXPECT_GT(stats.staged_commits, 0u);
   EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 0u);
   EXPECT_EQ(Usage(TierKind::kDram).object_count, 0u);
+  for (int w = 0; w < kWriters; ++w) {
+    EXPECT_FALSE(store_->Holds(kOwner + 10 + static_cast<std::uint64_t>(w)));
+  }
 }
 
 }  // namespace

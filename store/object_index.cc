@@ -188,7 +188,7 @@ std::uint64_t ObjectIndex::reservations() const {
 // --- names ----------------------------------------------------------------------------------
 
 StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
-  EraseReservation(obj.id);
+  if (obj.reservation) EraseReservation(obj.id);  // not when claimed: ClaimReservation ended it
   obj.committed = true;
   for (int t = 0; t < kTierKindCount; ++t) {
     if (obj.copies[t].present) obj.copies[t].last_use = NextUse();
@@ -260,8 +260,10 @@ void ObjectIndex::Unlink(StoredObject& obj) {
 void ObjectIndex::Erase(std::uint64_t id) {
   StoredObject* obj = Find(id);
   if (obj == nullptr) return;
-  Unlink(*obj);
-  EraseReservation(id);
+  // Both flags are the eraser's to read: under mu_ exclusive, or the object a commit under mu_
+  // shared unlinked itself (committed: not a reservation).
+  if (obj->linked) Unlink(*obj);
+  if (obj->reservation) EraseReservation(id);
   {
     Part& part = parts_[obj->part];
     std::lock_guard lock(part.mu);

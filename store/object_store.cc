@@ -545,15 +545,12 @@ bool ObjectStore::FreeUnreachableShared(StoredObject& obj) {
   }
   obj.doomed = true;
   for (TierKind k : by_level_) {
-    ObjectCopy& c = obj.copy(k);
-    if (!c.present) continue;
-    if (c.extent.length > 0) {
-      Status s = tier(k)->Free(c.extent);
-      if (!s.ok()) spdlog::error("freeing a copy of object {}: {}", obj.id, s.ToString());
-    }
-    index_.ClearCopy(obj, k);
+    const ObjectCopy& c = obj.copy(k);
+    if (!c.present || c.extent.length == 0) continue;
+    Status s = tier(k)->Free(c.extent);
+    if (!s.ok()) spdlog::error("freeing a copy of object {}: {}", obj.id, s.ToString());
   }
-  index_.Erase(obj.id);
+  index_.Erase(obj.id);  // its copies' records with it
   return true;
 }
 

@@ -198,15 +198,12 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   const auto name_part = static_cast<std::uint32_t>(PartOf(name.first, name.second));
   // The object's bookkeeping is done before the name makes it reachable (or under the same
   // hold): once it is, a commit of the same name may replace and free it.
-  auto link = [&](Part& part) {
-    obj.linked = true;
-    CountNs(part, obj.meta.ns, 0, 1);
-    RefreshIn(part, obj);
-  };
   if (obj.part != name_part) {  // made as staged room: its part is its id's
     Part& part = parts_[obj.part];
     std::lock_guard lock(part.mu);
-    link(part);
+    obj.linked = true;
+    CountNs(part, obj.meta.ns, 0, 1);
+    RefreshIn(part, obj);
   }
   {
     Part& part = parts_[name_part];
@@ -221,21 +218,23 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
         for (const ObjectCopy& c : replaced->copies) freeing |= c.free_on_unpin;
         *unused = replaced->pins() == 0 && replaced->holds == 0 && !replaced->move && !freeing;
       }
-      if (replaced->part == name_part) {
-        CountNs(part, replaced->meta.ns, 0, -1);
-        RefreshIn(part, *replaced);
-      }
+      if (replaced->part == name_part) RefreshIn(part, *replaced);
     } else {
       part.names.emplace_hint(it, Name(name), &obj);
     }
-    if (obj.part == name_part) link(part);
+    if (obj.part == name_part) {
+      obj.linked = true;
+      // A replacement in the same part leaves its named objects as they were.
+      if (replaced == nullptr || replaced->part != name_part) CountNs(part, obj.meta.ns, 0, 1);
+      RefreshIn(part, obj);
+    }
   }
   // Unlinked, the replaced object is this thread's alone (and its readers', who only let go).
-  if (replaced != nullptr && replaced->part != name_part) {
+  if (replaced != nullptr && (replaced->part != name_part || obj.part != name_part)) {
     Part& part = parts_[replaced->part];
     std::lock_guard lock(part.mu);
     CountNs(part, replaced->meta.ns, 0, -1);
-    RefreshIn(part, *replaced);
+    if (replaced->part != name_part) RefreshIn(part, *replaced);
   }
   return replaced;
 }

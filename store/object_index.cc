@@ -198,7 +198,9 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   const auto name_part = static_cast<std::uint32_t>(PartOf(name.first, name.second));
   // The object's bookkeeping is done before the name makes it reachable (or under the same
   // hold): once it is, a commit of the same name may replace and free it.
-  if (obj.part != name_part) {  // made as staged room: its part is its id's
+  // Read before the name makes obj reachable: after that, this thread no longer touches it.
+  const bool in_name_part = obj.part == name_part;
+  if (!in_name_part) {  // made as staged room: its part is its id's
     Part& part = parts_[obj.part];
     std::lock_guard lock(part.mu);
     obj.linked = true;
@@ -222,7 +224,7 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
     } else {
       part.names.emplace_hint(it, Name(name), &obj);
     }
-    if (obj.part == name_part) {
+    if (in_name_part) {
       obj.linked = true;
       // A replacement in the same part leaves its named objects as they were.
       if (replaced == nullptr || replaced->part != name_part) CountNs(part, obj.meta.ns, 0, 1);
@@ -230,7 +232,7 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
     }
   }
   // Unlinked, the replaced object is this thread's alone (and its readers', who only let go).
-  if (replaced != nullptr && (replaced->part != name_part || obj.part != name_part)) {
+  if (replaced != nullptr && (replaced->part != name_part || !in_name_part)) {
     Part& part = parts_[replaced->part];
     std::lock_guard lock(part.mu);
     CountNs(part, replaced->meta.ns, 0, -1);

@@ -7,7 +7,8 @@
 //   - held exclusively: every method. Nothing else runs in the index then.
 //   - held shared: the paths that run in parallel, puts that need nothing moved and gets of a
 //     copy that is where it is wanted: Find, Lookup, WithName, AddReservationIf,
-//     ClaimReservation, Commit, Erase, ClearCopy, HoldingsOf, TouchShared.
+//     ClaimReservation, ShrinkReservation and Commit (of the object it claimed), Erase (of the
+//     object its commit unlinked), HoldingsOf, TouchShared.
 // For the second, the index is split into parts with locks of their own (SpinMutex, taken
 // inside each method, never held when it returns), so that puts and gets of different names
 // touch different memory:
@@ -17,8 +18,8 @@
 //     Totals are sums over the parts; a victim search merges the parts' sets.
 //   - kOwnerParts owner parts, by owner: per-owner holdings and the reservation records.
 //   - kObjectShards object parts, by id: the objects themselves.
-// Lock order: a name part (two at once in index order), then an owner part, then an object
-// part. Iterations (ForEachCandidate, ForEachNameFrom) take none and need mu_ exclusively.
+// Lock order: a name part (never two at once), then an owner part, then an object part.
+// Iterations (ForEachCandidate, ForEachNameFrom) take none and need mu_ exclusively.
 //
 // A StoredObject's fields are written under mu_ exclusively, except by a put under mu_ shared:
 // it builds its object before any other thread can reach it, and a commit links it (and unlinks

@@ -208,7 +208,8 @@ Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
     if (obj == nullptr) return Status::Ok();
     ObjectCopy& c = obj->copy(l.tier);
     // Read before letting go: once its last pin is gone, a commit under mu_ shared that
-    // replaced it may free it. Both change only under mu_ held exclusively.
+    // replaced it may free it. Neither changes while this pin holds it (under mu_ exclusive
+    // only, or, doomed, by such a commit of an object with no pins).
     const bool settle = c.free_on_unpin || obj->doomed;
     std::uint32_t pins = c.pins.load();
     while (pins > 0 && !c.pins.compare_exchange_weak(pins, pins - 1)) {

@@ -177,12 +177,7 @@ std::vector<std::uint64_t> ObjectIndex::ReservationsOf(std::uint64_t owner) cons
 }
 
 std::uint64_t ObjectIndex::reservations() const {
-  std::uint64_t n = 0;
-  for (const OwnerPart& op : owner_parts_) {
-    std::lock_guard lock(op.mu);
-    n += op.reservations;
-  }
-  return n;
+  return SumOver(owner_parts_, [](const OwnerPart& op) { return op.reservations; });
 }
 
 // --- names ----------------------------------------------------------------------------------
@@ -195,7 +190,9 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   }
   StoredObject* replaced = nullptr;
   const NameView name(obj.meta.ns, obj.meta.key);
-  const auto name_part = static_cast<std::uint32_t>(PartOf(name.first, name.second));
+  // An object made for its name is in its name's part already (Publish): no second hash.
+  const auto name_part =
+      obj.staged ? static_cast<std::uint32_t>(PartOf(name.first, name.second)) : obj.part;
   // The object's bookkeeping is done before the name makes it reachable (or under the same
   // hold): once it is, a commit of the same name may replace and free it.
   // Read before the name makes obj reachable: after that, this thread no longer touches it.
@@ -268,9 +265,9 @@ void ObjectIndex::Erase(std::uint64_t id) {
   {
     Part& part = parts_[obj->part];
     std::lock_guard lock(part.mu);
+    // Clearing a copy unlists it; a copy not present is in no set.
     for (int t = 0; t < kTierKindCount; ++t) {
       if (obj->copies[t].present) ClearCopyIn(part, *obj, static_cast<TierKind>(t));
-      UnlistCopyIn(part, *obj, t);
     }
     CountNs(part, obj->meta.ns, -static_cast<std::int64_t>(obj->meta.size), 0);
   }
@@ -314,21 +311,11 @@ std::uint64_t ObjectIndex::TierBytesOf(const std::string& ns, TierKind tier) con
 }
 
 std::uint64_t ObjectIndex::objects() const {
-  std::uint64_t n = 0;
-  for (const Part& part : parts_) {
-    std::lock_guard lock(part.mu);
-    n += part.linked;
-  }
-  return n;
+  return SumOver(parts_, [](const Part& part) { return part.linked; });
 }
 
 std::uint64_t ObjectIndex::copies_in(TierKind t) const {
-  std::uint64_t n = 0;
-  for (const Part& part : parts_) {
-    std::lock_guard lock(part.mu);
-    n += part.copies_in[static_cast<int>(t)];
-  }
-  return n;
+  return SumOver(parts_, [t](const Part& part) { return part.copies_in[static_cast<int>(t)]; });
 }
 
 // --- copies and candidate sets --------------------------------------------------------------

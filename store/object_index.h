@@ -391,6 +391,16 @@ class ObjectIndex {
   };
 
   static int PartOf(std::string_view ns, std::string_view key);
+  // The sum of count(p) over parts, each read under its lock.
+  template <typename Parts, typename Count>
+  static std::uint64_t SumOver(const Parts& parts, Count&& count) {
+    std::uint64_t n = 0;
+    for (const auto& p : parts) {
+      std::lock_guard lock(p.mu);
+      n += count(p);
+    }
+    return n;
+  }
   OwnerPart& OwnerPartOf(std::uint64_t owner) { return owner_parts_[owner % kOwnerParts]; }
   const OwnerPart& OwnerPartOf(std::uint64_t owner) const {
     return owner_parts_[owner % kOwnerParts];

@@ -295,13 +295,8 @@ Status ObjectStore::CheckPutSpec(const PutSpec& spec, bool named) const {
   return Status::Ok();
 }
 
-std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, std::uint64_t owner) {
-  if (spec.size == 0 || (spec.tier_hint && *spec.tier_hint != TierKind::kDram)) {
-    return std::nullopt;
-  }
-  // Built before any lock: no other thread sees it until it is in the index.
-  auto obj = std::make_unique<StoredObject>();
-  ObjectMeta& meta = obj->meta;
+ObjectMeta ObjectStore::MetaOf(const PutSpec& spec, TierKind tier) {
+  ObjectMeta meta;
   meta.ns = spec.ns;
   meta.key = spec.key;
   meta.size = spec.size;
@@ -309,10 +304,25 @@ std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, st
   meta.shape = spec.shape;
   meta.kind = spec.kind;
   meta.durability = spec.durability;
-  meta.tier = TierKind::kDram;
-  const std::uint64_t due = config_.reservation_ttl_ms == 0 || owner == kStoreOwner
-                                ? 0
-                                : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
+  meta.tier = tier;
+  return meta;
+}
+
+std::uint64_t ObjectStore::ReservationDue(std::uint64_t owner) const {
+  return config_.reservation_ttl_ms == 0 || owner == kStoreOwner
+             ? 0
+             : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
+}
+
+std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, std::uint64_t owner,
+                                                         bool staged) {
+  if (spec.size == 0 || (spec.tier_hint && *spec.tier_hint != TierKind::kDram)) {
+    return std::nullopt;
+  }
+  // Built before any lock: no other thread sees it until it is in the index.
+  auto obj = std::make_unique<StoredObject>();
+  obj->meta = MetaOf(spec, TierKind::kDram);
+  const std::uint64_t due = staged ? 0 : ReservationDue(owner);  // staged room is idle by design
   std::shared_lock lock(mu_);
   // A quota is checked against every put of its namespace at once: the exclusive path.
   if (!quotas_.empty() && quotas_.count(spec.ns) != 0) return std::nullopt;
@@ -321,10 +331,17 @@ std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, st
   // Free room only, as the exclusive path's first try takes it; making room is that path's.
   auto extent = dram->Allocate(spec.size, {spec.numa_node, pool});
   if (!extent.ok()) return std::nullopt;
+  // Room nobody asked for yet never pushes dram over its high watermark: the exclusive path
+  // says no, and why.
+  if (staged && policy_->OverWatermark(TierKind::kDram, pool, 0) > 0) {
+    (void)dram->Free(*extent);
+    return std::nullopt;
+  }
   obj->pool = pool;
   StoredObject* added = index_.AddReservationIf(
       std::move(obj), owner, due, TierKind::kDram, *extent, [&](const OwnerHoldings& h) {
-        return owner == kStoreOwner || OverClientLimits(h, spec.size).empty();
+        return (!staged || h.staged < config_.max_staged_per_client) &&
+               (owner == kStoreOwner || OverClientLimits(h, spec.size).empty());
       });
   if (added == nullptr) {  // over a limit: the exclusive path refuses it and says why
     (void)dram->Free(*extent);
@@ -335,7 +352,7 @@ std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, st
 
 Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owner) {
   TIERPOOL_RETURN_IF_ERROR(CheckPutSpec(spec, /*named=*/true));
-  if (auto r = TryReserveShared(spec, owner)) return *r;
+  if (auto r = TryReserveShared(spec, owner, /*staged=*/false)) return *r;
   std::unique_lock lock(mu_);
   TIERPOOL_RETURN_IF_ERROR(AdmitReserveLocked(spec, owner));
   const std::uint32_t pool = PoolOfLocked(spec.ns);
@@ -393,19 +410,7 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
           "); retained objects are never evicted: delete some or give tierpoold more memory");
     }
   }
-  ObjectMeta meta;
-  meta.ns = spec.ns;
-  meta.key = spec.key;
-  meta.size = spec.size;
-  meta.dtype = spec.dtype;
-  meta.shape = spec.shape;
-  meta.kind = spec.kind;
-  meta.durability = spec.durability;
-  meta.tier = placed;
-  const std::uint64_t due = config_.reservation_ttl_ms == 0 || owner == kStoreOwner
-                                ? 0
-                                : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
-  StoredObject& obj = index_.AddReservation(std::move(meta), owner, due);
+  StoredObject& obj = index_.AddReservation(MetaOf(spec, placed), owner, ReservationDue(owner));
   obj.pool = pool;  // before its first copy: the index lists copies by pool
   obj.up_on_commit =
       spec.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm) && placed != TierKind::kHbm;
@@ -496,7 +501,7 @@ std::optional<Status> ObjectStore::TryCommitShared(std::uint64_t reservation_id,
                                                    std::uint64_t* doom) {
   // A name must be one its staged room can take, checked before the claim (which is not
   // undone); a name that cannot, and a copy up, are the exclusive path's.
-  if (name != nullptr && (name->size == 0 || !CheckPutSpec(*name, /*named=*/true).ok() ||
+  if (name != nullptr && (!CheckPutSpec(*name, /*named=*/true).ok() ||
                           (name->tier_hint == TierKind::kHbm && on_device(TierKind::kHbm)))) {
     return std::nullopt;
   }
@@ -504,26 +509,15 @@ std::optional<Status> ObjectStore::TryCommitShared(std::uint64_t reservation_id,
   StoredObject* obj = index_.ClaimReservation(reservation_id, owner, [&](const StoredObject& o) {
     if (o.committed || o.doomed || o.up_on_commit) return false;
     if (name == nullptr) return !o.meta.key.empty();
-    return o.meta.key.empty() && o.meta.ns == name->ns && name->size <= o.meta.size;
+    return o.meta.key.empty() && StagedRoomTakes(o, *name);
   });
   if (obj == nullptr) return std::nullopt;
   // Claimed: no other thread reaches it until Commit links it.
   if (name != nullptr) {
-    const TierKind kind = obj->meta.tier;
-    if (name->size < obj->meta.size) {
-      // A smaller put took the room: the rest goes back to its tier now.
-      auto kept = tier(kind)->Trim(obj->copy(kind).extent, name->size);
-      if (!kept.ok()) {
-        *doom = obj->id;  // claimed and named by nobody: freed on the exclusive path
-        return kept.status();
-      }
-      index_.ShrinkReservation(*obj, name->size, kind, *kept);
+    if (Status s = NameStagedRoom(*obj, *name); !s.ok()) {
+      *doom = obj->id;  // claimed and named by nobody: freed on the exclusive path
+      return s;
     }
-    obj->meta.key = name->key;
-    obj->meta.dtype = name->dtype;
-    obj->meta.shape = name->shape;
-    obj->meta.kind = name->kind;
-    obj->meta.durability = name->durability;
     staged_commits_.Add(owner);
   }
   obj->meta.checksum = checksum;

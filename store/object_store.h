@@ -470,13 +470,16 @@ class ObjectStore {
   // Why a connection holding `h` may not reserve `size` bytes more (its per-connection limits),
   // or empty when it may.
   std::string OverClientLimits(const OwnerHoldings& h, std::uint64_t size) const;
+  // A new reservation's meta: what the put spec says, its copy in `tier`.
+  static ObjectMeta MetaOf(const PutSpec& spec, TierKind tier);
+  // When a new reservation of owner's falls due (0: never).
+  std::uint64_t ReservationDue(std::uint64_t owner) const;
   // A reserve under mu_ held shared, beside other puts and gets: a put into dram that free room
-  // holds now, within its connection's limits, in a namespace without a quota. nullopt:
+  // holds now, within its connection's limits, in a namespace without a quota; staged room
+  // (Stage's case) also within the staged-room limit and below dram's high watermark. nullopt:
   // anything else, left to the exclusive path (nothing was changed).
-  std::optional<Reservation> TryReserveShared(const PutSpec& spec, std::uint64_t owner);
-  // Stage's case of the same: staged room in dram within the staged-room limits, below dram's
-  // high watermark.
-  std::optional<Reservation> TryStageShared(const PutSpec& spec, std::uint64_t owner);
+  std::optional<Reservation> TryReserveShared(const PutSpec& spec, std::uint64_t owner,
+                                              bool staged);
   // A commit under mu_ held shared: of a reservation made for a key, or of staged room named
   // by `name` (its namespace, at most its size), with nothing more to do as it commits (no copy
   // up). The object it replaces is freed here when no other thread can reach it; otherwise its
@@ -493,6 +496,11 @@ class ObjectStore {
   Status CheckPutSpec(const PutSpec& spec, bool named) const;
   // Names a staged reservation after `name` (checked); frees it and says why when it cannot.
   Status BindStagedLocked(StoredObject& obj, const PutSpec& name);
+  // Whether staged room may take a put of `name` (its namespace, at most its size).
+  static bool StagedRoomTakes(const StoredObject& room, const PutSpec& name);
+  // Gives staged room the name, trimmed to the put's size (the rest back to its tier); the
+  // trim's error, if any, with nothing named. Under mu_ exclusive, or shared once claimed.
+  Status NameStagedRoom(StoredObject& room, const PutSpec& name);
   // The per-connection pin limit reached (the lease table's count; mu_ held, either mode).
   bool AtPinLimit(std::uint64_t owner) const;
   // When a new lease of owner's falls due (0: never).

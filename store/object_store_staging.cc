@@ -15,7 +15,10 @@ Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner)
     return Status::InvalidArgument("staged room is for puts of at most " +
                                    FormatBytes(config_.max_staged_bytes));
   }
-  if (auto r = TryStageShared(spec, owner)) return *r;
+  if (auto r = TryReserveShared(spec, owner, /*staged=*/true)) {
+    reservations_staged_.Add(owner);
+    return *r;
+  }
   std::lock_guard lock(mu_);
   if (const std::uint64_t staged = index_.HoldingsOf(owner).staged;
       staged >= config_.max_staged_per_client) {
@@ -44,77 +47,47 @@ Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner)
     return Status::ResourceExhausted("no room below " + std::string(TierName(kind)) +
                                      "'s high watermark to stage " + FormatBytes(spec.size));
   }
-  ObjectMeta meta;
-  meta.ns = spec.ns;
-  meta.size = spec.size;
-  meta.tier = kind;
-  StoredObject& obj = index_.AddReservation(std::move(meta), owner, /*expiry_us=*/0);
+  StoredObject& obj = index_.AddReservation(MetaOf(spec, kind), owner, /*expiry_us=*/0);
   obj.pool = pool;
   index_.SetCopy(obj, kind, *extent);
   reservations_staged_.Add(owner);
   return Reservation{obj.id, *extent, kind};
 }
 
-std::optional<Reservation> ObjectStore::TryStageShared(const PutSpec& spec, std::uint64_t owner) {
-  if (spec.tier_hint && *spec.tier_hint != TierKind::kDram) return std::nullopt;
-  auto obj = std::make_unique<StoredObject>();  // built before any lock, as a reserve's is
-  obj->meta.ns = spec.ns;
-  obj->meta.size = spec.size;
-  obj->meta.tier = TierKind::kDram;
-  std::shared_lock lock(mu_);
-  if (!quotas_.empty() && quotas_.count(spec.ns) != 0) return std::nullopt;
-  Tier* dram = tier(TierKind::kDram);
-  const std::uint32_t pool = PoolOfLocked(spec.ns);
-  auto extent = dram->Allocate(spec.size, {spec.numa_node, pool});
-  if (!extent.ok()) return std::nullopt;
-  // Room nobody asked for yet never pushes dram over its high watermark: the exclusive path
-  // says no, and why.
-  if (policy_->OverWatermark(TierKind::kDram, pool, 0) > 0) {
-    (void)dram->Free(*extent);
-    return std::nullopt;
-  }
-  obj->pool = pool;
-  StoredObject* added = index_.AddReservationIf(
-      std::move(obj), owner, /*expiry_us=*/0, TierKind::kDram, *extent,
-      [&](const OwnerHoldings& h) {
-        return h.staged < config_.max_staged_per_client &&
-               (owner == kStoreOwner || OverClientLimits(h, spec.size).empty());
-      });
-  if (added == nullptr) {
-    (void)dram->Free(*extent);
-    return std::nullopt;
-  }
-  reservations_staged_.Add(owner);
-  return Reservation{added->id, *extent, TierKind::kDram};
-}
-
 Status ObjectStore::BindStagedLocked(StoredObject& obj, const PutSpec& name) {
   Status s = CheckPutSpec(name, /*named=*/true);
-  if (s.ok() && (name.ns != obj.meta.ns || name.size == 0 || name.size > obj.meta.size)) {
+  if (s.ok() && !StagedRoomTakes(obj, name)) {
     s = Status::InvalidArgument("reservation " + std::to_string(obj.id) + " was staged for " +
                                 FormatBytes(obj.meta.size) + " in namespace '" + obj.meta.ns +
                                 "', not for " + FormatBytes(name.size) + " in '" + name.ns + "'");
   }
-  if (s.ok() && name.size < obj.meta.size) {
-    // A smaller put took it: the room past its bytes goes back to the tier now.
-    const TierKind kind = obj.meta.tier;
-    auto kept = tier(kind)->Trim(obj.copy(kind).extent, name.size);
-    if (kept.ok()) {
-      index_.ShrinkReservation(obj, name.size, kind, *kept);
-    } else {
-      s = kept.status();
-    }
-  }
+  if (s.ok()) s = NameStagedRoom(obj, name);
   if (!s.ok()) {
     FreeReservationLocked(obj.id);
     return s;
   }
-  obj.meta.key = name.key;
-  obj.meta.dtype = name.dtype;
-  obj.meta.shape = name.shape;
-  obj.meta.kind = name.kind;
-  obj.meta.durability = name.durability;
   obj.up_on_commit = name.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm);
   return Status::Ok();
 }
+
+bool ObjectStore::StagedRoomTakes(const StoredObject& room, const PutSpec& name) {
+  return name.ns == room.meta.ns && name.size > 0 && name.size <= room.meta.size;
+}
+
+Status ObjectStore::NameStagedRoom(StoredObject& room, const PutSpec& name) {
+  if (name.size < room.meta.size) {
+    // A smaller put took it: the room past its bytes goes back to the tier now.
+    const TierKind kind = room.meta.tier;
+    auto kept = tier(kind)->Trim(room.copy(kind).extent, name.size);
+    if (!kept.ok()) return kept.status();
+    index_.ShrinkReservation(room, name.size, kind, *kept);
+  }
+  room.meta.key = name.key;
+  room.meta.dtype = name.dtype;
+  room.meta.shape = name.shape;
+  room.meta.kind = name.kind;
+  room.meta.durability = name.durability;
+  return Status::Ok();
+}
+
 }  // namespace tierpool

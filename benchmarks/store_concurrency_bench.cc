@@ -72,7 +72,7 @@ BENCHMARK(BM_StorePinRelease)->Threads(1)->Threads(2)->UseRealTime();
 
 // Puts of 4 KiB objects (reserve, copy, commit), each thread replacing objects of its own.
 // Per thread against /threads:1, 1/N means they ran one at a time; what they still share is
-// the dram tier's allocator, the recency sequence and the object ids.
+// the dram tier's allocator and the index's name parts.
 void BM_StorePut(benchmark::State& state) {
   ObjectStore* store = SharedStore();
   const int t = state.thread_index();

@@ -23,6 +23,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/thread_slot.h"
+
 namespace tierpool {
 
 class SharedMutex {
@@ -63,7 +65,7 @@ class SharedMutex {
   }
 
   void lock_shared() {
-    Slot& slot = slots_[ThreadSlot()];
+    Slot& slot = slots_[ThreadSlot() % kSlots];
     for (int spins = 0;; ++spins) {
       const std::uint32_t w = writer_.load(std::memory_order_relaxed);
       if (w == 0) {
@@ -76,14 +78,14 @@ class SharedMutex {
     }
   }
   bool try_lock_shared() {
-    Slot& slot = slots_[ThreadSlot()];
+    Slot& slot = slots_[ThreadSlot() % kSlots];
     if (writer_.load(std::memory_order_relaxed) != 0) return false;
     slot.readers.fetch_add(1);
     if (writer_.load() == 0) return true;
     LeaveSlot(slot);
     return false;
   }
-  void unlock_shared() { LeaveSlot(slots_[ThreadSlot()]); }
+  void unlock_shared() { LeaveSlot(slots_[ThreadSlot() % kSlots]); }
 
  private:
   static constexpr std::uint32_t kHeld = 1u << 31;  // writer_: held; below it, writers waiting
@@ -95,11 +97,6 @@ class SharedMutex {
     std::atomic<std::uint32_t> readers{0};
   };
 
-  static int ThreadSlot() {
-    static std::atomic<int> next{0};
-    thread_local const int slot = next.fetch_add(1, std::memory_order_relaxed) % kSlots;
-    return slot;
-  }
   bool NoReaders() const {
     for (const Slot& s : slots_) {
       if (s.readers.load() != 0) return false;

@@ -1,7 +1,10 @@
 #include "store/object_index.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
+
+#include "common/thread_slot.h"
 
 namespace tierpool {
 
@@ -22,6 +25,24 @@ int ObjectIndex::PartOf(std::string_view ns, std::string_view key) {
   // namespace are rare enough to share a part.
   const std::size_t h = std::hash<std::string_view>()(key) ^ (ns.size() * 0x9e3779b97f4a7c15ull);
   return static_cast<int>((h >> 7) % kParts);
+}
+
+std::uint64_t ObjectIndex::NextId() {
+  IdSlot& slot = id_slots_[ThreadSlot() % kIdSlots];
+  std::lock_guard lock(slot.mu);
+  if (slot.next == slot.end) {
+    slot.next = next_block_.fetch_add(1, std::memory_order_relaxed) * kIdBlock;
+    slot.end = slot.next + kIdBlock;
+  }
+  return slot.next++;
+}
+
+std::uint64_t ObjectIndex::NextUse() {
+  thread_local std::uint64_t last = 0;
+  const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch());
+  last = std::max(static_cast<std::uint64_t>(now.count()), last + 1);
+  return last;
 }
 
 StoredObject* ObjectIndex::Find(std::uint64_t id) {
@@ -94,9 +115,10 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
 StoredObject& ObjectIndex::Publish(std::unique_ptr<StoredObject> obj, std::optional<TierKind> tier,
                                    const Extent* extent) {
   StoredObject& ref = *obj;
-  // Staged room has no name yet: its id picks its part.
-  ref.part = ref.meta.key.empty() ? static_cast<std::uint32_t>(ref.id % kParts)
-                                  : static_cast<std::uint32_t>(PartOf(ref.meta.ns, ref.meta.key));
+  // The part of the thread that makes it, not its name's: a thread that replaces what it wrote
+  // (a KV block, a step's activations) then keeps the object's candidate sets and counts in
+  // lines its own core holds, and only the name's entry is shared with other threads' puts.
+  ref.part = ThreadSlot() % kParts;
   {
     Part& part = parts_[ref.part];
     std::lock_guard lock(part.mu);
@@ -190,14 +212,12 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   }
   StoredObject* replaced = nullptr;
   const NameView name(obj.meta.ns, obj.meta.key);
-  // An object made for its name is in its name's part already (Publish): no second hash.
-  const auto name_part =
-      obj.staged ? static_cast<std::uint32_t>(PartOf(name.first, name.second)) : obj.part;
+  const auto name_part = static_cast<std::uint32_t>(PartOf(name.first, name.second));
   // The object's bookkeeping is done before the name makes it reachable (or under the same
   // hold): once it is, a commit of the same name may replace and free it.
   // Read before the name makes obj reachable: after that, this thread no longer touches it.
   const bool in_name_part = obj.part == name_part;
-  if (!in_name_part) {  // made as staged room: its part is its id's
+  if (!in_name_part) {
     Part& part = parts_[obj.part];
     std::lock_guard lock(part.mu);
     obj.linked = true;
@@ -417,8 +437,8 @@ void ObjectIndex::SetCopyIn(Part& part, StoredObject& obj, TierKind tier, const 
   bytes += extent.length;
   c.present = true;
   c.extent = extent;
-  // A reservation's copies are in no candidate set: their use starts as it commits (one bump
-  // of the shared sequence less per put).
+  // A reservation's copies are in no candidate set: their use starts as it commits (one clock
+  // read less per put).
   if (obj.committed) c.last_use = NextUse();
   RefreshIn(part, obj);
 }

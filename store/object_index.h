@@ -10,15 +10,17 @@
 //     ClaimReservation, ShrinkReservation and Commit (of the object it claimed), Erase (of the
 //     object its commit unlinked), HoldingsOf, TouchShared.
 // For the second, the index is split into parts with locks of their own (SpinMutex, taken
-// inside each method, never held when it returns), so that puts and gets of different names
-// touch different memory:
-//   - kParts name parts, by the name's hash: the names in it and the bookkeeping of the objects
-//     that belong to it (an object belongs to its name's part; staged room, made before it has
-//     a name, to its id's): their candidate sets, per-namespace counts and copies per tier.
-//     Totals are sums over the parts; a victim search merges the parts' sets.
+// inside each method, never held when it returns), so that puts and gets of different names,
+// and puts from different threads, touch different memory:
+//   - kParts parts, each with the names that hash to it and the bookkeeping of the objects
+//     that belong to it: their candidate sets, per-namespace counts and copies per tier. An
+//     object belongs to the part of the thread that made it (common/thread_slot.h), not to its
+//     name's, so a thread's puts share only their names' entries with other threads. Totals
+//     are sums over the parts; a victim search merges the parts' sets.
 //   - kOwnerParts owner parts, by owner: per-owner holdings and the reservation records.
-//   - kObjectShards object parts, by id: the objects themselves.
-// Lock order: a name part (never two at once), then an owner part, then an object part.
+//   - kObjectShards object parts, by block of ids (ids come in blocks, one per thread at a
+//     time): the objects themselves.
+// Lock order: a part (never two at once), then an owner part, then an object part.
 // Iterations (ForEachCandidate, ForEachNameFrom) take none and need mu_ exclusively.
 //
 // A StoredObject's fields are written under mu_ exclusively, except by a put under mu_ shared:
@@ -27,7 +29,7 @@
 // pins it. So an object reached by name under mu_ shared is read under that lock (WithName) or
 // after pinning it, and an object unlinked with no pins, holds or move is reachable by no other
 // thread: its committer may free it. What other shared holders write is atomic: a copy's pins
-// and last use, and the recency sequence.
+// and last use.
 #pragma once
 
 #include <array>
@@ -66,7 +68,7 @@ struct ObjectCopy {
   // Wanted gone while pinned (a plan's FREE, a move down that landed): freed when its last
   // reader lets go, counted as leaving its tier until then; a new reader keeps it.
   bool free_on_unpin = false;
-  // Recency, from the index's sequence. A get under the shared lock sets it without moving the
+  // Recency, from the index's clock (NextUse). A get under the shared lock sets it without moving the
   // copy in its candidate sets (TouchShared); a victim search re-keys such entries as it meets
   // them, so the sets are visited in this order.
   std::atomic<std::uint64_t> last_use{0};
@@ -351,7 +353,7 @@ class ObjectIndex {
   // Bytes (extent lengths) of a namespace's copies in a tier.
   std::uint64_t TierBytesOf(const std::string& ns, TierKind tier) const;
   std::uint64_t HbmBytesOf(const std::string& ns) const { return TierBytesOf(ns, TierKind::kHbm); }
-  std::uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t NextId();
 
  private:
   using TierSets = std::array<std::array<RecencySet, 3>, kTierKindCount>;
@@ -367,7 +369,7 @@ class ObjectIndex {
     }
   };
   using NameMap = std::map<Name, StoredObject*, NameOrder>;
-  // A name part: its names, and the bookkeeping of the objects that belong to it.
+  // A part: the names that hash to it, and the bookkeeping of the objects that belong to it.
   struct alignas(64) Part {
     mutable SpinMutex mu;
     NameMap names;                  // guarded by mu
@@ -405,7 +407,10 @@ class ObjectIndex {
   const OwnerPart& OwnerPartOf(std::uint64_t owner) const {
     return owner_parts_[owner % kOwnerParts];
   }
-  ObjectShard& ObjectShardOf(std::uint64_t id) { return object_shards_[id % kObjectShards]; }
+  // A block of ids lives in one object part: a thread's objects stay in the part it last wrote.
+  ObjectShard& ObjectShardOf(std::uint64_t id) {
+    return object_shards_[(id / kIdBlock) % kObjectShards];
+  }
   // Find without the object part's lock: mu_ exclusive.
   StoredObject* FindExclusive(std::uint64_t id) {
     auto& objects = ObjectShardOf(id).objects;
@@ -428,7 +433,10 @@ class ObjectIndex {
   static void CountNs(Part& part, const std::string& ns, std::int64_t bytes, std::int64_t objects);
   // The set a copy of obj in tier t is listed in.
   RecencySet& SetOf(Part& part, const StoredObject& obj, int t, int set);
-  std::uint64_t NextUse() { return use_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  // Recency: the steady clock in nanoseconds, strictly rising on each thread (ties between
+  // threads are broken by id in the sets). A shared counter was one more cache line that every
+  // put and get moved between cores; the clock costs a read of a line no one writes.
+  static std::uint64_t NextUse();
   static std::uint64_t UseOf(const StoredObject& obj, int t) {
     return obj.copies[t].last_use.load(std::memory_order_relaxed);
   }
@@ -442,8 +450,17 @@ class ObjectIndex {
   std::array<ObjectShard, kObjectShards> object_shards_;
   std::array<bool, kTierKindCount> partitioned_{};  // set before any object
   std::array<bool, kTierKindCount> needs_guard_{};  // set before any object
-  std::atomic<std::uint64_t> use_seq_{0};
-  std::atomic<std::uint64_t> next_id_{1};
+  // Ids are handed out in blocks, a block at a time to each thread slot (common/thread_slot.h),
+  // so that a put takes its id from a line its own core holds.
+  static constexpr std::uint64_t kIdBlock = 64;
+  static constexpr int kIdSlots = 16;
+  struct alignas(64) IdSlot {
+    SpinMutex mu;
+    std::uint64_t next = 0;  // guarded by mu: the slot's next id
+    std::uint64_t end = 0;   // guarded by mu: past its block's last id
+  };
+  std::array<IdSlot, kIdSlots> id_slots_;
+  alignas(64) std::atomic<std::uint64_t> next_block_{1};  // block 0 would hold id 0: no object
 };
 
 }  // namespace tierpool

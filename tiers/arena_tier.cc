@@ -5,6 +5,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include "common/checksum.h"
+#include "common/thread_slot.h"
 #include "common/units.h"
 
 namespace tierpool {
@@ -45,8 +46,89 @@ Extent ArenaTier::TakenLocked(const Region& r, const AllocatedRange& range) {
   return Extent{r.arena_id, range.offset, range.length};
 }
 
+std::optional<Extent> ArenaTier::TakeCached(std::uint64_t size, const AllocationHint& hint) {
+  CacheSlot& slot = caches_[ThreadSlot() % kCacheSlots];
+  std::lock_guard lock(slot.mu);
+  for (auto it = slot.extents.end(); it != slot.extents.begin();) {  // the newest first
+    --it;
+    if (it->pool != hint.pool || (hint.numa_node >= 0 && it->numa_node != hint.numa_node)) {
+      continue;
+    }
+    if (it->extent.length != FindRegion(it->extent.arena_id)->allocator.RoundUp(size)) continue;
+    const Extent e = it->extent;
+    slot.extents.erase(it);
+    return e;
+  }
+  return std::nullopt;
+}
+
+Result<bool> ArenaTier::CacheFreed(const Extent& extent) {
+  if (extent.length > kMaxCachedExtent) return false;
+  const Region* r = FindRegion(extent.arena_id);
+  // Only what the allocator could have handed out: checked here, since the allocator that
+  // would have caught a bad free sees this one only when the cache is drained.
+  if (r == nullptr || extent.length == 0 || extent.offset > r->size ||
+      extent.length > r->size - extent.offset ||
+      r->allocator.RoundUp(extent.length) != extent.length ||
+      r->allocator.RoundUp(extent.offset) != extent.offset) {
+    return Status::Internal("free of an extent no " + std::string(TierName(kind_)) +
+                            " allocation could have made");
+  }
+  CacheSlot& slot = caches_[ThreadSlot() % kCacheSlots];
+  std::lock_guard lock(slot.mu);
+  for (const CachedExtent& c : slot.extents) {
+    if (c.extent.arena_id == extent.arena_id && c.extent.offset == extent.offset) {
+      return Status::Internal("free of an extent that is already free");
+    }
+  }
+  if (slot.extents.size() == slot.extents.capacity()) return false;
+  slot.extents.push_back({extent, r->pool, r->numa_node});
+  return true;
+}
+
+std::uint64_t ArenaTier::DrainCachesLocked() const {
+  // Logically const: what the tier says of its space and use is the same after as before (a
+  // cached extent counts as free everywhere already); only where the free space waits changes.
+  auto* self = const_cast<ArenaTier*>(this);
+  std::uint64_t drained = 0;
+  for (CacheSlot& slot : caches_) {
+    std::lock_guard lock(slot.mu);
+    for (const CachedExtent& c : slot.extents) {
+      Region* r = self->FindRegion(c.extent.arena_id);
+      // Checked as it was cached; a failure here is an extent freed twice, from two threads.
+      if (r->allocator.Free({c.extent.offset, c.extent.length}).ok()) {
+        self->used_ -= c.extent.length;
+        drained += c.extent.length;
+      }
+    }
+    slot.extents.clear();
+  }
+  return drained;
+}
+
+std::uint64_t ArenaTier::CachedBytes(std::optional<std::uint32_t> pool) const {
+  std::uint64_t bytes = 0;
+  for (CacheSlot& slot : caches_) {
+    std::lock_guard lock(slot.mu);
+    for (const CachedExtent& c : slot.extents) {
+      if (!pool || c.pool == *pool) bytes += c.extent.length;
+    }
+  }
+  return bytes;
+}
+
 Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
+  if (thread_caches_ && size > 0 && size <= kMaxCachedExtent) {
+    if (auto e = TakeCached(size, hint)) return *e;
+  }
   std::lock_guard lock(mu_);
+  auto found = AllocateLocked(size, hint);
+  // Room may be waiting in the caches: all of it goes back before the tier says it has none.
+  if (!found.ok() && thread_caches_ && DrainCachesLocked() > 0) found = AllocateLocked(size, hint);
+  return found;
+}
+
+Result<Extent> ArenaTier::AllocateLocked(std::uint64_t size, const AllocationHint& hint) {
   // Only the pool's regions; the hinted node first, then the others with the most free space
   // (ties in the order they were added). A tier has a region per NUMA node and pool: few, so
   // they are ordered on the stack, not in an allocated vector (this runs for every put).
@@ -72,6 +154,7 @@ Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hin
 
 std::vector<Extent> ArenaTier::FreeExtents(std::uint32_t pool) const {
   std::lock_guard lock(mu_);
+  DrainCachesLocked();  // the free space there is, all of it
   std::vector<Extent> out;
   for (const auto& r : regions_) {
     if (r.pool != pool) continue;
@@ -82,6 +165,7 @@ std::vector<Extent> ArenaTier::FreeExtents(std::uint32_t pool) const {
 
 Result<Extent> ArenaTier::AllocateAt(const Extent& want) {
   std::lock_guard lock(mu_);
+  DrainCachesLocked();  // a cached extent in the window would hold it
   Region* r = FindRegion(want.arena_id);
   auto range = r == nullptr ? std::nullopt : r->allocator.AllocateAt(want.offset, want.length);
   if (!range) {
@@ -95,6 +179,7 @@ Result<Extent> ArenaTier::AllocateAt(const Extent& want) {
 Result<Extent> ArenaTier::AllocateOutside(std::uint64_t size, std::uint32_t pool,
                                           const Extent& avoid) {
   std::lock_guard lock(mu_);
+  DrainCachesLocked();
   for (auto& r : regions_) {
     if (r.pool != pool) continue;
     auto range = r.arena_id == avoid.arena_id
@@ -107,6 +192,11 @@ Result<Extent> ArenaTier::AllocateOutside(std::uint64_t size, std::uint32_t pool
 }
 
 Status ArenaTier::Free(const Extent& extent) {
+  if (thread_caches_) {
+    auto cached = CacheFreed(extent);
+    if (!cached.ok()) return cached.status();
+    if (*cached) return Status::Ok();
+  }
   std::lock_guard lock(mu_);
   Region* r = FindRegion(extent.arena_id);
   if (r == nullptr) return Status::Internal("free of an extent in unknown arena");
@@ -154,6 +244,7 @@ PoolSpace ArenaTier::SpaceOf(std::uint32_t pool) const {
     s.capacity += r.size;
     s.used += r.allocator.stats().used_bytes;
   }
+  if (thread_caches_) s.used -= CachedBytes(pool);
   return s;
 }
 
@@ -161,7 +252,7 @@ std::uint64_t ArenaTier::used_bytes() const {
   std::lock_guard lock(mu_);
   std::uint64_t used = 0;
   for (const auto& r : regions_) used += r.allocator.stats().used_bytes;
-  return used;
+  return thread_caches_ ? used - CachedBytes(std::nullopt) : used;
 }
 
 namespace {
@@ -192,11 +283,14 @@ void ArenaTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::
 
 void ArenaTier::ResetPeak() {
   std::lock_guard lock(mu_);
+  DrainCachesLocked();
   peak_ = used_;
 }
 
 TierStats ArenaTier::Stats() const {
   std::lock_guard lock(mu_);
+  // Exact figures (free extents, fragmentation) need the cached extents back in the allocators.
+  DrainCachesLocked();
   TierStats s;
   s.kind = kind_;
   s.backend = backend_;

@@ -1,11 +1,19 @@
 // Shared accounting for tiers made of host-addressable regions (dram arenas, the hbm stand-in):
 // one extent allocator per region, a mutex around them, and the Tier methods on top.
+//
+// Locking: mu_ guards the allocators and the use counts; each per-thread cache slot has a
+// SpinMutex of its own. Order: mu_, then a slot's lock (never a slot's lock, then mu_). The
+// regions never change once the tier is shared, so finding one takes no lock.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <boost/container/static_vector.hpp>
 
 #include "common/spin_mutex.h"
 #include "tiers/extent_allocator.h"
@@ -60,6 +68,9 @@ class ArenaTier : public Tier {
   void set_pages_locked(bool locked) { pages_locked_ = locked; }
   // Before the tier is shared: what backs it, once its regions are made.
   void set_backend(std::string backend) { backend_ = std::move(backend); }
+  // Before the tier is shared: small extents freed on a thread wait in a cache of that thread's
+  // for its next allocation of the same length (below).
+  void set_thread_caches(bool on) { thread_caches_ = on; }
 
  private:
   struct Region {
@@ -73,10 +84,31 @@ class ArenaTier : public Tier {
     ExtentAllocator allocator;
     RegionDevice device;
   };
+  // An extent freed on a thread, waiting for that thread's next allocation of its length.
+  struct CachedExtent {
+    Extent extent;
+    std::uint32_t pool;
+    int numa_node;
+  };
+  struct alignas(64) CacheSlot {
+    SpinMutex mu;
+    boost::container::static_vector<CachedExtent, 16> extents;  // guarded by mu; newest last
+  };
   Region* FindRegion(std::uint32_t arena_id);
+  // Allocate from the allocators (mu_ held).
+  Result<Extent> AllocateLocked(std::uint64_t size, const AllocationHint& hint);
   // Counts `range`, just allocated in r, in the tier's use and peak (mu_ held).
   Extent TakenLocked(const Region& r, const AllocatedRange& range);
   const Region* FindRegion(std::uint32_t arena_id) const;
+  // The allocation from the calling thread's cache, if one of its extents fits exactly.
+  std::optional<Extent> TakeCached(std::uint64_t size, const AllocationHint& hint);
+  // Keeps extent in the calling thread's cache. False: not cached (too large, cache full).
+  Result<bool> CacheFreed(const Extent& extent);
+  // Gives every cached extent back to its allocator (mu_ held): the slow paths see all the
+  // free space there is. Returns the bytes given back.
+  std::uint64_t DrainCachesLocked() const;
+  // Bytes waiting in the caches (of `pool`; nullopt: all pools).
+  std::uint64_t CachedBytes(std::optional<std::uint32_t> pool) const;
 
   TierKind kind_;
   std::uint32_t level_;
@@ -85,8 +117,19 @@ class ArenaTier : public Tier {
   std::uint64_t capacity_ = 0;
   mutable SpinMutex mu_;         // held for an allocator call: a few dozen ns
   std::vector<Region> regions_;  // fixed once shared; each allocator guarded by mu_
-  std::uint64_t used_ = 0;       // guarded by mu_
-  std::uint64_t peak_ = 0;       // guarded by mu_
+  // guarded by mu_: bytes the allocators handed out, cached extents included (they count as
+  // free only in used_bytes, SpaceOf and Stats); the peak is of this figure, so it may exceed
+  // the tier's true peak by what the caches held at the time
+  std::uint64_t used_ = 0;
+  std::uint64_t peak_ = 0;  // guarded by mu_
+  // Per-thread caches (common/thread_slot.h) of extents up to kMaxCachedExtent: a thread that
+  // replaces what it wrote (a KV block, an activation per step) takes its extent back without
+  // mu_ and the allocators' trees, which every core's puts would otherwise pass between them,
+  // and writes memory its own core last wrote. Off unless set_thread_caches.
+  static constexpr std::uint64_t kMaxCachedExtent = 64 << 10;
+  static constexpr int kCacheSlots = 16;
+  bool thread_caches_ = false;  // fixed once shared
+  mutable std::array<CacheSlot, kCacheSlots> caches_;
 };
 
 }  // namespace tierpool

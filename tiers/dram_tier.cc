@@ -74,6 +74,7 @@ Status DramTier::AddArena(const std::string& name, std::uint32_t id, std::uint64
 Result<std::unique_ptr<DramTier>> DramTier::Create(const DramTierConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<DramTier> tier(new DramTier(config.huge_pages));
+  tier->set_thread_caches(config.thread_caches);
   std::uint32_t id = config.first_arena_id;
   const std::uint64_t unit = config.arena_unit();
   std::uint64_t shared = config.capacity / unit * unit;

@@ -23,6 +23,9 @@ struct DramTierConfig {
   // Arenas of 2 MiB huge pages (MemfdArenaOptions::huge_pages): each arena's size is then
   // rounded down to a multiple of 2 MiB.
   bool huge_pages = false;
+  // Extents up to 64 KiB freed on a thread wait for that thread's next put of their length
+  // (ArenaTier's per-thread caches): puts from several threads share no allocator lock.
+  bool thread_caches = true;
   Status validate() const;
   // Arena sizes are multiples of this: the extent alignment, and 2 MiB with huge pages.
   std::uint64_t arena_unit() const {

@@ -4,9 +4,14 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/posix.h"
 #include "tiers/memfd_arena.h"
@@ -186,6 +191,157 @@ TEST(DramTier, TrimGivesBackTheEndOfAnExtent) {
   EXPECT_EQ(t.Trim(*kept, 0).status().code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(t.Free(*kept).ok());
   EXPECT_EQ(t.used_bytes(), 0u);
+}
+
+// A small extent freed on a thread comes back to that thread's next allocation of its length,
+// and counts as free meanwhile: in used_bytes, in SpaceOf, in Stats and in FreeExtents.
+TEST(DramTier, FreedSmallExtentsWaitForTheirThreadsNextAllocation) {
+  auto tier = DramTier::Create({.capacity = 1 << 20, .alignment = 4096});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Tier& t = **tier;
+  auto a = t.Allocate(4096, {});
+  auto b = t.Allocate(4096, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(t.Free(*a).ok());
+  EXPECT_EQ(t.used_bytes(), 4096u);
+  EXPECT_EQ(t.SpaceOf(kSharedPool).used, 4096u);
+  auto again = t.Allocate(3000, {});  // the same length once rounded up
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->offset, a->offset);
+  // Another length does not take it.
+  ASSERT_TRUE(t.Free(*again).ok());
+  auto other = t.Allocate(8192, {});
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->offset, a->offset);
+  // The free space as compaction and Stats see it has the cached extent in it.
+  std::uint64_t listed = 0;
+  for (const Extent& f : t.FreeExtents(kSharedPool)) listed += f.length;
+  EXPECT_EQ(listed, (1u << 20) - 4096 - 8192);
+  ASSERT_TRUE(t.Free(*b).ok());
+  ASSERT_TRUE(t.Free(*other).ok());
+  const TierStats s = t.Stats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.free_extents, 1u);  // all of it coalesced again
+  EXPECT_EQ(s.largest_free_extent, 1u << 20);
+  EXPECT_EQ(t.used_bytes(), 0u);
+}
+
+// Room waiting in the caches is room: an allocation the allocator alone cannot serve takes it
+// all back first, rather than failing (which would make the store evict).
+TEST(DramTier, AnAllocationTakesBackWhatTheCachesHold) {
+  auto tier = DramTier::Create({.capacity = 256 << 10, .alignment = 4096});
+  ASSERT_TRUE(tier.ok());
+  Tier& t = **tier;
+  std::vector<Extent> small;
+  for (int i = 0; i < 64; ++i) {
+    auto e = t.Allocate(4096, {});
+    ASSERT_TRUE(e.ok()) << i;
+    small.push_back(*e);
+  }
+  EXPECT_FALSE(t.Allocate(4096, {}).ok());
+  // Freed on this thread and on another: both threads' caches fill, the rest goes back.
+  std::thread other([&] {
+    for (int i = 0; i < 32; ++i) ASSERT_TRUE(t.Free(small[i]).ok());
+  });
+  other.join();
+  for (int i = 32; i < 64; ++i) ASSERT_TRUE(t.Free(small[i]).ok());
+  EXPECT_EQ(t.used_bytes(), 0u);
+  auto whole = t.Allocate(256 << 10, {});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->length, 256u << 10);
+  ASSERT_TRUE(t.Free(*whole).ok());
+}
+
+// A bad free is caught on the cached path too: twice from the same thread, or an extent no
+// allocation could have made.
+TEST(DramTier, CachedFreesAreChecked) {
+  auto tier = DramTier::Create({.capacity = 1 << 20, .alignment = 4096});
+  ASSERT_TRUE(tier.ok());
+  Tier& t = **tier;
+  auto e = t.Allocate(4096, {});
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(t.Free(*e).ok());
+  EXPECT_EQ(t.Free(*e).code(), StatusCode::kInternal);
+  EXPECT_EQ(t.Free({e->arena_id, e->offset + 100, 4096}).code(), StatusCode::kInternal);
+  EXPECT_EQ(t.Free({e->arena_id + 1000, 0, 4096}).code(), StatusCode::kInternal);
+  EXPECT_EQ(t.Free({e->arena_id, 1 << 20, 4096}).code(), StatusCode::kInternal);
+  // The tier is as it was: one free extent, the whole of it, once the cache is given back.
+  EXPECT_EQ(t.Stats().free_extents, 1u);
+  EXPECT_EQ(t.used_bytes(), 0u);
+}
+
+// Threads allocate, write their mark, check it and free, some of it freed by another thread:
+// no extent is ever handed to two holders at once, and at the end the tier is whole again.
+TEST(DramTier, ThreadsNeverShareAnExtent) {
+  auto tier = DramTier::Create({.capacity = 4 << 20, .alignment = 4096});
+  ASSERT_TRUE(tier.ok());
+  Tier& t = **tier;
+  constexpr int kThreads = 4;
+  std::atomic<int> bad{0};
+  std::mutex handoff_mu;
+  std::vector<Extent> handoff;  // extents one thread allocated and another frees
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      std::mt19937 rng(th);
+      std::vector<Extent> held;
+      for (int i = 0; i < 20000; ++i) {
+        if (held.size() < 24 && rng() % 2 == 0) {
+          const std::uint64_t size = 4096u * (1 + rng() % 4) - rng() % 100;
+          auto e = t.Allocate(size, {});
+          if (!e.ok()) continue;
+          std::memset(t.HostAddress(*e), 'a' + th, e->length);
+          held.push_back(*e);
+        } else if (!held.empty()) {
+          const Extent e = held.back();
+          held.pop_back();
+          const auto* p = reinterpret_cast<const char*>(t.HostAddress(e));
+          if (std::count(p, p + e.length, static_cast<char>('a' + th)) !=
+              static_cast<std::ptrdiff_t>(e.length)) {
+            ++bad;
+          }
+          if (rng() % 4 == 0) {
+            std::lock_guard lock(handoff_mu);
+            handoff.push_back(e);
+          } else if (!t.Free(e).ok()) {
+            ++bad;
+          }
+        }
+        if (i % 64 == 0) {
+          std::lock_guard lock(handoff_mu);
+          for (const Extent& e : handoff) {
+            if (!t.Free(e).ok()) ++bad;
+          }
+          handoff.clear();
+        }
+      }
+      for (const Extent& e : held) {
+        if (!t.Free(e).ok()) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const Extent& e : handoff) ASSERT_TRUE(t.Free(e).ok());
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(t.used_bytes(), 0u);
+  const TierStats s = t.Stats();
+  EXPECT_EQ(s.free_extents, 1u);
+  EXPECT_EQ(s.largest_free_extent, 4u << 20);
+}
+
+// Off, every free goes straight back to the allocator.
+TEST(DramTier, ThreadCachesCanBeTurnedOff) {
+  auto tier = DramTier::Create({.capacity = 1 << 20, .alignment = 4096, .thread_caches = false});
+  ASSERT_TRUE(tier.ok());
+  Tier& t = **tier;
+  auto a = t.Allocate(4096, {});
+  auto b = t.Allocate(4096, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(t.Free(*a).ok());
+  EXPECT_EQ(t.Free(*a).code(), StatusCode::kInternal);  // the allocator's own check
+  auto c = t.Allocate(8192, {});  // best fit: after b, not in a's 4 KiB
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->offset, b->offset + 4096);
 }
 
 TEST(DramTier, FullTierSaysResourceExhausted) {

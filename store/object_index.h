@@ -68,8 +68,8 @@ struct ObjectCopy {
   // Wanted gone while pinned (a plan's FREE, a move down that landed): freed when its last
   // reader lets go, counted as leaving its tier until then; a new reader keeps it.
   bool free_on_unpin = false;
-  // Recency, from the index's clock (NextUse). A get under the shared lock sets it without moving the
-  // copy in its candidate sets (TouchShared); a victim search re-keys such entries as it meets
+  // Recency, from the index's clock (NextUse). A get under the shared lock sets it without moving
+  // the copy in its candidate sets (TouchShared); a victim search re-keys such entries as it meets
   // them, so the sets are visited in this order.
   std::atomic<std::uint64_t> last_use{0};
   std::uint8_t listed = 0;  // which candidate sets hold it (bit i: CandidateSet i)

@@ -339,7 +339,7 @@ TEST(DramTier, ThreadCachesCanBeTurnedOff) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(t.Free(*a).ok());
   EXPECT_EQ(t.Free(*a).code(), StatusCode::kInternal);  // the allocator's own check
-  auto c = t.Allocate(8192, {});  // best fit: after b, not in a's 4 KiB
+  auto c = t.Allocate(8192, {});                        // best fit: after b, not in a's 4 KiB
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->offset, b->offset + 4096);
 }

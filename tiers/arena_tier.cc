@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
 #include <boost/container/small_vector.hpp>
 
 #include "common/checksum.h"
@@ -96,10 +97,12 @@ std::uint64_t ArenaTier::DrainCachesLocked() const {
     for (const CachedExtent& c : slot.extents) {
       Region* r = self->FindRegion(c.extent.arena_id);
       // Checked as it was cached; a failure here is an extent freed twice, from two threads.
-      if (r->allocator.Free({c.extent.offset, c.extent.length}).ok()) {
-        self->used_ -= c.extent.length;
-        drained += c.extent.length;
+      if (Status s = r->allocator.Free({c.extent.offset, c.extent.length}); !s.ok()) {
+        spdlog::error("{} cache of freed extents: {}", TierName(kind_), s.ToString());
+        continue;
       }
+      self->used_ -= c.extent.length;
+      drained += c.extent.length;
     }
     slot.extents.clear();
   }

@@ -213,9 +213,8 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   StoredObject* replaced = nullptr;
   const NameView name(obj.meta.ns, obj.meta.key);
   const auto name_part = static_cast<std::uint32_t>(PartOf(name.first, name.second));
-  // The object's bookkeeping is done before the name makes it reachable (or under the same
-  // hold): once it is, a commit of the same name may replace and free it.
-  // Read before the name makes obj reachable: after that, this thread no longer touches it.
+  // The object's bookkeeping is done, and its part read, before the name makes it reachable (or
+  // under the same hold): once it is, a commit of the same name may replace and free it.
   const bool in_name_part = obj.part == name_part;
   if (!in_name_part) {
     Part& part = parts_[obj.part];

@@ -1,13 +1,17 @@
 // tierpool-hbm-bench (run as `tierpool bench hbm`; built with -DTIERPOOL_CUDA=ON): moves between
 // dram and the hbm tier in a GPU's memory, through the mover as the store issues them (every
 // byte checked against its XXH3 on the host side), against cudaMemcpyAsync of the same bytes
-// between the same page-locked dram and the device, one stream, in the same run.
+// between the same page-locked dram and the device, one stream, in the same run. With --direct,
+// also through the tier's Write and Read from one thread with no mover, timing that thread's
+// calls: where a move's time goes.
 #include <cuda_runtime_api.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -53,13 +57,60 @@ double ReferenceRate(bool up, const std::vector<std::byte*>& host, std::byte* de
   return static_cast<double>(host.size() * size) / Seconds(start);
 }
 
+// Every object moved by the hbm tier's Write (up) or Read (down) called from this thread, at
+// most `inflight` bytes in flight, no mover: the rate, and this thread's time in the calls per
+// move (what the issuing side costs).
+struct DirectResult {
+  double rate = 0;
+  double call_us = 0;
+  std::uint64_t failed = 0;
+};
+DirectResult DirectRate(bool up, Tier& hbm, const std::vector<Extent>& dev,
+                        const std::vector<std::byte*>& src, const std::vector<std::byte*>& back,
+                        const std::vector<RecordInfo>& info, std::uint64_t inflight) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t in_flight = 0, failed = 0;
+  std::chrono::nanoseconds in_calls{0};
+  const auto start = Steady::now();
+  for (std::size_t i = 0; i < dev.size(); ++i) {
+    const std::uint64_t size = info[i].size;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return in_flight == 0 || in_flight + size <= inflight; });
+      in_flight += size;
+    }
+    auto done = [&, size](Status s) {
+      std::lock_guard lock(mu);
+      in_flight -= size;
+      failed += s.ok() ? 0 : 1;
+      cv.notify_one();
+    };
+    const auto call = Steady::now();
+    if (up) {
+      hbm.Write(dev[i], info[i], src[i], std::move(done));
+    } else {
+      hbm.Read(dev[i], info[i], back[i], std::move(done));
+    }
+    in_calls += Steady::now() - call;
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return in_flight == 0; });
+  const double seconds = Seconds(start);
+  return {
+      static_cast<double>(dev.size() * info[0].size) / seconds,
+      std::chrono::duration<double, std::micro>(in_calls).count() / static_cast<double>(dev.size()),
+      failed};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   LogToStderr();
   spdlog::set_level(spdlog::level::warn);
   int device = 0, repeat = 3, checksum_threads = 0;
-  std::string check_min_s = "16M";
+  std::string check_min_s = "16M", group_s = "16M";
+  bool direct = false;
   std::string check = "device";
   std::string total_s = "1G", sizes_s = "256K,1M,4M,16M,64M", inflight_s = "256M";
   bool as_json = false;
@@ -78,6 +129,10 @@ int main(int argc, char** argv) {
      "threads checking bytes beside the copies (0: the server's default)")
     ("device-check-min", po::value(&check_min_s)->default_value("16M"),
      "objects checked on the device from this size (smaller ones on the host)")
+    ("completion-group", po::value(&group_s)->default_value("16M"),
+     "unchecked copies share a completion event up to this many bytes (0: one per copy)")
+    ("direct", po::bool_switch(&direct),
+     "also move through the tier with no mover, timing the calls that issue the moves")
     ("json", po::bool_switch(&as_json), "print JSON");
   // clang-format on
   po::variables_map vm;
@@ -85,8 +140,10 @@ int main(int argc, char** argv) {
   auto total = ParseByteSize(total_s);
   auto inflight = ParseByteSize(inflight_s);
   auto check_min = ParseByteSize(check_min_s);
-  if (!total.ok() || !inflight.ok() || !check_min.ok() || repeat < 1) {
-    std::cerr << "tierpool bench hbm: bad --total, --inflight, --device-check-min or --repeat\n";
+  auto group = ParseByteSize(group_s);
+  if (!total.ok() || !inflight.ok() || !check_min.ok() || !group.ok() || repeat < 1) {
+    std::cerr << "tierpool bench hbm: bad --total, --inflight, --device-check-min, "
+                 "--completion-group or --repeat\n";
     return 2;
   }
   std::vector<std::uint64_t> sizes;
@@ -107,7 +164,8 @@ int main(int argc, char** argv) {
   }
   auto backend = MakeCudaHbmBackend(device, {.checksum_threads = checksum_threads,
                                              .device_checks = check == "device",
-                                             .device_check_min_bytes = *check_min});
+                                             .device_check_min_bytes = *check_min,
+                                             .completion_group_bytes = *group});
   if (!backend.ok()) {
     std::cerr << "tierpool bench hbm: " << backend.status().ToString() << "\n";
     return 1;
@@ -136,7 +194,7 @@ int main(int argc, char** argv) {
   for (std::uint64_t size : sizes) {
     const std::uint64_t n = *total / size;
     std::vector<Extent> src(n), back(n), dev(n);
-    std::vector<std::byte*> host(n);
+    std::vector<std::byte*> host(n), host_back(n);
     std::vector<RecordInfo> info(n);
     std::mt19937_64 rng(size);
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -144,6 +202,7 @@ int main(int argc, char** argv) {
       back[i] = *(*dram)->Allocate(size, {});
       dev[i] = *(*hbm)->Allocate(size, {});
       host[i] = (*dram)->HostAddress(src[i]);
+      host_back[i] = (*dram)->HostAddress(back[i]);
       auto* words = reinterpret_cast<std::uint64_t*>(host[i]);
       for (std::uint64_t w = 0; w < size / 8; ++w) words[w] = rng();
     }
@@ -152,6 +211,7 @@ int main(int argc, char** argv) {
     for (std::uint64_t i = 0; i < n; ++i) info[i] = {i, i, size, Xxh3(host[i], size)};
     const double hash_rate = static_cast<double>(n * size) / Seconds(hash_start);
     double best[4] = {0, 0, 0, 0};  // reference up, down; tierpool up, down
+    DirectResult best_direct[2];    // up, down
     std::uint64_t failures = 0;
     for (int r = 0; r < repeat; ++r) {
       best[0] = std::max(best[0], ReferenceRate(true, host, ref_device, size, stream));
@@ -178,6 +238,12 @@ int main(int argc, char** argv) {
         failures += failed.load();
         mover.Stop();
       }
+      for (int up = 1; direct && up >= 0; --up) {
+        DirectResult d = DirectRate(up, **hbm, dev, host, host_back, info, *inflight);
+        failures += d.failed;
+        DirectResult& b = best_direct[up ? 0 : 1];
+        if (d.rate > b.rate) b = d;
+      }
     }
     std::uint64_t differ = 0;
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -186,17 +252,26 @@ int main(int argc, char** argv) {
       (void)(*dram)->Free(back[i]);
       (void)(*hbm)->Free(dev[i]);
     }
-    rows.push_back({{"size", size},
-                    {"objects", n},
-                    {"dram_to_hbm_gbps", best[2] / 1e9},
-                    {"cuda_h2d_gbps", best[0] / 1e9},
-                    {"dram_to_hbm_ratio", best[2] / best[0]},
-                    {"hbm_to_dram_gbps", best[3] / 1e9},
-                    {"cuda_d2h_gbps", best[1] / 1e9},
-                    {"hbm_to_dram_ratio", best[3] / best[1]},
-                    {"xxh3_one_thread_gbps", hash_rate / 1e9},
-                    {"failed_moves", failures},
-                    {"objects_differing", differ}});
+    json row = {{"size", size},
+                {"objects", n},
+                {"dram_to_hbm_gbps", best[2] / 1e9},
+                {"cuda_h2d_gbps", best[0] / 1e9},
+                {"dram_to_hbm_ratio", best[2] / best[0]},
+                {"hbm_to_dram_gbps", best[3] / 1e9},
+                {"cuda_d2h_gbps", best[1] / 1e9},
+                {"hbm_to_dram_ratio", best[3] / best[1]},
+                {"xxh3_one_thread_gbps", hash_rate / 1e9},
+                {"failed_moves", failures},
+                {"objects_differing", differ}};
+    if (direct) {
+      row["direct_dram_to_hbm_gbps"] = best_direct[0].rate / 1e9;
+      row["direct_dram_to_hbm_ratio"] = best_direct[0].rate / best[0];
+      row["direct_dram_to_hbm_call_us"] = best_direct[0].call_us;
+      row["direct_hbm_to_dram_gbps"] = best_direct[1].rate / 1e9;
+      row["direct_hbm_to_dram_ratio"] = best_direct[1].rate / best[1];
+      row["direct_hbm_to_dram_call_us"] = best_direct[1].call_us;
+    }
+    rows.push_back(std::move(row));
   }
   (void)cudaFree(ref_device);
   (void)cudaStreamDestroy(stream);
@@ -207,6 +282,7 @@ int main(int argc, char** argv) {
            {"checksum_threads", checksum_threads},
            {"check", check},
            {"device_check_min_bytes", *check_min},
+           {"completion_group_bytes", *group},
            {"rows", rows}};
   if (as_json) {
     std::cout << out.dump(2) << "\n";
@@ -229,6 +305,16 @@ int main(int argc, char** argv) {
           r["cuda_d2h_gbps"].get<double>(), r["hbm_to_dram_ratio"].get<double>(),
           r["xxh3_one_thread_gbps"].get<double>(),
           r["failed_moves"] == 0 && r["objects_differing"] == 0 ? "every byte ok" : "FAILED");
+      if (r.contains("direct_dram_to_hbm_gbps")) {
+        std::printf(
+            "%8s %7s | %7.1f GB/s %12s %5.2fx | %7.1f GB/s %12s %5.2fx | no mover; "
+            "issuing a move: %.2f us up, %.2f us down\n",
+            "", "", r["direct_dram_to_hbm_gbps"].get<double>(), "",
+            r["direct_dram_to_hbm_ratio"].get<double>(), r["direct_hbm_to_dram_gbps"].get<double>(),
+            "", r["direct_hbm_to_dram_ratio"].get<double>(),
+            r["direct_dram_to_hbm_call_us"].get<double>(),
+            r["direct_hbm_to_dram_call_us"].get<double>());
+      }
     }
   }
   for (const auto& r : rows) {

@@ -27,6 +27,9 @@ Status ServerConfig::validate() const {
   if (hbm_checksum_threads < 0 || hbm_checksum_threads > 256) {
     return Status::InvalidArgument("--hbm-checksum-threads must be in [0, 256]");
   }
+  if (hbm_completion_group_bytes > (1ull << 30)) {
+    return Status::InvalidArgument("--hbm-completion-group must be at most 1G");
+  }
   if (service.max_frame_bytes != transport.max_frame_bytes) {
     return Status::Internal("service and transport frame limits differ");
   }
@@ -65,7 +68,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
               cache_policy = "spill", link_rate = "0", mover_inflight = "256M", lend = "0",
-              spill_order = "remote,nvme";
+              hbm_group = "16M", spill_order = "remote,nvme";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -87,6 +90,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("hbm-check", po::value(&c.hbm_check)->default_value("device"),
      "with --hbm-device: check the bytes of copies to and from the device on the GPU (device) "
      "or on the host (host)")
+    ("hbm-completion-group", po::value(&hbm_group)->default_value("16M"),
+     "with --hbm-device: copies queued back to back share one completion event until they hold "
+     "this many bytes (0: an event per copy)")
     ("mover-inflight", po::value(&mover_inflight)->default_value("256M"),
      "bytes each tier link may have in flight (more keeps a GPU's copy engines busy while "
      "their bytes are checked)")
@@ -255,6 +261,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   auto mi = parse("mover-inflight", mover_inflight);
   if (!mi.ok()) return mi.status();
   c.store.mover.max_inflight_bytes_per_link = *mi;
+  auto hg = parse("hbm-completion-group", hbm_group);
+  if (!hg.ok()) return hg.status();
+  c.hbm_completion_group_bytes = *hg;
   auto lr = parse("link-rate", link_rate);
   if (!lr.ok()) return lr.status();
   c.store.mover.max_link_bytes_per_sec = *lr;
@@ -300,8 +309,10 @@ Result<std::unique_ptr<HbmTier>> BuildHbmTier(const HbmTierConfig& config,
                                               const ServerConfig& server, Tier& dram) {
   const int device = server.hbm_device;
   if (device >= 0) {
-    auto backend = MakeCudaHbmBackend(device, {.checksum_threads = server.hbm_checksum_threads,
-                                               .device_checks = server.hbm_check == "device"});
+    auto backend =
+        MakeCudaHbmBackend(device, {.checksum_threads = server.hbm_checksum_threads,
+                                    .device_checks = server.hbm_check == "device",
+                                    .completion_group_bytes = server.hbm_completion_group_bytes});
     if (backend.ok()) {
       auto hbm = HbmTier::Create(config, std::move(backend).value());
       if (!hbm.ok()) return hbm.status();

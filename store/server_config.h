@@ -35,6 +35,9 @@ struct ServerConfig {
   // --hbm-check: where copies to and from a device hbm are checked: "device" (on the GPU, where
   // a copy allows it) or "host".
   std::string hbm_check = "device";
+  // --hbm-completion-group: with --hbm-device, unchecked copies queued back to back share one
+  // completion event until they hold this many bytes (0: an event per copy).
+  std::uint64_t hbm_completion_group_bytes = 16ull << 20;
   MetricsServerConfig metrics;
   ClusterConfig cluster;  // on with --etcd
   // --metrics-listen given: failing to bind it stops the start (the default only warns, so that

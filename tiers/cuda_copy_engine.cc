@@ -31,6 +31,20 @@ cudaError_t TakeEvent(std::vector<void*>* pool, cudaEvent_t* event) {
   return cudaSuccess;
 }
 
+// Waits for `ev` (a cudaEvent_t, or null: nothing to wait for) and says how the work before it
+// ended. A waited event goes to `spent` for reuse, a failed one is destroyed.
+cudaError_t Wait(void* ev, std::vector<void*>* spent) {
+  if (ev == nullptr) return cudaSuccess;
+  auto event = static_cast<cudaEvent_t>(ev);
+  const cudaError_t e = cudaEventSynchronize(event);
+  if (e == cudaSuccess) {
+    spent->push_back(event);
+  } else {
+    (void)cudaEventDestroy(event);
+  }
+  return e;
+}
+
 // Result slots for checked copies in flight: more than the mover keeps in flight in practice;
 // when they run out, copies are checked on the host.
 constexpr int kSlots = 1 << 14;
@@ -106,53 +120,84 @@ void CudaCopyEngine::Copy(Direction dir, void* dst, const void* src, std::uint64
   Lane& lane = lanes_[static_cast<int>(dir)];
   const auto kind = dir == Direction::kToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
   std::lock_guard lock(lane.mu);
-  Pending p;
-  p.done = std::move(done);
   cudaError_t e = cudaSetDevice(device_);
   if (e == cudaSuccess) {
     e = cudaMemcpyAsync(dst, src, size, kind, static_cast<cudaStream_t>(lane.stream));
   }
+  Pending p;
+  p.done = std::move(done);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    CloseGroupLocked(lane);  // the copies before it are answered when they have landed
+    p.failed = CudaError("cudaMemcpyAsync", e);
+    lane.pending.push_back(std::move(p));
+  } else {
+    p.open = true;
+    lane.pending.push_back(std::move(p));
+    lane.open_bytes += size;
+    if (lane.open_bytes >= options_.completion_group_bytes) CloseGroupLocked(lane);
+  }
+  lane.wake.notify_one();
+}
+
+void CudaCopyEngine::CloseGroupLocked(Lane& lane) {
+  if (lane.pending.empty() || !lane.pending.back().open) return;
+  auto stream = static_cast<cudaStream_t>(lane.stream);
+  Pending& last = lane.pending.back();
+  last.open = false;
+  lane.open_bytes = 0;
   cudaEvent_t event = nullptr;
+  cudaError_t e = cudaSetDevice(device_);
   if (e == cudaSuccess) e = TakeEvent(&lane.free_events, &event);
   if (e == cudaSuccess) {
-    e = cudaEventRecord(event, static_cast<cudaStream_t>(lane.stream));
+    e = cudaEventRecord(event, stream);
     if (e != cudaSuccess) (void)cudaEventDestroy(event);
   }
   if (e == cudaSuccess) {
-    p.event = event;
-  } else {
-    p.failed = CudaError("cudaMemcpyAsync", e);
+    last.event = event;
+    return;
   }
-  lane.pending.push_back(std::move(p));
-  lane.wake.notify_one();
+  // No event: wait for the stream here, so that no one hears of a copy before it has landed.
+  (void)cudaGetLastError();
+  if (cudaError_t w = cudaStreamSynchronize(stream); w != cudaSuccess) {
+    last.failed = CudaError("copy on the device", w);
+  }
 }
 
 void CudaCopyEngine::CompletionLoop(Lane* lane) {
   (void)cudaSetDevice(device_);
-  std::vector<void*> spent;  // events whose copies have ended, back to the pool at the next lock
+  std::vector<void*> spent;    // events whose copies have ended, back to the pool at the next lock
+  std::vector<Pending> group;  // a group's copies, its last (the one with the events) at the back
   for (;;) {
-    Pending p;
+    group.clear();
     {
       std::unique_lock lock(lane->mu);
       lane->free_events.insert(lane->free_events.end(), spent.begin(), spent.end());
       spent.clear();
       lane->wake.wait(lock, [&] { return !lane->pending.empty() || lane->stopping; });
       if (lane->pending.empty()) return;  // stopping, and every copy has been answered
-      p = std::move(lane->pending.front());
-      lane->pending.pop_front();
-    }
-    Status s = std::move(p.failed);
-    for (void* ev : {p.event, p.event2}) {
-      if (ev == nullptr) continue;
-      auto event = static_cast<cudaEvent_t>(ev);
-      if (cudaError_t e = cudaEventSynchronize(event); e != cudaSuccess) {
-        if (s.ok()) s = CudaError("copy on the device", e);
-        (void)cudaEventDestroy(event);  // a failed event is not reused
-      } else {
-        spent.push_back(event);
+      // Nothing is ahead of an open group at the front: close it now rather than wait for more.
+      if (lane->pending.front().open && std::all_of(lane->pending.begin(), lane->pending.end(),
+                                                    [](const Pending& p) { return p.open; })) {
+        CloseGroupLocked(*lane);
       }
+      do {
+        group.push_back(std::move(lane->pending.front()));
+        lane->pending.pop_front();
+      } while (group.back().open);
     }
-    p.done(std::move(s));
+    Pending& last = group.back();
+    Status s = std::move(last.failed);
+    if (cudaError_t e = Wait(last.event, &spent); e != cudaSuccess && s.ok()) {
+      s = CudaError("copy on the device", e);
+    }
+    // The group's other copies were queued before this event on the same stream: it answers
+    // for them too. (A checked copy is never in a group with others: its check is its own.)
+    for (std::size_t i = 0; i + 1 < group.size(); ++i) group[i].done(s);
+    if (cudaError_t e = Wait(last.event2, &spent); e != cudaSuccess && s.ok()) {
+      s = CudaError("check on the device", e);
+    }
+    last.done(std::move(s));
   }
 }
 
@@ -182,6 +227,7 @@ bool CudaCopyEngine::CopyChecked(Direction dir, void* dst, const void* src, std:
   Lane& lane = lanes_[static_cast<int>(dir)];
   auto copy_stream = static_cast<cudaStream_t>(lane.stream);
   std::lock_guard lock(lane.mu);
+  CloseGroupLocked(lane);  // a checked copy is never in a group: its check answers for it alone
   auto hash_stream = static_cast<cudaStream_t>(lane.hash_streams[lane.next_hash_stream]);
   lane.next_hash_stream = (lane.next_hash_stream + 1) % lane.hash_streams.size();
   void* scratch = nullptr;
@@ -241,24 +287,34 @@ bool CudaCopyEngine::CopyChecked(Direction dir, void* dst, const void* src, std:
 }
 
 void CudaCopyEngine::Post(std::function<void()> work) {
+  bool wake;
   {
     std::lock_guard lock(mu_);
     work_.push_back(std::move(work));
+    // A thread that is awake takes the next job before it sleeps: wake another only when the
+    // queue holds more jobs than there are awake threads, so that moves issued faster than one
+    // thread hashes them do not each pay a futex wake and a thread's wakeup.
+    wake = work_.size() > awake_threads_;
   }
-  work_ready_.notify_one();
+  if (wake) work_ready_.notify_one();
 }
 
 void CudaCopyEngine::ChecksumLoop() {
+  std::unique_lock lock(mu_);
+  ++awake_threads_;
   for (;;) {
-    std::function<void()> work;
-    {
-      std::unique_lock lock(mu_);
-      work_ready_.wait(lock, [&] { return !work_.empty() || stopping_; });
-      if (work_.empty()) return;
-      work = std::move(work_.front());
-      work_.pop_front();
+    while (work_.empty() && !stopping_) {
+      --awake_threads_;
+      work_ready_.wait(lock);
+      ++awake_threads_;
     }
+    if (work_.empty()) return;  // stopping, and every job has run
+    std::function<void()> work = std::move(work_.front());
+    work_.pop_front();
+    lock.unlock();
     work();
+    work = nullptr;  // what the job holds goes before the lock is taken again
+    lock.lock();
   }
 }
 

@@ -1,6 +1,6 @@
 // One CUDA device's copy engines as the hbm tier uses them: a stream per direction (host to
 // device, device to host, as the replay models the two links), a completion thread per
-// direction that waits on each copy's events in order and runs its callback, a checksum stream
+// direction that waits on the copies' events in order and runs their callbacks, a checksum stream
 // per direction where the GPU hashes the device side of checked copies (tiers/cuda_xxh3.h), and
 // a few threads that hash host memory beside the copies where the GPU does not. Built only with
 // -DTIERPOOL_CUDA=ON.
@@ -8,6 +8,14 @@
 // Thread safety: every method may be called from any thread. Copy never blocks on the copy;
 // callbacks run on the direction's completion thread, Post's work on a checksum thread. The
 // destructor waits for every copy and posted job to finish.
+//
+// Completion groups: copies queued back to back on a stream end in stream order, so one event
+// recorded after several of them says they have all landed. An unchecked copy joins the lane's
+// open group; the group gets its event once it holds options.completion_group_bytes, when a
+// checked copy or a failure is queued behind it, or when the completion thread finds it at the
+// front with nothing else to wait for (so a lone copy is answered as soon as it lands). Each copy
+// then costs the submitting thread one cudaMemcpyAsync, not also an event's record, and the
+// completion thread one wait per group.
 #pragma once
 
 #include <condition_variable>
@@ -59,7 +67,11 @@ class CudaCopyEngine {
     void* event = nullptr;   // cudaEvent_t
     void* event2 = nullptr;  // a checked copy's second event (its hash), or null
     Done done;
-    Status failed;  // the copy could not be queued: `done` gets this, events are null
+    // The copy could not be queued (`done` gets this, events are null); or, on the last copy of
+    // a group whose event could not be recorded, how waiting for the stream instead ended.
+    Status failed;
+    // In a completion group not yet closed, or closed by a later entry: no event of its own.
+    bool open = false;
   };
   struct Lane {
     void* stream = nullptr;  // cudaStream_t
@@ -70,6 +82,7 @@ class CudaCopyEngine {
     std::mutex mu;  // also held while a copy is queued, so `pending` is in stream order
     std::condition_variable wake;
     std::deque<Pending> pending;     // guarded by mu
+    std::uint64_t open_bytes = 0;    // the open group's bytes (at the back of pending); by mu
     std::vector<void*> free_events;  // cudaEvent_t, ended copies' for reuse; guarded by mu
     bool stopping = false;           // guarded by mu
     std::thread thread;
@@ -77,6 +90,8 @@ class CudaCopyEngine {
 
   CudaCopyEngine(int device, const CudaHbmOptions& options) : device_(device), options_(options) {}
   void CompletionLoop(Lane* lane);
+  // Ends the lane's open group, if any, with an event recorded now (lane.mu held).
+  void CloseGroupLocked(Lane& lane);
   void ChecksumLoop();
   int TakeSlot();  // a pinned result slot, or -1 when all are in use
   void GiveSlot(int slot);
@@ -88,6 +103,7 @@ class CudaCopyEngine {
   std::condition_variable work_ready_;
   std::deque<std::function<void()>> work_;  // guarded by mu_
   bool stopping_ = false;                   // guarded by mu_
+  std::size_t awake_threads_ = 0;           // checksum threads not waiting for work; guarded by mu_
   std::vector<std::thread> checksum_threads_;
   std::vector<void*> registered_;  // guarded by mu_
   // Page-locked slots the device writes checked copies' hashes into.

@@ -25,6 +25,9 @@ Status CudaHbmOptions::validate() const {
   if (checksum_threads < 0 || checksum_threads > 256) {
     return Status::InvalidArgument("hbm checksum threads must be 0 to 256");
   }
+  if (completion_group_bytes > (1ull << 30)) {
+    return Status::InvalidArgument("an hbm completion group holds at most 1 GiB");
+  }
   return Status::Ok();
 }
 

@@ -81,6 +81,9 @@ struct CudaHbmOptions {
   // H100 (at 1 MiB on an H200 too), and slower from 64 MiB, where one object's pass on one
   // thread holds its copy's completion back (`tierpool bench hbm --device-check-min`).
   std::uint64_t device_check_min_bytes = 16ull << 20;
+  // Unchecked copies queued back to back share one completion event until they hold this many
+  // bytes (0: an event per copy; tiers/cuda_copy_engine.h, "Completion groups").
+  std::uint64_t completion_group_bytes = 16ull << 20;
   Status validate() const;
 };
 Result<std::unique_ptr<HbmBackend>> MakeCudaHbmBackend(int device, CudaHbmOptions options = {});

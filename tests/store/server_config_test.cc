@@ -35,7 +35,7 @@ TEST(ServerConfig, FlagsOverride) {
   EXPECT_EQ(c->transport.socket_mode, 0660u);
   EXPECT_EQ(c->hbm_device, -1);
   auto gpu = Parse({"--hbm-device", "1", "--hbm-checksum-threads", "6", "--mover-inflight", "1G",
-                    "--hbm-check", "host"},
+                    "--hbm-check", "host", "--hbm-completion-group", "4M"},
                    &exit_now);
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   EXPECT_EQ(gpu->hbm_device, 1);
@@ -43,6 +43,8 @@ TEST(ServerConfig, FlagsOverride) {
   EXPECT_EQ(gpu->store.mover.max_inflight_bytes_per_link, 1ull << 30);
   EXPECT_EQ(gpu->hbm_check, "host");
   EXPECT_EQ(c->hbm_check, "device");
+  EXPECT_EQ(gpu->hbm_completion_group_bytes, 4ull << 20);
+  EXPECT_EQ(c->hbm_completion_group_bytes, 16ull << 20);
 }
 
 TEST(ServerConfig, SpillOrder) {
@@ -80,7 +82,9 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
         {"--hbm-device", "-2"},
         {"--hbm-checksum-threads", "-1"},
         {"--mover-inflight", "0"},
-        {"--hbm-check", "gpu"}}) {
+        {"--hbm-check", "gpu"},
+        {"--hbm-completion-group", "2G"},
+        {"--hbm-completion-group", "lots"}}) {
     auto c = Parse(bad, &exit_now);
     EXPECT_FALSE(c.ok()) << bad[0];
     if (!c.ok()) {

@@ -53,13 +53,14 @@ struct DeviceTiers {
   std::unique_ptr<HbmTier> hbm;
 };
 
-DeviceTiers MakeTiers(std::uint64_t hbm_bytes, std::uint64_t dram_bytes,
-                      bool device_checks = true) {
+DeviceTiers MakeTiers(std::uint64_t hbm_bytes, std::uint64_t dram_bytes, bool device_checks = true,
+                      std::uint64_t completion_group_bytes = 16 << 20) {
   DeviceTiers t;
   auto dram = DramTier::Create({.capacity = dram_bytes, .first_arena_id = 1});
   EXPECT_TRUE(dram.ok()) << dram.status().ToString();
   t.dram = std::move(dram).value();
-  auto backend = MakeCudaHbmBackend(0, {.device_checks = device_checks});
+  auto backend = MakeCudaHbmBackend(
+      0, {.device_checks = device_checks, .completion_group_bytes = completion_group_bytes});
   EXPECT_TRUE(backend.ok());
   auto hbm = HbmTier::Create({.capacity = hbm_bytes, .arena_id = 100}, std::move(backend).value());
   EXPECT_TRUE(hbm.ok()) << hbm.status().ToString();
@@ -220,6 +221,64 @@ TEST_P(CudaHbmChecks, MovesUnderLoadThroughTheMoverKeepEveryByte) {
     EXPECT_EQ(l.failed, 0u);
   });
   mover.Stop();
+}
+
+// Small copies issued back to back share completion events (tiers/cuda_copy_engine.h): whatever
+// the group's size, every copy is answered once, only after its bytes have landed, and a lone
+// copy in a group that never fills is answered without waiting for more.
+TEST(CudaHbm, CopiesThatShareACompletionEventAreEachAnsweredOnceTheyHaveLanded) {
+  REQUIRE_DEVICE();
+  for (std::uint64_t group : {0ull, 64ull << 10, 1ull << 30}) {
+    SCOPED_TRACE(group);
+    DeviceTiers t = MakeTiers(64 << 20, 160 << 20, true, group);
+    constexpr int kCopies = 1500;
+    std::mt19937_64 rng(group + 1);
+    std::vector<Extent> host(kCopies), back(kCopies), dev(kCopies);
+    std::vector<RecordInfo> info(kCopies);
+    for (int i = 0; i < kCopies; ++i) {
+      const std::uint64_t size = 1 + rng() % (40 << 10);
+      host[i] = *t.dram->Allocate(size, {});
+      back[i] = *t.dram->Allocate(size, {});
+      dev[i] = *t.hbm->Allocate(size, {});
+      const auto bytes = RandomBytes(size, group + i);
+      std::memcpy(t.dram->HostAddress(host[i]), bytes.data(), size);
+      std::memset(t.dram->HostAddress(back[i]), 0, size);
+      info[i] = {static_cast<std::uint64_t>(i), 1, size, Xxh3(bytes.data(), size)};
+    }
+    // Each way: every copy issued at once from this thread, then waited for.
+    for (bool up : {true, false}) {
+      std::vector<std::atomic<int>> answered(kCopies);
+      std::atomic<int> failed{0}, left{kCopies};
+      std::promise<void> all;
+      for (int i = 0; i < kCopies; ++i) {
+        auto done = [&, i](Status s) {
+          if (!s.ok()) failed.fetch_add(1);
+          answered[i].fetch_add(1);
+          if (left.fetch_sub(1) == 1) all.set_value();
+        };
+        if (up) {
+          t.hbm->Write(dev[i], info[i], t.dram->HostAddress(host[i]), done);
+        } else {
+          t.hbm->Read(dev[i], info[i], t.dram->HostAddress(back[i]), done);
+        }
+      }
+      all.get_future().wait();
+      EXPECT_EQ(failed.load(), 0);
+      for (int i = 0; i < kCopies; ++i) EXPECT_EQ(answered[i].load(), 1) << i;
+    }
+    for (int i = 0; i < kCopies; ++i) {
+      ASSERT_EQ(
+          std::memcmp(t.dram->HostAddress(back[i]), t.dram->HostAddress(host[i]), info[i].size), 0)
+          << i;
+    }
+    // One copy alone, its group far from full: answered once it has landed.
+    std::memset(t.dram->HostAddress(back[0]), 0, info[0].size);
+    ASSERT_TRUE(Wait([&](IoCompletion d) {
+                  t.hbm->Read(dev[0], info[0], t.dram->HostAddress(back[0]), std::move(d));
+                }).ok());
+    EXPECT_EQ(std::memcmp(t.dram->HostAddress(back[0]), t.dram->HostAddress(host[0]), info[0].size),
+              0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(OnTheDeviceOrTheHost, CudaHbmChecks, ::testing::Bool(),

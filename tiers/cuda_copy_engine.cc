@@ -79,12 +79,11 @@ Result<std::shared_ptr<CudaCopyEngine>> CudaCopyEngine::Create(int device,
   } else {
     (void)cudaGetLastError();  // no device-side checks: every copy is checked on the host
   }
+  // The checks' pool before the completion threads, whose callbacks post to it.
+  engine->checksum_pool_ = std::make_unique<JobPool>(std::max(1, options.checksum_threads));
   CudaCopyEngine* raw = engine.get();
   for (Lane& lane : engine->lanes_) {
     lane.thread = std::thread([raw, l = &lane] { raw->CompletionLoop(l); });
-  }
-  for (int i = 0; i < std::max(1, options.checksum_threads); ++i) {
-    engine->checksum_threads_.emplace_back([raw] { raw->ChecksumLoop(); });
   }
   return engine;
 }
@@ -99,12 +98,7 @@ CudaCopyEngine::~CudaCopyEngine() {
     lane.wake.notify_all();
     if (lane.thread.joinable()) lane.thread.join();
   }
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  work_ready_.notify_all();
-  for (auto& t : checksum_threads_) t.join();
+  checksum_pool_.reset();  // runs what the callbacks posted
   (void)cudaSetDevice(device_);
   for (Lane& lane : lanes_) {
     if (lane.stream != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(lane.stream));
@@ -286,37 +280,7 @@ bool CudaCopyEngine::CopyChecked(Direction dir, void* dst, const void* src, std:
   return true;
 }
 
-void CudaCopyEngine::Post(std::function<void()> work) {
-  bool wake;
-  {
-    std::lock_guard lock(mu_);
-    work_.push_back(std::move(work));
-    // A thread that is awake takes the next job before it sleeps: wake another only when the
-    // queue holds more jobs than there are awake threads, so that moves issued faster than one
-    // thread hashes them do not each pay a futex wake and a thread's wakeup.
-    wake = work_.size() > awake_threads_;
-  }
-  if (wake) work_ready_.notify_one();
-}
-
-void CudaCopyEngine::ChecksumLoop() {
-  std::unique_lock lock(mu_);
-  ++awake_threads_;
-  for (;;) {
-    while (work_.empty() && !stopping_) {
-      --awake_threads_;
-      work_ready_.wait(lock);
-      ++awake_threads_;
-    }
-    if (work_.empty()) return;  // stopping, and every job has run
-    std::function<void()> work = std::move(work_.front());
-    work_.pop_front();
-    lock.unlock();
-    work();
-    work = nullptr;  // what the job holds goes before the lock is taken again
-    lock.lock();
-  }
-}
+void CudaCopyEngine::Post(std::function<void()> work) { checksum_pool_->Post(std::move(work)); }
 
 Status CudaCopyEngine::Register(void* base, std::uint64_t size) {
   if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/job_pool.h"
 #include "common/status.h"
 #include "tiers/hbm_tier.h"
 
@@ -92,7 +93,6 @@ class CudaCopyEngine {
   void CompletionLoop(Lane* lane);
   // Ends the lane's open group, if any, with an event recorded now (lane.mu held).
   void CloseGroupLocked(Lane& lane);
-  void ChecksumLoop();
   int TakeSlot();  // a pinned result slot, or -1 when all are in use
   void GiveSlot(int slot);
 
@@ -100,11 +100,8 @@ class CudaCopyEngine {
   const CudaHbmOptions options_;
   Lane lanes_[2];
   std::mutex mu_;
-  std::condition_variable work_ready_;
-  std::deque<std::function<void()>> work_;  // guarded by mu_
-  bool stopping_ = false;                   // guarded by mu_
-  std::size_t awake_threads_ = 0;           // checksum threads not waiting for work; guarded by mu_
-  std::vector<std::thread> checksum_threads_;
+  // Host checks; wakes a thread only when the queue outgrows the awake ones (common/job_pool.h).
+  std::unique_ptr<JobPool> checksum_pool_;
   std::vector<void*> registered_;  // guarded by mu_
   // Page-locked slots the device writes checked copies' hashes into.
   std::uint64_t* slots_ = nullptr;

@@ -37,7 +37,7 @@ struct ServerConfig {
   std::string hbm_check = "device";
   // --hbm-completion-group: with --hbm-device, unchecked copies queued back to back share one
   // completion event until they hold this many bytes (0: an event per copy).
-  std::uint64_t hbm_completion_group_bytes = 16ull << 20;
+  std::uint64_t hbm_completion_group_bytes = CudaHbmOptions{}.completion_group_bytes;
   MetricsServerConfig metrics;
   ClusterConfig cluster;  // on with --etcd
   // --metrics-listen given: failing to bind it stops the start (the default only warns, so that

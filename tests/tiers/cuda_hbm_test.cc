@@ -53,8 +53,9 @@ struct DeviceTiers {
   std::unique_ptr<HbmTier> hbm;
 };
 
-DeviceTiers MakeTiers(std::uint64_t hbm_bytes, std::uint64_t dram_bytes, bool device_checks = true,
-                      std::uint64_t completion_group_bytes = 16 << 20) {
+DeviceTiers MakeTiers(
+    std::uint64_t hbm_bytes, std::uint64_t dram_bytes, bool device_checks = true,
+    std::uint64_t completion_group_bytes = CudaHbmOptions{}.completion_group_bytes) {
   DeviceTiers t;
   auto dram = DramTier::Create({.capacity = dram_bytes, .first_arena_id = 1});
   EXPECT_TRUE(dram.ok()) << dram.status().ToString();

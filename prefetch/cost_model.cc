@@ -166,6 +166,11 @@ double KernelUs(const schedule::Step& st) {
 
 }  // namespace
 
+std::optional<OpClass> HostClassOf(std::string_view op_type) {
+  if (Lower(op_type) == "_native_batch_norm_legit_no_training") return OpClass::kNorm;
+  return std::nullopt;
+}
+
 bool RunsNoKernel(const schedule::Step& st) {
   if (st.measured()) return false;
   const std::string key = Lower(st.op_type());
@@ -217,7 +222,7 @@ StepTime EstimateStep(const DeviceProfile& d, StepKind kind, double flops, std::
     t.memory_us = static_cast<double>(bytes) / (d.hbm_gbps * 1e9 * c.memory_efficiency) * 1e6;
   }
   t.launch_us = c.launches * d.launch_us;
-  t.dispatch_us = c.dispatches * d.dispatch_us;
+  t.dispatch_us = d.op(kind.host()).dispatches * d.dispatch_us;
   return t;
 }
 
@@ -238,6 +243,7 @@ std::vector<StepKind> StepKinds(const schedule::Schedule& s, const DeviceProfile
   for (std::uint32_t i = 0; i < steps; ++i) {
     const auto& st = s.steps(static_cast<int>(i));
     kinds[i].op_class = ClassifyOp(st.op_type());
+    kinds[i].host_class = HostClassOf(st.op_type());
     int t = read[i].second >= 0 ? read[i].second : made[i].second;
     if (t >= 0) kinds[i].math = MathModeOf(s.tensors(t).dtype(), kinds[i].op_class, d);
     if (kinds[i].op_class == OpClass::kGemm &&
@@ -265,12 +271,12 @@ std::vector<StepWork> WorkOf(const DeviceProfile& d, const schedule::Schedule& s
     const auto& st = s.steps(i);
     auto& w = work[static_cast<std::size_t>(i)];
     if (st.measured()) {
-      w = {KernelUs(st), d.op(kinds[i].op_class).dispatches};
+      w = {KernelUs(st), d.op(kinds[i].host()).dispatches};
     } else if (RunsNoKernel(st)) {
       w = {0, 0};
     } else if (HasCostInputs(st)) {
       w = {EstimateStep(d, kinds[i], st.flops(), st.bytes_touched()).device_us(),
-           d.op(kinds[i].op_class).dispatches};
+           d.op(kinds[i].host()).dispatches};
     } else {
       w = {st.compute_us(), 0};  // a time given by hand
     }

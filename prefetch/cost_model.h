@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -38,11 +39,20 @@ bool RunsNoKernel(const schedule::Step& st);
 bool IsMatrixVectorLike(double flops, std::uint64_t bytes, double element_bytes,
                         std::uint64_t largest_operand);
 
-// What a step computes with: its op's class and the dtype its arithmetic reads.
+// What a step computes with: its op's class and the dtype its arithmetic reads, and the class
+// whose host cost (`dispatches`) issuing it pays where that differs from its kernels' class.
 struct StepKind {
   OpClass op_class = OpClass::kElementwise;
   MathMode math = MathMode::kFp32;
+  std::optional<OpClass> host_class;
+  OpClass host() const { return host_class.value_or(op_class); }
 };
+
+// The class whose host cost issuing an op pays, where it is not the class of its kernels: an
+// eval-mode batch norm runs one elementwise pass on the device, but eager PyTorch issues it
+// through cuDNN's batch norm call, which costs the host what a training batch norm does
+// (docs/cost-model.md, "The host's time per op").
+std::optional<OpClass> HostClassOf(std::string_view op_type);
 
 // The math mode of a tensor dtype as the schedule names it (torch "bfloat16", ONNX "FLOAT16",
 // ...), for an op of this class on this device (fp32 convolutions in TF32 where the profile
@@ -51,7 +61,7 @@ MathMode MathModeOf(std::string_view dtype, OpClass c, const DeviceProfile& d);
 
 // Each step's kind: the class of its op (a matrix multiply kGemv where IsMatrixVectorLike), the
 // math mode of the largest floating-point tensor it reads (or, if it reads none, the largest it
-// defines).
+// defines), and its host class (HostClassOf).
 std::vector<StepKind> StepKinds(const schedule::Schedule& s, const DeviceProfile& d);
 
 // One step's kernels on the device, and the host's time to issue them, in microseconds.

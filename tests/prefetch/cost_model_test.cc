@@ -179,6 +179,31 @@ double Iteration(const schedule::Schedule& s) {
   return t;
 }
 
+// An eval-mode batch norm is one elementwise pass on the device, but eager PyTorch issues it
+// through cuDNN's batch norm, which costs the host a norm's call (ResNet-18's inference on an
+// H200: 82 us under the profiler against 15-17 for its relus and adds).
+TEST(CostModel, AnEvalBatchNormRunsAnElementwiseKernelAndPaysANormsDispatch) {
+  auto d = BuiltinProfile("a100");
+  ASSERT_TRUE(d.ok());
+  d->dispatch_us = 10;
+  d->op(OpClass::kNorm).dispatches = 3;
+  d->op(OpClass::kElementwise).dispatches = 1;
+  auto step = MeasuredSteps({1.0});
+  step.mutable_steps(0)->set_op_type("_native_batch_norm_legit_no_training");
+  step.mutable_steps(0)->set_flops(1e6);
+  step.mutable_steps(0)->set_measured(false);
+  const auto kinds = StepKinds(step, *d);
+  EXPECT_EQ(kinds[0].op_class, OpClass::kElementwise);
+  EXPECT_EQ(kinds[0].host(), OpClass::kNorm);
+  EXPECT_DOUBLE_EQ(EstimateStep(*d, kinds[0], 1e6, 0).dispatch_us, 30);
+  // The first step of an iteration waits for its own dispatch: 30 us, not an elementwise 10.
+  const auto spans = ComposeSteps(*d, step);
+  EXPECT_NEAR(spans[0].wall_us - spans[0].device_us, 30, 1e-9);
+  EXPECT_EQ(HostClassOf("relu"), std::nullopt);
+  EXPECT_EQ(HostClassOf("native_batch_norm"), std::nullopt);  // already a norm
+  EXPECT_EQ(StepKind{OpClass::kConv}.host(), OpClass::kConv);
+}
+
 // The host issues kernels while the device runs earlier ones: short kernels after a long one
 // cost their own time only, short kernels before it leave the device waiting for the host. A
 // model that takes each step as the larger of its kernels and its dispatch says 1,360 us for

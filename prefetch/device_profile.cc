@@ -36,22 +36,26 @@ Status ForEachNamed(const nlohmann::json& field, const std::array<std::string_vi
 // (docs/cost-model.md, "Measured on an H100"; docs/data/calibration-h100/, fitted with
 // scripts/fit-profile-across.py). Where it differs from the shared defaults: bf16 convolutions
 // in NCHW reach an eighth of the peak, norms a quarter of the bandwidth; TF32 convolutions lose
-// nothing against bf16 ones; the host takes 40 us per op it issues; Adam's update of every
-// parameter is a few multi-tensor kernels, not four per parameter.
+// nothing against bf16 ones; Adam's update of every parameter is a few multi-tensor kernels,
+// not four per parameter. The host's time per op is the elementwise op's (dispatch_us) times
+// its class's `dispatches`, the ratios eager PyTorch 2.11's ops took on an H200's host
+// (scripts/host-costs-from-eager.py --own-time-only): a convolution or an attention call six to
+// seven elementwise ops, a GEMM or a norm three to four. dispatch_us is then fitted to the five
+// models' eager steps and Llama 3 8B's eager decode.
 void SetHopperEager(DeviceProfile* d) {
   d->math_efficiency[static_cast<std::size_t>(MathMode::kTf32)] = 1.0;
-  d->dispatch_us = 40;
-  d->op(OpClass::kGemm) = {0.69, 0.39, 1, 1};
+  d->dispatch_us = 15.5;
+  d->op(OpClass::kGemm) = {0.69, 0.39, 1, 3.0};
   // Llama 3 8B's decode at 4K on an H100: 15.0 GB of weights in 6.15 ms of GEMV kernels (225
   // of them, their fixed 2 us each taken off) (docs/cost-model.md).
-  d->op(OpClass::kGemv) = {0.69, 0.79, 1, 1};
-  d->op(OpClass::kConv) = {0.13, 0.44, 1, 1};
-  d->op(OpClass::kAttention) = {0.25, 0.30, 1, 1};
-  d->op(OpClass::kNorm) = {0.50, 0.24, 1, 1};
+  d->op(OpClass::kGemv) = {0.69, 0.79, 1, 2.9};
+  d->op(OpClass::kConv) = {0.13, 0.44, 1, 6.1};
+  d->op(OpClass::kAttention) = {0.25, 0.30, 1, 7.0};
+  d->op(OpClass::kNorm) = {0.50, 0.24, 1, 3.8};
   d->op(OpClass::kElementwise) = {0.50, 0.86, 1, 1};
-  d->op(OpClass::kReduction) = {0.50, 0.32, 1, 1};
-  d->op(OpClass::kOptimizer) = {0.50, 0.21, 1, 0.125};
-  d->op(OpClass::kCopy) = {0.50, 0.53, 1, 1};
+  d->op(OpClass::kReduction) = {0.50, 0.32, 1, 1.65};
+  d->op(OpClass::kOptimizer) = {0.50, 0.21, 1, 0.84};
+  d->op(OpClass::kCopy) = {0.50, 0.53, 1, 1.73};
 }
 
 }  // namespace

@@ -7,7 +7,9 @@ PREFIX-measured.json (--measured) and PREFIX-table.json (--json).
 Each op class's efficiencies come from the measured kernels (`schedule fit-profile`); the host's
 time per kernel is then the one that brings the worst model's predicted step (kernels as the
 profile models them, composed with the host as docs/cost-model.md says) closest to its eager
-step, unless --dispatch-us fixes it.
+step, unless --dispatch-us fixes it. A schedule with no measured steps (`--extra
+SCHEDULE=EAGER_MS`: an LLM's decode step, whose kernels the profile already models) counts in
+that choice and in the table, not in the efficiencies' fit.
 
   scripts/fit-profile-across.py --tool build/ci/client/tierpool --base h100 \\
       --name h100-eager -o h100-eager.json docs/data/calibration-h100/{resnet50,vit_b_16,...}
@@ -62,6 +64,8 @@ def main():
     ap.add_argument("--name", default="calibrated")
     ap.add_argument("-o", "--out", required=True, help="the profile fitted on every model")
     ap.add_argument("--no-leave-one-out", action="store_true", help="skip the fits without each model")
+    ap.add_argument("--extra", action="append", default=[], metavar="SCHEDULE=EAGER_MS",
+                    help="a schedule without measured steps and its eager iteration in ms")
     ap.add_argument("--max-base-error", type=float, default=None,
                     help="exit 1 if the base profile misses any model's eager step by more (percent)")
     a = ap.parse_args()
@@ -78,6 +82,8 @@ def main():
         plain = {}  # each model's schedule without its measured times, written once
 
         def predict(prefix, profile):
+            if prefix in extra_schedules:
+                plain[prefix] = extra_schedules[prefix]
             if prefix not in plain:
                 plain[prefix] = os.path.join(tmp, "plain-%d.json" % len(plain))
                 unmeasured(prefix, plain[prefix])
@@ -96,7 +102,8 @@ def main():
             return max(abs(predict(p, path) / eager[p] - 1) for p in prefixes)
 
         def fit(prefixes, out):
-            merge(prefixes, os.path.join(tmp, "merged.json"))
+            measured = [p for p in prefixes if p not in extra_schedules]
+            merge(measured, os.path.join(tmp, "merged.json"))
             run("schedule", "fit-profile", os.path.join(tmp, "merged.json"), "--device", a.base,
                 "--json", os.path.join(tmp, "fit.json"), "--name", a.name)
             with open(os.path.join(tmp, "fit.json")) as f:
@@ -118,21 +125,27 @@ def main():
                 json.dump(profile, f, indent=2)
             return profile["dispatch_us"]
 
-        eager = {}
+        eager, extra_schedules = {}, {}
         for p in a.prefixes:
             with open(p + "-table.json") as f:
                 eager[p] = json.load(f)["eager_iteration_ms"]
-        dispatch = fit(a.prefixes, a.out)
+        for e in a.extra:
+            path, _, ms = e.rpartition("=")
+            if not path or not os.path.exists(path):
+                sys.exit("fit-profile-across: --extra %s: give SCHEDULE=EAGER_MS" % e)
+            extra_schedules[path], eager[path] = path, float(ms)
+        models = a.prefixes + list(extra_schedules)
+        dispatch = fit(models, a.out)
         print("fitted on all: %.1f us per kernel on the host" % dispatch)
         print("%-16s %9s %9s %8s %9s %8s %9s %8s %9s" % ("model", "eager ms", a.base, "error", "all",
                                                          "error", "others", "error", "dispatch"))
         missed = []
-        for p in a.prefixes:
+        for p in models:
             base, every = predict(p, a.base), predict(p, a.out)
             others, loo_dispatch = float("nan"), float("nan")
             if not a.no_leave_one_out:
                 loo = os.path.join(tmp, "loo.json")
-                loo_dispatch = fit([q for q in a.prefixes if q != p], loo)
+                loo_dispatch = fit([q for q in models if q != p], loo)
                 others = predict(p, loo)
             print("%-16s %9.2f %9.2f %+7.0f%% %9.2f %+7.0f%% %9.2f %+7.0f%% %9.1f" % (
                 os.path.basename(p), eager[p], base, 100 * (base / eager[p] - 1), every,

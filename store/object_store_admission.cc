@@ -152,7 +152,9 @@ bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,
 
 bool ObjectStore::ReserveMayWait(const std::string& ns, std::uint64_t total_bytes,
                                  std::uint64_t largest, bool wants_hbm) {
-  std::lock_guard lock(mu_);
+  // Reads only (the pools, the planned namespaces, the tiers' own counts): every put asks this,
+  // and an exclusive lock here would stop every other client's gets and puts for it.
+  std::shared_lock lock(mu_);
   const std::uint32_t pool = PoolOfLocked(ns);
   auto fits = [&](TierKind k) {
     Tier* t = tier(k);

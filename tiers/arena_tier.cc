@@ -58,6 +58,7 @@ std::optional<Extent> ArenaTier::TakeCached(std::uint64_t size, const Allocation
     if (it->extent.length != FindRegion(it->extent.arena_id)->allocator.RoundUp(size)) continue;
     const Extent e = it->extent;
     slot.extents.erase(it);
+    FindRegion(e.arena_id)->cached.bytes.fetch_sub(e.length, std::memory_order_relaxed);
     return e;
   }
   return std::nullopt;
@@ -84,6 +85,7 @@ Result<bool> ArenaTier::CacheFreed(const Extent& extent) {
   }
   if (slot.extents.size() == slot.extents.capacity()) return false;
   slot.extents.push_back({extent, r->pool, r->numa_node});
+  r->cached.bytes.fetch_add(extent.length, std::memory_order_relaxed);
   return true;
 }
 
@@ -101,6 +103,7 @@ std::uint64_t ArenaTier::DrainCachesLocked() const {
         spdlog::error("{} cache of freed extents: {}", TierName(kind_), s.ToString());
         continue;
       }
+      r->cached.bytes.fetch_sub(c.extent.length, std::memory_order_relaxed);
       self->used_ -= c.extent.length;
       drained += c.extent.length;
     }
@@ -109,15 +112,16 @@ std::uint64_t ArenaTier::DrainCachesLocked() const {
   return drained;
 }
 
-std::uint64_t ArenaTier::CachedBytes(std::optional<std::uint32_t> pool) const {
-  std::uint64_t bytes = 0;
-  for (CacheSlot& slot : caches_) {
-    std::lock_guard lock(slot.mu);
-    for (const CachedExtent& c : slot.extents) {
-      if (!pool || c.pool == *pool) bytes += c.extent.length;
-    }
+std::uint64_t ArenaTier::UsedLocked(std::optional<std::uint32_t> pool) const {
+  // Each region's cached count is below its allocator's used bytes whenever it is read: an
+  // extent enters a cache while allocated and leaves it before the allocator frees it (mu_,
+  // held here).
+  std::uint64_t used = 0;
+  for (const auto& r : regions_) {
+    if (pool && r.pool != *pool) continue;
+    used += r.allocator.stats().used_bytes - r.cached.bytes.load(std::memory_order_relaxed);
   }
-  return bytes;
+  return used;
 }
 
 Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
@@ -243,19 +247,15 @@ PoolSpace ArenaTier::SpaceOf(std::uint32_t pool) const {
   std::lock_guard lock(mu_);
   PoolSpace s;
   for (const auto& r : regions_) {
-    if (r.pool != pool) continue;
-    s.capacity += r.size;
-    s.used += r.allocator.stats().used_bytes;
+    if (r.pool == pool) s.capacity += r.size;
   }
-  if (thread_caches_) s.used -= CachedBytes(pool);
+  s.used = UsedLocked(pool);
   return s;
 }
 
 std::uint64_t ArenaTier::used_bytes() const {
   std::lock_guard lock(mu_);
-  std::uint64_t used = 0;
-  for (const auto& r : regions_) used += r.allocator.stats().used_bytes;
-  return thread_caches_ ? used - CachedBytes(std::nullopt) : used;
+  return UsedLocked(std::nullopt);
 }
 
 namespace {

@@ -3,10 +3,13 @@
 //
 // Locking: mu_ guards the allocators and the use counts; each per-thread cache slot has a
 // SpinMutex of its own. Order: mu_, then a slot's lock (never a slot's lock, then mu_). The
-// regions never change once the tier is shared, so finding one takes no lock.
+// regions never change once the tier is shared, so finding one takes no lock. A region's
+// count of cached bytes is atomic and changes only under the slot lock of the cache the extent
+// enters or leaves, so readers (SpaceOf, used_bytes) visit no cache.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,6 +76,16 @@ class ArenaTier : public Tier {
   void set_thread_caches(bool on) { thread_caches_ = on; }
 
  private:
+  // An atomic byte count that can be copied while regions_ grows, before the tier is shared.
+  struct CachedBytesCount {
+    std::atomic<std::uint64_t> bytes{0};
+    CachedBytesCount() = default;
+    CachedBytesCount(const CachedBytesCount& other) : bytes(other.bytes.load()) {}
+    CachedBytesCount& operator=(const CachedBytesCount& other) {
+      bytes.store(other.bytes.load());
+      return *this;
+    }
+  };
   struct Region {
     std::uint32_t arena_id;
     std::byte* base;
@@ -83,6 +96,9 @@ class ArenaTier : public Tier {
     std::uint32_t pool;
     ExtentAllocator allocator;
     RegionDevice device;
+    // Bytes of this region's extents waiting in the thread caches (they count as used in the
+    // allocator, as free in SpaceOf and used_bytes). Never above the allocator's used bytes.
+    mutable CachedBytesCount cached;
   };
   // An extent freed on a thread, waiting for that thread's next allocation of its length.
   struct CachedExtent {
@@ -107,8 +123,9 @@ class ArenaTier : public Tier {
   // Gives every cached extent back to its allocator (mu_ held): the slow paths see all the
   // free space there is. Returns the bytes given back.
   std::uint64_t DrainCachesLocked() const;
-  // Bytes waiting in the caches (of `pool`; nullopt: all pools).
-  std::uint64_t CachedBytes(std::optional<std::uint32_t> pool) const;
+  // The allocators' used bytes, less what waits in the caches, of `pool` (nullopt: all pools;
+  // mu_ held).
+  std::uint64_t UsedLocked(std::optional<std::uint32_t> pool) const;
 
   TierKind kind_;
   std::uint32_t level_;

@@ -329,6 +329,65 @@ TEST(DramTier, ThreadsNeverShareAnExtent) {
   EXPECT_EQ(s.largest_free_extent, 4u << 20);
 }
 
+// A pool's use leaves out its own extents waiting in the caches and no other pool's, and the
+// counts hold while threads cache, take back and drain: a reader never sees a pool used beyond
+// its capacity (a count that ran below zero would wrap to that), and at the end nothing is used.
+TEST(DramTier, PoolUseLeavesOutCachedExtentsWhileThreadsCacheAndDrain) {
+  auto tier = DramTier::Create({.capacity = 4 << 20, .pools = {1 << 20}, .alignment = 4096});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Tier& t = **tier;
+  auto shared = t.Allocate(8192, {});
+  auto pooled = t.Allocate(4096, {.pool = 1});
+  ASSERT_TRUE(shared.ok() && pooled.ok());
+  ASSERT_TRUE(t.Free(*pooled).ok());  // cached on this thread
+  EXPECT_EQ(t.SpaceOf(1).used, 0u);
+  EXPECT_EQ(t.SpaceOf(kSharedPool).used, 8192u);
+  EXPECT_EQ(t.used_bytes(), 8192u);
+  ASSERT_TRUE(t.Free(*shared).ok());
+  EXPECT_EQ(t.SpaceOf(kSharedPool).used, 0u);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      if (t.SpaceOf(1).used > (1u << 20) || t.SpaceOf(kSharedPool).used > (3u << 20) ||
+          t.used_bytes() > (4u << 20)) {
+        ++bad;
+      }
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int th = 0; th < 3; ++th) {
+    writers.emplace_back([&, th] {
+      std::mt19937 rng(th);
+      std::vector<Extent> held;
+      for (int i = 0; i < 20000; ++i) {
+        const std::uint32_t pool = rng() % 2;
+        if (held.size() < 40 && rng() % 2 == 0) {
+          // Large ones now and then: the allocator fails them while small room waits in the
+          // caches, and drains every thread's cache to find it.
+          const std::uint64_t size = rng() % 16 == 0 ? (512u << 10) : 4096u * (1 + rng() % 3);
+          auto e = t.Allocate(size, {.pool = pool});
+          if (e.ok()) held.push_back(*e);
+        } else if (!held.empty()) {
+          if (!t.Free(held.back()).ok()) ++bad;
+          held.pop_back();
+        }
+      }
+      for (const Extent& e : held) {
+        if (!t.Free(e).ok()) ++bad;
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(t.used_bytes(), 0u);
+  EXPECT_EQ(t.SpaceOf(1).used, 0u);
+  EXPECT_EQ(t.SpaceOf(kSharedPool).used, 0u);
+}
+
 // Off, every free goes straight back to the allocator.
 TEST(DramTier, ThreadCachesCanBeTurnedOff) {
   auto tier = DramTier::Create({.capacity = 1 << 20, .alignment = 4096, .thread_caches = false});

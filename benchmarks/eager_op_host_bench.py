@@ -25,6 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, "compiler_hooks/torch")
+import tierpool_host_costs  # noqa: E402
 import tierpool_models  # noqa: E402
 
 
@@ -61,34 +62,6 @@ def add_us(grad, n=4000):
         sync()
     del y
     return (time.perf_counter() - t0) * 1e6 / n
-
-
-def top_level_ops(step, steps):
-    """{aten op: [calls, total host us]} over `steps` profiled steps, and the profiled wall ms."""
-    from torch.profiler import ProfilerActivity, profile
-    sync()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        wall_ms = (time.perf_counter() - t0) * 1e3
-    ops = {}
-    for e in prof.events():
-        if not e.name.startswith("aten::"):
-            continue
-        parent, nested = e.cpu_parent, False
-        while parent is not None:
-            if parent.name.startswith("aten::"):
-                nested = True
-                break
-            parent = parent.cpu_parent
-        if nested:
-            continue
-        entry = ops.setdefault(e.name[len("aten::"):], [0, 0.0])
-        entry[0] += 1
-        entry[1] += e.cpu_time_total
-    return ops, wall_ms
 
 
 def build(name, a):
@@ -144,7 +117,7 @@ def measure(name, a, out):
         step()
     sync()
     eager_ms = median_ms(step, a.repeat)
-    ops, wall_ms = top_level_ops(step, a.profile_steps)
+    ops, wall_ms = tierpool_host_costs.top_level_ops(step, a.profile_steps, sync)
     n = a.profile_steps
     calls = sum(c for c, _ in ops.values()) / n
     op_ms = sum(t for _, t in ops.values()) / n / 1e3

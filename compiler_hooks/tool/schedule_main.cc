@@ -55,6 +55,8 @@ constexpr const char* kUsage = R"(usage:
   tierpool schedule calibrate --model MODULE:CALLABLE --input SHAPE [...] -o PROFILE.json
                               [--device BASE] [--measured SCHEDULE.json] [--json TABLE.json]
                               [--device-kind cuda|cpu] [--warmup 3] [--repeat 10] [--name N]
+                              [--host-costs on|off: each op class's host time per op,
+                              measured (default: on a GPU)]
                               (and from-torch's --optimizer, --dtype, --inference)
   tierpool schedule fit-profile MEASURED.json --device BASE --json OUT.json
                               [--dispatch-us X | --eager-ms T: fit it to the whole step]
@@ -241,7 +243,7 @@ int main(int argc, char** argv) {
   unsigned lp_windows = TransferLpOptions{}.max_windows, sweep_jobs = 1;
   bool lp_guided = false;
   bool no_early_loads = false;
-  std::string measured, device_kind, name, chunk, split_updates, onnx_out, plan_file;
+  std::string measured, device_kind, host_costs, name, chunk, split_updates, onnx_out, plan_file;
   bool updates_only = false;
   int warmup = 3, repeat = 10;
   double dispatch = 0, eager_ms = 0;
@@ -273,6 +275,8 @@ int main(int argc, char** argv) {
     ("hook", po::value(&hook), "from-torch: the hook script (default: the one shipped)")
     ("measured", po::value(&measured), "calibrate: write the schedule with measured step times")
     ("device-kind", po::value(&device_kind), "calibrate: cuda or cpu (default: cuda if present)")
+    ("host-costs", po::value(&host_costs),
+     "calibrate: on or off: measure each op class's host time per op (default: on a GPU)")
     ("warmup", po::value(&warmup)->default_value(3), "calibrate: untimed runs of each step")
     ("repeat", po::value(&repeat)->default_value(10), "calibrate: timed runs (median kept)")
     ("name", po::value(&name), "calibrate, fit-profile: the new profile's name")
@@ -390,6 +394,11 @@ int main(int argc, char** argv) {
     a.insert(a.end(), {"--base", device, "--schedule-tool", SelfPath(argv[0]), "--warmup",
                        std::to_string(warmup), "--repeat", std::to_string(repeat)});
     if (!device_kind.empty()) a.insert(a.end(), {"--device-kind", device_kind});
+    if (host_costs == "on" || host_costs == "off") {
+      a.push_back(host_costs == "on" ? "--host-costs" : "--no-host-costs");
+    } else if (!host_costs.empty()) {
+      return Fail(Status::InvalidArgument("--host-costs is on or off, not '" + host_costs + "'"));
+    }
     if (!measured.empty()) a.insert(a.end(), {"--measured", measured});
     if (!json.empty()) a.insert(a.end(), {"--table", json});
     if (!name.empty()) a.insert(a.end(), {"--name", name});

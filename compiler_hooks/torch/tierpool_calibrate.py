@@ -16,8 +16,12 @@ It writes:
                        so replay and plan use the measured times instead of the model's;
   --table T.json       per op class and in total: steps, modeled, measured and calibrated
                        milliseconds; and the whole step as PyTorch runs it eagerly.
+With --host-costs (the default on a GPU) it also profiles the eager step on the host
+(tierpool_host_costs.py) and sets each class it saw to its measured host time per op over an
+elementwise op's (`dispatches`) before the host time per op is fitted to the eager step.
 The modeled times come from `tierpool-schedule` (--schedule-tool) under the base profile.
 """
+import argparse
 import json
 import os
 import statistics
@@ -27,6 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tierpool_host_costs  # noqa: E402
 import tierpool_torch_schedule as hook  # noqa: E402
 
 
@@ -92,13 +97,24 @@ def dispatch_us(torch, kind, n=2000):
     return (time.perf_counter() - t0) * 1e6 / n
 
 
-def eager_iteration_us(a, timer, tuned=False):
+def eager_iteration_us(a, timer, tuned=False, host_ops=None):
     """The whole step as PyTorch runs it eagerly (forward, backward, the optimizer's update; or
     the forward pass alone with --inference): what a user of the model sees, against which the
     node-by-node sum and the model are compared. `tuned` is the same step as a tuned training
-    loop runs it: cuDNN's autotuner on, 4-D tensors channels-last, the fused Adam."""
+    loop runs it: cuDNN's autotuner on, 4-D tensors channels-last, the fused Adam. A dict
+    `host_ops` gets the top-level ops of 3 more steps run under the host profiler ("ops",
+    "steps", "wall_ms")."""
     torch, model, inputs = hook.build_model(a)
     saved_benchmark = torch.backends.cudnn.benchmark
+
+    def timed(step):
+        us = timer(step)
+        if host_ops is not None:
+            sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+            host_ops["ops"], host_ops["wall_ms"] = tierpool_host_costs.top_level_ops(step, 3, sync)
+            host_ops["steps"] = 3
+        return us
+
     if tuned:
         torch.backends.cudnn.benchmark = True
         model = model.to(memory_format=torch.channels_last)
@@ -109,7 +125,7 @@ def eager_iteration_us(a, timer, tuned=False):
             def step():
                 with torch.no_grad():
                     model(*inputs)
-            return timer(step)
+            return timed(step)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = None
         if a.optimizer == "adam":
@@ -126,7 +142,7 @@ def eager_iteration_us(a, timer, tuned=False):
             hook.first_tensor(model(*inputs)).float().sum().backward()
             if opt is not None:
                 opt.step()
-        return timer(step)
+        return timed(step)
     finally:
         torch.backends.cudnn.benchmark = saved_benchmark
 
@@ -140,6 +156,9 @@ def main():
     ap.add_argument("--measured", help="write the schedule with measured step times here")
     ap.add_argument("--table", help="write modeled-versus-measured by op class here (JSON)")
     ap.add_argument("--schedule-tool", required=True, help="the tierpool-schedule binary")
+    ap.add_argument("--host-costs", action=argparse.BooleanOptionalAction, default=None,
+                    help="measure each op class's host time per op (default: on a GPU only; "
+                         "on the CPU an op's host time is its computation)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=10)
     a = ap.parse_args()
@@ -195,7 +214,21 @@ def main():
             measured[i] = all_us * w / sum(weight)
         del ps, o
 
-    eager_us = eager_iteration_us(a, whole_step)
+    host_costs = a.host_costs if a.host_costs is not None else kind == "cuda"
+    host_ops = {} if host_costs else None
+    eager_us = eager_iteration_us(a, whole_step, host_ops=host_ops)
+    ratios, per_op = {}, {}
+    if host_ops:
+        n = host_ops["steps"]
+        workload = {"eager_ms": eager_us / 1000.0, "profiled_step_ms": host_ops["wall_ms"] / n,
+                    "ops": {k: {"calls_per_step": c / n, "host_us_per_call": t / c}
+                            for k, (c, t) in host_ops["ops"].items() if c}}
+        classes, _ = tierpool_host_costs.class_host_us(workload, parameters=len(updates))
+        ratios, per_op = tierpool_host_costs.dispatches([classes])
+        # A matrix multiply's call costs the host alike whatever its shape (on an H200: 37.8 us
+        # for a training GEMM, 36.8 for a decode's GEMV), so a GEMM's ratio serves both.
+        if "gemm" in ratios:
+            ratios.setdefault("gemv", ratios["gemm"])
     tuned_us = eager_iteration_us(a, whole_step, tuned=True) if kind == "cuda" else None
 
     for i, us in measured.items():
@@ -208,10 +241,21 @@ def main():
             json.dump(schedule, f)
         # The base profile's view of each step, and the fit.
         fit_path = os.path.join(tmp, "fit.json")
+        base = a.base
+        if ratios:
+            # The base with the measured host ratios: fit-profile then fits dispatch_us with them.
+            shown = subprocess.run([a.schedule_tool, "schedule", "profile", "--device", a.base],
+                                   check=True, capture_output=True, text=True).stdout
+            profile = json.loads(shown)
+            for c, r in ratios.items():
+                profile["ops"].setdefault(c, {})["dispatches"] = round(r, 3)
+            base = os.path.join(tmp, "base.json")
+            with open(base, "w") as f:
+                json.dump(profile, f)
         # The host's time per op is what makes the measured kernels, issued one by one, last
         # as long as the eager step did (docs/cost-model.md); a bare queued kernel's issue time
         # (dispatch_us) is its floor, when the kernels alone fill the step.
-        cmd = [a.schedule_tool, "schedule", "fit-profile", sched_path, "--device", a.base,
+        cmd = [a.schedule_tool, "schedule", "fit-profile", sched_path, "--device", base,
                "--json", fit_path, "--eager-ms", "%.4f" % (eager_us / 1000.0),
                "--name", a.name or (os.path.basename(a.base).replace(".json", "") + "-calibrated")]
         subprocess.run(cmd, check=True)
@@ -230,6 +274,7 @@ def main():
         with open(a.table, "w") as f:
             json.dump({"device": gpu, "torch": torch.__version__, "by_class": rows, "total": total,
                        "eager_iteration_ms": eager_us / 1000.0,
+                       "host_dispatches": ratios, "host_us_per_op": per_op,
                        "tuned_iteration_ms": tuned_us / 1000.0 if tuned_us else None}, f, indent=2)
     sys.stderr.write("calibrated on %s (%s): %d of %d steps measured; by op class, ms (modeled on %s, "
                      "measured, under the calibrated profile):\n"
@@ -237,6 +282,9 @@ def main():
     for c in rows + [dict(total, **{"class": "total", "steps": len(measured)})]:
         sys.stderr.write("  %-12s %5d steps %10.3f %10.3f %10.3f\n"
                          % (c["class"], c["steps"], c["modeled_ms"], c["measured_ms"], c["calibrated_ms"]))
+    if ratios:
+        sys.stderr.write("  the host's time per op over an elementwise op's (%.1f us): %s\n" % (
+            per_op["elementwise"], ", ".join("%s %.2f" % (c, r) for c, r in ratios.items())))
     sys.stderr.write("  the whole step run eagerly by PyTorch: %.3f ms" % (eager_us / 1000.0))
     if tuned_us:
         sys.stderr.write("; tuned (cuDNN autotuner, channels-last, fused Adam): %.3f ms"

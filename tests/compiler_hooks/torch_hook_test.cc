@@ -244,6 +244,30 @@ TEST(TorchHook, CalibratesOnTheCpu) {
   // The whole step as PyTorch runs it, beside the node-by-node sum (no tuned run on the CPU).
   EXPECT_GT(table.at("eager_iteration_ms").get<double>(), 0);
   EXPECT_TRUE(table.at("tuned_iteration_ms").is_null());
+  // Off by default on the CPU, where an op's host time is its computation.
+  EXPECT_TRUE(table.at("host_dispatches").empty());
+  EXPECT_EQ(p->op(OpClass::kGemm).dispatches, base->op(OpClass::kGemm).dispatches);
+
+  // --host-costs on: the eager step's ops under the host profiler set each class it saw to its
+  // host time per op over an elementwise op's. On the CPU a GEMM's host time is its
+  // computation, many elementwise ops' worth.
+  cmd = std::string(TIERPOOL_CLI_PATH) +
+        " schedule calibrate --model tierpool_models:mlp --input 32x256"
+        " --optimizer sgd --device a100 --device-kind cpu --warmup 1 --repeat 3 --host-costs on"
+        " -o " +
+        dir + "/h.json --json " + dir + "/ht.json > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto h = LoadProfile(dir + "/h.json");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->op(OpClass::kElementwise).dispatches, 1);
+  EXPECT_GT(h->op(OpClass::kGemm).dispatches, 2);
+  EXPECT_EQ(h->op(OpClass::kGemv).dispatches, h->op(OpClass::kGemm).dispatches);
+  EXPECT_EQ(h->op(OpClass::kConv).dispatches, base->op(OpClass::kConv).dispatches);  // none seen
+  std::ifstream ht(dir + "/ht.json");
+  auto host_table = nlohmann::json::parse(ht);
+  EXPECT_NEAR(host_table.at("host_dispatches").at("gemm").get<double>(),
+              h->op(OpClass::kGemm).dispatches, 1e-3);
+  EXPECT_GT(host_table.at("host_us_per_op").at("elementwise").get<double>(), 0);
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -254,6 +278,7 @@ TEST(TorchHook, CalibrateRefusesBadArguments) {
                      " --device-kind cpu -o /tmp/tierpool-never.json";
   EXPECT_NE(std::system((base + " --repeat 0 > /dev/null 2>&1").c_str()), 0);
   EXPECT_NE(std::system((base + " --device nosuch > /dev/null 2>&1").c_str()), 0);
+  EXPECT_NE(std::system((base + " --host-costs maybe > /dev/null 2>&1").c_str()), 0);
   if (std::system("/usr/bin/python3 -c 'import torch, sys; sys.exit(torch.cuda.is_available())'"
                   " 2>/dev/null") == 0) {
     // No GPU here: asking for one is a clear error, not a CPU run that claims to be a GPU's.

@@ -124,8 +124,7 @@ def measure(name, a, out):
     out["workloads"][name] = {
         "grad": grad, "eager_ms": eager_ms, "profiled_step_ms": wall_ms / n,
         "top_level_ops_per_step": calls, "ops_host_ms_per_step": op_ms,
-        "ops": {k: {"calls_per_step": c / n, "host_us_per_call": t / c}
-                for k, (c, t) in sorted(ops.items(), key=lambda kv: -kv[1][1])}}
+        "ops": tierpool_host_costs.per_step(ops, n)}
     print("%-14s eager %7.2f ms; profiled %7.2f ms a step: %5.0f top-level ops, %6.2f ms in "
           "them (%.1f us each), built and run in %.0f s" % (
               name, eager_ms, wall_ms / n, calls, op_ms, 1e3 * op_ms / max(calls, 1),

@@ -82,8 +82,6 @@ def main():
         plain = {}  # each model's schedule without its measured times, written once
 
         def predict(prefix, profile):
-            if prefix in extra_schedules:
-                plain[prefix] = extra_schedules[prefix]
             if prefix not in plain:
                 plain[prefix] = os.path.join(tmp, "plain-%d.json" % len(plain))
                 unmeasured(prefix, plain[prefix])
@@ -102,7 +100,7 @@ def main():
             return max(abs(predict(p, path) / eager[p] - 1) for p in prefixes)
 
         def fit(prefixes, out):
-            measured = [p for p in prefixes if p not in extra_schedules]
+            measured = [p for p in prefixes if p not in extras]
             merge(measured, os.path.join(tmp, "merged.json"))
             run("schedule", "fit-profile", os.path.join(tmp, "merged.json"), "--device", a.base,
                 "--json", os.path.join(tmp, "fit.json"), "--name", a.name)
@@ -125,7 +123,7 @@ def main():
                 json.dump(profile, f, indent=2)
             return profile["dispatch_us"]
 
-        eager, extra_schedules = {}, {}
+        eager, extras = {}, []
         for p in a.prefixes:
             with open(p + "-table.json") as f:
                 eager[p] = json.load(f)["eager_iteration_ms"]
@@ -133,8 +131,10 @@ def main():
             path, _, ms = e.rpartition("=")
             if not path or not os.path.exists(path):
                 sys.exit("fit-profile-across: --extra %s: give SCHEDULE=EAGER_MS" % e)
-            extra_schedules[path], eager[path] = path, float(ms)
-        models = a.prefixes + list(extra_schedules)
+            extras.append(path)
+            plain[path] = path  # already without measured steps
+            eager[path] = float(ms)
+        models = a.prefixes + extras
         dispatch = fit(models, a.out)
         print("fitted on all: %.1f us per kernel on the host" % dispatch)
         print("%-16s %9s %9s %8s %9s %8s %9s %8s %9s" % ("model", "eager ms", a.base, "error", "all",

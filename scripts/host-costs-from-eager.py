@@ -37,23 +37,17 @@ def main():
         data = json.load(f)
     params = dict(p.split("=") for p in a.parameters)
     order = hc.ORDER
-    rows, per_workload = {}, []
+    rows = {}
+    measured = hc.measured_classes(data, params, spread=not a.own_time_only)
     print("host us per op (%s), scaled by eager over profiled step" % (
         "own time" if a.own_time_only else "own time + share of the time between ops"))
     print("%-14s %8s " % ("workload", "between") + " ".join("%11s" % c for c in order))
-    for name, w in data["workloads"].items():
-        if "error" in w:
-            continue
-        # A decode's matrix multiplies stream weights past one token's rows: the gemv class.
-        matmul = "gemv" if not w["grad"] and name.startswith("decode") else "gemm"
-        classes, between = hc.class_host_us(w, matmul, int(params.get(name, 0)),
-                                            spread=not a.own_time_only)
-        per_workload.append(classes)
+    for name, (classes, between) in measured.items():
         rows[name] = {"between_us": between,
                       "classes": {c: {"ops": n, "host_us": us} for c, (n, us) in classes.items()}}
         print("%-14s %8.1f " % (name, between) + " ".join(
             "%11s" % ("%.1f" % classes[c][1] if c in classes else "-") for c in order))
-    ratios, per_op = hc.dispatches(per_workload)
+    ratios, per_op = hc.dispatches([classes for classes, _ in measured.values()])
     if not ratios:
         sys.exit("host-costs-from-eager: no elementwise ops measured, nothing to divide by")
     print("%-14s %8s " % ("all (pooled)", "") + " ".join(

@@ -81,10 +81,6 @@ class ArenaTier : public Tier {
     std::atomic<std::uint64_t> bytes{0};
     CachedBytesCount() = default;
     CachedBytesCount(const CachedBytesCount& other) : bytes(other.bytes.load()) {}
-    CachedBytesCount& operator=(const CachedBytesCount& other) {
-      bytes.store(other.bytes.load());
-      return *this;
-    }
   };
   struct Region {
     std::uint32_t arena_id;

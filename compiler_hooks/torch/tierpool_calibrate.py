@@ -221,8 +221,7 @@ def main():
     if host_ops:
         n = host_ops["steps"]
         workload = {"eager_ms": eager_us / 1000.0, "profiled_step_ms": host_ops["wall_ms"] / n,
-                    "ops": {k: {"calls_per_step": c / n, "host_us_per_call": t / c}
-                            for k, (c, t) in host_ops["ops"].items() if c}}
+                    "ops": tierpool_host_costs.per_step(host_ops["ops"], n)}
         classes, _ = tierpool_host_costs.class_host_us(workload, parameters=len(updates))
         ratios, per_op = tierpool_host_costs.dispatches([classes])
         # A matrix multiply's call costs the host alike whatever its shape (on an H200: 37.8 us

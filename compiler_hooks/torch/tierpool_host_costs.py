@@ -77,6 +77,13 @@ def top_level_ops(step, steps, sync=lambda: None):
     return ops, wall_ms
 
 
+def per_step(ops, steps):
+    """top_level_ops' {op: [calls, total us]} over `steps` steps as a workload's "ops":
+    {op: {calls_per_step, host_us_per_call}}, the most time first."""
+    return {k: {"calls_per_step": c / steps, "host_us_per_call": t / c}
+            for k, (c, t) in sorted(ops.items(), key=lambda kv: -kv[1][1]) if c}
+
+
 def class_host_us(workload, matmul_class="gemm", parameters=0, spread=False):
     """Each class's ops a step and host us per op for one measured workload, and the time
     between ops per op: {class: (ops, us)}, between_us.
@@ -107,6 +114,19 @@ def class_host_us(workload, matmul_class="gemm", parameters=0, spread=False):
             us = host[c] / calls[c] + (between if c != "optimizer" else 0.0)
             out[c] = (calls[c], us * scale)
     return out, between * scale
+
+
+def measured_classes(data, parameters, spread=False):
+    """class_host_us for each workload of an eager_op_host_bench.py result that ran:
+    {name: (classes, between_us)}. A decode's matrix multiplies stream weights past one token's
+    rows (the gemv class); `parameters` {name: N} are the updates of each training workload."""
+    out = {}
+    for name, w in data["workloads"].items():
+        if "error" in w:
+            continue
+        matmul = "gemv" if not w["grad"] and name.startswith("decode") else "gemm"
+        out[name] = class_host_us(w, matmul, int(parameters.get(name, 0)), spread)
+    return out
 
 
 def dispatches(per_workload):

@@ -66,11 +66,8 @@ def test_the_committed_h200_measurement_gives_the_builtin_h100_dispatches():
     with open(os.path.join(ROOT, "docs", "data", "gpu-h200", "eager-op-host-h200.json")) as f:
         data = json.load(f)
     params = {"resnet50": 161, "vit_b_16": 152, "transformer12": 144}
-    per_workload = []
-    for name, w in data["workloads"].items():
-        matmul = "gemv" if not w["grad"] and name.startswith("decode") else "gemm"
-        per_workload.append(hc.class_host_us(w, matmul, params.get(name, 0))[0])
-    ratios, _ = hc.dispatches(per_workload)
+    measured = hc.measured_classes(data, params)
+    ratios, _ = hc.dispatches([classes for classes, _ in measured.values()])
     profile = json.loads(subprocess.run([tool, "schedule", "profile", "--device", "h100"],
                                         check=True, capture_output=True, text=True).stdout)
     for c, r in ratios.items():

@@ -62,7 +62,11 @@ std::vector<PlacementDecision> PlacementPolicy::MakeRoom(
     }
     return false;
   };
-  auto skipped = [&](const StoredObject& obj) { return skip && skip(obj); };
+  // A pinned copy stays where it is (ApplyLocked would refuse it), so it is passed over here:
+  // taken, it would use up the decision that the next copy could have made.
+  auto skipped = [&](const StoredObject& obj) {
+    return obj.copy(tier).pins.load(std::memory_order_relaxed) > 0 || (skip && skip(obj));
+  };
   index.ForEachCandidate(tier, pool, CandidateSet::kRedundant, [&](StoredObject& obj) {
     if (skipped(obj)) return false;
     taken.push_back(obj.id);

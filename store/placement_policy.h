@@ -59,7 +59,8 @@ class PlacementPolicy {
   Tier* Below(TierKind tier, std::optional<TierKind> except = std::nullopt) const;
 
   // Decisions that free at least `bytes` of `pool`'s room in `tier` (tiers/tier.h: a tier that
-  // is not partitioned has one pool), cheapest first, at most max_decisions.
+  // is not partitioned has one pool), cheapest first, at most max_decisions. Copies pinned now
+  // are passed over (a pin may still come before the caller acts: it checks again).
   // instant_only: only steps 1 and 3 (no transfers), as when the caller cannot wait.
   // skip: objects whose placement is not the policy's (hbm copies a registered plan owns).
   std::vector<PlacementDecision> MakeRoom(

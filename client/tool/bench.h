@@ -17,6 +17,9 @@ struct BenchOptions {
   // Whether the client was connected with verify_checksums (its gets check what they copy):
   // every row says so, as client_verifies_checksums.
   bool verify_checksums = false;
+  // Which cases run: "all", "sizes" (single puts and gets of each size, with their references)
+  // or "batches" (the 64 x 4 KiB batch cases), so that one of them can be profiled alone.
+  std::string cases = "all";
 };
 
 // Runs every case; returns one JSON object per row. Rows of tierpool carry ratio_to_memcpy (and

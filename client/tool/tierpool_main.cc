@@ -202,6 +202,8 @@ int main(int argc, char** argv) {
      "bench: client threads of the second batch case (1: none)")
     ("verify-checksums", po::bool_switch(&bench.verify_checksums),
      "bench: gets check the XXH3 of dram/hbm bytes as they copy them")
+    ("cases", po::value(&bench.cases)->default_value("all"),
+     "bench: all, sizes (one object at a time) or batches (64 x 4 KiB)")
     ("args", po::value(&args), "positional arguments");
   // clang-format on
   po::positional_options_description pos;
@@ -410,7 +412,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "bench") {
-    need(0, "bench [--json] [--seconds S] [--compare redis] [--threads N] [--verify-checksums]");
+    need(0,
+         "bench [--json] [--seconds S] [--compare redis] [--threads N] [--verify-checksums] "
+         "[--cases all|sizes|batches]");
     // Measure what a library user gets by default, no client-side re-verification of dram bytes,
     // unless asked for the checked gets of a client that sets verify_checksums.
     copts.verify_checksums = bench.verify_checksums;

@@ -397,5 +397,35 @@ TEST(Bench, MeasuresCheckedGetsWhenAsked) {
   EXPECT_EQ(gets, 6);
 }
 
+// `bench --cases`: the batch cases alone or the sizes alone, so that one can be profiled without
+// the other; anything else is refused before a case runs.
+TEST(Bench, RunsOnlyTheCasesAsked) {
+  ServerProcess server({"--dram", "512M", "--hbm", "16M"});
+  ASSERT_TRUE(server.started());
+  const std::string bench = std::string(TIERPOOL_CLI_PATH) + " --socket " + server.socket() +
+                            " bench --seconds 0.01 --threads 1 --json --cases ";
+  for (const std::string cases : {"batches", "sizes"}) {
+    int rc = 0;
+    std::string o = RunShell(bench + cases + " 2>&1", &rc);
+    ASSERT_EQ(rc, 0) << o;
+    int batch_rows = 0, other_rows = 0;
+    for (const auto& r : nlohmann::json::parse(o)) {
+      const std::string op = r["op"];
+      (op.ends_with("_batch") ? batch_rows : other_rows) += 1;
+    }
+    if (cases == "batches") {
+      EXPECT_EQ(batch_rows, 2) << o;  // put and get batches from one thread
+      EXPECT_EQ(other_rows, 0) << o;
+    } else {
+      EXPECT_EQ(batch_rows, 0) << o;
+      EXPECT_GT(other_rows, 20) << o;
+    }
+  }
+  int rc = 0;
+  std::string o = RunShell(bench + "some 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("all, sizes or batches"), std::string::npos) << o;
+}
+
 }  // namespace
 }  // namespace tierpool::testing

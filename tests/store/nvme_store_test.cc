@@ -185,8 +185,9 @@ TEST(NvmeStore, GetsWhileSpillsAreInFlight) {
 }
 
 // Room is made from the copies nobody reads: a get's pin keeps a copy where it is, and the
-// least recently used copy being pinned must not end the search for room (CI saw puts refused
-// with room to spill while readers pinned the oldest objects).
+// least recently used copy being pinned must not end the search for room (puts were refused
+// with room to spill while readers pinned the oldest objects, in GetsWhileSpillsAreInFlight
+// under load).
 TEST(NvmeStore, APinnedLeastRecentlyUsedCopyIsPassedOverWhenRoomIsMade) {
   Rig rig = MakeRig(4 << 20, 64 << 20, 5);
   ObjectStore& store = *rig.store;

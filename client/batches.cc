@@ -254,6 +254,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
       key->set_key(items[i].key);
     }
     get->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
+    get->set_bytes_meta_only(true);  // read here: size and checksum
     if (options.tier) get->set_want_tier(static_cast<wire::Tier>(*options.tier));
     p.got = k == 0 ? &messages.response() : messages.New<wire::Response>();
     if (parts.size() > 1) p.sent = exchange.Send(*p.get);

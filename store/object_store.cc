@@ -161,6 +161,23 @@ ObjectMeta ObjectStore::MetaLocked(const StoredObject& obj) const {
   return m;
 }
 
+ObjectMeta ObjectStore::PinnedMetaLocked(const StoredObject& obj, TierKind t,
+                                         const PinOptions& options) const {
+  ObjectMeta m;
+  if (options.bytes_meta_only) {
+    m.size = obj.meta.size;
+    m.kind = obj.meta.kind;
+    m.durability = obj.meta.durability;
+    m.checksum = obj.meta.checksum;
+    m.created_unix_ms = obj.meta.created_unix_ms;
+    m.pins = obj.pins();
+  } else {
+    m = MetaLocked(obj);
+  }
+  m.tier = t;
+  return m;
+}
+
 // --- freeing --------------------------------------------------------------------------------
 
 void ObjectStore::FreeCopyLocked(StoredObject& obj, TierKind t) {

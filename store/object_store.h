@@ -78,6 +78,9 @@ struct PutSpec {
   // With tier_hint hbm on a device hbm: the client writes the bytes into device memory itself
   // (a device reservation; not with verify_commits, which reads host memory).
   bool device_ok = false;
+  // PinnedObject.meta without ns, key, dtype and shape: a get that reads the bytes and knows
+  // the name it asked for. No string is copied per pin then (long keys live out of line).
+  bool bytes_meta_only = false;
 };
 
 struct StoreConfig {
@@ -131,7 +134,10 @@ struct Reservation {
 
 struct PinnedObject {
   std::uint64_t lease_id = 0;
-  ObjectMeta meta;  // meta.tier: the tier of the pinned copy
+  std::uint64_t object_id = 0;
+  // meta.tier: the tier of the pinned copy. Without its names, dtype and shape when the pin
+  // asked for bytes_meta_only.
+  ObjectMeta meta;
   Extent extent;
 };
 
@@ -151,6 +157,9 @@ struct PinOptions {
   // copy in a device tier is the one pinned. Otherwise a mapped copy is, once the device copy
   // is there.
   bool device_ok = false;
+  // PinnedObject.meta without ns, key, dtype and shape: a get that reads the bytes and knows
+  // the name it asked for. No string is copied per pin then (long keys live out of line).
+  bool bytes_meta_only = false;
 };
 
 // Where an object's copies are, for the executor.
@@ -382,6 +391,9 @@ class ObjectStore {
   std::optional<TierKind> TopCopy(const StoredObject& obj, bool mapped_only) const;
   void UpdateTopLocked(StoredObject& obj);
   ObjectMeta MetaLocked(const StoredObject& obj) const;
+  // What a pin returns: MetaLocked, or its scalars only (PinOptions::bytes_meta_only), of the
+  // copy in tier `t`.
+  ObjectMeta PinnedMetaLocked(const StoredObject& obj, TierKind t, const PinOptions& options) const;
 
   // Allocates in `pool`'s room in `kind`, making room by the policy's decisions. With
   // may_wait, it starts moves down at `priority` and waits for them (mu_ released) up to

@@ -133,9 +133,7 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   ++c.pins;
   std::uint64_t lease_id = leases_.Add(Lease{obj->id, t, owner, LeaseDue(owner)});
   index_.Touch(*obj, t);
-  ObjectMeta meta = MetaLocked(*obj);
-  meta.tier = t;
-  PinnedObject pinned{lease_id, meta, c.extent};
+  PinnedObject pinned{lease_id, obj->id, PinnedMetaLocked(*obj, t, options), c.extent};
   if (options.want == TierKind::kHbm && observer_) {
     const HbmUse outcome = use.value_or(HbmUse::kHit);
     const std::uint64_t waited = clock_->NowMicros() - started_us;
@@ -185,9 +183,7 @@ std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string&
   }
   // Pinned: it stays, and what is read here changes only under mu_ held exclusively.
   const std::uint64_t lease_id = leases_.Add(Lease{obj->id, t, owner, LeaseDue(owner)});
-  ObjectMeta meta = MetaLocked(*obj);
-  meta.tier = t;
-  PinnedObject pinned{lease_id, std::move(meta), obj->copy(t).extent};
+  PinnedObject pinned{lease_id, obj->id, PinnedMetaLocked(*obj, t, options), obj->copy(t).extent};
   lock.unlock();
   if (options.want == TierKind::kHbm && observer_) {
     observer_(ns, key, HbmUse::kHit, clock_->NowMicros() - started_us);
@@ -254,13 +250,14 @@ Status ObjectStore::CopyOut(const PinnedObject& pinned, std::string* out) {
   if (size > 0) sum = CopyAndChecksum(out->data(), HostAddress(pinned.extent), size);
   if (sum == pinned.meta.checksum) return Status::Ok();
   out->clear();
-  const std::string& ns = pinned.meta.ns;
-  const std::string& key = pinned.meta.key;
-  Status bad =
-      Status::DataLoss(ns + "/" + key + ": bytes in " + std::string(TierName(pinned.meta.tier)) +
-                       " do not match their checksum");
   std::lock_guard lock(mu_);
-  StoredObject* obj = index_.Lookup(ns, key);
+  // Found by id: the pin may have left the names out (PinOptions::bytes_meta_only), and the
+  // pinned object is the one whose bytes were read, whatever now has its name.
+  StoredObject* obj = index_.Find(pinned.object_id);
+  const std::string name = obj != nullptr ? obj->meta.ns + "/" + obj->meta.key
+                                          : "object " + std::to_string(pinned.object_id);
+  Status bad = Status::DataLoss(name + ": bytes in " + std::string(TierName(pinned.meta.tier)) +
+                                " do not match their checksum");
   if (obj != nullptr && obj->meta.checksum == pinned.meta.checksum) {
     ++counters_.corrupt_in_memory;
     QuarantineLocked(*obj, bad);

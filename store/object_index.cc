@@ -313,21 +313,20 @@ void ObjectIndex::Unlink(StoredObject& obj) {
   RefreshIn(part, obj);
 }
 
-void ObjectIndex::Erase(std::uint64_t id) {
-  StoredObject* obj = Find(id);
-  if (obj == nullptr) return;
+void ObjectIndex::Erase(StoredObject& obj) {
+  const std::uint64_t id = obj.id;
   // Both flags are the eraser's to read: under mu_ exclusive, or the object a commit under mu_
   // shared unlinked itself (committed: not a reservation).
-  if (obj->linked) Unlink(*obj);
-  if (obj->reservation) EraseReservation(id);
+  if (obj.linked) Unlink(obj);
+  if (obj.reservation) EraseReservation(id);
   {
-    Part& part = parts_[obj->part];
+    Part& part = parts_[obj.part];
     std::lock_guard lock(part.mu);
     // Clearing a copy unlists it; a copy not present is in no set.
     for (int t = 0; t < kTierKindCount; ++t) {
-      if (obj->copies[t].present) ClearCopyIn(part, *obj, static_cast<TierKind>(t));
+      if (obj.copies[t].present) ClearCopyIn(part, obj, static_cast<TierKind>(t));
     }
-    CountNs(part, obj->meta.ns, -static_cast<std::int64_t>(obj->meta.size), 0);
+    CountNs(part, obj.meta.ns, -static_cast<std::int64_t>(obj.meta.size), 0);
   }
   std::unique_ptr<StoredObject> gone;  // destroyed with no lock held
   ObjectShard& shard = ObjectShardOf(id);

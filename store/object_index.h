@@ -244,7 +244,8 @@ class ObjectIndex {
   StoredObject* Commit(StoredObject& obj, bool* unused = nullptr);
   // Makes the name point nowhere (the object stays until Erase).
   void Unlink(StoredObject& obj);
-  void Erase(std::uint64_t id);
+  // Gone, with its records (the caller found it: it is not looked up again).
+  void Erase(StoredObject& obj);
   bool IsReservation(std::uint64_t id);  // mu_ exclusive
 
   // A copy appeared, vanished, got pinned or unpinned, or the object changed state: recompute

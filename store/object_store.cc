@@ -221,7 +221,7 @@ void ObjectStore::CancelFreeOnUnpinLocked(StoredObject& obj, TierKind t) {
 void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
   if (!obj.doomed || obj.pins() > 0 || obj.move.has_value()) return;
   for (TierKind k : by_level_) FreeCopyLocked(obj, k);
-  index_.Erase(obj.id);
+  index_.Erase(obj);
 }
 
 void ObjectStore::DoomLocked(StoredObject& obj) {
@@ -561,7 +561,7 @@ bool ObjectStore::FreeUnreachableShared(StoredObject& obj) {
     Status s = tier(k)->Free(c.extent);
     if (!s.ok()) spdlog::error("freeing a copy of object {}: {}", obj.id, s.ToString());
   }
-  index_.Erase(obj.id);  // its copies' records with it
+  index_.Erase(obj);  // its copies' records with it
   return true;
 }
 

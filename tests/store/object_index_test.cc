@@ -83,10 +83,10 @@ TEST(ObjectIndex, CandidateSetsMatchTheirRulesThroughARandomLife) {
         if (StoredObject* old = index.Commit(o)) {
           old->doomed = true;
           index.Refresh(*old);
-          if (old->pins() == 0) index.Erase(old->id);
+          if (old->pins() == 0) index.Erase(*old);
         }
       } else {
-        index.Erase(o.id);  // aborted
+        index.Erase(o);  // aborted
       }
     } else if (StoredObject* o = pick(); o != nullptr) {
       const TierKind t = kTiers[rng() % 3];
@@ -145,7 +145,7 @@ TEST(ObjectIndex, CandidateSetsMatchTheirRulesThroughARandomLife) {
             o->doomed = true;
             index.Refresh(*o);
           }
-          if (o->pins() == 0 && !o->move) index.Erase(o->id);
+          if (o->pins() == 0 && !o->move) index.Erase(*o);
           break;
       }
     }

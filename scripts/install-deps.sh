@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git
   liburing-dev libnuma-dev libboost-dev libboost-program-options-dev
-  libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev libtomlplusplus-dev
+  libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev libtomlplusplus-dev libjemalloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang
   libonnx-dev coinor-libclp-dev coinor-libcbc-dev fio redis-server libhiredis-dev libssl-dev etcd-server iperf3
   python3 python3-dev python3-torch python3-torchvision python3-numpy

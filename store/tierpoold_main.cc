@@ -121,14 +121,20 @@ int main(int argc, char** argv) {
   spdlog::info("tierpoold {} listening on {} (dram {}, hbm {})", TIERPOOL_VERSION,
                config->transport.socket_path, FormatBytes(config->dram.capacity),
                FormatBytes(config->hbm.capacity));
-  // Once a minute, the heap pages malloc holds free go back to the system (glibc returns only
-  // the top of the heap by itself; after a burst of connections or objects the rest stays
-  // resident). The soak measured 4.9 MB of such pages after ten minutes.
+#ifdef TIERPOOL_MALLOC_NAME
+  spdlog::info("memory allocator: {}", TIERPOOL_MALLOC_NAME);
+#endif
+  // Once a minute, the heap pages glibc's malloc holds free go back to the system (it returns
+  // only the top of the heap by itself; after a burst of connections or objects the rest stays
+  // resident). The soak measured 4.9 MB of such pages after ten minutes. jemalloc, when linked,
+  // returns its free pages itself, after about ten seconds.
   int sig = -1;
   const timespec minute{60, 0};
   while (sig < 0) {
     sig = sigtimedwait(&stop_signals, nullptr, &minute);
+#ifndef TIERPOOL_MALLOC_NAME
     if (sig < 0) ::malloc_trim(0);
+#endif
   }
   spdlog::info("signal {}: shutting down", sig);
   metrics.set_shutting_down();

@@ -78,9 +78,6 @@ struct PutSpec {
   // With tier_hint hbm on a device hbm: the client writes the bytes into device memory itself
   // (a device reservation; not with verify_commits, which reads host memory).
   bool device_ok = false;
-  // PinnedObject.meta without ns, key, dtype and shape: a get that reads the bytes and knows
-  // the name it asked for. No string is copied per pin then (long keys live out of line).
-  bool bytes_meta_only = false;
 };
 
 struct StoreConfig {

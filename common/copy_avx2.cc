@@ -173,11 +173,29 @@ std::uint64_t CopyAndHash(Writes writes, unsigned char* d, const unsigned char* 
 }
 #endif
 
+// Every kernel leaves the upper halves of the ymm registers clean. GCC puts a vzeroupper before
+// a return only where the function itself touched them, not where a callee it inlined or knows
+// to be AVX (XXH3_mergeAccs after the last stripes) did: CopyAndChecksumAvx2 returned with them
+// dirty, and every SSE instruction the thread ran afterwards (protobuf's parsing, std::string's
+// and the index's small copies, all built for baseline x86-64) paid for it until the next
+// vzeroupper. A daemon that had copied a few objects into replies then ran put batches a fifth
+// slower (docs/benchmarks.md, "Long keys").
+struct CleanUpperHalves {
+  CleanUpperHalves() = default;
+  CleanUpperHalves(const CleanUpperHalves&) = delete;
+  CleanUpperHalves& operator=(const CleanUpperHalves&) = delete;
+  ~CleanUpperHalves() { _mm256_zeroupper(); }
+};
+
 }  // namespace
 
-std::uint64_t Xxh3Avx2(const void* data, std::size_t size) { return XXH3_64bits(data, size); }
+std::uint64_t Xxh3Avx2(const void* data, std::size_t size) {
+  CleanUpperHalves clean;
+  return XXH3_64bits(data, size);
+}
 
 void CopyAvx2(void* dst, const void* src, std::size_t size, bool stream) {
+  CleanUpperHalves clean;
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   const Writes writes = WritesFor(dst, src, stream);
@@ -193,6 +211,7 @@ void CopyAvx2(void* dst, const void* src, std::size_t size, bool stream) {
 
 std::uint64_t CopyAndChecksumAvx2(void* dst, const void* src, std::size_t size, bool stream,
                                   bool prefetch_source) {
+  CleanUpperHalves clean;
   return CopyAndHash(WritesFor(dst, src, stream), static_cast<unsigned char*>(dst),
                      static_cast<const unsigned char*>(src), size, prefetch_source);
 }

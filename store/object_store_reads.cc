@@ -53,6 +53,23 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(Store
   return Status::Aborted("object kept moving; try again");
 }
 
+ObjectMeta ObjectStore::PinnedMetaLocked(const StoredObject& obj, TierKind t,
+                                         const PinOptions& options) const {
+  ObjectMeta m;
+  if (options.bytes_meta_only) {
+    m.size = obj.meta.size;
+    m.kind = obj.meta.kind;
+    m.durability = obj.meta.durability;
+    m.checksum = obj.meta.checksum;
+    m.created_unix_ms = obj.meta.created_unix_ms;
+    m.pins = obj.pins();
+  } else {
+    m = MetaLocked(obj);
+  }
+  m.tier = t;
+  return m;
+}
+
 Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& key,
                                       std::uint64_t owner, const PinOptions& options) {
   TIERPOOL_RETURN_IF_ERROR(ValidateName(ns, key));

@@ -334,6 +334,21 @@ TEST(RoundTripBatch, RequestsTooLargeForTheSocketBufferAreNotPipelined) {
   for (const auto& r : results) EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
 }
 
+// A connection of the protocol's own, past its Hello (request id 1), for requests the client
+// library does not make.
+Result<std::unique_ptr<transport::BlockingConnection>> HelloConnection(
+    const ServerProcess& server) {
+  auto raw = transport::BlockingConnection::Connect(server.socket());
+  if (!raw.ok()) return raw.status();
+  wire::Request hello;
+  hello.set_id(1);
+  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
+  wire::Response r;
+  std::vector<UniqueFd> fds;
+  TIERPOOL_RETURN_IF_ERROR((*raw)->Call(hello, &r, &fds));
+  return raw;
+}
+
 // AUTO carries at most the inline threshold's worth of bytes per reply (8 KiB by default): one
 // small object inline, a batch of them mostly pinned (read from the mapping, 2x faster for
 // 64 x 4 KiB than through the socket). Before: every object up to 64 KiB was inline.
@@ -350,14 +365,8 @@ TEST(RoundTripBatch, AutoGetsInlineAtMostTheThresholdPerReply) {
   ASSERT_TRUE((*client)->Put("eight", eight.data(), eight.size()).ok());
   ASSERT_TRUE((*client)->Put("more", more.data(), more.size()).ok());
 
-  auto raw = transport::BlockingConnection::Connect(server.socket());
-  ASSERT_TRUE(raw.ok());
-  wire::Request hello;
-  hello.set_id(1);
-  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
-  wire::Response r;
-  std::vector<UniqueFd> fds;
-  ASSERT_TRUE((*raw)->Call(hello, &r, &fds).ok());
+  auto raw = HelloConnection(server);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
   auto get = [&](std::vector<std::string> keys) {
     static std::uint64_t id = 2;
     wire::Request req;
@@ -399,14 +408,8 @@ TEST(RoundTripBatch, AGetOfBytesMetaOnlyCarriesNoNames) {
   po.shape = {2, 1024};
   ASSERT_TRUE((*client)->Put(key, bytes.data(), bytes.size(), po).ok());
 
-  auto raw = transport::BlockingConnection::Connect(server.socket());
-  ASSERT_TRUE(raw.ok());
-  wire::Request hello;
-  hello.set_id(1);
-  hello.mutable_hello()->set_protocol_version(transport::kProtocolVersion);
-  wire::Response r;
-  std::vector<UniqueFd> fds;
-  ASSERT_TRUE((*raw)->Call(hello, &r, &fds).ok());
+  auto raw = HelloConnection(server);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
   std::uint64_t id = 2;
   auto get = [&](wire::GetMode mode, bool bytes_meta_only) {
     wire::Request req;

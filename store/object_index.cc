@@ -154,7 +154,9 @@ StoredObject& ObjectIndex::Publish(std::unique_ptr<StoredObject> obj, std::optio
   {
     Part& part = parts_[ref.part];
     std::lock_guard lock(part.mu);
-    CountNs(part, ref.meta.ns, static_cast<std::int64_t>(ref.meta.size), 0);
+    ref.ns_counts = &part.ns_usage[ref.meta.ns];
+    ++ref.ns_counts->objects;
+    CountNs(part, ref, static_cast<std::int64_t>(ref.meta.size), 0);
     if (tier) SetCopyIn(part, ref, *tier, *extent);
   }
   ObjectShard& shard = ObjectShardOf(ref.id);
@@ -185,7 +187,7 @@ void ObjectIndex::ShrinkReservation(StoredObject& obj, std::uint64_t size, TierK
   }
   Part& part = parts_[obj.part];
   std::lock_guard lock(part.mu);
-  CountNs(part, obj.meta.ns, -less, 0);
+  CountNs(part, obj, -less, 0);
   obj.meta.size = size;
   SetCopyIn(part, obj, tier, extent);
 }
@@ -259,7 +261,7 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
     Part& part = parts_[obj.part];
     std::lock_guard lock(part.mu);
     obj.linked = true;
-    CountNs(part, obj.meta.ns, 0, 1);
+    CountNs(part, obj, 0, 1);
     RefreshIn(part, obj);
   }
   {
@@ -282,7 +284,7 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
     if (in_name_part) {
       obj.linked = true;
       // A replacement in the same part leaves its named objects as they were.
-      if (replaced == nullptr || replaced->part != name_part) CountNs(part, obj.meta.ns, 0, 1);
+      if (replaced == nullptr || replaced->part != name_part) CountNs(part, obj, 0, 1);
       RefreshIn(part, obj);
     }
   }
@@ -290,7 +292,7 @@ StoredObject* ObjectIndex::Commit(StoredObject& obj, bool* unused) {
   if (replaced != nullptr && (replaced->part != name_part || !in_name_part)) {
     Part& part = parts_[replaced->part];
     std::lock_guard lock(part.mu);
-    CountNs(part, replaced->meta.ns, 0, -1);
+    CountNs(part, *replaced, 0, -1);
     if (replaced->part != name_part) RefreshIn(part, *replaced);
   }
   return replaced;
@@ -309,7 +311,7 @@ void ObjectIndex::Unlink(StoredObject& obj) {
   }
   Part& part = parts_[obj.part];
   std::lock_guard lock(part.mu);
-  if (was_linked) CountNs(part, obj.meta.ns, 0, -1);
+  if (was_linked) CountNs(part, obj, 0, -1);
   RefreshIn(part, obj);
 }
 
@@ -326,7 +328,11 @@ void ObjectIndex::Erase(StoredObject& obj) {
     for (int t = 0; t < kTierKindCount; ++t) {
       if (obj.copies[t].present) ClearCopyIn(part, obj, static_cast<TierKind>(t));
     }
-    CountNs(part, obj.meta.ns, -static_cast<std::int64_t>(obj.meta.size), 0);
+    CountNs(part, obj, -static_cast<std::int64_t>(obj.meta.size), 0);
+    // Its counts are all given back: with the namespace's last object in the part, the entry
+    // goes.
+    if (--obj.ns_counts->objects == 0) part.ns_usage.erase(obj.meta.ns);
+    obj.ns_counts = nullptr;
   }
   std::unique_ptr<StoredObject> gone;  // destroyed with no lock held
   ObjectShard& shard = ObjectShardOf(id);
@@ -338,16 +344,11 @@ void ObjectIndex::Erase(StoredObject& obj) {
 
 // --- counts ---------------------------------------------------------------------------------
 
-void ObjectIndex::CountNs(Part& part, const std::string& ns, std::int64_t bytes,
-                          std::int64_t objects) {
-  NamespaceUsage& u = part.ns_usage[ns];
+void ObjectIndex::CountNs(Part& part, StoredObject& obj, std::int64_t bytes, std::int64_t objects) {
+  NamespaceUsage& u = obj.ns_counts->usage;
   u.bytes += static_cast<std::uint64_t>(bytes);
   u.objects += static_cast<std::uint64_t>(objects);
   part.linked += static_cast<std::uint64_t>(objects);
-  if (u.bytes == 0 && u.objects == 0 &&
-      std::all_of(u.tier_bytes.begin(), u.tier_bytes.end(), [](auto b) { return b == 0; })) {
-    part.ns_usage.erase(ns);
-  }
 }
 
 NamespaceUsage ObjectIndex::UsageOf(const std::string& ns) const {
@@ -356,9 +357,10 @@ NamespaceUsage ObjectIndex::UsageOf(const std::string& ns) const {
     std::lock_guard lock(part.mu);
     auto it = part.ns_usage.find(ns);
     if (it == part.ns_usage.end()) continue;
-    total.bytes += it->second.bytes;
-    total.objects += it->second.objects;
-    for (int t = 0; t < kTierKindCount; ++t) total.tier_bytes[t] += it->second.tier_bytes[t];
+    const NamespaceUsage& u = it->second.usage;
+    total.bytes += u.bytes;
+    total.objects += u.objects;
+    for (int t = 0; t < kTierKindCount; ++t) total.tier_bytes[t] += u.tier_bytes[t];
   }
   return total;
 }
@@ -486,7 +488,7 @@ void ObjectIndex::SetCopyIn(Part& part, StoredObject& obj, TierKind tier, const 
   ObjectCopy& c = obj.copy(tier);
   UnlistCopyIn(part, obj, static_cast<int>(tier));  // its key changes; Refresh fixes the rest
   if (!c.present) ++part.copies_in[static_cast<int>(tier)];
-  std::uint64_t& bytes = part.ns_usage[obj.meta.ns].tier_bytes[static_cast<int>(tier)];
+  std::uint64_t& bytes = obj.ns_counts->usage.tier_bytes[static_cast<int>(tier)];
   if (c.present) bytes -= c.extent.length;
   bytes += extent.length;
   c.present = true;
@@ -501,7 +503,7 @@ void ObjectIndex::RelocateCopy(StoredObject& obj, TierKind tier, const Extent& e
   Part& part = parts_[obj.part];
   std::lock_guard lock(part.mu);
   ObjectCopy& c = obj.copy(tier);
-  std::uint64_t& bytes = part.ns_usage[obj.meta.ns].tier_bytes[static_cast<int>(tier)];
+  std::uint64_t& bytes = obj.ns_counts->usage.tier_bytes[static_cast<int>(tier)];
   bytes = bytes - c.extent.length + extent.length;
   c.extent = extent;
 }
@@ -517,11 +519,7 @@ void ObjectIndex::ClearCopyIn(Part& part, StoredObject& obj, TierKind tier) {
   UnlistCopyIn(part, obj, static_cast<int>(tier));
   if (c.present) {
     --part.copies_in[static_cast<int>(tier)];
-    if (auto it = part.ns_usage.find(obj.meta.ns); it != part.ns_usage.end()) {
-      it->second.tier_bytes[static_cast<int>(tier)] -= c.extent.length;
-      // An entry goes once all its counts are zero (a copy of an empty object may outlive it).
-      CountNs(part, obj.meta.ns, 0, 0);
-    }
+    obj.ns_counts->usage.tier_bytes[static_cast<int>(tier)] -= c.extent.length;
   }
   c.present = false;
   c.extent = {};

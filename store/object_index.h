@@ -95,6 +95,22 @@ struct ObjectMove {
 
 struct StoredObject;
 
+// What one namespace holds, for its quota: bytes of every object the index keeps (reservations,
+// committed objects, replaced or deleted ones not freed yet) and its linked (named) objects.
+struct NamespaceUsage {
+  std::uint64_t bytes = 0;
+  std::uint64_t objects = 0;
+  std::array<std::uint64_t, kTierKindCount> tier_bytes{};  // its copies' extents, by tier
+};
+
+// One namespace's counts in one part of the index, and how many of the part's objects point at
+// them: the entry lives while one does, so an object reaches its counts through a pointer and a
+// put hashes no namespace name (that hash and compare were 6% of a 4 KiB put batch's server time).
+struct PartNamespaceCounts {
+  NamespaceUsage usage;
+  std::uint64_t objects = 0;  // the part's objects of the namespace, linked or not
+};
+
 // An object's place in one of its owner part's lists of open reservations. Intrusive, so that a
 // put allocates nothing for them: with two std::sets instead (by owner, by deadline), batches of
 // 64 small puts ran 6% slower (docs/benchmarks.md, "Long keys").
@@ -112,6 +128,8 @@ struct StoredObject {
   ObjectMeta meta;                   // meta.tier: the top tier holding a copy
   std::uint32_t pool = kSharedPool;  // its namespace's pool: the arenas its copies live in
   std::uint32_t part = 0;            // the index's part that keeps its bookkeeping
+  // Its namespace's counts in that part: set as it is published, read under the part's lock.
+  PartNamespaceCounts* ns_counts = nullptr;
   bool committed = false;
   bool reservation = false;     // an open reservation: committed, aborted or expired ends it
   bool staged = false;          // made as staged room, before it had a name
@@ -152,14 +170,6 @@ inline bool MovableObject(const StoredObject& obj) {
 //   kRedundant: movable copies whose object has another copy: dropping one costs no transfer
 //             (a retained object's last copy in a tier that keeps it alone is not redundant).
 enum class CandidateSet : std::uint8_t { kMovable = 0, kCache = 1, kRedundant = 2 };
-
-// What one namespace holds, for its quota: bytes of every object the index keeps (reservations,
-// committed objects, replaced or deleted ones not freed yet) and its linked (named) objects.
-struct NamespaceUsage {
-  std::uint64_t bytes = 0;
-  std::uint64_t objects = 0;
-  std::array<std::uint64_t, kTierKindCount> tier_bytes{};  // its copies' extents, by tier
-};
 
 // What one owner (a connection) holds open: the per-client limits are checked against it. (Its
 // leases are counted by the LeaseTable.)
@@ -395,7 +405,8 @@ class ObjectIndex {
     std::array<std::uint64_t, kTierKindCount> copies_in{};  // guarded by mu
     // guarded by mu: its objects' bytes and named objects per namespace, and their copies'
     // bytes per tier
-    std::unordered_map<std::string, NamespaceUsage> ns_usage;
+    // (node-based: an entry stays where it is as others come and go, for its objects' pointers)
+    std::unordered_map<std::string, PartNamespaceCounts> ns_usage;
     std::uint64_t linked = 0;  // guarded by mu: its objects reachable by name
     // guarded by mu: nodes of entries that left its sets, for the next entries to enter them. A
     // put that replaces an object lists the new one's copy as the old one's leaves: without
@@ -459,7 +470,8 @@ class ObjectIndex {
   void SetCopyIn(Part& part, StoredObject& obj, TierKind tier, const Extent& extent);
   void ClearCopyIn(Part& part, StoredObject& obj, TierKind tier);
   void UnlistCopyIn(Part& part, StoredObject& obj, int tier);
-  static void CountNs(Part& part, const std::string& ns, std::int64_t bytes, std::int64_t objects);
+  // obj's namespace's counts in its part (part), changed by bytes and named objects.
+  static void CountNs(Part& part, StoredObject& obj, std::int64_t bytes, std::int64_t objects);
   // The set a copy of obj in tier t is listed in.
   RecencySet& SetOf(Part& part, const StoredObject& obj, int t, int set);
   // An entry into a set of the part, at its end (the newest), and out of one: through the part's

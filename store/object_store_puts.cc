@@ -2,7 +2,7 @@
 // else making room by the policy), and its commit naming the object and freeing what it
 // replaced; aborts, and the store's own copying puts. The class and its locking:
 // store/object_store.h.
-#include <chrono>
+#include <ctime>
 #include <shared_mutex>
 
 #include "common/checksum.h"
@@ -13,10 +13,13 @@
 namespace tierpool {
 
 namespace {
+// An object's creation time, to within the kernel's tick (4 ms here): the coarse clock is a
+// read of memory (4 ns here, against 16 for the exact one), and a put batch reads it per object.
 std::uint64_t UnixMillis() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count());
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  return static_cast<std::uint64_t>(now.tv_sec) * 1000 +
+         static_cast<std::uint64_t>(now.tv_nsec) / 1'000'000;
 }
 }  // namespace
 

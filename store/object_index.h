@@ -210,9 +210,9 @@ class ObjectIndex {
   // The same for an object built by the caller (meta and pool set; its id is given here), with
   // its copy in `tier` at `extent`, if admit(owner's holdings) says yes: the check and the
   // counting happen under one lock, so puts in parallel cannot pass a limit together. Returns
-  // the object, or nullptr (refused: obj is dropped).
+  // the object (obj is the index's now), or nullptr (refused: obj is still the caller's).
   template <typename Admit>
-  StoredObject* AddReservationIf(std::unique_ptr<StoredObject> obj, std::uint64_t owner,
+  StoredObject* AddReservationIf(std::unique_ptr<StoredObject>& obj, std::uint64_t owner,
                                  std::uint64_t expiry_us, TierKind tier, const Extent& extent,
                                  Admit&& admit) {
     {

@@ -248,6 +248,9 @@ class ObjectStore {
   void Stop();
 
   Result<Reservation> Reserve(const PutSpec& spec, std::uint64_t owner);
+  // The same, taking spec's names into the object instead of copying them: a reservation
+  // costs one copy of its key, not two (what a batch of puts from the wire calls).
+  Result<Reservation> Reserve(PutSpec&& spec, std::uint64_t owner);
   // Room for a connection's next put, before it has a name (spec.key empty): a put that finds
   // one staged copies into it and names it in its commit, in one round trip instead of two.
   // Takes only free room below the tier's high watermark (never moves, drops or waits; hbm only
@@ -479,16 +482,16 @@ class ObjectStore {
   // Why a connection holding `h` may not reserve `size` bytes more (its per-connection limits),
   // or empty when it may.
   std::string OverClientLimits(const OwnerHoldings& h, std::uint64_t size) const;
-  // A new reservation's meta: what the put spec says, its copy in `tier`.
-  static ObjectMeta MetaOf(const PutSpec& spec, TierKind tier);
+  // A new reservation's meta: what the put spec says (its names taken), its copy in `tier`.
+  static ObjectMeta MetaOf(PutSpec&& spec, TierKind tier);
   // When a new reservation of owner's falls due (0: never).
   std::uint64_t ReservationDue(std::uint64_t owner) const;
   // A reserve under mu_ held shared, beside other puts and gets: a put into dram that free room
   // holds now, within its connection's limits, in a namespace without a quota; staged room
   // (Stage's case) also within the staged-room limit and below dram's high watermark. nullopt:
-  // anything else, left to the exclusive path (nothing was changed).
-  std::optional<Reservation> TryReserveShared(const PutSpec& spec, std::uint64_t owner,
-                                              bool staged);
+  // anything else, left to the exclusive path (nothing was changed, spec included). A
+  // reservation made takes spec's names (ns, key, dtype, shape) instead of copying them.
+  std::optional<Reservation> TryReserveShared(PutSpec& spec, std::uint64_t owner, bool staged);
   // A commit under mu_ held shared: of a reservation made for a key, or of staged room named
   // by `name` (its namespace, at most its size), with nothing more to do as it commits (no copy
   // up). The object it replaces is freed here when no other thread can reach it; otherwise its

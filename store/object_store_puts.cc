@@ -49,13 +49,13 @@ Status ObjectStore::CheckPutSpec(const PutSpec& spec, bool named) const {
   return Status::Ok();
 }
 
-ObjectMeta ObjectStore::MetaOf(const PutSpec& spec, TierKind tier) {
+ObjectMeta ObjectStore::MetaOf(PutSpec&& spec, TierKind tier) {
   ObjectMeta meta;
-  meta.ns = spec.ns;
-  meta.key = spec.key;
+  meta.ns = std::move(spec.ns);
+  meta.key = std::move(spec.key);
   meta.size = spec.size;
-  meta.dtype = spec.dtype;
-  meta.shape = spec.shape;
+  meta.dtype = std::move(spec.dtype);
+  meta.shape = std::move(spec.shape);
   meta.kind = spec.kind;
   meta.durability = spec.durability;
   meta.tier = tier;
@@ -68,14 +68,13 @@ std::uint64_t ObjectStore::ReservationDue(std::uint64_t owner) const {
              : clock_->NowMicros() + config_.reservation_ttl_ms * 1000;
 }
 
-std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, std::uint64_t owner,
+std::optional<Reservation> ObjectStore::TryReserveShared(PutSpec& spec, std::uint64_t owner,
                                                          bool staged) {
   if (spec.size == 0 || (spec.tier_hint && *spec.tier_hint != TierKind::kDram)) {
     return std::nullopt;
   }
   // Built before any lock: no other thread sees it until it is in the index.
   auto obj = std::make_unique<StoredObject>();
-  obj->meta = MetaOf(spec, TierKind::kDram);
   const std::uint64_t due = staged ? 0 : ReservationDue(owner);  // staged room is idle by design
   std::shared_lock lock(mu_);
   // A quota is checked against every put of its namespace at once: the exclusive path.
@@ -92,19 +91,30 @@ std::optional<Reservation> ObjectStore::TryReserveShared(const PutSpec& spec, st
     return std::nullopt;
   }
   obj->pool = pool;
+  const std::uint64_t size = spec.size;
+  obj->meta = MetaOf(std::move(spec), TierKind::kDram);
   StoredObject* added = index_.AddReservationIf(
-      std::move(obj), owner, due, TierKind::kDram, *extent, [&](const OwnerHoldings& h) {
+      obj, owner, due, TierKind::kDram, *extent, [&](const OwnerHoldings& h) {
         return (!staged || h.staged < config_.max_staged_per_client) &&
-               (owner == kStoreOwner || OverClientLimits(h, spec.size).empty());
+               (owner == kStoreOwner || OverClientLimits(h, size).empty());
       });
   if (added == nullptr) {  // over a limit: the exclusive path refuses it and says why
     (void)dram->Free(*extent);
+    // Its names go back for that path to use.
+    spec.ns = std::move(obj->meta.ns);
+    spec.key = std::move(obj->meta.key);
+    spec.dtype = std::move(obj->meta.dtype);
+    spec.shape = std::move(obj->meta.shape);
     return std::nullopt;
   }
   return Reservation{added->id, *extent, TierKind::kDram};
 }
 
 Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owner) {
+  return Reserve(PutSpec(spec), owner);
+}
+
+Result<Reservation> ObjectStore::Reserve(PutSpec&& spec, std::uint64_t owner) {
   TIERPOOL_RETURN_IF_ERROR(CheckPutSpec(spec, /*named=*/true));
   if (auto r = TryReserveShared(spec, owner, /*staged=*/false)) return *r;
   std::unique_lock lock(mu_);
@@ -164,10 +174,12 @@ Result<Reservation> ObjectStore::Reserve(const PutSpec& spec, std::uint64_t owne
           "); retained objects are never evicted: delete some or give tierpoold more memory");
     }
   }
-  StoredObject& obj = index_.AddReservation(MetaOf(spec, placed), owner, ReservationDue(owner));
-  obj.pool = pool;  // before its first copy: the index lists copies by pool
-  obj.up_on_commit =
+  const bool up_on_commit =
       spec.tier_hint == TierKind::kHbm && on_device(TierKind::kHbm) && placed != TierKind::kHbm;
+  StoredObject& obj =
+      index_.AddReservation(MetaOf(std::move(spec), placed), owner, ReservationDue(owner));
+  obj.pool = pool;  // before its first copy: the index lists copies by pool
+  obj.up_on_commit = up_on_commit;
   index_.SetCopy(obj, placed, extent);
   if (placed == TierKind::kHbm) wake_.notify_one();
   return Reservation{obj.id, extent, placed};

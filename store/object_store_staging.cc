@@ -15,7 +15,9 @@ Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner)
     return Status::InvalidArgument("staged room is for puts of at most " +
                                    FormatBytes(config_.max_staged_bytes));
   }
-  if (auto r = TryReserveShared(spec, owner, /*staged=*/true)) {
+  // Staged room has no key: the copy for the shared path's taking is of a few short names.
+  PutSpec mine = spec;
+  if (auto r = TryReserveShared(mine, owner, /*staged=*/true)) {
     reservations_staged_.Add(owner);
     return *r;
   }
@@ -47,7 +49,7 @@ Result<Reservation> ObjectStore::Stage(const PutSpec& spec, std::uint64_t owner)
     return Status::ResourceExhausted("no room below " + std::string(TierName(kind)) +
                                      "'s high watermark to stage " + FormatBytes(spec.size));
   }
-  StoredObject& obj = index_.AddReservation(MetaOf(spec, kind), owner, /*expiry_us=*/0);
+  StoredObject& obj = index_.AddReservation(MetaOf(PutSpec(spec), kind), owner, /*expiry_us=*/0);
   obj.pool = pool;
   index_.SetCopy(obj, kind, *extent);
   reservations_staged_.Add(owner);

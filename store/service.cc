@@ -299,7 +299,8 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       }
       for (int i = reply->items_size(); i < items.size(); ++i) {
         auto spec = CheckedSpec(peer, items[i]);
-        auto r = spec.ok() ? store_->Reserve(*spec, session) : Result<Reservation>(spec.status());
+        auto r = spec.ok() ? store_->Reserve(std::move(*spec), session)
+                           : Result<Reservation>(spec.status());
         if (WaitRefused()) return true;  // carried on from item i on a worker
         ToWire(r, reply->add_items());
       }

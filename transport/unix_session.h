@@ -73,7 +73,12 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
  private:
   enum class State { kIdle, kReading, kBusy, kWriting };
 
+  // The next frame's header from what was read ahead, or a read for more first.
   void ReadHeader();
+  // One read from the socket into ahead_ (up to its size), then OnHeader once a header is in.
+  void ReadAhead();
+  // Up to `most` bytes read ahead and not yet taken, copied to `to`; counted as read.
+  std::size_t TakeAhead(void* to, std::size_t most);
   void OnHeader();
   void ReadBody();
   void OnBody();
@@ -121,9 +126,15 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   ServerShared* shared_;
   State state_ = State::kIdle;
   bool spoke_ = false;  // a complete frame arrived: the handshake window is over
-  std::uint8_t header_[kFrameHeaderSize];
+  // Bytes read from the socket and not yet taken: [ahead_begin_, ahead_end_). A fixed
+  // kReadAhead per connection (made at its first read, not counted in counters.buffered, as
+  // the socket's own buffers are not); bodies larger than what it holds go to body_.
+  std::string ahead_;
+  std::size_t ahead_begin_ = 0;
+  std::size_t ahead_end_ = 0;
   std::uint32_t expected_ = 0;  // body length of the frame being read
   std::size_t received_ = 0;
+  const char* frame_ = nullptr;  // the body when it lies whole in ahead_; else body_ holds it
   std::string body_;
   std::size_t charged_ = 0;  // bytes of body_ counted in counters.buffered
   MessageArena messages_;    // the request being served and its reply
@@ -134,7 +145,9 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   // only once it is done, by Handle's completion: what the request takes (a pin, a
   // reservation) would otherwise outlive the release and be held by nobody.
   bool on_worker_ = false;
-  std::uint64_t socket_read_ = 0;  // bytes read from the socket
+  // Bytes of the socket's stream taken as frames (what was read ahead counts once it is taken):
+  // a ring request waits until every byte its client sent before it is.
+  std::uint64_t socket_read_ = 0;
 
   std::shared_ptr<RingRegistry::Entry> ring_;
   std::atomic<bool> ring_take_queued_{false};

@@ -579,5 +579,90 @@ TEST(StagedPuts, ARunOfPutsTakesOneRoundTripForEachPutTheRoomHolds) {
       server.WaitFor([](const ServerStats& s) { return s.counter("reservations_open") == 0; }));
 }
 
+// The server reads its socket ahead (transport/unix_session.cc): one recv may hold several
+// frames, a frame's header without its body, or the start of a body larger than what it reads
+// ahead. Frames sent back to back, in one write and in pieces cut anywhere, are each served
+// once, in order, with the bytes they carried.
+TEST(RoundTripFrames, FramesInOneWriteOrCutAnywhereAreEachServedInOrder) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto raw = HelloConnection(server);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  const std::string ns = server.options().ns;
+  std::uint64_t id = 2;
+  // Puts of a small, a large (past the 16 KiB read ahead) and a small object, then one get of
+  // the three: each its own frame, all in one string.
+  auto frames = [&](const std::string& prefix, const std::vector<std::string>& objects,
+                    std::vector<std::uint64_t>* ids) {
+    std::string stream;
+    auto add = [&](wire::Request& req) {
+      req.set_id(id);
+      ids->push_back(id++);
+      auto frame = transport::EncodeFrame(req, transport::kDefaultMaxFrameBytes);
+      ASSERT_TRUE(frame.ok());
+      stream += *frame;
+    };
+    for (std::size_t i = 0; i < objects.size(); ++i) {
+      wire::Request put;
+      auto* item = put.mutable_put_inline()->add_items();
+      item->mutable_spec()->set_ns(ns);
+      item->mutable_spec()->set_key(prefix + std::to_string(i));
+      item->mutable_spec()->set_size(objects[i].size());
+      item->set_data(objects[i]);
+      item->set_checksum(XXH3_64bits(objects[i].data(), objects[i].size()));
+      add(put);
+    }
+    wire::Request get;
+    for (std::size_t i = 0; i < objects.size(); ++i) {
+      auto* key = get.mutable_get()->add_keys();
+      key->set_ns(ns);
+      key->set_key(prefix + std::to_string(i));
+    }
+    get.mutable_get()->set_mode(wire::INLINE);
+    add(get);
+    return stream;
+  };
+  auto check_replies = [&](const std::vector<std::uint64_t>& ids,
+                           const std::vector<std::string>& objects) {
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      wire::Response r;
+      ASSERT_TRUE((*raw)->Receive(&r).ok());
+      ASSERT_EQ(r.id(), ids[k]) << "reply " << k;
+      ASSERT_EQ(r.status().code(), 0u) << r.status().message();
+      if (k < objects.size()) {
+        ASSERT_EQ(r.statuses().items_size(), 1);
+        EXPECT_EQ(r.statuses().items(0).code(), 0u) << r.statuses().items(0).message();
+        continue;
+      }
+      ASSERT_EQ(r.get().items_size(), static_cast<int>(objects.size()));
+      for (std::size_t i = 0; i < objects.size(); ++i) {
+        EXPECT_EQ(r.get().items(static_cast<int>(i)).data(), objects[i]) << "object " << i;
+      }
+    }
+  };
+  const std::vector<std::string> objects = {Pattern(1, 100), Pattern(2, 40 << 10), Pattern(3, 300)};
+  {
+    std::vector<std::uint64_t> ids;
+    const std::string stream = frames("whole", objects, &ids);
+    ASSERT_TRUE((*raw)->SendRaw(stream.data(), stream.size()).ok());
+    check_replies(ids, objects);
+  }
+  {
+    // Cut into pieces of 1 to 13 bytes and of 3,000, each sent after a pause long enough for
+    // the server to have read the one before.
+    std::vector<std::uint64_t> ids;
+    const std::string stream = frames("cut", objects, &ids);
+    const std::size_t sizes[] = {1, 5, 13, 3000, 7, 2, 11, 3000, 3};
+    std::size_t at = 0;
+    for (int n = 0; at < stream.size(); ++n) {
+      const std::size_t piece = std::min(sizes[n % std::size(sizes)], stream.size() - at);
+      ASSERT_TRUE((*raw)->SendRaw(stream.data() + at, piece).ok());
+      at += piece;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    check_replies(ids, objects);
+  }
+}
+
 }  // namespace
 }  // namespace tierpool::testing

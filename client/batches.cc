@@ -97,6 +97,45 @@ Status TooSmall(std::string_view key, std::size_t capacity, std::uint64_t size) 
                                  std::to_string(size) + " bytes)");
 }
 
+// Whether items [begin, end) differ only in key and size: then they go packed, as one message
+// (wire::PackedPutSpecs) instead of one per item.
+bool Alike(const std::vector<PutItem>& items, std::size_t begin, std::size_t end) {
+  const PutOptions& a = items[begin].options;
+  for (std::size_t i = begin + 1; i < end; ++i) {
+    const PutOptions& b = items[i].options;
+    if (b.dtype != a.dtype || b.shape != a.shape || b.kind != a.kind ||
+        b.durability != a.durability || b.tier != a.tier || b.numa_node != a.numa_node ||
+        b.device != a.device) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The reserve of items [begin, end): packed when the server takes that and they are alike.
+void FillReserve(const std::string& ns, const std::vector<PutItem>& items, std::size_t begin,
+                 std::size_t end, bool packed_puts, wire::ReserveRequest* reserve) {
+  if (!packed_puts || end - begin < 2 || !Alike(items, begin, end)) {
+    for (std::size_t i = begin; i < end; ++i) {
+      detail::FillSpec(ns, items[i].key, items[i].size, items[i].options, reserve->add_items());
+    }
+    return;
+  }
+  wire::PackedPutSpecs* packed = reserve->mutable_packed();
+  detail::FillSpec(ns, {}, 0, items[begin].options, packed->mutable_spec());
+  std::size_t key_bytes = 0;
+  for (std::size_t i = begin; i < end; ++i) key_bytes += items[i].key.size();
+  std::string* keys = packed->mutable_keys();
+  keys->reserve(key_bytes);
+  packed->mutable_key_bytes()->Reserve(static_cast<int>(end - begin));
+  packed->mutable_sizes()->Reserve(static_cast<int>(end - begin));
+  for (std::size_t i = begin; i < end; ++i) {
+    keys->append(items[i].key);
+    packed->add_key_bytes(static_cast<std::uint32_t>(items[i].key.size()));
+    packed->add_sizes(items[i].size);
+  }
+}
+
 // One part of a put batch and its messages (on the connection's arena).
 struct Part : Range {
   wire::Request* reserve = nullptr;
@@ -114,7 +153,6 @@ struct Part : Range {
 }  // namespace
 
 using detail::Borrowed;
-using detail::FillSpec;
 using transport::FromWire;
 
 std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
@@ -146,10 +184,7 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
     p.reserve = k == 0 ? &messages.request() : messages.New<wire::Request>();
     auto* reserve = p.reserve->mutable_reserve();
     if (k == 0) conn->staged.GiveBack(reserve->mutable_unstage());
-    for (std::size_t i = p.begin; i < p.end; ++i) {
-      FillSpec(core_->options.ns, items[i].key, items[i].size, items[i].options,
-               reserve->add_items());
-    }
+    FillReserve(core_->options.ns, items, p.begin, p.end, conn->packed_puts, reserve);
     p.reserved = k == 0 ? &messages.response() : messages.New<wire::Response>();
     if (!one_call) p.reserve_sent = exchange.Send(*p.reserve);
   }

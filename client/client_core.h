@@ -159,8 +159,9 @@ struct PooledConnection {
   std::uint64_t next_id = 1;
   std::uint64_t fork_generation = ForkGeneration();
   int owner_pid = ::getpid();
-  std::string ns;           // the client's namespace
-  bool stage_puts = false;  // ClientOptions::stage_puts
+  std::string ns;            // the client's namespace
+  bool stage_puts = false;   // ClientOptions::stage_puts
+  bool packed_puts = false;  // the server takes ReserveRequest.packed (HelloReply.packed_puts)
   StagedRooms staged;
   // The messages of the call that has it borrowed (Reset by that call first): a batch's
   // request and reply cost a few block allocations instead of several per item.
@@ -329,6 +330,7 @@ class ClientCore {
       devices->Record(resp.hello());
     }
     pc->staged.set_fits_smaller(resp.hello().staged_room_fits_smaller());
+    pc->packed_puts = resp.hello().packed_puts();
     pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
     pc->conn->set_busy_poll_us(options.busy_poll_us);
     if (options.request_ring) TIERPOOL_RETURN_IF_ERROR(OpenRing(*pc));

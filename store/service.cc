@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "common/no_wait_scope.h"
+#include "store/packed_puts.h"
 #include "transport/wire_meta.h"
 
 namespace tierpool {
@@ -44,13 +45,16 @@ void ToWire(const Extent& e, wire::Extent* w) {
   w->set_length(e.length);
 }
 
-template <typename Items>
-Status CheckBatch(const Items& items, std::uint32_t max) {
-  if (static_cast<std::uint32_t>(items.size()) > max) {
-    return Status::InvalidArgument("batch of " + std::to_string(items.size()) +
+Status CheckBatchSize(std::size_t n, std::uint32_t max) {
+  if (n > max) {
+    return Status::InvalidArgument("batch of " + std::to_string(n) +
                                    " items exceeds the limit of " + std::to_string(max));
   }
   return Status::Ok();
+}
+template <typename Items>
+Status CheckBatch(const Items& items, std::uint32_t max) {
+  return CheckBatchSize(static_cast<std::size_t>(items.size()), max);
 }
 
 // Enum values from the wire are checked: an out-of-range value is an error, not a cast.
@@ -125,6 +129,14 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
       };
       if (req.has_reserve()) {
         for (const auto& item : req.reserve().items()) add(item);
+        if (req.reserve().has_packed()) {
+          const wire::PackedPutSpecs& p = req.reserve().packed();
+          wire::PutSpec one = p.spec();
+          for (std::uint64_t size : p.sizes()) {
+            one.set_size(size);
+            add(one);
+          }
+        }
       } else {
         for (const auto& item : req.put_inline().items()) add(item.spec());
       }
@@ -157,6 +169,7 @@ Status StoreService::CheckNamespaces(const transport::PeerCredentials& peer,
   switch (req.body_case()) {
     case wire::Request::kReserve:
       for (const auto& i : req.reserve().items()) check(i.ns());
+      if (req.reserve().has_packed()) check(req.reserve().packed().spec().ns());
       break;
     case wire::Request::kPutInline:
       for (const auto& i : req.put_inline().items()) check(i.spec().ns());
@@ -216,6 +229,7 @@ void StoreService::RecordLatency(const wire::Request& req, const wire::Response&
     case wire::Request::kReserve:
       op = kReserveOp;
       for (const auto& item : req.reserve().items()) bytes += item.size();
+      for (std::uint64_t size : req.reserve().packed().sizes()) bytes += size;
       break;
     case wire::Request::kCommit:
       op = kCommitOp;
@@ -275,6 +289,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       }
       h->set_copy_only(!req.hello().ns().empty() && !MapsNamespace(peer, req.hello().ns()));
       h->set_staged_room_fits_smaller(true);
+      h->set_packed_puts(true);
       auto* l = h->mutable_limits();
       l->set_max_frame_bytes(config_.max_frame_bytes);
       l->set_max_key_bytes(store_->config().max_key_bytes);
@@ -286,10 +301,20 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
     }
     case wire::Request::kReserve: {
       const auto& items = req.reserve().items();
-      if (Status s = CheckBatch(items, config_.max_batch_items); !s.ok()) {
-        ToWire(s, resp->mutable_status());
+      auto packed = req.reserve().has_packed() ? PackedPuts::Of(req.reserve().packed())
+                                               : Result<PackedPuts>(PackedPuts());
+      const Status batch =
+          packed.ok() ? CheckBatchSize(static_cast<std::size_t>(items.size() + packed->size()),
+                                       config_.max_batch_items)
+                      : packed.status();
+      if (!batch.ok()) {
+        ToWire(batch, resp->mutable_status());
         return true;
       }
+      // What the packed items share, checked once.
+      const Result<PutSpec> shared = packed->size() > 0
+                                         ? CheckedSpec(peer, req.reserve().packed().spec())
+                                         : Result<PutSpec>(PutSpec());
       auto* reply = resp->mutable_reserve();
       // Staged room the client no longer wants goes first: it must not count against these.
       // (Once: a request carried on on a worker after a refused wait resumes at its first
@@ -297,8 +322,13 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       if (reply->items_size() == 0) {
         for (auto id : req.reserve().unstage()) (void)store_->Abort(id, session);
       }
-      for (int i = reply->items_size(); i < items.size(); ++i) {
-        auto spec = CheckedSpec(peer, items[i]);
+      for (int i = reply->items_size(); i < items.size() + packed->size(); ++i) {
+        Result<PutSpec> spec = i < items.size() ? CheckedSpec(peer, items[i]) : shared;
+        if (i >= items.size() && spec.ok()) {
+          const int j = i - items.size();
+          spec->key = packed->key(j);
+          spec->size = packed->object_size(j);
+        }
         auto r = spec.ok() ? store_->Reserve(std::move(*spec), session)
                            : Result<Reservation>(spec.status());
         if (WaitRefused()) return true;  // carried on from item i on a worker

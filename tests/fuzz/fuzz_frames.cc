@@ -41,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (refused && response.status().code() == 0) {
       int asked = -1, answered = -1;
       if (request.has_reserve()) {
-        asked = request.reserve().items_size();
+        // (Packed items count too: with an OK status, their lists agreed.)
+        asked = request.reserve().items_size() + request.reserve().packed().sizes_size();
         answered = response.reserve().items_size();
       } else if (request.has_put_inline()) {
         asked = request.put_inline().items_size();

@@ -130,6 +130,14 @@ void Frames(const fs::path& dir) {
   auto hbm = Spec("h", 1 << 12);
   hbm.set_tier_hint(wire::HBM);
   *reserve.mutable_reserve()->add_items() = hbm;
+  // Two more, packed in one message.
+  auto* packed = reserve.mutable_reserve()->mutable_packed();
+  *packed->mutable_spec() = Spec("", 0);
+  packed->set_keys("p1p22");
+  packed->add_key_bytes(2);
+  packed->add_key_bytes(3);
+  packed->add_sizes(1 << 12);
+  packed->add_sizes(1 << 13);
   two_phase += Frame(reserve);
   wire::Request commit = req();
   auto* c = commit.mutable_commit()->add_items();

@@ -221,6 +221,40 @@ TEST(IoThreadWaits, TheServiceCarriesABatchOnFromTheItemThatWouldWait) {
   EXPECT_EQ(rig.store->Stats().gets, gets_before + 3) << "a get counted twice or not at all";
 }
 
+// The same for puts packed in one message (ReserveRequest.packed): the worker's call resumes at
+// the packed item that would wait.
+TEST(IoThreadWaits, TheServiceCarriesAPackedBatchOnFromTheItemThatWouldWait) {
+  Rig rig = MakeRig(16 * kMiB);
+  Fragment(rig);
+  StoreService service(ServiceConfig{}, rig.store.get());
+  transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
+  wire::Request req;
+  auto* packed = req.mutable_reserve()->mutable_packed();
+  packed->mutable_spec()->set_ns("ns");
+  for (auto [key, size] : {std::pair{"one", kMiB}, {"two", 2 * kMiB}, {"three", kMiB}}) {
+    packed->mutable_keys()->append(key);
+    packed->add_key_bytes(static_cast<std::uint32_t>(std::strlen(key)));
+    packed->add_sizes(size);
+  }
+  wire::Response resp;
+  std::vector<int> fds;
+  {
+    NoWaitScope no_wait;
+    service.Handle(kOwner, peer, req, &resp, &fds);
+    ASSERT_TRUE(no_wait.refused());
+  }
+  ASSERT_EQ(resp.reserve().items_size(), 1) << "it did not stop at the item that would wait";
+  const std::uint64_t first = resp.reserve().items(0).reservation_id();
+  EXPECT_NE(first, 0u);
+  service.Handle(kOwner, peer, req, &resp, &fds);  // the worker's call
+  ASSERT_EQ(resp.reserve().items_size(), 3);
+  EXPECT_EQ(resp.reserve().items(0).reservation_id(), first) << "the first item was done twice";
+  EXPECT_EQ(resp.reserve().items(1).status().code(),
+            static_cast<int>(StatusCode::kResourceExhausted));
+  EXPECT_NE(resp.reserve().items(2).reservation_id(), 0u);
+  EXPECT_EQ(rig.store->Stats().reservations_open, 2u);
+}
+
 // Through a real server with one I/O thread: a client whose put waits for room does not hold up
 // another client's get (before, the get waited out the nvme write behind it), and the put is
 // answered from a worker.

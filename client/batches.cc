@@ -136,6 +136,30 @@ void FillReserve(const std::string& ns, const std::vector<PutItem>& items, std::
   }
 }
 
+// The keys of items [begin, end): packed in one message when the server takes that.
+void FillGetKeys(const std::string& ns, const std::vector<GetItem>& items, std::size_t begin,
+                 std::size_t end, bool packed_gets, wire::GetRequest* get) {
+  if (!packed_gets || end - begin < 2) {
+    for (std::size_t i = begin; i < end; ++i) {
+      auto* key = get->add_keys();
+      key->set_ns(ns);
+      key->set_key(items[i].key);
+    }
+    return;
+  }
+  wire::PackedKeys* packed = get->mutable_packed_keys();
+  packed->set_ns(ns);
+  std::size_t key_bytes = 0;
+  for (std::size_t i = begin; i < end; ++i) key_bytes += items[i].key.size();
+  std::string* keys = packed->mutable_keys();
+  keys->reserve(key_bytes);
+  packed->mutable_key_bytes()->Reserve(static_cast<int>(end - begin));
+  for (std::size_t i = begin; i < end; ++i) {
+    keys->append(items[i].key);
+    packed->add_key_bytes(static_cast<std::uint32_t>(items[i].key.size()));
+  }
+}
+
 // One part of a put batch and its messages (on the connection's arena).
 struct Part : Range {
   wire::Request* reserve = nullptr;
@@ -283,11 +307,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     static_cast<Range&>(p) = ranges[k];
     p.get = k == 0 ? &messages.request() : messages.New<wire::Request>();
     auto* get = p.get->mutable_get();
-    for (std::size_t i = p.begin; i < p.end; ++i) {
-      auto* key = get->add_keys();
-      key->set_ns(core_->options.ns);
-      key->set_key(items[i].key);
-    }
+    FillGetKeys(core_->options.ns, items, p.begin, p.end, conn->packed_gets, get);
     get->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
     get->set_bytes_meta_only(true);  // read here: size and checksum
     if (options.tier) get->set_want_tier(static_cast<wire::Tier>(*options.tier));

@@ -162,6 +162,7 @@ struct PooledConnection {
   std::string ns;            // the client's namespace
   bool stage_puts = false;   // ClientOptions::stage_puts
   bool packed_puts = false;  // the server takes ReserveRequest.packed (HelloReply.packed_puts)
+  bool packed_gets = false;  // and GetRequest.packed_keys (HelloReply.packed_gets)
   StagedRooms staged;
   // The messages of the call that has it borrowed (Reset by that call first): a batch's
   // request and reply cost a few block allocations instead of several per item.
@@ -331,6 +332,7 @@ class ClientCore {
     }
     pc->staged.set_fits_smaller(resp.hello().staged_room_fits_smaller());
     pc->packed_puts = resp.hello().packed_puts();
+    pc->packed_gets = resp.hello().packed_gets();
     pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
     pc->conn->set_busy_poll_us(options.busy_poll_us);
     if (options.request_ring) TIERPOOL_RETURN_IF_ERROR(OpenRing(*pc));

@@ -4,7 +4,7 @@
 
 #include "common/logging.h"
 #include "common/no_wait_scope.h"
-#include "store/packed_puts.h"
+#include "store/packed_items.h"
 #include "transport/wire_meta.h"
 
 namespace tierpool {
@@ -104,15 +104,20 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
     }
     case wire::Request::kGet: {
       const auto& g = req.get();
-      if (g.mode() == wire::META || g.keys_size() > static_cast<int>(config_.max_batch_items)) {
+      auto keys = GetKeys::Of(g);
+      if (g.mode() == wire::META || !keys.ok() ||
+          keys->size() > static_cast<int>(config_.max_batch_items)) {
         return false;
       }
       std::optional<TierKind> want;
       if (g.has_want_tier() && wire::Tier_IsValid(g.want_tier())) {
         want = static_cast<TierKind>(g.want_tier());
       }
-      for (const auto& k : g.keys()) {
-        if (store_->PinMayWait(k.ns(), k.key(), want)) return true;
+      std::string ns, key;  // one buffer each for all the keys
+      for (int i = 0; i < keys->size(); ++i) {
+        ns.assign(keys->ns(i));
+        key.assign(keys->key(i));
+        if (store_->PinMayWait(ns, key, want)) return true;
       }
       return false;
     }
@@ -176,6 +181,7 @@ Status StoreService::CheckNamespaces(const transport::PeerCredentials& peer,
       break;
     case wire::Request::kGet:
       for (const auto& k : req.get().keys()) check(k.ns());
+      if (req.get().has_packed_keys()) check(req.get().packed_keys().ns());
       break;
     case wire::Request::kDel:
       for (const auto& k : req.del().keys()) check(k.ns());
@@ -290,6 +296,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       h->set_copy_only(!req.hello().ns().empty() && !MapsNamespace(peer, req.hello().ns()));
       h->set_staged_room_fits_smaller(true);
       h->set_packed_puts(true);
+      h->set_packed_gets(true);
       auto* l = h->mutable_limits();
       l->set_max_frame_bytes(config_.max_frame_bytes);
       l->set_max_key_bytes(store_->config().max_key_bytes);
@@ -396,11 +403,15 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       return true;
     }
     case wire::Request::kGet: {
-      if (Status s = CheckBatch(req.get().keys(), config_.max_batch_items); !s.ok()) {
-        ToWire(s, resp->mutable_status());
+      auto keys = GetKeys::Of(req.get());
+      const Status batch = keys.ok() ? CheckBatchSize(static_cast<std::size_t>(keys->size()),
+                                                      config_.max_batch_items)
+                                     : keys.status();
+      if (!batch.ok()) {
+        ToWire(batch, resp->mutable_status());
         return true;
       }
-      HandleGet(session, peer, req.get(), resp->mutable_get());
+      HandleGet(session, peer, req.get(), *keys, resp->mutable_get());
       return true;
     }
     case wire::Request::kRelease: {
@@ -511,7 +522,8 @@ Status StoreService::NotMapped(const std::string& ns) {
 }
 
 void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredentials& peer,
-                             const wire::GetRequest& req, wire::GetReply* reply) {
+                             const wire::GetRequest& req, const GetKeys& keys,
+                             wire::GetReply* reply) {
   std::uint64_t inline_budget = config_.max_frame_bytes - 64 * 1024;  // room for metadata
   // AUTO puts at most the inline threshold's worth of bytes in one reply: a batch of many small
   // objects comes back pinned, read from the mapping, which is 2x faster than carrying 64 x 4 KiB
@@ -524,15 +536,17 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     const auto& done = reply->items(i);
     if (!done.has_data()) continue;
     inline_budget -= done.data().size();
-    if (req.mode() == wire::AUTO && MapsNamespace(peer, req.keys(i).ns())) {
+    if (req.mode() == wire::AUTO && MapsNamespace(peer, std::string(keys.ns(i)))) {
       auto_inline_left -= std::min<std::uint64_t>(auto_inline_left, done.data().size());
     }
   }
-  for (int i = answered; i < req.keys_size(); ++i) {
-    const auto& k = req.keys(i);
+  std::string ns, key;  // the item's names: one buffer each for the whole batch
+  for (int i = answered; i < keys.size(); ++i) {
+    ns.assign(keys.ns(i));
+    key.assign(keys.key(i));
     auto* out = reply->add_items();
     if (req.mode() == wire::META) {
-      auto meta = store_->Head(k.ns(), k.key());
+      auto meta = store_->Head(ns, key);
       if (!meta.ok()) {
         ToWire(meta.status(), out->mutable_status());
       } else {
@@ -553,12 +567,12 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     options.bytes_meta_only = req.bytes_meta_only();
     // A connection that does not map the object's memory gets its bytes in the frame or not
     // at all: never an extent it could only guess at.
-    const bool mapped = req.mode() == wire::INLINE || MapsNamespace(peer, k.ns());
+    const bool mapped = req.mode() == wire::INLINE || MapsNamespace(peer, ns);
     if (!mapped && req.mode() == wire::PINNED) {
-      ToWire(NotMapped(k.ns()), out->mutable_status());
+      ToWire(NotMapped(ns), out->mutable_status());
       continue;
     }
-    auto pinned = store_->Pin(k.ns(), k.key(), session, options);
+    auto pinned = store_->Pin(ns, key, session, options);
     if (WaitRefused()) {  // carried on from this key on a worker
       reply->mutable_items()->RemoveLast();
       return;

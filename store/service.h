@@ -14,6 +14,8 @@
 
 namespace tierpool {
 
+class GetKeys;  // store/packed_items.h
+
 class Cluster;
 
 struct ServiceConfig {
@@ -53,8 +55,9 @@ class StoreService final : public transport::RequestHandler {
                      const wire::Request& request, wire::Response* response, std::vector<int>* fds);
   void RecordLatency(const wire::Request& request, const wire::Response& response,
                      std::uint64_t took_us);
+  // keys: req's, plain and packed (store/packed_items.h).
   void HandleGet(std::uint64_t session, const transport::PeerCredentials& peer,
-                 const wire::GetRequest& req, wire::GetReply* reply);
+                 const wire::GetRequest& req, const GetKeys& keys, wire::GetReply* reply);
   // Whether the peer is sent (and so may use) the arenas of a pool, of a namespace's pool.
   bool MapsPool(const transport::PeerCredentials& peer, std::uint32_t pool) const;
   bool MapsNamespace(const transport::PeerCredentials& peer, const std::string& ns) const;

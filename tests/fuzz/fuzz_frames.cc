@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         asked = request.put_inline().items_size();
         answered = response.statuses().items_size();
       } else if (request.has_get()) {
-        asked = request.get().keys_size();
+        asked = request.get().keys_size() + request.get().packed_keys().key_bytes_size();
         answered = response.get().items_size();
       }
       if (asked != answered) std::abort();

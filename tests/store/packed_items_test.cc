@@ -1,6 +1,8 @@
-// Puts packed in one message (ReserveRequest.packed, docs/protocol.md): reserved in order after
-// the request's other items, each under its own key and size; lists that disagree, a batch over
-// the limit, bad enums and a bad key are refused with a clear error, and the service goes on.
+// Batch items packed in one message (docs/protocol.md). Puts (ReserveRequest.packed): reserved
+// in order after the request's other items, each under its own key and size; lists that
+// disagree, a batch over the limit, bad enums and a bad key are refused with a clear error, and
+// the service goes on. Get keys (GetRequest.packed_keys): answered in order after the plain
+// keys; lengths that do not add up and a batch over the limit are refused whole.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -46,7 +48,7 @@ wire::Request Reserve(const std::vector<std::string>& keys,
   return req;
 }
 
-class PackedPuts : public ::testing::Test {
+class PackedItems : public ::testing::Test {
  protected:
   wire::Response Handle(const wire::Request& req) {
     wire::Response resp;
@@ -68,7 +70,7 @@ class PackedPuts : public ::testing::Test {
   transport::PeerCredentials peer_{.pid = getpid(), .uid = getuid(), .gid = getgid()};
 };
 
-TEST_F(PackedPuts, AreReservedInOrderAfterThePlainItemsEachWithItsKeyAndSize) {
+TEST_F(PackedItems, AreReservedInOrderAfterThePlainItemsEachWithItsKeyAndSize) {
   const wire::Response resp = Handle(Reserve({"a", "bb", "", "dddd"}, {4096, 1, 10, 8192}));
   ASSERT_EQ(resp.status().code(), 0u) << resp.status().message();
   ASSERT_EQ(resp.reserve().items_size(), 5);
@@ -96,7 +98,7 @@ TEST_F(PackedPuts, AreReservedInOrderAfterThePlainItemsEachWithItsKeyAndSize) {
   }
 }
 
-TEST_F(PackedPuts, ListsThatDisagreeAreRefusedWhole) {
+TEST_F(PackedItems, ListsThatDisagreeAreRefusedWhole) {
   ExpectRefused(Reserve({"a", "b"}, {1}), "2 key lengths for 1 sizes");
   wire::Request longer = Reserve({"a", "b"}, {1, 1});
   longer.mutable_reserve()->mutable_packed()->mutable_keys()->append("extra");
@@ -106,7 +108,7 @@ TEST_F(PackedPuts, ListsThatDisagreeAreRefusedWhole) {
   ExpectRefused(shorter, "key lengths add up to 4000000001 bytes, the keys are 2");
 }
 
-TEST_F(PackedPuts, CountAgainstTheBatchLimitWithThePlainItems) {
+TEST_F(PackedItems, CountAgainstTheBatchLimitWithThePlainItems) {
   // One plain item and eight packed: nine, over the limit of eight.
   std::vector<std::string> keys;
   for (int i = 0; i < 8; ++i) keys.push_back("k" + std::to_string(i));
@@ -117,7 +119,7 @@ TEST_F(PackedPuts, CountAgainstTheBatchLimitWithThePlainItems) {
   EXPECT_EQ(resp.reserve().items_size(), 8);
 }
 
-TEST_F(PackedPuts, ABadSharedSpecFailsEachPackedItemAndNotThePlainOne) {
+TEST_F(PackedItems, ABadSharedSpecFailsEachPackedItemAndNotThePlainOne) {
   wire::Request req = Reserve({"a", "b"}, {1, 1});
   req.mutable_reserve()->mutable_packed()->mutable_spec()->set_durability(
       static_cast<wire::Durability>(77));
@@ -130,6 +132,55 @@ TEST_F(PackedPuts, ABadSharedSpecFailsEachPackedItemAndNotThePlainOne) {
               static_cast<std::uint32_t>(StatusCode::kInvalidArgument));
     EXPECT_EQ(resp.reserve().items(i).status().message(), "unknown durability class");
   }
+}
+
+// A get of one plain key, then `keys` packed, INLINE.
+wire::Request Get(const std::vector<std::string>& keys) {
+  wire::Request req;
+  req.set_id(10);
+  req.mutable_get()->set_mode(wire::INLINE);
+  auto* plain = req.mutable_get()->add_keys();
+  plain->set_ns("ns");
+  plain->set_key("plain");
+  auto* packed = req.mutable_get()->mutable_packed_keys();
+  packed->set_ns("ns");
+  for (const auto& k : keys) {
+    packed->mutable_keys()->append(k);
+    packed->add_key_bytes(static_cast<std::uint32_t>(k.size()));
+  }
+  return req;
+}
+
+TEST_F(PackedItems, PackedGetKeysAreAnsweredInOrderAfterThePlainOnes) {
+  for (const std::string key : {"plain", "a", "bb"}) {
+    PutSpec spec;
+    spec.ns = "ns";
+    spec.key = key;
+    spec.size = key.size() + 10;
+    const std::string bytes(spec.size, key[0]);
+    ASSERT_TRUE(store_->PutCopy(spec, bytes.data(), kOwner).ok());
+  }
+  const wire::Response resp = Handle(Get({"bb", "missing", "a"}));
+  ASSERT_EQ(resp.status().code(), 0u) << resp.status().message();
+  ASSERT_EQ(resp.get().items_size(), 4);
+  EXPECT_EQ(resp.get().items(0).data(), std::string(15, 'p'));
+  EXPECT_EQ(resp.get().items(1).data(), std::string(12, 'b'));
+  EXPECT_EQ(resp.get().items(2).status().code(), static_cast<std::uint32_t>(StatusCode::kNotFound));
+  EXPECT_EQ(resp.get().items(3).data(), std::string(11, 'a'));
+}
+
+TEST_F(PackedItems, PackedGetKeysThatDoNotAddUpOrPassTheLimitAreRefusedWhole) {
+  wire::Request bad = Get({"a", "b"});
+  bad.mutable_get()->mutable_packed_keys()->set_key_bytes(0, 7);
+  wire::Response resp = Handle(bad);
+  EXPECT_EQ(resp.status().code(), static_cast<std::uint32_t>(StatusCode::kInvalidArgument));
+  EXPECT_EQ(resp.status().message(), "packed keys: key lengths add up to 8 bytes, the keys are 2");
+  EXPECT_EQ(resp.get().items_size(), 0);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) keys.push_back("k" + std::to_string(i));
+  resp = Handle(Get(keys));  // nine with the plain key, over the limit of eight
+  EXPECT_EQ(resp.status().code(), static_cast<std::uint32_t>(StatusCode::kInvalidArgument));
+  EXPECT_NE(resp.status().message().find("batch of 9 items"), std::string::npos);
 }
 
 }  // namespace

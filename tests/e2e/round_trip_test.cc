@@ -114,6 +114,57 @@ TEST(RoundTripBatch, SixtyFourBlocksInOneCall) {
   EXPECT_EQ(list->front().kind, ObjectKind::kKvBlock);
 }
 
+// A batch part whose items share every option goes packed (one PutSpec for all,
+// ReserveRequest.packed); one whose items differ goes item by item. Either way each object keeps
+// its own key, size, kind, durability, dtype and shape.
+TEST(RoundTripBatch, EachObjectKeepsItsOptionsPackedOrNot) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  auto client = server.Connect();
+  ASSERT_TRUE(client.ok());
+  PutOptions kv;
+  kv.kind = ObjectKind::kKvBlock;
+  kv.durability = Durability::kCache;
+  kv.dtype = "float16";
+  kv.shape = {2, 1024};
+  PutOptions other;
+  other.dtype = "int8";
+  std::vector<std::string> data;
+  for (int i = 0; i < 128; ++i) {
+    data.push_back(Pattern(static_cast<std::uint64_t>(i), 1000 + static_cast<std::size_t>(i)));
+  }
+  // alike-*: 64 items, one options for all (two packed parts); mixed-*: 64 items whose options
+  // alternate (two parts sent item by item).
+  std::vector<PutItem> alike, mixed;
+  for (int i = 0; i < 64; ++i) {
+    const auto& a = data[static_cast<std::size_t>(i)];
+    const auto& m = data[static_cast<std::size_t>(64 + i)];
+    alike.push_back({"alike-" + std::to_string(i), a.data(), a.size(), kv});
+    mixed.push_back({"mixed-" + std::to_string(i), m.data(), m.size(), i % 2 ? kv : other});
+  }
+  for (const auto& st : (*client)->PutBatch(alike)) ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const auto& st : (*client)->PutBatch(mixed)) ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const char* prefix : {"alike-", "mixed-"}) {
+    auto list = (*client)->List(prefix);
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    ASSERT_EQ(list->size(), 64u) << prefix;
+    for (const ObjectMeta& m : *list) {
+      const int i = std::stoi(m.key.substr(std::strlen(prefix)));
+      const bool is_kv = prefix[0] == 'a' || i % 2 == 1;
+      const PutOptions& o = is_kv ? kv : other;
+      const std::size_t at = static_cast<std::size_t>((prefix[0] == 'a' ? 0 : 64) + i);
+      EXPECT_EQ(m.size, data[at].size()) << m.key;
+      EXPECT_EQ(m.kind, o.kind) << m.key;
+      EXPECT_EQ(m.durability, o.durability) << m.key;
+      EXPECT_EQ(m.dtype, o.dtype) << m.key;
+      EXPECT_EQ(m.shape, o.shape) << m.key;
+      std::string back(data[at].size(), '\0');
+      ASSERT_TRUE((*client)->Get(m.key, back.data(), back.size()).ok()) << m.key;
+      EXPECT_TRUE(back == data[at]) << m.key;
+    }
+  }
+}
+
 // A batch of 32 or more goes in two parts pipelined on one connection (puts always, gets without
 // a request ring or of many bytes: SmallBatchesGoWholeThroughTheRing): both reserves
 // (gets) sent at once, each part copied and committed as its reply comes. Errors stay with

@@ -112,6 +112,21 @@ bool Alike(const std::vector<PutItem>& items, std::size_t begin, std::size_t end
   return true;
 }
 
+// The keys of items [begin, end) back to back in *keys, each one's length in *lengths: the
+// packed form of a reserve's and a get's keys.
+template <typename Item>
+void AppendKeys(const std::vector<Item>& items, std::size_t begin, std::size_t end,
+                std::string* keys, google::protobuf::RepeatedField<std::uint32_t>* lengths) {
+  std::size_t key_bytes = 0;
+  for (std::size_t i = begin; i < end; ++i) key_bytes += items[i].key.size();
+  keys->reserve(key_bytes);
+  lengths->Reserve(static_cast<int>(end - begin));
+  for (std::size_t i = begin; i < end; ++i) {
+    keys->append(items[i].key);
+    lengths->Add(static_cast<std::uint32_t>(items[i].key.size()));
+  }
+}
+
 // The reserve of items [begin, end): packed when the server takes that and they are alike.
 void FillReserve(const std::string& ns, const std::vector<PutItem>& items, std::size_t begin,
                  std::size_t end, bool packed_puts, wire::ReserveRequest* reserve) {
@@ -123,17 +138,9 @@ void FillReserve(const std::string& ns, const std::vector<PutItem>& items, std::
   }
   wire::PackedPutSpecs* packed = reserve->mutable_packed();
   detail::FillSpec(ns, {}, 0, items[begin].options, packed->mutable_spec());
-  std::size_t key_bytes = 0;
-  for (std::size_t i = begin; i < end; ++i) key_bytes += items[i].key.size();
-  std::string* keys = packed->mutable_keys();
-  keys->reserve(key_bytes);
-  packed->mutable_key_bytes()->Reserve(static_cast<int>(end - begin));
+  AppendKeys(items, begin, end, packed->mutable_keys(), packed->mutable_key_bytes());
   packed->mutable_sizes()->Reserve(static_cast<int>(end - begin));
-  for (std::size_t i = begin; i < end; ++i) {
-    keys->append(items[i].key);
-    packed->add_key_bytes(static_cast<std::uint32_t>(items[i].key.size()));
-    packed->add_sizes(items[i].size);
-  }
+  for (std::size_t i = begin; i < end; ++i) packed->add_sizes(items[i].size);
 }
 
 // The keys of items [begin, end): packed in one message when the server takes that.
@@ -149,15 +156,7 @@ void FillGetKeys(const std::string& ns, const std::vector<GetItem>& items, std::
   }
   wire::PackedKeys* packed = get->mutable_packed_keys();
   packed->set_ns(ns);
-  std::size_t key_bytes = 0;
-  for (std::size_t i = begin; i < end; ++i) key_bytes += items[i].key.size();
-  std::string* keys = packed->mutable_keys();
-  keys->reserve(key_bytes);
-  packed->mutable_key_bytes()->Reserve(static_cast<int>(end - begin));
-  for (std::size_t i = begin; i < end; ++i) {
-    keys->append(items[i].key);
-    packed->add_key_bytes(static_cast<std::uint32_t>(items[i].key.size()));
-  }
+  AppendKeys(items, begin, end, packed->mutable_keys(), packed->mutable_key_bytes());
 }
 
 // One part of a put batch and its messages (on the connection's arena).

@@ -126,24 +126,19 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
       std::uint64_t total = 0, largest = 0;
       bool hbm = false;
       std::string ns;
-      auto add = [&](const wire::PutSpec& spec) {
-        total += spec.size();
-        largest = std::max<std::uint64_t>(largest, spec.size());
+      // A put of `size` bytes as `spec` says (a packed item's size is not in its spec).
+      auto add = [&](const wire::PutSpec& spec, std::uint64_t size) {
+        total += size;
+        largest = std::max<std::uint64_t>(largest, size);
         hbm = hbm || (spec.has_tier_hint() && spec.tier_hint() == wire::HBM);
         if (ns.empty()) ns = spec.ns();
       };
       if (req.has_reserve()) {
-        for (const auto& item : req.reserve().items()) add(item);
-        if (req.reserve().has_packed()) {
-          const wire::PackedPutSpecs& p = req.reserve().packed();
-          wire::PutSpec one = p.spec();
-          for (std::uint64_t size : p.sizes()) {
-            one.set_size(size);
-            add(one);
-          }
-        }
+        for (const auto& item : req.reserve().items()) add(item, item.size());
+        const wire::PackedPutSpecs& packed = req.reserve().packed();
+        for (std::uint64_t size : packed.sizes()) add(packed.spec(), size);
       } else {
-        for (const auto& item : req.put_inline().items()) add(item.spec());
+        for (const auto& item : req.put_inline().items()) add(item.spec(), item.spec().size());
       }
       return store_->ReserveMayWait(ns, total, largest, hbm);
     }

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/spin_yield.h"
+
 namespace tierpool::transport {
 
 Result<std::unique_ptr<BlockingConnection>> BlockingConnection::Connect(
@@ -57,7 +59,8 @@ Status BlockingConnection::Send(const wire::Request& request) {
 Status BlockingConnection::ReadFull(void* data, std::size_t size, std::vector<UniqueFd>* fds,
                                     bool spin) {
   auto* p = static_cast<char*>(data);
-  auto spin_until = SteadyClock::now() + std::chrono::microseconds(spin ? busy_poll_us_ : 0);
+  const auto spin_from = SteadyClock::now();
+  const auto spin_until = spin_from + std::chrono::microseconds(spin ? busy_poll_us_ : 0);
   while (size > 0) {
     iovec iov{p, size};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 64)];
@@ -67,10 +70,15 @@ Status BlockingConnection::ReadFull(void* data, std::size_t size, std::vector<Un
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     int flags = MSG_CMSG_CLOEXEC;
-    if (spin && SteadyClock::now() < spin_until) flags |= MSG_DONTWAIT;
+    const auto now = spin ? SteadyClock::now() : spin_until;
+    if (now < spin_until) flags |= MSG_DONTWAIT;
     ssize_t n = ::recvmsg(fd_.get(), &msg, flags);
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        GiveWayAfter(now - spin_from);
+        continue;
+      }
+      if (errno == EINTR) continue;
       broken_ = true;
       return ErrnoStatus("receive from tierpoold", errno);
     }
@@ -181,9 +189,13 @@ Status BlockingConnection::AwaitRing(std::uint32_t seq) {
   ring_unsettled_ = false;
   RingControl& c = ring_->control();
   // Poll for the reply as Receive does, then sleep on it; a closed socket ends the wait.
-  const auto spin_until = SteadyClock::now() + std::chrono::microseconds(busy_poll_us_);
+  const auto spin_from = SteadyClock::now();
+  const auto spin_until = spin_from + std::chrono::microseconds(busy_poll_us_);
   while (c.reply_seq.load(std::memory_order_acquire) != seq) {
-    if (SteadyClock::now() < spin_until) continue;
+    if (const auto now = SteadyClock::now(); now < spin_until) {
+      GiveWayAfter(now - spin_from);
+      continue;
+    }
     c.client_waiting.store(1);
     const std::uint32_t seen = c.reply_seq.load();
     if (seen != seq) FutexWait(&c.reply_seq, seen, 20'000);

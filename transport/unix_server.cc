@@ -14,6 +14,7 @@
 
 #include "common/logging.h"
 #include "transport/poll_window.h"
+#include "transport/spin_yield.h"
 #include "transport/unix_session.h"
 
 namespace tierpool::transport {
@@ -121,7 +122,10 @@ struct UnixServer::Impl {
         continue;
       }
       if (!idle_since) idle_since = now;
-      if (now - *idle_since < poll.window()) continue;
+      if (now - *idle_since < poll.window()) {
+        GiveWayAfter(now - *idle_since);
+        continue;
+      }
       if (rings && rings->Sleep()) {
         rings->Wake();  // a request came as this thread stopped polling
         continue;

@@ -1,6 +1,10 @@
 #include "store/server_config.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <iostream>
 
 #include "common/defaults.h"
@@ -62,13 +66,31 @@ Result<std::vector<TierKind>> ParseSpillOrder(const std::string& text) {
   return order;
 }
 
+int AutoIoThreads(int cpus) { return std::clamp(cpus / 4, 1, 4); }
+
+Result<int> ParseIoThreads(const std::string& value) {
+  if (value == "auto") {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cpus = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    return AutoIoThreads(cpus);
+  }
+  int n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
+    return Status::InvalidArgument("--io-threads must be auto or a number from 1 to 64, not '" +
+                                   value + "'");
+  }
+  return n;
+}
+
 Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now) {
   *exit_now = false;
   ServerConfig c;
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
               cache_policy = "spill", link_rate = "0", mover_inflight = "256M", lend = "0",
-              hbm_group = "16M", spill_order = "remote,nvme";
+              hbm_group = "16M", spill_order = "remote,nvme", io_threads = "auto";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -117,7 +139,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("max-frame", po::value(&max_frame)->default_value("16M"), "largest frame accepted or sent")
     ("inline-threshold", po::value(&inline_threshold)->default_value("8K"),
      "puts and gets of objects up to this size carry the bytes in the frame")
-    ("io-threads", po::value(&c.transport.io_threads)->default_value(1), "I/O threads")
+    ("io-threads", po::value(&io_threads)->default_value("auto"),
+     "I/O threads, each serving the connections given to it; auto: one per 4 CPUs this "
+     "process may run on, 1 to 4")
     ("busy-poll-us", po::value(&c.transport.busy_poll_us)->default_value(50),
      "poll at least this long after each request before sleeping (0: never spin)")
     ("busy-poll-max-us", po::value(&c.transport.busy_poll_max_us)->default_value(500),
@@ -276,6 +300,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   if (c.nvme.capacity > 0 && c.nvme.path.empty() && c.nvme.backend != "memory") {
     return Status::InvalidArgument("--nvme-bytes needs --nvme-path");
   }
+  auto io = ParseIoThreads(io_threads);
+  if (!io.ok()) return io.status();
+  c.transport.io_threads = *io;
   auto order = ParseSpillOrder(spill_order);
   if (!order.ok()) return order.status();
   c.store.spill_order = std::move(order).value();

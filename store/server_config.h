@@ -53,6 +53,14 @@ struct ServerConfig {
 // what was asked.
 Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* exit_now);
 
+// --io-threads: a number from 1 to 64, or "auto": AutoIoThreads of the CPUs this process may
+// run on (its affinity mask).
+Result<int> ParseIoThreads(const std::string& value);
+// A quarter of the CPUs, 1 to 4: one I/O thread per connection that a trainer's threads keep
+// busy, leaving most cores to the trainer; a polling thread whose clients are busy holds a core
+// (docs/operations.md, "I/O threads").
+int AutoIoThreads(int cpus);
+
 // "remote,nvme" and the like (--spill-order): the tiers below dram, nearest first.
 Result<std::vector<TierKind>> ParseSpillOrder(const std::string& text);
 

@@ -35,8 +35,8 @@ bool RingRegistry::Poll() {
   // Woken outside the lock: a session served inline may close its ring.
   std::vector<std::shared_ptr<Entry>> woken;
   {
-    // Busy I/O threads look here back to back; one that finds another looking leaves it to
-    // that one instead of queueing on the lock.
+    // Only the loop's thread takes mu_, so this never waits; a try-lock keeps it so if a
+    // registry is ever shared again.
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     for (const auto& e : entries_) {

@@ -1,11 +1,12 @@
-// The server's request rings (request_ring.h), which its I/O threads poll between handlers.
-// A ring's new request is handed to its session (the session's wake callback, which serves it
-// at once when there is one I/O thread, else posts onto the session's strand); whether no I/O
-// thread polls is written into every ring, so that clients ring the doorbell exactly when one is
-// needed.
+// The request rings (request_ring.h) of one I/O loop's sessions (io_loop.h), which the loop's
+// thread polls between handlers. A ring's new request is handed to its session (the session's
+// wake callback, which serves it at once: the session runs on the same thread); whether the
+// thread polls is written into every ring, so that clients ring the doorbell exactly when one
+// is needed.
 //
 // Locking: mu_ guards the ring list and the count of polling threads. Poll, Sleep and Wake run
-// on I/O threads; Open and Close on the sessions' executors (I/O threads too).
+// on the loop's thread, and so do Open and Close (its sessions' handlers); the lock stays for
+// the accounting's sake and is never contended.
 #pragma once
 
 #include <atomic>

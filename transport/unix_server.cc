@@ -13,8 +13,7 @@
 #include <optional>
 
 #include "common/logging.h"
-#include "transport/poll_window.h"
-#include "transport/spin_yield.h"
+#include "transport/io_loop.h"
 #include "transport/unix_session.h"
 
 namespace tierpool::transport {
@@ -78,64 +77,19 @@ Status UnixServerConfig::validate() const {
 
 struct UnixServer::Impl {
   ServerShared shared;
-  asio::io_context io;
-  asio::local::stream_protocol::acceptor acceptor{io};
-  std::vector<std::thread> threads;
+  // One per I/O thread (io_loop.h); the acceptor runs on the first.
+  std::vector<std::unique_ptr<IoLoop>> loops;
+  std::optional<asio::local::stream_protocol::acceptor> acceptor;
   std::atomic<std::uint64_t> next_session{1};
   bool started = false;
 
-  // How long an idle polling thread looks at the rings alone between two looks at the sockets.
-  static constexpr std::chrono::microseconds kRingsOnly{2};
-
-  // io.run(), with a bounded busy-poll after each burst of handlers whose length follows the
-  // gaps between bursts (poll_window.h).
-  // Request rings are polled on each turn of the loop, and told when no thread polls them
-  // (ring_registry.h).
-  void RunLoop() {
-    if (shared.config.busy_poll_us == 0) {
-      io.run();
-      return;
+  // The loop a new connection goes to: the one with the fewest sessions.
+  IoLoop* LeastBusyLoop() {
+    IoLoop* best = loops.front().get();
+    for (const auto& loop : loops) {
+      if (loop->sessions().load() < best->sessions().load()) best = loop.get();
     }
-    RingRegistry* rings = shared.rings.get();
-    if (rings) rings->Wake();
-    using Clock = std::chrono::steady_clock;
-    PollWindow poll(std::chrono::microseconds(shared.config.busy_poll_us),
-                    std::chrono::microseconds(shared.config.busy_poll_max_us));
-    // When the first poll after some work came up empty: the end of that burst.
-    std::optional<Clock::time_point> idle_since;
-    while (!io.stopped()) {
-      const auto now = Clock::now();
-      bool handed = rings && rings->Poll();  // served inline, or posted for poll_one
-      if (io.poll_one() > 0) handed = true;
-      if (!handed && rings && rings->size() > 0) {
-        // Nothing anywhere: the rings alone for a while before the next look at the sockets.
-        // That look is an epoll_wait (about 1 us on a virtual machine), and a ring request
-        // that came during it waited for it to end, where a ring's memory is read in tens of
-        // ns. Socket requests wait at most kRingsOnly longer.
-        const auto until = now + kRingsOnly;
-        while (!(handed = rings->Poll()) && Clock::now() < until) {
-        }
-      }
-      if (handed) {
-        if (idle_since) poll.OnWorkAfter(now - *idle_since);
-        idle_since.reset();
-        continue;
-      }
-      if (!idle_since) idle_since = now;
-      if (now - *idle_since < poll.window()) {
-        GiveWayAfter(now - *idle_since);
-        continue;
-      }
-      if (rings && rings->Sleep()) {
-        rings->Wake();  // a request came as this thread stopped polling
-        continue;
-      }
-      if (io.run_one() == 0) return;
-      if (rings) rings->Wake();
-      ++shared.counters.io_wakeups;
-      poll.OnWorkAfter(Clock::now() - *idle_since);
-      idle_since.reset();
-    }
+    return best;
   }
 
   // Tells a refused peer why (best effort: a fresh socket has room for one small frame), then
@@ -153,11 +107,10 @@ struct UnixServer::Impl {
   }
 
   void Accept() {
-    // Each session's socket (and its timer) runs on its own strand; with one I/O thread
-    // everything is serialized already and the strand would only cost time.
-    auto executor = shared.config.io_threads == 1 ? asio::any_io_executor(io.get_executor())
-                                                  : asio::any_io_executor(asio::make_strand(io));
-    acceptor.async_accept(executor, [this](boost::system::error_code ec, UnixSocket socket) {
+    // The socket is made on its loop's io_context, where every handler of its session runs.
+    IoLoop* loop = LeastBusyLoop();
+    acceptor->async_accept(loop->io(), [this, loop](boost::system::error_code ec,
+                                                    UnixSocket socket) {
       if (ec) {
         if (ec == asio::error::operation_aborted) return;
         spdlog::warn("accept failed: {}", ec.message());
@@ -212,7 +165,11 @@ struct UnixServer::Impl {
       ++c.accepted;
       ++c.active;
       const std::uint64_t id = next_session++;
-      std::make_shared<UnixSession>(std::move(socket), id, peer, &shared)->Start();
+      ++loop->sessions();
+      // Started on its own loop's thread: this is the acceptor's.
+      asio::post(loop->io(),
+                 [session = std::make_shared<UnixSession>(std::move(socket), id, peer, &shared,
+                                                          loop)] { session->Start(); });
       Accept();
     });
   }
@@ -244,28 +201,28 @@ Status UnixServer::Start() {
     if (live) return Status::AlreadyExists("another tierpoold is listening on " + path);
     ::unlink(path.c_str());
   }
+  for (int i = 0; i < impl_->shared.config.io_threads; ++i) {
+    impl_->loops.push_back(
+        std::make_unique<IoLoop>(impl_->shared.config, &impl_->shared.counters.io_wakeups));
+  }
+  impl_->acceptor.emplace(impl_->loops.front()->io());
   boost::system::error_code ec;
   asio::local::stream_protocol::endpoint endpoint(path);
-  impl_->acceptor.open(endpoint.protocol(), ec);
+  impl_->acceptor->open(endpoint.protocol(), ec);
   if (ec) return Status::IoError("open socket: " + ec.message());
   // Create the socket file with no permissions for others, then set the configured mode.
   mode_t old_mask = ::umask(0077);
-  impl_->acceptor.bind(endpoint, ec);
+  impl_->acceptor->bind(endpoint, ec);
   ::umask(old_mask);
   if (ec) return Status::IoError("bind " + path + ": " + ec.message());
   if (::chmod(path.c_str(), impl_->shared.config.socket_mode) != 0) {
     return ErrnoStatus("chmod " + path, errno);
   }
-  impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  impl_->acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::IoError("listen " + path + ": " + ec.message());
   impl_->shared.workers = std::make_unique<asio::thread_pool>(impl_->shared.config.worker_threads);
-  if (impl_->shared.config.max_request_rings > 0 && impl_->shared.config.busy_poll_us > 0) {
-    impl_->shared.rings = std::make_unique<RingRegistry>(impl_->shared.config.max_request_rings);
-  }
   impl_->Accept();
-  for (int i = 0; i < impl_->shared.config.io_threads; ++i) {
-    impl_->threads.emplace_back([this] { impl_->RunLoop(); });
-  }
+  for (auto& loop : impl_->loops) loop->Start();
   impl_->started = true;
   return Status::Ok();
 }
@@ -273,13 +230,9 @@ Status UnixServer::Start() {
 void UnixServer::Stop() {
   if (!impl_->started) return;
   impl_->started = false;
-  asio::post(impl_->io, [this] {
-    boost::system::error_code ignored;
-    impl_->acceptor.close(ignored);
-  });
-  impl_->io.stop();
-  for (auto& t : impl_->threads) t.join();
-  impl_->threads.clear();
+  for (auto& loop : impl_->loops) loop->Stop();
+  boost::system::error_code ignored;
+  impl_->acceptor->close(ignored);
   // Requests still running on workers finish (their replies are never written).
   impl_->shared.workers->join();
   ::unlink(impl_->shared.config.socket_path.c_str());
@@ -305,7 +258,7 @@ TransportStats UnixServer::stats() const {
   s.frame_bytes_buffered = c.buffered.load();
   s.frame_buffer_waits = c.buffer_waits.load();
   s.io_wakeups = c.io_wakeups.load();
-  s.request_rings_open = impl_->shared.rings ? impl_->shared.rings->size() : 0;
+  s.request_rings_open = impl_->shared.rings_open.load();
   s.ring_requests = c.ring_requests.load();
   s.ring_doorbells = c.ring_doorbells.load();
   return s;

@@ -8,9 +8,10 @@
 // thread, not an I/O thread; connections that say nothing, or trickle a frame, are closed; and
 // one process or user may hold only so many connections.
 //
-// Threads: I/O threads run the sessions (each session's handlers are serialized by its strand);
-// worker threads run the requests that may wait. A session handles one request at a time, so the
-// handler never sees two calls for one session at once, and never OnDisconnect during Handle.
+// Threads: I/O threads run the sessions, each connection on one thread (its own io_context:
+// io_loop.h); worker threads run the requests that may wait. A session handles one request at a
+// time, so the handler never sees two calls for one session at once, and never OnDisconnect during
+// Handle.
 #pragma once
 
 #include <sys/types.h>

@@ -7,9 +7,9 @@
 // for it, and a ring request waits for the socket's), and only after every socket byte the
 // client sent before it, so the handler sees one ordered stream.
 //
-// Locking: every handler of a session runs on its strand (socket and timer share it), so the
-// session's own state needs no lock. ServerShared's counters are atomic; its per-client
-// connection table has its own mutex.
+// Locking: every handler of a session runs on its I/O loop's one thread (io_loop.h: socket,
+// timer and ring share it), so the session's own state needs no lock. ServerShared's counters are
+// atomic; its per-client connection table has its own mutex.
 #pragma once
 
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without it
@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "transport/io_loop.h"
 #include "transport/message_arena.h"
 #include "transport/ring_registry.h"
 #include "transport/unix_server.h"
@@ -59,13 +60,16 @@ struct ServerShared {
   TransportCounters counters;
   PeerTable peers;
   std::unique_ptr<boost::asio::thread_pool> workers;
-  std::unique_ptr<RingRegistry> rings;  // null when rings are off
+  // Request rings open across the I/O loops, against config.max_request_rings.
+  std::atomic<std::uint32_t> rings_open{0};
 };
 
 class UnixSession : public std::enable_shared_from_this<UnixSession> {
  public:
   using Socket = boost::asio::local::stream_protocol::socket;
-  UnixSession(Socket socket, std::uint64_t id, PeerCredentials peer, ServerShared* shared);
+  // `socket` was created on `loop`'s io_context, where every handler of the session runs.
+  UnixSession(Socket socket, std::uint64_t id, PeerCredentials peer, ServerShared* shared,
+              IoLoop* loop);
   ~UnixSession();
 
   void Start();
@@ -124,6 +128,7 @@ class UnixSession : public std::enable_shared_from_this<UnixSession> {
   std::uint64_t id_;
   PeerCredentials peer_;
   ServerShared* shared_;
+  IoLoop* loop_;
   State state_ = State::kIdle;
   bool spoke_ = false;  // a complete frame arrived: the handshake window is over
   // Bytes read from the socket and not yet taken: [ahead_begin_, ahead_end_). A fixed

@@ -118,8 +118,8 @@ TEST(RequestRing, BothEndsAsleepStillAnswer) {
   EXPECT_GT(ServerCounter(c, "ring_doorbells"), doorbells);
 }
 
-// With one I/O thread a ring's request is served where the poll finds it; with several, it is
-// posted onto its session's strand. Either way, clients calling at once through their rings
+// A ring's request is served where its I/O loop's poll finds it, each connection on one loop
+// (transport/io_loop.h). With one loop or several, clients calling at once through their rings
 // each get their own bytes back.
 TEST(RequestRing, ConcurrentClientsAreServedWithOneOrSeveralIoThreads) {
   for (const char* io_threads : {"1", "2"}) {
@@ -176,10 +176,15 @@ TEST(RequestRing, RepliesLargerThanTheRingComeOnTheSocket) {
   ExpectServes(server);
 }
 
-// Limits: past --max-request-rings a client keeps to the socket; with rings off, all do.
+// Limits: past --max-request-rings a client keeps to the socket; with rings off, all do. The
+// limit is the server's, not each I/O loop's: with two loops the two clients' connections go one
+// to each, and still only one gets a ring.
 TEST(RequestRing, ClientsPastTheLimitKeepToTheSocket) {
-  for (const char* limit : {"1", "0"}) {
-    ServerProcess server({"--dram", "64M", "--hbm", "0", "--max-request-rings", limit});
+  for (const auto& [limit, io_threads] : std::vector<std::pair<const char*, const char*>>{
+           {"1", "1"}, {"0", "1"}, {"1", "2"}, {"0", "2"}}) {
+    SCOPED_TRACE(std::string("--io-threads ") + io_threads);
+    ServerProcess server(
+        {"--dram", "64M", "--hbm", "0", "--max-request-rings", limit, "--io-threads", io_threads});
     ASSERT_TRUE(server.started());
     ClientOptions options = server.options();
     options.max_connections = 1;

@@ -1,6 +1,7 @@
 #include "store/server_config.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <fstream>
 
@@ -21,6 +22,29 @@ TEST(ServerConfig, DefaultsAreSensible) {
   EXPECT_EQ(c->hbm.capacity, 256ull << 20);
   EXPECT_EQ(c->transport.socket_mode, 0600u);
   EXPECT_FALSE(c->transport.socket_path.empty());
+}
+
+// The I/O threads follow the CPUs the process may run on: a quarter of them, 1 to 4.
+TEST(ServerConfig, IoThreadsAreAQuarterOfTheCpusUnlessGiven) {
+  EXPECT_EQ(AutoIoThreads(1), 1);
+  EXPECT_EQ(AutoIoThreads(2), 1);
+  EXPECT_EQ(AutoIoThreads(7), 1);
+  EXPECT_EQ(AutoIoThreads(8), 2);
+  EXPECT_EQ(AutoIoThreads(16), 4);
+  EXPECT_EQ(AutoIoThreads(192), 4);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  bool exit_now;
+  auto defaults = Parse({}, &exit_now);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->transport.io_threads, AutoIoThreads(CPU_COUNT(&set)));
+  auto given = Parse({"--io-threads", "3"}, &exit_now);
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->transport.io_threads, 3);
+  auto named = Parse({"--io-threads", "auto"}, &exit_now);
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(named->transport.io_threads, defaults->transport.io_threads);
 }
 
 TEST(ServerConfig, FlagsOverride) {
@@ -73,6 +97,10 @@ TEST(ServerConfig, BadValuesGetClearErrors) {
         {"--bogus"},
         {"--max-frame", "2K"},
         {"--io-threads", "0"},
+        {"--io-threads", "65"},
+        {"--io-threads", "2x"},
+        {"--io-threads", "-1"},
+        {"--io-threads", ""},
         {"--busy-poll-max-us", "20000"},
         {"--max-request-rings", "70000"},
         {"--spill-order", "nvme,nvme"},

@@ -118,9 +118,10 @@ int main(int argc, char** argv) {
     spdlog::info("metrics and health on http://{}/metrics and /health (port {})",
                  config->metrics.listen, metrics.port());
   }
-  spdlog::info("tierpoold {} listening on {} (dram {}, hbm {})", TIERPOOL_VERSION,
+  spdlog::info("tierpoold {} listening on {} (dram {}, hbm {}, {} I/O thread{})", TIERPOOL_VERSION,
                config->transport.socket_path, FormatBytes(config->dram.capacity),
-               FormatBytes(config->hbm.capacity));
+               FormatBytes(config->hbm.capacity), config->transport.io_threads,
+               config->transport.io_threads == 1 ? "" : "s");
 #ifdef TIERPOOL_MALLOC_NAME
   spdlog::info("memory allocator: {}", TIERPOOL_MALLOC_NAME);
 #endif

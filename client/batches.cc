@@ -173,6 +173,31 @@ struct Part : Range {
   std::vector<std::size_t> in_commit;  // the items the commit names, in its order
 };
 
+// A part's reply answers its n items: all in items (a server that packs nothing), or the
+// packed lists of one length, and items exactly at the listed positions (ascending, below n).
+bool PackedGetReplyFits(const wire::GetReply& reply, std::size_t n) {
+  const wire::PackedGetResults& pins = reply.packed();
+  const int packed = pins.sizes_size();
+  if (packed == 0 && pins.positions_size() == 0) {
+    return reply.items_size() == static_cast<int>(n);
+  }
+  if (pins.checksums_size() != packed || pins.lease_ids_size() != packed ||
+      pins.arena_ids_size() != packed || pins.offsets_size() != packed ||
+      pins.lengths_size() != packed || pins.positions_size() != reply.items_size() ||
+      static_cast<std::size_t>(reply.items_size()) + static_cast<std::size_t>(packed) != n) {
+    return false;
+  }
+  for (int j = 0; j < pins.positions_size(); ++j) {
+    if (pins.positions(j) >= n || (j > 0 && pins.positions(j) <= pins.positions(j - 1))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// An item whose extent lies outside every mapping (in place of its size).
+constexpr std::uint64_t kUnaddressable = ~std::uint64_t{0};
+
 }  // namespace
 
 using detail::Borrowed;
@@ -309,6 +334,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     FillGetKeys(core_->options.ns, items, p.begin, p.end, conn->packed_gets, get);
     get->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
     get->set_bytes_meta_only(true);  // read here: size and checksum
+    get->set_packed_results(conn->packed_get_results);
     if (options.tier) get->set_want_tier(static_cast<wire::Tier>(*options.tier));
     p.got = k == 0 ? &messages.response() : messages.New<wire::Response>();
     if (parts.size() > 1) p.sent = exchange.Send(*p.get);
@@ -320,41 +346,66 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     Status s = parts.size() == 1 ? exchange.Call(*p.get, p.got)
                : p.sent.ok()     ? exchange.Receive(*p.get, p.got)
                                  : p.sent;
-    if (s.ok() && p.got->get().items_size() != static_cast<int>(p.end - p.begin)) {
+    const wire::GetReply& reply = p.got->get();
+    if (s.ok() && !PackedGetReplyFits(reply, p.end - p.begin)) {
       s = Status::Internal("bad get reply");
     }
     if (!s.ok()) {
       for (std::size_t i = p.begin; i < p.end; ++i) out.emplace_back(s);
       continue;
     }
+    const wire::PackedGetResults& pins = reply.packed();
+    int next_item = 0, next_pin = 0;
     for (std::size_t i = p.begin; i < p.end; ++i) {
-      const auto& r = p.got->get().items(static_cast<int>(i - p.begin));
       const GetItem& it = items[i];
-      Status st = FromWire(r.status());
-      if (!st.ok()) {
-        out.emplace_back(st);
+      const bool in_items =
+          next_item < pins.positions_size()
+              ? pins.positions(next_item) == static_cast<std::uint32_t>(i - p.begin)
+              : pins.sizes_size() == 0;
+      std::uint64_t size, checksum, lease;
+      const void* src = nullptr;
+      if (in_items) {
+        const auto& r = reply.items(next_item++);
+        Status st = FromWire(r.status());
+        if (!st.ok()) {
+          out.emplace_back(st);
+          continue;
+        }
+        size = r.meta().size();
+        checksum = r.meta().checksum();
+        lease = r.lease_id();
+        if (r.has_data()) {
+          src = r.data().data();
+        } else if (size > 0) {
+          src = core_->mappings->ReadAddress(r.extent());
+          if (src == nullptr) size = kUnaddressable;
+        }
+      } else {
+        const int k = next_pin++;
+        size = pins.sizes(k);
+        checksum = pins.checksums(k);
+        lease = pins.lease_ids(k);
+        if (size > 0) {
+          wire::Extent e;
+          e.set_arena_id(pins.arena_ids(k));
+          e.set_offset(pins.offsets(k));
+          e.set_length(pins.lengths(k));
+          src = core_->mappings->ReadAddress(e);
+          if (src == nullptr) size = kUnaddressable;
+        }
+      }
+      if (lease != 0) release.mutable_release()->add_lease_ids(lease);
+      if (size == kUnaddressable) {
+        out.emplace_back(Status::Internal("server returned an extent this client cannot address"));
         continue;
       }
-      std::uint64_t size = r.meta().size();
-      if (r.lease_id() != 0) release.mutable_release()->add_lease_ids(r.lease_id());
       if (size > it.capacity) {
         out.emplace_back(TooSmall(it.key, it.capacity, size));
         continue;
       }
-      const void* src = nullptr;
-      if (r.has_data()) {
-        src = r.data().data();
-      } else if (size > 0) {
-        src = core_->mappings->ReadAddress(r.extent());
-        if (src == nullptr) {
-          out.emplace_back(
-              Status::Internal("server returned an extent this client cannot address"));
-          continue;
-        }
-      }
       if (size > 0) {
         if (core_->options.verify_checksums) {
-          if (CopyAndChecksum(it.buffer, src, size) != r.meta().checksum()) {
+          if (CopyAndChecksum(it.buffer, src, size) != checksum) {
             out.emplace_back(Status::DataLoss("checksum mismatch for '" + it.key + "'"));
             continue;
           }

@@ -292,6 +292,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       h->set_staged_room_fits_smaller(true);
       h->set_packed_puts(true);
       h->set_packed_gets(true);
+      h->set_packed_get_results(true);
       auto* l = h->mutable_limits();
       l->set_max_frame_bytes(config_.max_frame_bytes);
       l->set_max_key_bytes(store_->config().max_key_bytes);
@@ -524,9 +525,14 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
   // objects comes back pinned, read from the mapping, which is 2x faster than carrying 64 x 4 KiB
   // through the socket (docs/benchmarks.md, "Mid-size puts and gets").
   std::uint64_t auto_inline_left = config_.inline_threshold_bytes;
+  // Items answered by a pin go in reply->packed when the client reads them there (only size,
+  // checksum, lease and extent), the rest in reply->items with their positions listed.
+  const bool packed = req.packed_results() && req.bytes_meta_only() && !req.device_ok() &&
+                      (req.mode() == wire::AUTO || req.mode() == wire::PINNED);
+  wire::PackedGetResults* pins = packed ? reply->mutable_packed() : nullptr;
   // Carried on on a worker after a refused wait (no_wait_scope.h): the items answered on the
   // I/O thread stay, and their bytes count against this reply's budgets as they did there.
-  const int answered = reply->items_size();
+  const int answered = reply->items_size() + (packed ? pins->sizes_size() : 0);
   for (int i = 0; i < answered; ++i) {
     const auto& done = reply->items(i);
     if (!done.has_data()) continue;
@@ -540,6 +546,7 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     ns.assign(keys.ns(i));
     key.assign(keys.key(i));
     auto* out = reply->add_items();
+    if (packed) pins->add_positions(static_cast<std::uint32_t>(i));  // taken back if packed
     if (req.mode() == wire::META) {
       auto meta = store_->Head(ns, key);
       if (!meta.ok()) {
@@ -570,6 +577,7 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     auto pinned = store_->Pin(ns, key, session, options);
     if (WaitRefused()) {  // carried on from this key on a worker
       reply->mutable_items()->RemoveLast();
+      if (packed) pins->mutable_positions()->RemoveLast();
       return;
     }
     if (!pinned.ok()) {
@@ -587,6 +595,17 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
                                        " bytes does not fit the rest of this reply frame; get it "
                                        "pinned or in a smaller batch"),
              out->mutable_status());
+      continue;
+    }
+    if (packed && !inline_it) {
+      reply->mutable_items()->RemoveLast();
+      pins->mutable_positions()->RemoveLast();
+      pins->add_sizes(size);
+      pins->add_checksums(pinned->meta.checksum);
+      pins->add_lease_ids(pinned->lease_id);
+      pins->add_arena_ids(pinned->extent.arena_id);
+      pins->add_offsets(pinned->extent.offset);
+      pins->add_lengths(pinned->extent.length);
       continue;
     }
     ToWire(pinned->meta, out->mutable_meta());

@@ -167,6 +167,8 @@ void Frames(const fs::path& dir) {
   wire::Request pins = req();
   pins.mutable_get()->set_mode(wire::PINNED);
   pins.mutable_get()->set_want_tier(wire::HBM);
+  pins.mutable_get()->set_bytes_meta_only(true);
+  pins.mutable_get()->set_packed_results(true);  // the pins answered in GetReply.packed
   for (int i : {0, 2, 4, 6}) {
     auto* k = pins.mutable_get()->add_keys();
     k->set_ns("seed");

@@ -159,6 +159,58 @@ TEST(IoThreadWaits, AGetThatMustWaitForNvmeGivesUpAtOnceAndPinsNothing) {
   EXPECT_EQ(out, Bytes(0, kMiB));
 }
 
+// A pinned get batch whose results are packed (GetRequest.packed_results) carries on the same
+// way: the worker's call resumes at the packed item that would wait, and the pin taken before
+// it is not taken twice.
+TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
+  Rig rig = MakeRig(4 * kMiB);
+  for (int i = 0; i < 8; ++i) {  // the first ones spill to nvme to make room for the later
+    const std::string b = Bytes(i, kMiB);
+    ASSERT_TRUE(
+        rig.store->PutCopy({.ns = "ns", .key = Key(i), .size = kMiB}, b.data(), kOwner).ok());
+  }
+  rig.store->Quiesce();
+  auto copies = rig.store->CopiesOf("ns", Key(0));
+  ASSERT_TRUE(copies.ok());
+  ASSERT_EQ(*copies, std::vector<TierKind>{TierKind::kNvme});
+  rig.faults->AddRule({.kind = FaultKind::kLatency, .one_in = 1, .latency_us = kSlowUs});
+  StoreService service(ServiceConfig{}, rig.store.get());
+  transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
+  wire::Request get;
+  get.mutable_get()->set_mode(wire::PINNED);
+  get.mutable_get()->set_bytes_meta_only(true);
+  get.mutable_get()->set_packed_results(true);
+  for (int i : {7, 0, 6}) {
+    auto* k = get.mutable_get()->add_keys();
+    k->set_ns("ns");
+    k->set_key(Key(i));
+  }
+  wire::Response got;
+  std::vector<int> fds;
+  {
+    NoWaitScope no_wait;
+    service.Handle(kOwner, peer, get, &got, &fds);
+    ASSERT_TRUE(no_wait.refused());
+  }
+  const wire::PackedGetResults& pins = got.get().packed();
+  ASSERT_EQ(pins.sizes_size(), 1) << "it did not stop at the item that would wait";
+  EXPECT_EQ(got.get().items_size(), 0);
+  EXPECT_EQ(pins.positions_size(), 0);
+  const std::uint64_t first = pins.lease_ids(0);
+  EXPECT_EQ(rig.store->Stats().leases_open, 1u);
+  service.Handle(kOwner, peer, get, &got, &fds);  // the worker's call
+  ASSERT_EQ(pins.sizes_size(), 3);
+  EXPECT_EQ(got.get().items_size(), 0);
+  EXPECT_EQ(pins.lease_ids(0), first) << "the first item was done twice";
+  EXPECT_EQ(rig.store->Stats().leases_open, 3u);
+  for (int k = 0; k < 3; ++k) {
+    const int key = std::vector<int>{7, 0, 6}[k];
+    EXPECT_EQ(pins.sizes(k), kMiB);
+    EXPECT_EQ(pins.checksums(k), Xxh3(Bytes(key, kMiB).data(), kMiB)) << key;
+    EXPECT_TRUE(rig.store->Release(pins.lease_ids(k), kOwner).ok());
+  }
+}
+
 // Reserves of 1, 2 and 1 MiB in a fragmented rig, in `req`: the service stops at the second,
 // which would wait for room, and a second call, as the worker makes, carries on from it in the
 // same response: the item before it is not done twice.

@@ -2,10 +2,12 @@
 // in order after the request's other items, each under its own key and size; lists that
 // disagree, a batch over the limit, bad enums and a bad key are refused with a clear error, and
 // the service goes on. Get keys (GetRequest.packed_keys): answered in order after the plain
-// keys; lengths that do not add up and a batch over the limit are refused whole.
+// keys; lengths that do not add up and a batch over the limit are refused whole. Get results
+// (GetRequest.packed_results): the pinned ones packed, the rest listed by position.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -181,6 +183,76 @@ TEST_F(PackedItems, PackedGetKeysThatDoNotAddUpOrPassTheLimitAreRefusedWhole) {
   resp = Handle(Get(keys));  // nine with the plain key, over the limit of eight
   EXPECT_EQ(resp.status().code(), static_cast<std::uint32_t>(StatusCode::kInvalidArgument));
   EXPECT_NE(resp.status().message().find("batch of 9 items"), std::string::npos);
+}
+
+// With packed_results, the items answered by a pin come in GetReply.packed, the others (bytes in
+// the frame, errors) in items at the listed positions; each pinned item's size, checksum, lease
+// and extent are those of the object, and its pin is held until released.
+TEST_F(PackedItems, PinnedGetResultsArePackedAndTheOthersListedByPosition) {
+  const std::vector<std::string> keys = {"a", "missing", "b", "c", "gone", "d"};
+  std::map<std::string, std::string> bytes;
+  for (const std::string key : {"a", "b", "c", "d"}) {
+    PutSpec spec;
+    spec.ns = "ns";
+    spec.key = key;
+    spec.size = 4096;
+    bytes[key] = std::string(spec.size, key[0]);
+    ASSERT_TRUE(store_->PutCopy(spec, bytes[key].data(), kOwner).ok());
+  }
+  wire::Request req;
+  req.set_id(11);
+  auto* get = req.mutable_get();
+  get->set_mode(wire::AUTO);  // the first 8 KiB come in the frame: a and b
+  get->set_bytes_meta_only(true);
+  get->set_packed_results(true);
+  for (const auto& k : keys) {
+    auto* key = get->add_keys();
+    key->set_ns("ns");
+    key->set_key(k);
+  }
+  const wire::Response resp = Handle(req);
+  ASSERT_EQ(resp.status().code(), 0u) << resp.status().message();
+  const wire::GetReply& reply = resp.get();
+  const wire::PackedGetResults& pins = reply.packed();
+  ASSERT_EQ(reply.items_size(), 4);
+  EXPECT_EQ(std::vector<std::uint32_t>(pins.positions().begin(), pins.positions().end()),
+            (std::vector<std::uint32_t>{0, 1, 2, 4}));
+  EXPECT_EQ(reply.items(0).data(), bytes["a"]);
+  EXPECT_EQ(reply.items(1).status().code(), static_cast<std::uint32_t>(StatusCode::kNotFound));
+  EXPECT_EQ(reply.items(2).data(), bytes["b"]);
+  EXPECT_EQ(reply.items(3).status().code(), static_cast<std::uint32_t>(StatusCode::kNotFound));
+  ASSERT_EQ(pins.sizes_size(), 2);
+  ASSERT_EQ(pins.checksums_size(), 2);
+  ASSERT_EQ(pins.lease_ids_size(), 2);
+  ASSERT_EQ(pins.arena_ids_size(), 2);
+  ASSERT_EQ(pins.offsets_size(), 2);
+  ASSERT_EQ(pins.lengths_size(), 2);
+  EXPECT_EQ(store_->Stats().leases_open, 2u);
+  for (int k = 0; k < 2; ++k) {
+    const std::string& key = keys[k == 0 ? 3 : 5];
+    auto meta = store_->Head("ns", key);
+    ASSERT_TRUE(meta.ok());
+    EXPECT_EQ(pins.sizes(k), 4096u) << key;
+    EXPECT_EQ(pins.checksums(k), meta->checksum) << key;
+    EXPECT_GE(pins.lengths(k), 4096u) << key;
+    EXPECT_NE(pins.lease_ids(k), 0u) << key;
+    EXPECT_TRUE(store_->Release(pins.lease_ids(k), kOwner).ok()) << key;
+  }
+  EXPECT_NE(pins.offsets(0), pins.offsets(1));
+  EXPECT_EQ(store_->Stats().leases_open, 0u);
+  // Without packed_results, or with the whole meta asked for, every item is in items.
+  for (bool whole_meta : {false, true}) {
+    get->set_packed_results(whole_meta);
+    get->set_bytes_meta_only(!whole_meta);
+    const wire::Response plain = Handle(req);
+    EXPECT_EQ(plain.get().items_size(), 6);
+    EXPECT_FALSE(plain.get().has_packed());
+    for (const auto& item : plain.get().items()) {
+      if (item.lease_id() != 0) {
+        ASSERT_TRUE(store_->Release(item.lease_id(), kOwner).ok());
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/client_core.h"
+#include "client/get_reply.h"
 #include "common/checksum.h"
 #include "tierpool/client.h"
 
@@ -173,28 +174,6 @@ struct Part : Range {
   std::vector<std::size_t> in_commit;  // the items the commit names, in its order
 };
 
-// A part's reply answers its n items: all in items (a server that packs nothing), or the
-// packed lists of one length, and items exactly at the listed positions (ascending, below n).
-bool PackedGetReplyFits(const wire::GetReply& reply, std::size_t n) {
-  const wire::PackedGetResults& pins = reply.packed();
-  const int packed = pins.sizes_size();
-  if (packed == 0 && pins.positions_size() == 0) {
-    return reply.items_size() == static_cast<int>(n);
-  }
-  if (pins.checksums_size() != packed || pins.lease_ids_size() != packed ||
-      pins.arena_ids_size() != packed || pins.offsets_size() != packed ||
-      pins.lengths_size() != packed || pins.positions_size() != reply.items_size() ||
-      static_cast<std::size_t>(reply.items_size()) + static_cast<std::size_t>(packed) != n) {
-    return false;
-  }
-  for (int j = 0; j < pins.positions_size(); ++j) {
-    if (pins.positions(j) >= n || (j > 0 && pins.positions(j) <= pins.positions(j - 1))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // An item whose extent lies outside every mapping (in place of its size).
 constexpr std::uint64_t kUnaddressable = ~std::uint64_t{0};
 
@@ -347,7 +326,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
                : p.sent.ok()     ? exchange.Receive(*p.get, p.got)
                                  : p.sent;
     const wire::GetReply& reply = p.got->get();
-    if (s.ok() && !PackedGetReplyFits(reply, p.end - p.begin)) {
+    if (s.ok() && !detail::GetReplyAnswers(reply, p.end - p.begin)) {
       s = Status::Internal("bad get reply");
     }
     if (!s.ok()) {

@@ -1,0 +1,80 @@
+// A get reply is read only when it answers what was asked (client/get_reply.h): every list of a
+// packed reply one length, the other items exactly at listed positions, all together the
+// batch. A server's reply shaped otherwise fails the call instead of being indexed past its end.
+#include "client/get_reply.h"
+
+#include <gtest/gtest.h>
+
+namespace tierpool::detail {
+namespace {
+
+// n items: `plain` of them in items at `positions`, the rest packed.
+wire::GetReply Packed(int packed, const std::vector<std::uint32_t>& positions) {
+  wire::GetReply r;
+  auto* p = r.mutable_packed();
+  for (int k = 0; k < packed; ++k) {
+    p->add_sizes(4096);
+    p->add_checksums(1);
+    p->add_lease_ids(static_cast<std::uint64_t>(k) + 1);
+    p->add_arena_ids(0);
+    p->add_offsets(static_cast<std::uint64_t>(k) * 4096);
+    p->add_lengths(4096);
+  }
+  for (auto pos : positions) {
+    p->add_positions(pos);
+    r.add_items();
+  }
+  return r;
+}
+
+TEST(GetReplyShape, AnswersOfTheRightShapeAreRead) {
+  wire::GetReply plain;
+  for (int i = 0; i < 3; ++i) plain.add_items();
+  EXPECT_TRUE(GetReplyAnswers(plain, 3));
+  EXPECT_TRUE(GetReplyAnswers(Packed(4, {}), 4));
+  EXPECT_TRUE(GetReplyAnswers(Packed(2, {0, 3}), 4));
+  EXPECT_TRUE(GetReplyAnswers(Packed(0, {0, 1}), 2));  // every item an error
+  EXPECT_TRUE(GetReplyAnswers(wire::GetReply(), 0));
+}
+
+TEST(GetReplyShape, AnswersOfAnyOtherShapeAreRefused) {
+  wire::GetReply plain;
+  for (int i = 0; i < 3; ++i) plain.add_items();
+  EXPECT_FALSE(GetReplyAnswers(plain, 4));  // one short
+  EXPECT_FALSE(GetReplyAnswers(Packed(4, {}), 5));
+  EXPECT_FALSE(GetReplyAnswers(Packed(2, {0, 3}), 5));
+  EXPECT_FALSE(GetReplyAnswers(Packed(2, {3, 0}), 4));  // not ascending
+  EXPECT_FALSE(GetReplyAnswers(Packed(2, {1, 1}), 4));  // the same position twice
+  EXPECT_FALSE(GetReplyAnswers(Packed(2, {0, 4}), 4));  // past the batch
+  wire::GetReply extra_item = Packed(2, {0});
+  extra_item.add_items();  // an item whose position is not listed
+  EXPECT_FALSE(GetReplyAnswers(extra_item, 4));
+  for (int list = 0; list < 6; ++list) {  // one list one entry short
+    wire::GetReply r = Packed(3, {});
+    auto* p = r.mutable_packed();
+    switch (list) {
+      case 0:
+        p->mutable_sizes()->RemoveLast();
+        break;
+      case 1:
+        p->mutable_checksums()->RemoveLast();
+        break;
+      case 2:
+        p->mutable_lease_ids()->RemoveLast();
+        break;
+      case 3:
+        p->mutable_arena_ids()->RemoveLast();
+        break;
+      case 4:
+        p->mutable_offsets()->RemoveLast();
+        break;
+      case 5:
+        p->mutable_lengths()->RemoveLast();
+        break;
+    }
+    EXPECT_FALSE(GetReplyAnswers(r, 3)) << "list " << list;
+  }
+}
+
+}  // namespace
+}  // namespace tierpool::detail

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "client/client_core.h"
-#include "client/get_reply.h"
+#include "client/reply_shape.h"
 #include "common/checksum.h"
 #include "tierpool/client.h"
 
@@ -212,6 +212,7 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
     auto* reserve = p.reserve->mutable_reserve();
     if (k == 0) conn->staged.GiveBack(reserve->mutable_unstage());
     FillReserve(core_->options.ns, items, p.begin, p.end, conn->packed_puts, reserve);
+    reserve->set_packed_results(conn->packed_reserve_results);
     p.reserved = k == 0 ? &messages.response() : messages.New<wire::Response>();
     if (!one_call) p.reserve_sent = exchange.Send(*p.reserve);
   }
@@ -221,7 +222,8 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
     Status s = one_call              ? exchange.Call(*p.reserve, p.reserved)
                : p.reserve_sent.ok() ? exchange.Receive(*p.reserve, p.reserved)
                                      : p.reserve_sent;
-    if (s.ok() && p.reserved->reserve().items_size() != static_cast<int>(p.end - p.begin)) {
+    const wire::ReserveReply& reply = p.reserved->reserve();
+    if (s.ok() && !detail::ReserveReplyAnswers(reply, p.end - p.begin)) {
       s = Status::Internal("bad reserve reply");
     }
     if (!s.ok()) {
@@ -229,27 +231,48 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
       continue;
     }
     p.in_commit.reserve(p.end - p.begin);
+    const wire::PackedReserveResults& rooms = reply.packed();
+    int next_item = 0, next_room = 0;
+    wire::Extent extent;  // a packed item's, read as a plain one's
     for (std::size_t i = p.begin; i < p.end; ++i) {
-      const auto& r = p.reserved->reserve().items(static_cast<int>(i - p.begin));
-      out[i] = FromWire(r.status());
-      if (!out[i].ok()) continue;
+      const bool in_items =
+          next_item < rooms.positions_size()
+              ? rooms.positions(next_item) == static_cast<std::uint32_t>(i - p.begin)
+              : rooms.reservation_ids_size() == 0;
+      std::uint64_t reservation;
+      const wire::Extent* room;
+      if (in_items) {
+        const auto& r = reply.items(next_item++);
+        out[i] = FromWire(r.status());
+        if (!out[i].ok()) continue;
+        reservation = r.reservation_id();
+        room = &r.extent();
+      } else {
+        const int k = next_room++;
+        out[i] = Status::Ok();
+        reservation = rooms.reservation_ids(k);
+        extent.set_arena_id(rooms.arena_ids(k));
+        extent.set_offset(rooms.offsets(k));
+        extent.set_length(rooms.lengths(k));
+        room = &extent;
+      }
       std::uint64_t sum;
       if (items[i].size == 0) {
         sum = Xxh3(nullptr, 0);
       } else {
-        std::byte* dst = core_->mappings->Address(r.extent());
+        std::byte* dst = core_->mappings->Address(*room);
         if (dst == nullptr || items[i].data == nullptr) {
           out[i] = dst == nullptr ? Status::Internal("unaddressable extent")
                                   : Status::InvalidArgument("null data");
           if (p.abort == nullptr) p.abort = messages.New<wire::Request>();
-          p.abort->mutable_abort()->add_reservation_ids(r.reservation_id());
+          p.abort->mutable_abort()->add_reservation_ids(reservation);
           continue;
         }
         sum = CopyAndChecksum(dst, items[i].data, items[i].size, CopyTarget::kFresh);
       }
       if (p.commit == nullptr) p.commit = messages.New<wire::Request>();
       auto* c = p.commit->mutable_commit()->add_items();
-      c->set_reservation_id(r.reservation_id());
+      c->set_reservation_id(reservation);
       c->set_checksum(sum);
       p.in_commit.push_back(i);
     }

@@ -163,7 +163,8 @@ struct PooledConnection {
   bool stage_puts = false;   // ClientOptions::stage_puts
   bool packed_puts = false;  // the server takes ReserveRequest.packed (HelloReply.packed_puts)
   bool packed_gets = false;  // and GetRequest.packed_keys (HelloReply.packed_gets)
-  bool packed_get_results = false;  // and GetRequest.packed_results (HelloReply's, the same)
+  bool packed_get_results = false;      // and GetRequest.packed_results (HelloReply's, the same)
+  bool packed_reserve_results = false;  // and ReserveRequest.packed_results
   StagedRooms staged;
   // The messages of the call that has it borrowed (Reset by that call first): a batch's
   // request and reply cost a few block allocations instead of several per item.
@@ -335,6 +336,7 @@ class ClientCore {
     pc->packed_puts = resp.hello().packed_puts();
     pc->packed_gets = resp.hello().packed_gets();
     pc->packed_get_results = resp.hello().packed_get_results();
+    pc->packed_reserve_results = resp.hello().packed_reserve_results();
     pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
     pc->conn->set_busy_poll_us(options.busy_poll_us);
     if (options.request_ring) TIERPOOL_RETURN_IF_ERROR(OpenRing(*pc));

@@ -293,6 +293,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       h->set_packed_puts(true);
       h->set_packed_gets(true);
       h->set_packed_get_results(true);
+      h->set_packed_reserve_results(true);
       auto* l = h->mutable_limits();
       l->set_max_frame_bytes(config_.max_frame_bytes);
       l->set_max_key_bytes(store_->config().max_key_bytes);
@@ -319,13 +320,18 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
                                          ? CheckedSpec(peer, req.reserve().packed().spec())
                                          : Result<PutSpec>(PutSpec());
       auto* reply = resp->mutable_reserve();
+      // The items that got room go in reply->packed when the client reads them there, the
+      // refused ones in reply->items with their positions listed.
+      const bool pack = req.reserve().packed_results();
+      wire::PackedReserveResults* rooms = pack ? reply->mutable_packed() : nullptr;
+      const int answered = reply->items_size() + (pack ? rooms->reservation_ids_size() : 0);
       // Staged room the client no longer wants goes first: it must not count against these.
       // (Once: a request carried on on a worker after a refused wait resumes at its first
       // unanswered item, below.)
-      if (reply->items_size() == 0) {
+      if (answered == 0) {
         for (auto id : req.reserve().unstage()) (void)store_->Abort(id, session);
       }
-      for (int i = reply->items_size(); i < items.size() + packed->size(); ++i) {
+      for (int i = answered; i < items.size() + packed->size(); ++i) {
         Result<PutSpec> spec = i < items.size() ? CheckedSpec(peer, items[i]) : shared;
         if (i >= items.size() && spec.ok()) {
           const int j = i - items.size();
@@ -335,6 +341,14 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
         auto r = spec.ok() ? store_->Reserve(std::move(*spec), session)
                            : Result<Reservation>(spec.status());
         if (WaitRefused()) return true;  // carried on from item i on a worker
+        if (pack && r.ok()) {
+          rooms->add_reservation_ids(r->id);
+          rooms->add_arena_ids(r->extent.arena_id);
+          rooms->add_offsets(r->extent.offset);
+          rooms->add_lengths(r->extent.length);
+          continue;
+        }
+        if (pack) rooms->add_positions(static_cast<std::uint32_t>(i));
         ToWire(r, reply->add_items());
       }
       return true;

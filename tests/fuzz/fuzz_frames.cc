@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (request.has_reserve()) {
         // (Packed items count too: with an OK status, their lists agreed.)
         asked = request.reserve().items_size() + request.reserve().packed().sizes_size();
-        answered = response.reserve().items_size();
+        answered =
+            response.reserve().items_size() + response.reserve().packed().reservation_ids_size();
       } else if (request.has_put_inline()) {
         asked = request.put_inline().items_size();
         answered = response.statuses().items_size();

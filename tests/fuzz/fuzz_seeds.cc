@@ -138,6 +138,7 @@ void Frames(const fs::path& dir) {
   packed->add_key_bytes(3);
   packed->add_sizes(1 << 12);
   packed->add_sizes(1 << 13);
+  reserve.mutable_reserve()->set_packed_results(true);  // the rooms answered in one message
   two_phase += Frame(reserve);
   wire::Request commit = req();
   auto* c = commit.mutable_commit()->add_items();

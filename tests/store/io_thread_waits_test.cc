@@ -301,6 +301,47 @@ TEST(IoThreadWaits, TheServiceCarriesAPackedBatchOnFromTheItemThatWouldWait) {
   ExpectTheReserveCarriedOnFromTheItemThatWouldWait(rig, service, req);
 }
 
+// And with the results packed too (ReserveRequest.packed_results): the worker's call resumes
+// after the packed room already answered, and the refused item is listed at its position.
+TEST(IoThreadWaits, AReserveWithPackedResultsCarriesOnFromTheItemThatWouldWait) {
+  Rig rig = MakeRig(16 * kMiB);
+  Fragment(rig);
+  StoreService service(ServiceConfig{}, rig.store.get());
+  transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
+  wire::Request req;
+  req.mutable_reserve()->set_packed_results(true);
+  auto* packed = req.mutable_reserve()->mutable_packed();
+  packed->mutable_spec()->set_ns("ns");
+  for (auto [key, size] : {std::pair{"one", kMiB}, {"two", 2 * kMiB}, {"three", kMiB}}) {
+    packed->mutable_keys()->append(key);
+    packed->add_key_bytes(static_cast<std::uint32_t>(std::strlen(key)));
+    packed->add_sizes(size);
+  }
+  wire::Response resp;
+  std::vector<int> fds;
+  {
+    NoWaitScope no_wait;
+    service.Handle(kOwner, peer, req, &resp, &fds);
+    ASSERT_TRUE(no_wait.refused());
+  }
+  const wire::PackedReserveResults& rooms = resp.reserve().packed();
+  ASSERT_EQ(rooms.reservation_ids_size(), 1) << "it did not stop at the item that would wait";
+  EXPECT_EQ(resp.reserve().items_size(), 0);
+  const std::uint64_t first = rooms.reservation_ids(0);
+  service.Handle(kOwner, peer, req, &resp, &fds);  // the worker's call
+  ASSERT_EQ(rooms.reservation_ids_size(), 2);
+  EXPECT_EQ(rooms.reservation_ids(0), first) << "the first item was done twice";
+  EXPECT_NE(rooms.reservation_ids(1), 0u);
+  EXPECT_EQ(rooms.lengths(0), kMiB);
+  EXPECT_EQ(rooms.lengths(1), kMiB);
+  ASSERT_EQ(resp.reserve().items_size(), 1);
+  EXPECT_EQ(std::vector<std::uint32_t>(rooms.positions().begin(), rooms.positions().end()),
+            std::vector<std::uint32_t>{1});
+  EXPECT_EQ(resp.reserve().items(0).status().code(),
+            static_cast<int>(StatusCode::kResourceExhausted));
+  EXPECT_EQ(rig.store->Stats().reservations_open, 2u);
+}
+
 // Through a real server with one I/O thread: a client whose put waits for room does not hold up
 // another client's get (before, the get waited out the nvme write behind it), and the put is
 // answered from a worker.

@@ -1,4 +1,4 @@
-// Checks a get reply's shape before the client reads it (internal to the client library): the
+// Checks a batch reply's shape before the client reads it (internal to the client library): the
 // server is trusted with bytes only as far as their checksums go, and a reply that does not
 // answer what was asked must fail the call, not index past a list.
 //
@@ -15,5 +15,7 @@ namespace tierpool::detail {
 // GetReply.packed's lists of one length with items exactly at its positions (ascending, below
 // n), together n (docs/protocol.md, PackedGetResults).
 bool GetReplyAnswers(const wire::GetReply& reply, std::size_t n);
+// The same for a reserve of `n` items and ReserveReply.packed (PackedReserveResults).
+bool ReserveReplyAnswers(const wire::ReserveReply& reply, std::size_t n);
 
 }  // namespace tierpool::detail

@@ -1,7 +1,7 @@
-// A get reply is read only when it answers what was asked (client/get_reply.h): every list of a
+// A get reply is read only when it answers what was asked (client/reply_shape.h): every list of a
 // packed reply one length, the other items exactly at listed positions, all together the
 // batch. A server's reply shaped otherwise fails the call instead of being indexed past its end.
-#include "client/get_reply.h"
+#include "client/reply_shape.h"
 
 #include <gtest/gtest.h>
 
@@ -73,6 +73,38 @@ TEST(GetReplyShape, AnswersOfAnyOtherShapeAreRefused) {
         break;
     }
     EXPECT_FALSE(GetReplyAnswers(r, 3)) << "list " << list;
+  }
+}
+
+TEST(ReserveReplyShape, OnlyAnswersOfTheRightShapeAreRead) {
+  auto rooms = [](int packed, const std::vector<std::uint32_t>& positions) {
+    wire::ReserveReply r;
+    auto* p = r.mutable_packed();
+    for (int k = 0; k < packed; ++k) {
+      p->add_reservation_ids(static_cast<std::uint64_t>(k) + 1);
+      p->add_arena_ids(0);
+      p->add_offsets(static_cast<std::uint64_t>(k) * 4096);
+      p->add_lengths(4096);
+    }
+    for (auto pos : positions) {
+      p->add_positions(pos);
+      r.add_items();
+    }
+    return r;
+  };
+  EXPECT_TRUE(ReserveReplyAnswers(rooms(3, {}), 3));
+  EXPECT_TRUE(ReserveReplyAnswers(rooms(2, {1}), 3));
+  EXPECT_TRUE(ReserveReplyAnswers(rooms(0, {0, 1}), 2));
+  EXPECT_FALSE(ReserveReplyAnswers(rooms(2, {1}), 4));
+  EXPECT_FALSE(ReserveReplyAnswers(rooms(2, {3}), 3));
+  EXPECT_FALSE(ReserveReplyAnswers(rooms(1, {1, 0}), 3));
+  for (int list = 0; list < 3; ++list) {
+    wire::ReserveReply r = rooms(3, {});
+    auto* p = r.mutable_packed();
+    if (list == 0) p->mutable_arena_ids()->RemoveLast();
+    if (list == 1) p->mutable_offsets()->RemoveLast();
+    if (list == 2) p->mutable_lengths()->RemoveLast();
+    EXPECT_FALSE(ReserveReplyAnswers(r, 3)) << "list " << list;
   }
 }
 

@@ -547,10 +547,11 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
   // Carried on on a worker after a refused wait (no_wait_scope.h): the items answered on the
   // I/O thread stay, and their bytes count against this reply's budgets as they did there.
   const int answered = reply->items_size() + (packed ? pins->sizes_size() : 0);
-  for (int i = 0; i < answered; ++i) {
-    const auto& done = reply->items(i);
+  for (int j = 0; j < reply->items_size(); ++j) {  // packed items carry no bytes
+    const auto& done = reply->items(j);
     if (!done.has_data()) continue;
     inline_budget -= done.data().size();
+    const int i = packed ? static_cast<int>(pins->positions(j)) : j;  // its key
     if (req.mode() == wire::AUTO && MapsNamespace(peer, std::string(keys.ns(i)))) {
       auto_inline_left -= std::min<std::uint64_t>(auto_inline_left, done.data().size());
     }

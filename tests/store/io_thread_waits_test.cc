@@ -159,9 +159,9 @@ TEST(IoThreadWaits, AGetThatMustWaitForNvmeGivesUpAtOnceAndPinsNothing) {
   EXPECT_EQ(out, Bytes(0, kMiB));
 }
 
-// A pinned get batch whose results are packed (GetRequest.packed_results) carries on the same
-// way: the worker's call resumes at the packed item that would wait, and the pin taken before
-// it is not taken twice.
+// A get batch whose results are packed (GetRequest.packed_results) carries on the same way:
+// the worker's call resumes at the item that would wait, after the bytes that came in the frame
+// and the pin taken before it, neither done twice.
 TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
   Rig rig = MakeRig(4 * kMiB);
   for (int i = 0; i < 8; ++i) {  // the first ones spill to nvme to make room for the later
@@ -169,6 +169,9 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
     ASSERT_TRUE(
         rig.store->PutCopy({.ns = "ns", .key = Key(i), .size = kMiB}, b.data(), kOwner).ok());
   }
+  const std::string small = Bytes(9, 4096);  // comes in the frame (AUTO, within 8 KiB)
+  ASSERT_TRUE(
+      rig.store->PutCopy({.ns = "ns", .key = "small", .size = 4096}, small.data(), kOwner).ok());
   rig.store->Quiesce();
   auto copies = rig.store->CopiesOf("ns", Key(0));
   ASSERT_TRUE(copies.ok());
@@ -177,13 +180,13 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
   StoreService service(ServiceConfig{}, rig.store.get());
   transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
   wire::Request get;
-  get.mutable_get()->set_mode(wire::PINNED);
+  get.mutable_get()->set_mode(wire::AUTO);
   get.mutable_get()->set_bytes_meta_only(true);
   get.mutable_get()->set_packed_results(true);
-  for (int i : {7, 0, 6}) {
+  for (const std::string& key : {std::string("small"), Key(7), Key(0), Key(6)}) {
     auto* k = get.mutable_get()->add_keys();
     k->set_ns("ns");
-    k->set_key(Key(i));
+    k->set_key(key);
   }
   wire::Response got;
   std::vector<int> fds;
@@ -194,14 +197,16 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
   }
   const wire::PackedGetResults& pins = got.get().packed();
   ASSERT_EQ(pins.sizes_size(), 1) << "it did not stop at the item that would wait";
-  EXPECT_EQ(got.get().items_size(), 0);
-  EXPECT_EQ(pins.positions_size(), 0);
+  ASSERT_EQ(got.get().items_size(), 1);
+  EXPECT_EQ(got.get().items(0).data(), small);
   const std::uint64_t first = pins.lease_ids(0);
   EXPECT_EQ(rig.store->Stats().leases_open, 1u);
   service.Handle(kOwner, peer, get, &got, &fds);  // the worker's call
   ASSERT_EQ(pins.sizes_size(), 3);
-  EXPECT_EQ(got.get().items_size(), 0);
-  EXPECT_EQ(pins.lease_ids(0), first) << "the first item was done twice";
+  ASSERT_EQ(got.get().items_size(), 1) << "the bytes in the frame were sent twice";
+  EXPECT_EQ(std::vector<std::uint32_t>(pins.positions().begin(), pins.positions().end()),
+            std::vector<std::uint32_t>{0});
+  EXPECT_EQ(pins.lease_ids(0), first) << "the first pin was taken twice";
   EXPECT_EQ(rig.store->Stats().leases_open, 3u);
   for (int k = 0; k < 3; ++k) {
     const int key = std::vector<int>{7, 0, 6}[k];

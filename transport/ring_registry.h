@@ -40,7 +40,8 @@ class RingRegistry {
   std::size_t size() const { return count_.load(std::memory_order_relaxed); }
 
   // Hands every ring's new request to its session, outside mu_ (a session served at once may
-  // close its ring); true when there was one. False at once when another thread holds mu_.
+  // close its ring); true when there was one. (False at once were another thread to hold mu_:
+  // none does, each registry being one loop's.)
   bool Poll();
   // The calling I/O thread stops polling before it blocks. True when a request arrived that no
   // thread will see (the caller then calls Wake and keeps going instead of blocking).

@@ -92,28 +92,30 @@ Status ArenaMappings::Map(const wire::HelloReply& hello, std::vector<UniqueFd>& 
   return Status::Ok();
 }
 
-const ArenaMappings::Mapping* ArenaMappings::Find(const wire::Extent& e) const {
-  auto it = maps_.find(e.arena_id());
-  if (it == maps_.end() || e.offset() > it->second.size ||
-      e.length() > it->second.size - e.offset()) {
+const ArenaMappings::Mapping* ArenaMappings::Find(std::uint32_t arena_id, std::uint64_t offset,
+                                                  std::uint64_t length) const {
+  auto it = maps_.find(arena_id);
+  if (it == maps_.end() || offset > it->second.size || length > it->second.size - offset) {
     return nullptr;
   }
   return &it->second;
 }
 
-std::byte* ArenaMappings::Address(const wire::Extent& e) const {
-  const Mapping* m = Find(e);
+std::byte* ArenaMappings::Address(std::uint32_t arena_id, std::uint64_t offset,
+                                  std::uint64_t length) const {
+  const Mapping* m = Find(arena_id, offset, length);
   if (m == nullptr) return nullptr;
-  m->written->Populate(m->base, m->size, e.offset(), e.length(), kPopulateWrite);
-  return m->base + e.offset();
+  m->written->Populate(m->base, m->size, offset, length, kPopulateWrite);
+  return m->base + offset;
 }
 
-const std::byte* ArenaMappings::ReadAddress(const wire::Extent& e) const {
-  const Mapping* m = Find(e);
+const std::byte* ArenaMappings::ReadAddress(std::uint32_t arena_id, std::uint64_t offset,
+                                            std::uint64_t length) const {
+  const Mapping* m = Find(arena_id, offset, length);
   if (m == nullptr) return nullptr;
   std::byte* base = m->read_only != nullptr ? m->read_only : m->base;
-  m->read->Populate(base, m->size, e.offset(), e.length(), kPopulateRead);
-  return base + e.offset();
+  m->read->Populate(base, m->size, offset, length, kPopulateRead);
+  return base + offset;
 }
 
 }  // namespace tierpool::detail

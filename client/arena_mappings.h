@@ -45,9 +45,16 @@ class ArenaMappings {
   // Maps every arena the handshake describes, from the descriptors it passed.
   Status Map(const wire::HelloReply& hello, std::vector<UniqueFd>& fds);
   // Where to write an extent, its pages faulted in; nullptr when it is not inside a mapped arena.
-  std::byte* Address(const wire::Extent& e) const;
+  std::byte* Address(std::uint32_t arena_id, std::uint64_t offset, std::uint64_t length) const;
+  std::byte* Address(const wire::Extent& e) const {
+    return Address(e.arena_id(), e.offset(), e.length());
+  }
   // Where to read it (the read-only mapping when the server passed one), its pages faulted in.
-  const std::byte* ReadAddress(const wire::Extent& e) const;
+  const std::byte* ReadAddress(std::uint32_t arena_id, std::uint64_t offset,
+                               std::uint64_t length) const;
+  const std::byte* ReadAddress(const wire::Extent& e) const {
+    return ReadAddress(e.arena_id(), e.offset(), e.length());
+  }
 
  private:
   // One bit per granule of a mapping: set once the granule was faulted in.
@@ -67,7 +74,7 @@ class ArenaMappings {
     std::uint64_t size = 0;
     std::unique_ptr<GranuleSet> written, read;
   };
-  const Mapping* Find(const wire::Extent& e) const;
+  const Mapping* Find(std::uint32_t arena_id, std::uint64_t offset, std::uint64_t length) const;
 
   std::unordered_map<std::uint32_t, Mapping> maps_;
 };

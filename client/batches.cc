@@ -232,35 +232,28 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
     }
     p.in_commit.reserve(p.end - p.begin);
     const wire::PackedReserveResults& rooms = reply.packed();
-    int next_item = 0, next_room = 0;
-    wire::Extent extent;  // a packed item's, read as a plain one's
+    detail::ReplyOrder order(rooms.positions(), rooms.reservation_ids_size() > 0);
     for (std::size_t i = p.begin; i < p.end; ++i) {
-      const bool in_items =
-          next_item < rooms.positions_size()
-              ? rooms.positions(next_item) == static_cast<std::uint32_t>(i - p.begin)
-              : rooms.reservation_ids_size() == 0;
+      int at;
       std::uint64_t reservation;
-      const wire::Extent* room;
-      if (in_items) {
-        const auto& r = reply.items(next_item++);
+      std::byte* dst = nullptr;
+      if (order.Plain(i - p.begin, &at)) {
+        const auto& r = reply.items(at);
         out[i] = FromWire(r.status());
         if (!out[i].ok()) continue;
         reservation = r.reservation_id();
-        room = &r.extent();
+        if (items[i].size > 0) dst = core_->mappings->Address(r.extent());
       } else {
-        const int k = next_room++;
         out[i] = Status::Ok();
-        reservation = rooms.reservation_ids(k);
-        extent.set_arena_id(rooms.arena_ids(k));
-        extent.set_offset(rooms.offsets(k));
-        extent.set_length(rooms.lengths(k));
-        room = &extent;
+        reservation = rooms.reservation_ids(at);
+        if (items[i].size > 0) {
+          dst = core_->mappings->Address(rooms.arena_ids(at), rooms.offsets(at), rooms.lengths(at));
+        }
       }
       std::uint64_t sum;
       if (items[i].size == 0) {
         sum = Xxh3(nullptr, 0);
       } else {
-        std::byte* dst = core_->mappings->Address(*room);
         if (dst == nullptr || items[i].data == nullptr) {
           out[i] = dst == nullptr ? Status::Internal("unaddressable extent")
                                   : Status::InvalidArgument("null data");
@@ -357,17 +350,14 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
       continue;
     }
     const wire::PackedGetResults& pins = reply.packed();
-    int next_item = 0, next_pin = 0;
+    detail::ReplyOrder order(pins.positions(), pins.sizes_size() > 0);
     for (std::size_t i = p.begin; i < p.end; ++i) {
       const GetItem& it = items[i];
-      const bool in_items =
-          next_item < pins.positions_size()
-              ? pins.positions(next_item) == static_cast<std::uint32_t>(i - p.begin)
-              : pins.sizes_size() == 0;
+      int at;
       std::uint64_t size, checksum, lease;
       const void* src = nullptr;
-      if (in_items) {
-        const auto& r = reply.items(next_item++);
+      if (order.Plain(i - p.begin, &at)) {
+        const auto& r = reply.items(at);
         Status st = FromWire(r.status());
         if (!st.ok()) {
           out.emplace_back(st);
@@ -383,16 +373,12 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
           if (src == nullptr) size = kUnaddressable;
         }
       } else {
-        const int k = next_pin++;
-        size = pins.sizes(k);
-        checksum = pins.checksums(k);
-        lease = pins.lease_ids(k);
+        size = pins.sizes(at);
+        checksum = pins.checksums(at);
+        lease = pins.lease_ids(at);
         if (size > 0) {
-          wire::Extent e;
-          e.set_arena_id(pins.arena_ids(k));
-          e.set_offset(pins.offsets(k));
-          e.set_length(pins.lengths(k));
-          src = core_->mappings->ReadAddress(e);
+          src =
+              core_->mappings->ReadAddress(pins.arena_ids(at), pins.offsets(at), pins.lengths(at));
           if (src == nullptr) size = kUnaddressable;
         }
       }

@@ -1,8 +1,10 @@
 #include "common/posix.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -138,6 +141,13 @@ std::string ShmemHugePagesSetting() {
 
 bool ShmemHugePagesOnAdvice(const std::string& s) {
   return s == "advise" || s == "within_size" || s == "always" || s == "force";
+}
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace tierpool

@@ -68,4 +68,8 @@ std::string ShmemHugePagesSetting();
 // (MADV_HUGEPAGE) 2 MiB pages.
 bool ShmemHugePagesOnAdvice(const std::string& setting = ShmemHugePagesSetting());
 
+// Cores this process may run on (its affinity mask, which taskset and container limits set;
+// hardware_concurrency counts the machine's).
+int UsableCores();
+
 }  // namespace tierpool

@@ -1,12 +1,10 @@
 #include "prefetch/planner.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <future>
 #include <limits>
-#include <thread>
 
+#include "common/posix.h"
 #include "common/units.h"
 #include "prefetch/plan_pass.h"
 #include "prefetch/simulator.h"
@@ -35,15 +33,6 @@ Status PlannerConfig::validate() const {
     return Status::InvalidArgument("prefetch margin must be in [1, 100]");
   }
   return Status::Ok();
-}
-
-// Cores this process may run on (its affinity mask, which taskset and container limits set;
-// hardware_concurrency counts the machine's).
-int UsableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 // A plan and what its replay showed (time infinite when the replay found a breach).

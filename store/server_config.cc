@@ -1,7 +1,5 @@
 #include "store/server_config.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <charconv>
@@ -10,6 +8,7 @@
 #include "common/defaults.h"
 #include "common/logging.h"
 #include "common/option_errors.h"
+#include "common/posix.h"
 #include "common/units.h"
 #include "store/config_file.h"
 
@@ -69,12 +68,7 @@ Result<std::vector<TierKind>> ParseSpillOrder(const std::string& text) {
 int AutoIoThreads(int cpus) { return std::clamp(cpus / 4, 1, 4); }
 
 Result<int> ParseIoThreads(const std::string& value) {
-  if (value == "auto") {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int cpus = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    return AutoIoThreads(cpus);
-  }
+  if (value == "auto") return AutoIoThreads(UsableCores());
   int n = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
   if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {

@@ -15,10 +15,11 @@ constexpr std::chrono::microseconds kRingsOnly{2};
 
 }  // namespace
 
-IoLoop::IoLoop(const UnixServerConfig& config, std::atomic<std::uint64_t>* wakeups)
+IoLoop::IoLoop(const UnixServerConfig& config, std::atomic<std::uint64_t>* wakeups,
+               std::atomic<std::uint32_t>* rings_open)
     : config_(config), wakeups_(wakeups) {
   if (config.max_request_rings > 0 && config.busy_poll_us > 0) {
-    rings_ = std::make_unique<RingRegistry>(config.max_request_rings);
+    rings_ = std::make_unique<RingRegistry>(config.max_request_rings, rings_open);
   }
 }
 

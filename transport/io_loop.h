@@ -28,8 +28,10 @@ namespace tierpool::transport {
 
 class IoLoop {
  public:
-  // `wakeups` counts the times this loop blocked with nothing to do and woke to work.
-  IoLoop(const UnixServerConfig& config, std::atomic<std::uint64_t>* wakeups);
+  // `wakeups` counts the times this loop blocked with nothing to do and woke to work;
+  // `rings_open` the request rings open across the server's loops (ring_registry.h).
+  IoLoop(const UnixServerConfig& config, std::atomic<std::uint64_t>* wakeups,
+         std::atomic<std::uint32_t>* rings_open);
   ~IoLoop();
   IoLoop(const IoLoop&) = delete;
   IoLoop& operator=(const IoLoop&) = delete;

@@ -6,12 +6,16 @@ namespace tierpool::transport {
 
 Result<std::shared_ptr<RingRegistry::Entry>> RingRegistry::Open(std::function<void()> wake) {
   std::lock_guard lock(mu_);
-  if (entries_.size() >= max_rings_) {
+  if (open_->fetch_add(1) >= max_rings_) {
+    --*open_;
     return Status::ResourceExhausted("tierpoold has " + std::to_string(max_rings_) +
                                      " request rings open (--max-request-rings)");
   }
   auto ring = RequestRing::Create();
-  if (!ring.ok()) return ring.status();
+  if (!ring.ok()) {
+    --*open_;
+    return ring.status();
+  }
   auto entry = std::make_shared<Entry>(std::move(ring).value());
   entry->wake = std::move(wake);
   entry->ring.control().server_polling.store(polling_threads_ > 0 ? 1 : 0);
@@ -25,6 +29,7 @@ void RingRegistry::Close(const Entry* entry) {
   auto it = std::find_if(entries_.begin(), entries_.end(),
                          [entry](const auto& e) { return e.get() == entry; });
   if (it == entries_.end()) return;
+  --*open_;
   *it = std::move(entries_.back());
   entries_.pop_back();
   count_.store(entries_.size(), std::memory_order_relaxed);

@@ -6,7 +6,8 @@
 //
 // Locking: mu_ guards the ring list and the count of polling threads. Poll, Sleep and Wake run
 // on the loop's thread, and so do Open and Close (its sessions' handlers); the lock stays for
-// the accounting's sake and is never contended.
+// the accounting's sake and is never contended. The count of open rings is shared by every
+// registry of the server, and atomic.
 #pragma once
 
 #include <atomic>
@@ -31,10 +32,13 @@ class RingRegistry {
     std::function<void()> wake;  // tells the session a request is in its ring
   };
 
-  explicit RingRegistry(std::uint32_t max_rings) : max_rings_(max_rings) {}
+  // `open` counts the rings open in every registry of the server (one per I/O loop), which
+  // together hold at most `max_rings`.
+  RingRegistry(std::uint32_t max_rings, std::atomic<std::uint32_t>* open)
+      : max_rings_(max_rings), open_(open) {}
 
-  // A new ring for a session; RESOURCE_EXHAUSTED when max_rings are open (the client then
-  // keeps to the socket).
+  // A new ring for a session; RESOURCE_EXHAUSTED when max_rings are open across the server (the
+  // client then keeps to the socket).
   Result<std::shared_ptr<Entry>> Open(std::function<void()> wake);
   void Close(const Entry* entry);
   std::size_t size() const { return count_.load(std::memory_order_relaxed); }
@@ -51,6 +55,7 @@ class RingRegistry {
 
  private:
   const std::uint32_t max_rings_;
+  std::atomic<std::uint32_t>* const open_;
   std::atomic<std::size_t> count_{0};
   std::mutex mu_;
   std::vector<std::shared_ptr<Entry>> entries_;  // guarded by mu_

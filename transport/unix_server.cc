@@ -202,8 +202,8 @@ Status UnixServer::Start() {
     ::unlink(path.c_str());
   }
   for (int i = 0; i < impl_->shared.config.io_threads; ++i) {
-    impl_->loops.push_back(
-        std::make_unique<IoLoop>(impl_->shared.config, &impl_->shared.counters.io_wakeups));
+    impl_->loops.push_back(std::make_unique<IoLoop>(
+        impl_->shared.config, &impl_->shared.counters.io_wakeups, &impl_->shared.rings_open));
   }
   impl_->acceptor.emplace(impl_->loops.front()->io());
   boost::system::error_code ec;

@@ -315,12 +315,6 @@ void UnixSession::OpenRing() {
     ToWire(Status::Unimplemented("request rings are off on this server (--max-request-rings 0 "
                                  "or --busy-poll-us 0)"),
            response.mutable_status());
-  } else if (shared_->rings_open.fetch_add(1) >= shared_->config.max_request_rings) {
-    --shared_->rings_open;
-    ToWire(Status::ResourceExhausted("tierpoold has " +
-                                     std::to_string(shared_->config.max_request_rings) +
-                                     " request rings open (--max-request-rings)"),
-           response.mutable_status());
   } else {
     // The loop's RingRegistry::Poll runs on this session's own thread between handlers, so the
     // request is served right there: no post, no trip through the reactor (0.2-0.4 us less per
@@ -329,7 +323,6 @@ void UnixSession::OpenRing() {
       if (auto self = weak.lock()) self->TakeRing();
     });
     if (!entry.ok()) {
-      --shared_->rings_open;
       ToWire(entry.status(), response.mutable_status());
     } else {
       ring_ = std::move(entry).value();
@@ -608,7 +601,6 @@ void UnixSession::Close() {
   --loop_->sessions();
   if (ring_) {
     loop_->rings()->Close(ring_.get());
-    --shared_->rings_open;
     FutexWakeAll(&ring_->ring.control().reply_seq);  // a client asleep on it looks at the socket
   }
   if (on_worker_) return;  // Handle's completion releases it

@@ -60,7 +60,7 @@ struct ServerShared {
   TransportCounters counters;
   PeerTable peers;
   std::unique_ptr<boost::asio::thread_pool> workers;
-  // Request rings open across the I/O loops, against config.max_request_rings.
+  // Request rings open across the I/O loops' registries, which count them.
   std::atomic<std::uint32_t> rings_open{0};
 };
 

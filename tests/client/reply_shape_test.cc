@@ -1,9 +1,12 @@
-// A get reply is read only when it answers what was asked (client/reply_shape.h): every list of a
-// packed reply one length, the other items exactly at listed positions, all together the
+// A get or reserve reply is read only when it answers what was asked (client/reply_shape.h): every
+// list of a packed reply one length, the other items exactly at listed positions, all together the
 // batch. A server's reply shaped otherwise fails the call instead of being indexed past its end.
 #include "client/reply_shape.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
 
 namespace tierpool::detail {
 namespace {
@@ -49,29 +52,17 @@ TEST(GetReplyShape, AnswersOfAnyOtherShapeAreRefused) {
   wire::GetReply extra_item = Packed(2, {0});
   extra_item.add_items();  // an item whose position is not listed
   EXPECT_FALSE(GetReplyAnswers(extra_item, 4));
-  for (int list = 0; list < 6; ++list) {  // one list one entry short
+  // One list one entry short.
+  const std::vector<std::function<void(wire::PackedGetResults*)>> shorten = {
+      [](auto* p) { p->mutable_sizes()->RemoveLast(); },
+      [](auto* p) { p->mutable_checksums()->RemoveLast(); },
+      [](auto* p) { p->mutable_lease_ids()->RemoveLast(); },
+      [](auto* p) { p->mutable_arena_ids()->RemoveLast(); },
+      [](auto* p) { p->mutable_offsets()->RemoveLast(); },
+      [](auto* p) { p->mutable_lengths()->RemoveLast(); }};
+  for (std::size_t list = 0; list < shorten.size(); ++list) {
     wire::GetReply r = Packed(3, {});
-    auto* p = r.mutable_packed();
-    switch (list) {
-      case 0:
-        p->mutable_sizes()->RemoveLast();
-        break;
-      case 1:
-        p->mutable_checksums()->RemoveLast();
-        break;
-      case 2:
-        p->mutable_lease_ids()->RemoveLast();
-        break;
-      case 3:
-        p->mutable_arena_ids()->RemoveLast();
-        break;
-      case 4:
-        p->mutable_offsets()->RemoveLast();
-        break;
-      case 5:
-        p->mutable_lengths()->RemoveLast();
-        break;
-    }
+    shorten[list](r.mutable_packed());
     EXPECT_FALSE(GetReplyAnswers(r, 3)) << "list " << list;
   }
 }
@@ -98,12 +89,13 @@ TEST(ReserveReplyShape, OnlyAnswersOfTheRightShapeAreRead) {
   EXPECT_FALSE(ReserveReplyAnswers(rooms(2, {1}), 4));
   EXPECT_FALSE(ReserveReplyAnswers(rooms(2, {3}), 3));
   EXPECT_FALSE(ReserveReplyAnswers(rooms(1, {1, 0}), 3));
-  for (int list = 0; list < 3; ++list) {
+  const std::vector<std::function<void(wire::PackedReserveResults*)>> shorten = {
+      [](auto* p) { p->mutable_arena_ids()->RemoveLast(); },
+      [](auto* p) { p->mutable_offsets()->RemoveLast(); },
+      [](auto* p) { p->mutable_lengths()->RemoveLast(); }};
+  for (std::size_t list = 0; list < shorten.size(); ++list) {
     wire::ReserveReply r = rooms(3, {});
-    auto* p = r.mutable_packed();
-    if (list == 0) p->mutable_arena_ids()->RemoveLast();
-    if (list == 1) p->mutable_offsets()->RemoveLast();
-    if (list == 2) p->mutable_lengths()->RemoveLast();
+    shorten[list](r.mutable_packed());
     EXPECT_FALSE(ReserveReplyAnswers(r, 3)) << "list " << list;
   }
 }

@@ -78,6 +78,50 @@ std::string Bytes(int seed, std::size_t n) {
 
 std::string Key(int i) { return "block-" + std::to_string(i); }
 
+// The service as the transport runs a request (transport/unix_session.cc): on an I/O thread,
+// where a wait is refused and the service stops, then on a worker, which carries it on.
+class ServiceCalls {
+ public:
+  explicit ServiceCalls(StoreService& service) : service_(service) {}
+  // On an I/O thread: true when the service refused a wait there.
+  bool RefusedOnIoThread(const wire::Request& req, wire::Response* resp) {
+    NoWaitScope no_wait;
+    service_.Handle(kOwner, peer_, req, resp, &fds_);
+    return no_wait.refused();
+  }
+  // On a worker, with the response as the I/O thread left it.
+  void OnWorker(const wire::Request& req, wire::Response* resp) {
+    service_.Handle(kOwner, peer_, req, resp, &fds_);
+  }
+
+ private:
+  StoreService& service_;
+  transport::PeerCredentials peer_{.pid = getpid(), .uid = getuid(), .gid = getgid()};
+  std::vector<int> fds_;
+};
+
+// Eight 1 MiB objects into 4 MiB of dram: the first ones spill to nvme to make room for the later.
+void FillPastDram(Rig& rig) {
+  for (int i = 0; i < 8; ++i) {
+    const std::string b = Bytes(i, kMiB);
+    ASSERT_TRUE(
+        rig.store->PutCopy({.ns = "ns", .key = Key(i), .size = kMiB}, b.data(), kOwner).ok());
+  }
+}
+
+// Reserves of 1, 2 and 1 MiB ("one", "two", "three") packed in one message.
+wire::Request PackedReserveOfThree() {
+  wire::Request req;
+  auto* packed = req.mutable_reserve()->mutable_packed();
+  packed->mutable_spec()->set_ns("ns");
+  for (auto [key, size] : {std::pair{"one", kMiB}, {"two", 2 * kMiB}, {"three", kMiB}}) {
+    packed->mutable_keys()->append(key);
+    packed->add_key_bytes(static_cast<std::uint32_t>(std::strlen(key)));
+    packed->add_sizes(size);
+  }
+  return req;
+}
+
 // 16 MiB of dram in 1 MiB objects, then: the even ones pinned, the odd ones deleted but for the
 // fourth. 7 MiB are free, in 1 MiB holes between pinned copies, so a 2 MiB put fits by the free
 // bytes (the service's snapshot sends it to the I/O thread) but no window can be opened in the
@@ -131,11 +175,7 @@ TEST(IoThreadWaits, AReserveThatMustWaitForRoomGivesUpAtOnceOnAnIoThread) {
 
 TEST(IoThreadWaits, AGetThatMustWaitForNvmeGivesUpAtOnceAndPinsNothing) {
   Rig rig = MakeRig(4 * kMiB);
-  for (int i = 0; i < 8; ++i) {  // the first ones spill to nvme to make room for the later
-    const std::string b = Bytes(i, kMiB);
-    ASSERT_TRUE(
-        rig.store->PutCopy({.ns = "ns", .key = Key(i), .size = kMiB}, b.data(), kOwner).ok());
-  }
+  FillPastDram(rig);
   rig.store->Quiesce();
   auto copies = rig.store->CopiesOf("ns", Key(0));
   ASSERT_TRUE(copies.ok());
@@ -164,11 +204,7 @@ TEST(IoThreadWaits, AGetThatMustWaitForNvmeGivesUpAtOnceAndPinsNothing) {
 // and the pin taken before it, neither done twice.
 TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
   Rig rig = MakeRig(4 * kMiB);
-  for (int i = 0; i < 8; ++i) {  // the first ones spill to nvme to make room for the later
-    const std::string b = Bytes(i, kMiB);
-    ASSERT_TRUE(
-        rig.store->PutCopy({.ns = "ns", .key = Key(i), .size = kMiB}, b.data(), kOwner).ok());
-  }
+  FillPastDram(rig);
   const std::string small = Bytes(9, 4096);  // comes in the frame (AUTO, within 8 KiB)
   ASSERT_TRUE(
       rig.store->PutCopy({.ns = "ns", .key = "small", .size = 4096}, small.data(), kOwner).ok());
@@ -178,7 +214,7 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
   ASSERT_EQ(*copies, std::vector<TierKind>{TierKind::kNvme});
   rig.faults->AddRule({.kind = FaultKind::kLatency, .one_in = 1, .latency_us = kSlowUs});
   StoreService service(ServiceConfig{}, rig.store.get());
-  transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
+  ServiceCalls calls(service);
   wire::Request get;
   get.mutable_get()->set_mode(wire::AUTO);
   get.mutable_get()->set_bytes_meta_only(true);
@@ -189,19 +225,14 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
     k->set_key(key);
   }
   wire::Response got;
-  std::vector<int> fds;
-  {
-    NoWaitScope no_wait;
-    service.Handle(kOwner, peer, get, &got, &fds);
-    ASSERT_TRUE(no_wait.refused());
-  }
+  ASSERT_TRUE(calls.RefusedOnIoThread(get, &got));
   const wire::PackedGetResults& pins = got.get().packed();
   ASSERT_EQ(pins.sizes_size(), 1) << "it did not stop at the item that would wait";
   ASSERT_EQ(got.get().items_size(), 1);
   EXPECT_EQ(got.get().items(0).data(), small);
   const std::uint64_t first = pins.lease_ids(0);
   EXPECT_EQ(rig.store->Stats().leases_open, 1u);
-  service.Handle(kOwner, peer, get, &got, &fds);  // the worker's call
+  calls.OnWorker(get, &got);
   ASSERT_EQ(pins.sizes_size(), 3);
   ASSERT_EQ(got.get().items_size(), 1) << "the bytes in the frame were sent twice";
   EXPECT_EQ(std::vector<std::uint32_t>(pins.positions().begin(), pins.positions().end()),
@@ -221,18 +252,13 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
 // same response: the item before it is not done twice.
 void ExpectTheReserveCarriedOnFromTheItemThatWouldWait(Rig& rig, StoreService& service,
                                                        const wire::Request& req) {
-  transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
+  ServiceCalls calls(service);
   wire::Response resp;
-  std::vector<int> fds;
-  {
-    NoWaitScope no_wait;
-    service.Handle(kOwner, peer, req, &resp, &fds);
-    ASSERT_TRUE(no_wait.refused());
-  }
+  ASSERT_TRUE(calls.RefusedOnIoThread(req, &resp));
   ASSERT_EQ(resp.reserve().items_size(), 1) << "it did not stop at the item that would wait";
   const std::uint64_t first = resp.reserve().items(0).reservation_id();
   EXPECT_NE(first, 0u);
-  service.Handle(kOwner, peer, req, &resp, &fds);  // the worker's call
+  calls.OnWorker(req, &resp);
   ASSERT_EQ(resp.reserve().items_size(), 3);
   EXPECT_EQ(resp.reserve().items(0).reservation_id(), first) << "the first item was done twice";
   EXPECT_EQ(resp.reserve().items(1).status().code(),
@@ -247,7 +273,6 @@ TEST(IoThreadWaits, TheServiceCarriesABatchOnFromTheItemThatWouldWait) {
   Rig rig = MakeRig(16 * kMiB);
   Fragment(rig);
   StoreService service(ServiceConfig{}, rig.store.get());
-  transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
   wire::Request req;
   for (auto [key, size] : {std::pair{"one", kMiB}, {"two", 2 * kMiB}, {"three", kMiB}}) {
     auto* item = req.mutable_reserve()->add_items();
@@ -273,15 +298,11 @@ TEST(IoThreadWaits, TheServiceCarriesABatchOnFromTheItemThatWouldWait) {
     k->set_key(Key(i));
   }
   wire::Response got;
-  std::vector<int> fds;
+  ServiceCalls calls(service);
   const std::uint64_t gets_before = rig.store->Stats().gets;
-  {
-    NoWaitScope no_wait;
-    service.Handle(kOwner, peer, get, &got, &fds);
-    ASSERT_TRUE(no_wait.refused());
-  }
+  ASSERT_TRUE(calls.RefusedOnIoThread(get, &got));
   ASSERT_EQ(got.get().items_size(), 1);
-  service.Handle(kOwner, peer, get, &got, &fds);
+  calls.OnWorker(get, &got);
   ASSERT_EQ(got.get().items_size(), 3);
   EXPECT_EQ(got.get().items(0).data(), Bytes(2, kMiB));
   EXPECT_EQ(got.get().items(1).data(), Bytes(3, kMiB));  // moved to nvme for the 2 MiB put
@@ -295,15 +316,7 @@ TEST(IoThreadWaits, TheServiceCarriesAPackedBatchOnFromTheItemThatWouldWait) {
   Rig rig = MakeRig(16 * kMiB);
   Fragment(rig);
   StoreService service(ServiceConfig{}, rig.store.get());
-  wire::Request req;
-  auto* packed = req.mutable_reserve()->mutable_packed();
-  packed->mutable_spec()->set_ns("ns");
-  for (auto [key, size] : {std::pair{"one", kMiB}, {"two", 2 * kMiB}, {"three", kMiB}}) {
-    packed->mutable_keys()->append(key);
-    packed->add_key_bytes(static_cast<std::uint32_t>(std::strlen(key)));
-    packed->add_sizes(size);
-  }
-  ExpectTheReserveCarriedOnFromTheItemThatWouldWait(rig, service, req);
+  ExpectTheReserveCarriedOnFromTheItemThatWouldWait(rig, service, PackedReserveOfThree());
 }
 
 // And with the results packed too (ReserveRequest.packed_results): the worker's call resumes
@@ -312,28 +325,16 @@ TEST(IoThreadWaits, AReserveWithPackedResultsCarriesOnFromTheItemThatWouldWait) 
   Rig rig = MakeRig(16 * kMiB);
   Fragment(rig);
   StoreService service(ServiceConfig{}, rig.store.get());
-  transport::PeerCredentials peer{.pid = getpid(), .uid = getuid(), .gid = getgid()};
-  wire::Request req;
+  ServiceCalls calls(service);
+  wire::Request req = PackedReserveOfThree();
   req.mutable_reserve()->set_packed_results(true);
-  auto* packed = req.mutable_reserve()->mutable_packed();
-  packed->mutable_spec()->set_ns("ns");
-  for (auto [key, size] : {std::pair{"one", kMiB}, {"two", 2 * kMiB}, {"three", kMiB}}) {
-    packed->mutable_keys()->append(key);
-    packed->add_key_bytes(static_cast<std::uint32_t>(std::strlen(key)));
-    packed->add_sizes(size);
-  }
   wire::Response resp;
-  std::vector<int> fds;
-  {
-    NoWaitScope no_wait;
-    service.Handle(kOwner, peer, req, &resp, &fds);
-    ASSERT_TRUE(no_wait.refused());
-  }
+  ASSERT_TRUE(calls.RefusedOnIoThread(req, &resp));
   const wire::PackedReserveResults& rooms = resp.reserve().packed();
   ASSERT_EQ(rooms.reservation_ids_size(), 1) << "it did not stop at the item that would wait";
   EXPECT_EQ(resp.reserve().items_size(), 0);
   const std::uint64_t first = rooms.reservation_ids(0);
-  service.Handle(kOwner, peer, req, &resp, &fds);  // the worker's call
+  calls.OnWorker(req, &resp);
   ASSERT_EQ(rooms.reservation_ids_size(), 2);
   EXPECT_EQ(rooms.reservation_ids(0), first) << "the first item was done twice";
   EXPECT_NE(rooms.reservation_ids(1), 0u);

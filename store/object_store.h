@@ -306,9 +306,6 @@ class ObjectStore {
   bool Holds(std::uint64_t owner) const;  // staged reservations aside
   // Bytes of these open reservations (the ids that are not are ignored).
   std::uint64_t ReservedBytes(const std::vector<std::uint64_t>& reservation_ids);
-  // True when a Pin of this object (wanting `want`'s copy, if set) would wait for a move: the
-  // service runs such requests off the transport's I/O thread. A snapshot, not a promise.
-  bool PinMayWait(const std::string& ns, const std::string& key, std::optional<TierKind> want);
   // True when puts of these sizes might wait for room (or a plan's budget).
   bool ReserveMayWait(const std::string& ns, std::uint64_t total_bytes, std::uint64_t largest,
                       bool wants_hbm);

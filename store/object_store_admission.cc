@@ -1,6 +1,7 @@
 // Admission: what a connection and a namespace may hold, and for how long. The limits are
-// checked under mu_ where a reservation or a pin is taken; the probes (PinMayWait,
-// ReserveMayWait) let the service keep requests that may wait off the transport's I/O thread.
+// checked under mu_ where a reservation or a pin is taken; the probe ReserveMayWait lets the
+// service keep puts that may wait for room off the transport's I/O thread (a get has none: a pin
+// that must wait refuses on the I/O thread before it pins anything).
 #include <shared_mutex>
 
 #include "common/logging.h"
@@ -138,16 +139,6 @@ bool ObjectStore::Holds(std::uint64_t owner) const {
   const OwnerHoldings h = index_.HoldingsOf(owner);
   // Staged room is idle by design: it does not keep the connection from timing out.
   return h.reservations != h.staged || leases_.CountOf(owner) != 0;
-}
-
-bool ObjectStore::PinMayWait(const std::string& ns, const std::string& key,
-                             std::optional<TierKind> want) {
-  std::shared_lock lock(mu_);
-  return index_.WithName(ns, key, [&](const StoredObject* obj) {
-    if (obj == nullptr || obj->corrupt) return false;  // answered at once
-    if (want && tier(*want) != nullptr && !obj->copy(*want).present) return true;
-    return !TopCopy(*obj, /*mapped_only=*/true).has_value();
-  });
 }
 
 bool ObjectStore::ReserveMayWait(const std::string& ns, std::uint64_t total_bytes,

@@ -102,25 +102,10 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
       for (const auto& item : req.commit().items()) ids.push_back(item.reservation_id());
       return store_->ReservedBytes(ids) > (1u << 20);
     }
-    case wire::Request::kGet: {
-      const auto& g = req.get();
-      auto keys = GetKeys::Of(g);
-      if (g.mode() == wire::META || !keys.ok() ||
-          keys->size() > static_cast<int>(config_.max_batch_items)) {
-        return false;
-      }
-      std::optional<TierKind> want;
-      if (g.has_want_tier() && wire::Tier_IsValid(g.want_tier())) {
-        want = static_cast<TierKind>(g.want_tier());
-      }
-      std::string ns, key;  // one buffer each for all the keys
-      for (int i = 0; i < keys->size(); ++i) {
-        ns.assign(keys->ns(i));
-        key.assign(keys->key(i));
-        if (store_->PinMayWait(ns, key, want)) return true;
-      }
-      return false;
-    }
+    // No probe for gets: a pin that must wait (an object only on nvme, one moving, one wanted
+    // in another tier) refuses on the I/O thread before pinning anything, and a worker carries
+    // the batch on from that item. A probe looked every key up twice (docs/benchmarks.md, "Gets
+    // without the probe").
     case wire::Request::kReserve:
     case wire::Request::kPutInline: {
       std::uint64_t total = 0, largest = 0;

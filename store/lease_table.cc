@@ -18,6 +18,37 @@ std::uint64_t LeaseTable::Add(const Lease& lease) {
 Result<Lease> LeaseTable::Take(std::uint64_t lease_id, std::uint64_t owner) {
   Shard& shard = ShardOfId(lease_id);
   std::lock_guard lock(shard.mu);
+  return TakeLocked(shard, lease_id, owner);
+}
+
+std::size_t LeaseTable::TakeAll(std::span<const std::uint64_t> lease_ids, std::uint64_t owner,
+                                std::vector<Lease>* taken, Status* first_refusal) {
+  std::size_t refused = 0;
+  auto refuse = [&](Status s) {
+    if (refused++ == 0) *first_refusal = std::move(s);
+  };
+  const std::uint64_t own = ShardIndex(owner);
+  {
+    Shard& shard = shards_[own];
+    std::lock_guard lock(shard.mu);
+    for (std::uint64_t id : lease_ids) {
+      if (id % kShards != own) continue;  // not owner's: Take says why, below
+      auto l = TakeLocked(shard, id, owner);
+      if (l.ok()) {
+        taken->push_back(*l);
+      } else {
+        refuse(l.status());
+      }
+    }
+  }
+  for (std::uint64_t id : lease_ids) {
+    if (id % kShards == own) continue;
+    refuse(Take(id, owner).status());  // another owner's or none: never taken
+  }
+  return refused;
+}
+
+Result<Lease> LeaseTable::TakeLocked(Shard& shard, std::uint64_t lease_id, std::uint64_t owner) {
   auto it = shard.leases.find(lease_id);
   if (it == shard.leases.end()) {
     return Status::NotFound("no lease " + std::to_string(lease_id) + " (expired or released)");

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -37,6 +38,11 @@ class LeaseTable {
   // Removes the lease `owner` holds under lease_id and returns it; NotFound when there is none
   // (released or never given), PermissionDenied when another owner holds it.
   Result<Lease> Take(std::uint64_t lease_id, std::uint64_t owner);
+  // Take of each of lease_ids, in order, under one lock: every lease of owner's is in its
+  // shard. The leases taken are appended to *taken; returns how many were refused, and sets
+  // *first_refusal to one refusal's status (the first in the owner's shard, if any there).
+  std::size_t TakeAll(std::span<const std::uint64_t> lease_ids, std::uint64_t owner,
+                      std::vector<Lease>* taken, Status* first_refusal);
   std::optional<Lease> Find(std::uint64_t lease_id) const;
   // The deadline was dealt with: the lease stays, no longer due.
   void ClearDeadline(std::uint64_t lease_id);
@@ -58,6 +64,7 @@ class LeaseTable {
     // a connection closes, and a set by owner cost every get an insert and an erase.
     std::unordered_map<std::uint64_t, std::uint64_t> count_of;
   };
+  static Result<Lease> TakeLocked(Shard& shard, std::uint64_t lease_id, std::uint64_t owner);
   static std::uint64_t ShardIndex(std::uint64_t owner) { return owner % kShards; }
   Shard& ShardOfId(std::uint64_t lease_id) { return shards_[lease_id % kShards]; }
   const Shard& ShardOfId(std::uint64_t lease_id) const { return shards_[lease_id % kShards]; }

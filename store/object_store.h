@@ -41,6 +41,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -269,6 +270,10 @@ class ObjectStore {
   Result<PinnedObject> Pin(const std::string& ns, const std::string& key, std::uint64_t owner,
                            const PinOptions& options = {});
   Status Release(std::uint64_t lease_id, std::uint64_t owner);
+  // Release of each of lease_ids under one shared lock and one lease-table lock (a get batch's
+  // pins). Returns Ok, or one refusal's status with how many of them were refused; the others
+  // are released.
+  Status ReleaseAll(std::span<const std::uint64_t> lease_ids, std::uint64_t owner);
   Result<ObjectMeta> Head(const std::string& ns, const std::string& key);
   // The tiers holding a copy of ns/key, top first (a move in flight not counted).
   Result<std::vector<TierKind>> CopiesOf(const std::string& ns, const std::string& key);
@@ -470,6 +475,9 @@ class ObjectStore {
   // deleted object to free); a release under the shared lock that finds either comes back here
   // with mu_ held exclusively.
   void SettleUnpinnedLocked(std::uint64_t object_id, TierKind tier);
+  // Under mu_ shared: lets go of a taken lease's pin; true when that was its copy's last and
+  // something waits on it (SettleUnpinnedLocked, under mu_ exclusive, then).
+  bool UnpinShared(const Lease& lease);
   // A get taken under mu_ held shared: the pinned copy, or nothing when the get needs the
   // exclusive path (anything to wait for, move, or change besides the pin).
   std::optional<Result<PinnedObject>> TryPinShared(const std::string& ns, const std::string& key,

@@ -217,21 +217,48 @@ Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
     auto taken = leases_.Take(lease_id, owner);
     if (!taken.ok()) return taken.status();
     l = *taken;
-    StoredObject* obj = index_.Find(l.object_id);
-    if (obj == nullptr) return Status::Ok();
-    ObjectCopy& c = obj->copy(l.tier);
-    // Read before letting go: once its last pin is gone, a commit under mu_ shared that
-    // replaced it may free it. Neither changes while this pin holds it (under mu_ exclusive
-    // only, or, doomed, by such a commit of an object with no pins).
-    const bool settle = c.free_on_unpin || obj->doomed;
-    std::uint32_t pins = c.pins.load();
-    while (pins > 0 && !c.pins.compare_exchange_weak(pins, pins - 1)) {
-    }
-    if (pins > 1 || !settle) return Status::Ok();
+    if (!UnpinShared(l)) return Status::Ok();
   }
   std::lock_guard lock(mu_);
   SettleUnpinnedLocked(l.object_id, l.tier);
   return Status::Ok();
+}
+
+Status ObjectStore::ReleaseAll(std::span<const std::uint64_t> lease_ids, std::uint64_t owner) {
+  std::vector<Lease> taken;
+  taken.reserve(lease_ids.size());
+  Status refusal;
+  std::size_t refused = 0;
+  std::size_t settle = 0;  // taken[0, settle): the ones to settle
+  {
+    std::shared_lock lock(mu_);
+    refused = leases_.TakeAll(lease_ids, owner, &taken, &refusal);
+    for (const Lease& l : taken) {
+      if (UnpinShared(l)) taken[settle++] = l;
+    }
+  }
+  if (settle > 0) {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < settle; ++i) SettleUnpinnedLocked(taken[i].object_id, taken[i].tier);
+  }
+  if (refused == 0) return Status::Ok();
+  return Status(refusal.code(), std::to_string(refused) + " of " +
+                                    std::to_string(lease_ids.size()) +
+                                    " leases not released; one: " + refusal.message());
+}
+
+bool ObjectStore::UnpinShared(const Lease& l) {
+  StoredObject* obj = index_.Find(l.object_id);
+  if (obj == nullptr) return false;
+  ObjectCopy& c = obj->copy(l.tier);
+  // Read before letting go: once its last pin is gone, a commit under mu_ shared that
+  // replaced it may free it. Neither changes while this pin holds it (under mu_ exclusive
+  // only, or, doomed, by such a commit of an object with no pins).
+  const bool settle = c.free_on_unpin || obj->doomed;
+  std::uint32_t pins = c.pins.load();
+  while (pins > 0 && !c.pins.compare_exchange_weak(pins, pins - 1)) {
+  }
+  return pins <= 1 && settle;
 }
 
 Result<ObjectMeta> ObjectStore::Head(const std::string& ns, const std::string& key) {

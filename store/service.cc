@@ -410,10 +410,9 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       return true;
     }
     case wire::Request::kRelease: {
-      for (auto id : req.release().lease_ids()) {
-        Status s = store_->Release(id, session);
-        if (!s.ok()) spdlog::debug("session {}: release: {}", session, s.ToString());
-      }
+      const auto& ids = req.release().lease_ids();
+      Status s = store_->ReleaseAll({ids.data(), static_cast<std::size_t>(ids.size())}, session);
+      if (!s.ok()) spdlog::debug("session {}: release: {}", session, s.ToString());
       return false;  // one-way
     }
     case wire::Request::kDel: {

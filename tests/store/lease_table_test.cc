@@ -45,6 +45,35 @@ TEST(LeaseTable, CountsAndListsPerOwnerAcrossShards) {
   EXPECT_EQ(table.size(), 5u);
 }
 
+TEST(LeaseTable, TakeAllTakesTheOwnersAndRefusesTheRest) {
+  LeaseTable table;
+  // Owner 1's leases, owner 17's in the same shard, owner 2's in another.
+  const std::uint64_t a = table.Add({.object_id = 10, .owner = 1});
+  const std::uint64_t b = table.Add({.object_id = 11, .owner = 1});
+  const std::uint64_t same_shard = table.Add({.object_id = 12, .owner = 17});
+  const std::uint64_t other_shard = table.Add({.object_id = 13, .owner = 2});
+  const std::uint64_t ids[] = {a, other_shard, same_shard, 12345, b, a};
+  std::vector<Lease> taken;
+  Status refusal;
+  EXPECT_EQ(table.TakeAll(ids, 1, &taken, &refusal), 4u);  // 2's, 17's, none, a again
+  // The first refusal in owner 1's shard: 17's lease.
+  EXPECT_EQ(refusal.code(), StatusCode::kPermissionDenied) << refusal.ToString();
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].object_id, 10u);
+  EXPECT_EQ(taken[1].object_id, 11u);
+  EXPECT_EQ(table.CountOf(1), 0u);
+  EXPECT_EQ(table.CountOf(17), 1u);
+  EXPECT_EQ(table.CountOf(2), 1u);
+  EXPECT_EQ(table.size(), 2u);
+  // Refused in another shard only: that refusal is the one given.
+  taken.clear();
+  const std::uint64_t foreign[] = {other_shard};
+  EXPECT_EQ(table.TakeAll(foreign, 1, &taken, &refusal), 1u);
+  EXPECT_EQ(refusal.code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(taken.empty());
+  EXPECT_EQ(table.size(), 2u);
+}
+
 TEST(LeaseTable, DeadlinesAreFoundInEveryShardAndCleared) {
   LeaseTable table;
   const std::uint64_t a = table.Add({.object_id = 1, .owner = 1, .expiry_us = 100});

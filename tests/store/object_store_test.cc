@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <span>
 #include <thread>
 
 #include "common/checksum.h"
@@ -137,6 +138,32 @@ TEST_F(ObjectStoreTest, DeleteWhilePinnedFreesAfterRelease) {
   EXPECT_EQ(static_cast<unsigned char>(p[0]), static_cast<unsigned char>(1 + (512 << 10)));
   ASSERT_TRUE(store_->Release(pin->lease_id, kOwner).ok());
   EXPECT_TRUE(Put("b", 600 << 10).ok());
+}
+
+TEST_F(ObjectStoreTest, ReleaseAllLetsGoOfABatchAndFreesWhatWasDeletedMeanwhile) {
+  Make(1 << 20, 0);
+  ASSERT_TRUE(Put("a", 300 << 10).ok());
+  ASSERT_TRUE(Put("b", 300 << 10).ok());
+  auto pa = store_->Pin("ns", "a", kOwner);
+  auto pb = store_->Pin("ns", "b", kOwner);
+  auto pb2 = store_->Pin("ns", "b", kOwner);
+  auto theirs = store_->Pin("ns", "a", kOwner + 1);
+  ASSERT_TRUE(pa.ok() && pb.ok() && pb2.ok() && theirs.ok());
+  ASSERT_TRUE(store_->Delete("ns", "a").ok());
+  ASSERT_TRUE(store_->Delete("ns", "b").ok());
+  // Another connection's lease is refused and stays; the rest are released, b's two pins both.
+  const std::uint64_t ids[] = {pa->lease_id, theirs->lease_id, pb->lease_id, pb2->lease_id};
+  Status s = store_->ReleaseAll(ids, kOwner);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("1 of 4"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(store_->Holds(kOwner));
+  EXPECT_TRUE(store_->Holds(kOwner + 1));
+  // b had no other reader: its bytes are free. a's stay while the other connection reads them.
+  EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 300u << 10);
+  ASSERT_TRUE(store_->ReleaseAll(std::span(&theirs->lease_id, 1), kOwner + 1).ok());
+  EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 0u);
+  EXPECT_EQ(store_->ReleaseAll(std::span(&pa->lease_id, 1), kOwner).code(),
+            StatusCode::kNotFound);
 }
 
 TEST_F(ObjectStoreTest, OverwriteReplacesAndFreesTheOldBytes) {

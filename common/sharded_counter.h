@@ -20,6 +20,10 @@ class ShardedCounter {
   void Add(std::uint64_t hint, std::uint64_t n = 1) {
     slots_[hint % kShards].value.fetch_add(n, std::memory_order_relaxed);
   }
+  // Takes back n that were added under the same hint (a count made too early).
+  void Subtract(std::uint64_t hint, std::uint64_t n) {
+    slots_[hint % kShards].value.fetch_sub(n, std::memory_order_relaxed);
+  }
   std::uint64_t Sum() const {
     std::uint64_t total = 0;
     for (const auto& s : slots_) total += s.value.load(std::memory_order_relaxed);

@@ -8,11 +8,30 @@ std::uint64_t LeaseTable::Add(const Lease& lease) {
   const std::uint64_t s = ShardIndex(lease.owner);
   Shard& shard = shards_[s];
   std::lock_guard lock(shard.mu);
+  return AddLocked(shard, s, lease);
+}
+
+std::uint64_t LeaseTable::AddLocked(Shard& shard, std::uint64_t s, const Lease& lease) {
   const std::uint64_t id = shard.next_seq++ * kShards + s;
   shard.leases.emplace(id, lease);
   if (lease.expiry_us != 0) shard.by_expiry.emplace(lease.expiry_us, id);
   ++shard.count_of[lease.owner];
   return id;
+}
+
+void LeaseTable::AddAll(std::span<const Lease> leases, std::uint64_t* ids) {
+  if (leases.empty()) return;
+  const std::uint64_t s = ShardIndex(leases[0].owner);
+  {
+    Shard& shard = shards_[s];
+    std::lock_guard lock(shard.mu);
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      if (ShardIndex(leases[i].owner) == s) ids[i] = AddLocked(shard, s, leases[i]);
+    }
+  }
+  for (std::size_t i = 0; i < leases.size(); ++i) {  // another owner's: its own shard
+    if (ShardIndex(leases[i].owner) != s) ids[i] = Add(leases[i]);
+  }
 }
 
 Result<Lease> LeaseTable::Take(std::uint64_t lease_id, std::uint64_t owner) {

@@ -35,6 +35,8 @@ class LeaseTable {
 
   // Records the lease; returns its id (never 0).
   std::uint64_t Add(const Lease& lease);
+  // Add of each of leases (a get batch's, all of one owner: one lock), their ids in ids[i].
+  void AddAll(std::span<const Lease> leases, std::uint64_t* ids);
   // Removes the lease `owner` holds under lease_id and returns it; NotFound when there is none
   // (released or never given), PermissionDenied when another owner holds it.
   Result<Lease> Take(std::uint64_t lease_id, std::uint64_t owner);
@@ -64,6 +66,7 @@ class LeaseTable {
     // a connection closes, and a set by owner cost every get an insert and an erase.
     std::unordered_map<std::uint64_t, std::uint64_t> count_of;
   };
+  static std::uint64_t AddLocked(Shard& shard, std::uint64_t s, const Lease& lease);
   static Result<Lease> TakeLocked(Shard& shard, std::uint64_t lease_id, std::uint64_t owner);
   static std::uint64_t ShardIndex(std::uint64_t owner) { return owner % kShards; }
   Shard& ShardOfId(std::uint64_t lease_id) { return shards_[lease_id % kShards]; }

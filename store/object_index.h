@@ -199,7 +199,7 @@ class ObjectIndex {
   // cannot replace and free the object meanwhile. f must not call back into the index but for
   // TouchShared.
   template <typename F>
-  decltype(auto) WithName(const std::string& ns, const std::string& key, F&& f) {
+  decltype(auto) WithName(std::string_view ns, std::string_view key, F&& f) {
     Part& part = parts_[PartOf(ns, key)];
     std::lock_guard lock(part.mu);
     auto it = part.names.find(NameView(ns, key));

@@ -121,7 +121,7 @@ void ObjectStore::Stop() {
 
 void ObjectStore::Quiesce() { mover_->Drain(); }
 
-Status ObjectStore::ValidateName(const std::string& ns, const std::string& key) const {
+Status ObjectStore::ValidateName(std::string_view ns, std::string_view key) const {
   if (key.empty()) return Status::InvalidArgument("key is empty");
   if (key.size() > config_.max_key_bytes) {
     return Status::InvalidArgument("key of " + std::to_string(key.size()) +

@@ -270,6 +270,17 @@ class ObjectStore {
   Result<PinnedObject> Pin(const std::string& ns, const std::string& key, std::uint64_t owner,
                            const PinOptions& options = {});
   Status Release(std::uint64_t lease_id, std::uint64_t owner);
+  // Pins for a get batch of one owner, as Pin would make them, where the shared path takes
+  // them: under one shared lock, one check of the owner's pin limit for the whole batch, and
+  // one lease-table lock. Appends one entry per name to *out: the pin, NotFound for a name with
+  // no object, or nothing where Pin must answer (an invalid name, an object to move or wait
+  // for, a copy with a free pending, or every name when the batch would pass the pin limit).
+  void PinAllShared(std::span<const ObjectIndex::NameView> names, std::uint64_t owner,
+                    const PinOptions& options,
+                    std::vector<std::optional<Result<PinnedObject>>>* out);
+  // Lets go of pins PinAllShared made that no get handed out (the batch stopped for a worker,
+  // which pins them again): as ReleaseAll, and they are not counted as gets.
+  Status ReleaseUnused(std::span<const std::uint64_t> lease_ids, std::uint64_t owner);
   // Release of each of lease_ids under one shared lock and one lease-table lock (a get batch's
   // pins). Returns Ok, or one refusal's status with how many of them were refused; the others
   // are released.
@@ -377,7 +388,7 @@ class ObjectStore {
   static constexpr std::size_t kMaxDecisions = 64;
 
   ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers, const Clock* clock);
-  Status ValidateName(const std::string& ns, const std::string& key) const;
+  Status ValidateName(std::string_view ns, std::string_view key) const;
   Tier* tier(TierKind kind) const { return tiers_[static_cast<int>(kind)].get(); }
   // Place in this store's hierarchy (0: top): its index in by_level_ (the constructor orders
   // the tiers by level, the ones below dram by spill_order first).
@@ -482,6 +493,12 @@ class ObjectStore {
   // exclusive path (anything to wait for, move, or change besides the pin).
   std::optional<Result<PinnedObject>> TryPinShared(const std::string& ns, const std::string& key,
                                                    std::uint64_t owner, const PinOptions& options);
+  // Under mu_ shared: pins ns/key's top mapped copy (the wanted tier's, if options name one)
+  // under the name's lock, setting *obj and *t. kNone: no such object; kExclusive: one the
+  // shared path does not take (corrupt, to be moved, a free pending), nothing pinned.
+  enum class SharedPin { kNone, kPinned, kExclusive };
+  SharedPin PinUnderNameShared(std::string_view ns, std::string_view key, const PinOptions& options,
+                               StoredObject** obj, TierKind* t);
   // Per-connection and per-namespace limits (object_store_admission.cc).
   Status AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner);
   // Why a connection holding `h` may not reserve `size` bytes more (its per-connection limits),

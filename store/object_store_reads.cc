@@ -164,6 +164,25 @@ Result<PinnedObject> ObjectStore::Pin(const std::string& ns, const std::string& 
   return pinned;
 }
 
+ObjectStore::SharedPin ObjectStore::PinUnderNameShared(std::string_view ns, std::string_view key,
+                                                       const PinOptions& options,
+                                                       StoredObject** obj, TierKind* t) {
+  // Looked at and pinned under the name's lock: a commit replacing it under mu_ shared frees
+  // only an object nobody pinned there (store/object_index.h).
+  return index_.WithName(ns, key, [&](StoredObject* o) {
+    if (o == nullptr) return SharedPin::kNone;
+    if (o->corrupt) return SharedPin::kExclusive;
+    const std::optional<TierKind> top = TopCopy(*o, /*mapped_only=*/true);
+    if (!top || (options.want && *top != *options.want)) return SharedPin::kExclusive;
+    if (o->copy(*top).free_on_unpin) return SharedPin::kExclusive;
+    o->copy(*top).pins.fetch_add(1);
+    index_.TouchShared(*o, *top);
+    *obj = o;
+    *t = *top;
+    return SharedPin::kPinned;
+  });
+}
+
 std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string& ns,
                                                               const std::string& key,
                                                               std::uint64_t owner,
@@ -175,26 +194,12 @@ std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string&
   const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
   std::shared_lock lock(mu_);
   if (AtPinLimit(owner)) return std::nullopt;
-  // Looked at and pinned under the name's lock: a commit replacing it under mu_ shared frees
-  // only an object nobody pinned there (store/object_index.h).
-  enum class Found { kNone, kPinned, kExclusive };
   StoredObject* obj = nullptr;
   TierKind t = TierKind::kDram;
-  const Found found = index_.WithName(ns, key, [&](StoredObject* o) {
-    if (o == nullptr) return Found::kNone;
-    if (o->corrupt) return Found::kExclusive;
-    const std::optional<TierKind> top = TopCopy(*o, /*mapped_only=*/true);
-    if (!top || (options.want && *top != *options.want)) return Found::kExclusive;
-    if (o->copy(*top).free_on_unpin) return Found::kExclusive;
-    o->copy(*top).pins.fetch_add(1);
-    index_.TouchShared(*o, *top);
-    obj = o;
-    t = *top;
-    return Found::kPinned;
-  });
-  if (found == Found::kExclusive) return std::nullopt;
+  const SharedPin found = PinUnderNameShared(ns, key, options, &obj, &t);
+  if (found == SharedPin::kExclusive) return std::nullopt;
   gets_.Add(owner);
-  if (found == Found::kNone) {
+  if (found == SharedPin::kNone) {
     get_misses_.Add(owner);
     return Result<PinnedObject>(Status::NotFound("no object " + ns + "/" + key));
   }
@@ -206,6 +211,59 @@ std::optional<Result<PinnedObject>> ObjectStore::TryPinShared(const std::string&
     observer_(ns, key, HbmUse::kHit, clock_->NowMicros() - started_us);
   }
   return Result<PinnedObject>(std::move(pinned));
+}
+
+void ObjectStore::PinAllShared(std::span<const ObjectIndex::NameView> names, std::uint64_t owner,
+                               const PinOptions& options,
+                               std::vector<std::optional<Result<PinnedObject>>>* out) {
+  const std::size_t first = out->size();
+  out->resize(first + names.size());
+  if (names.empty() || (options.want && !mapped(*options.want))) return;
+  const std::uint64_t started_us = options.want ? clock_->NowMicros() : 0;
+  std::vector<Lease> leases;
+  std::vector<std::size_t> leased;  // the index in names of each of leases
+  leases.reserve(names.size());
+  leased.reserve(names.size());
+  std::uint64_t looked_up = 0, missed = 0;
+  {
+    std::shared_lock lock(mu_);
+    // The limit once for the batch: past it, Pin counts each pin against it.
+    if (owner != kStoreOwner && config_.max_leases_per_client != 0 &&
+        leases_.CountOf(owner) + names.size() > config_.max_leases_per_client) {
+      return;
+    }
+    const std::uint64_t due = LeaseDue(owner);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const auto [ns, key] = names[i];
+      if (!ValidateName(ns, key).ok()) continue;  // Pin says why
+      StoredObject* obj = nullptr;
+      TierKind t = TierKind::kDram;
+      const SharedPin found = PinUnderNameShared(ns, key, options, &obj, &t);
+      if (found == SharedPin::kExclusive) continue;
+      ++looked_up;
+      auto& slot = (*out)[first + i];
+      if (found == SharedPin::kNone) {
+        ++missed;
+        slot.emplace(Status::NotFound("no object " + std::string(ns) + "/" + std::string(key)));
+        continue;
+      }
+      leases.push_back(Lease{obj->id, t, owner, due});
+      leased.push_back(i);
+      slot.emplace(
+          PinnedObject{0, obj->id, PinnedMetaLocked(*obj, t, options), obj->copy(t).extent});
+    }
+    std::vector<std::uint64_t> ids(leases.size());
+    leases_.AddAll(leases, ids.data());
+    for (std::size_t j = 0; j < leased.size(); ++j) (**(*out)[first + leased[j]]).lease_id = ids[j];
+  }
+  if (looked_up > 0) gets_.Add(owner, looked_up);
+  if (missed > 0) get_misses_.Add(owner, missed);
+  if (options.want == TierKind::kHbm && observer_) {
+    const std::uint64_t took = clock_->NowMicros() - started_us;
+    for (std::size_t i : leased) {
+      observer_(std::string(names[i].first), std::string(names[i].second), HbmUse::kHit, took);
+    }
+  }
 }
 
 Status ObjectStore::Release(std::uint64_t lease_id, std::uint64_t owner) {
@@ -239,12 +297,19 @@ Status ObjectStore::ReleaseAll(std::span<const std::uint64_t> lease_ids, std::ui
   }
   if (settle > 0) {
     std::lock_guard lock(mu_);
-    for (std::size_t i = 0; i < settle; ++i) SettleUnpinnedLocked(taken[i].object_id, taken[i].tier);
+    for (std::size_t i = 0; i < settle; ++i)
+      SettleUnpinnedLocked(taken[i].object_id, taken[i].tier);
   }
   if (refused == 0) return Status::Ok();
   return Status(refusal.code(), std::to_string(refused) + " of " +
                                     std::to_string(lease_ids.size()) +
                                     " leases not released; one: " + refusal.message());
+}
+
+Status ObjectStore::ReleaseUnused(std::span<const std::uint64_t> lease_ids, std::uint64_t owner) {
+  Status s = ReleaseAll(lease_ids, owner);
+  gets_.Subtract(owner, lease_ids.size());
+  return s;
 }
 
 bool ObjectStore::UnpinShared(const Lease& l) {

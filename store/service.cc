@@ -541,6 +541,44 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     }
   }
   std::string ns, key;  // the item's names: one buffer each for the whole batch
+  // The items the shared path can pin are pinned first, all at once (ObjectStore::PinAllShared:
+  // one shared lock, one pin-limit check, one lease-table lock); Pin takes the rest in turn.
+  // Pins not handed out (the batch carried on on a worker after a refused wait) are let go.
+  PinOptions options;
+  std::optional<PinOptions> batch_options;  // set when the batch may be pinned ahead
+  if ((req.mode() == wire::AUTO || req.mode() == wire::PINNED) &&
+      (!req.has_want_tier() || wire::Tier_IsValid(req.want_tier()))) {
+    if (req.has_want_tier()) options.want = static_cast<TierKind>(req.want_tier());
+    // Only a view can be of device memory: copies are made from host memory.
+    options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
+    options.bytes_meta_only = req.bytes_meta_only();
+    batch_options = options;
+  }
+  std::vector<std::optional<Result<PinnedObject>>> ahead;
+  std::vector<int> ahead_at;  // item i's entry in ahead, or -1
+  if (batch_options) {
+    std::vector<ObjectIndex::NameView> names;
+    names.reserve(static_cast<std::size_t>(keys.size() - answered));
+    ahead_at.assign(static_cast<std::size_t>(keys.size()), -1);
+    std::optional<std::pair<std::string_view, bool>> last_ns;  // a namespace and whether mapped
+    for (int i = answered; i < keys.size(); ++i) {
+      if (!last_ns || last_ns->first != keys.ns(i)) {
+        last_ns.emplace(keys.ns(i), MapsNamespace(peer, std::string(keys.ns(i))));
+      }
+      if (!last_ns->second) continue;  // copied through the frame, or refused: in the loop
+      ahead_at[static_cast<std::size_t>(i)] = static_cast<int>(names.size());
+      names.emplace_back(keys.ns(i), keys.key(i));
+    }
+    store_->PinAllShared(names, session, *batch_options, &ahead);
+  }
+  // Lets go of the pins made ahead that no item took (they are made again on the worker).
+  auto release_ahead = [&] {
+    std::vector<std::uint64_t> leases;
+    for (auto& a : ahead) {
+      if (a && a->ok()) leases.push_back((*a)->lease_id);
+    }
+    if (!leases.empty()) (void)store_->ReleaseUnused(leases, session);
+  };
   for (int i = answered; i < keys.size(); ++i) {
     ns.assign(keys.ns(i));
     key.assign(keys.key(i));
@@ -555,17 +593,15 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       }
       continue;
     }
-    PinOptions options;
-    if (req.has_want_tier()) {
-      if (!wire::Tier_IsValid(req.want_tier())) {
-        ToWire(Status::InvalidArgument("unknown tier"), out->mutable_status());
-        continue;
-      }
-      options.want = static_cast<TierKind>(req.want_tier());
+    if (req.has_want_tier() && !wire::Tier_IsValid(req.want_tier())) {
+      ToWire(Status::InvalidArgument("unknown tier"), out->mutable_status());
+      continue;
     }
-    // Only a view can be of device memory: copies are made from host memory.
-    options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
-    options.bytes_meta_only = req.bytes_meta_only();
+    if (!batch_options) {
+      if (req.has_want_tier()) options.want = static_cast<TierKind>(req.want_tier());
+      options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
+      options.bytes_meta_only = req.bytes_meta_only();
+    }
     // A connection that does not map the object's memory gets its bytes in the frame or not
     // at all: never an extent it could only guess at.
     const bool mapped = req.mode() == wire::INLINE || MapsNamespace(peer, ns);
@@ -573,10 +609,17 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       ToWire(NotMapped(ns), out->mutable_status());
       continue;
     }
-    auto pinned = store_->Pin(ns, key, session, options);
+    const int at = ahead_at.empty() ? -1 : ahead_at[static_cast<std::size_t>(i)];
+    auto* made = at >= 0 && ahead[static_cast<std::size_t>(at)]
+                     ? &ahead[static_cast<std::size_t>(at)]
+                     : nullptr;
+    Result<PinnedObject> pinned =
+        made != nullptr ? std::move(**made) : store_->Pin(ns, key, session, options);
+    if (made != nullptr) made->reset();
     if (WaitRefused()) {  // carried on from this key on a worker
       reply->mutable_items()->RemoveLast();
       if (packed) pins->mutable_positions()->RemoveLast();
+      release_ahead();
       return;
     }
     if (!pinned.ok()) {
@@ -626,6 +669,7 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       ToWire(pinned->extent, out->mutable_extent());
     }
   }
+  release_ahead();  // none are left but by a path above that answers an item without its pin
 }
 
 void StoreService::OnDisconnect(std::uint64_t session_id) {

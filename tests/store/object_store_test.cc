@@ -162,8 +162,50 @@ TEST_F(ObjectStoreTest, ReleaseAllLetsGoOfABatchAndFreesWhatWasDeletedMeanwhile)
   EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 300u << 10);
   ASSERT_TRUE(store_->ReleaseAll(std::span(&theirs->lease_id, 1), kOwner + 1).ok());
   EXPECT_EQ(Usage(TierKind::kDram).tier.used_bytes, 0u);
-  EXPECT_EQ(store_->ReleaseAll(std::span(&pa->lease_id, 1), kOwner).code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(store_->ReleaseAll(std::span(&pa->lease_id, 1), kOwner).code(), StatusCode::kNotFound);
+}
+
+// A get batch's pins made at once: each object the shared path can read as it is, pinned with a
+// lease of its own; a missing name answered NotFound; an invalid name, and every name of a
+// batch that would pass the connection's pin limit, left for Pin to answer.
+TEST_F(ObjectStoreTest, PinAllSharedPinsWhatTheSharedPathTakesAndLeavesTheRestToPin) {
+  StoreConfig config;
+  config.max_leases_per_client = 4;
+  Make(1 << 20, 0, config);
+  ASSERT_TRUE(Put("a", 4096).ok());
+  ASSERT_TRUE(Put("b", 8192).ok());
+  const ObjectIndex::NameView names[] = {{"ns", "a"}, {"ns", "missing"}, {"ns", ""}, {"ns", "b"}};
+  std::vector<std::optional<Result<PinnedObject>>> out;
+  const std::uint64_t gets = Counter(&StoreStats::gets);
+  store_->PinAllShared(names, kOwner, {}, &out);
+  ASSERT_EQ(out.size(), 4u);
+  ASSERT_TRUE(out[0] && out[0]->ok());
+  EXPECT_EQ((*out[0])->meta.size, 4096u);
+  ASSERT_TRUE(out[1]);
+  EXPECT_EQ(out[1]->status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(out[2]) << "an invalid name is Pin's to refuse";
+  ASSERT_TRUE(out[3] && out[3]->ok());
+  EXPECT_EQ((*out[3])->meta.size, 8192u);
+  EXPECT_NE((*out[0])->lease_id, (*out[3])->lease_id);
+  EXPECT_EQ(Counter(&StoreStats::leases_open), 2u);
+  EXPECT_EQ(Counter(&StoreStats::gets), gets + 3);
+  // Each lease is the connection's own.
+  EXPECT_EQ(store_->Release((*out[0])->lease_id, kOwner + 1).code(), StatusCode::kPermissionDenied);
+  // One more is within the limit of 4; two more after it would pass it: none pinned ahead, and
+  // Pin counts them one by one.
+  std::vector<std::optional<Result<PinnedObject>>> more;
+  store_->PinAllShared(std::span(names).first(1), kOwner, {}, &more);
+  ASSERT_TRUE(more[0] && more[0]->ok());
+  store_->PinAllShared(std::span(names).first(2), kOwner, {}, &more);
+  ASSERT_EQ(more.size(), 3u);
+  EXPECT_FALSE(more[1] || more[2]) << "a batch past the limit was pinned ahead";
+  auto fourth = store_->Pin("ns", "a", kOwner);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(store_->Pin("ns", "b", kOwner).status().code(), StatusCode::kResourceExhausted);
+  const std::uint64_t leases[] = {(*out[0])->lease_id, (*out[3])->lease_id, (*more[0])->lease_id,
+                                  fourth->lease_id};
+  EXPECT_TRUE(store_->ReleaseAll(leases, kOwner).ok());
+  EXPECT_FALSE(store_->Holds(kOwner));
 }
 
 TEST_F(ObjectStoreTest, OverwriteReplacesAndFreesTheOldBytes) {

@@ -35,7 +35,8 @@ class StoreService final : public transport::RequestHandler {
               const wire::Request& request, wire::Response* response,
               std::vector<int>* fds) override;
   void OnDisconnect(std::uint64_t session_id) override;
-  // Gets that would wait for a move, puts that would wait for room, promotes.
+  // Puts that would wait for room, promotes. Gets have no probe: a pin that must wait refuses on
+  // the I/O thread (NoWaitScope) and a worker carries the batch on.
   bool MayBlock(std::uint64_t session_id, const wire::Request& request) override;
   bool Holds(std::uint64_t session_id) override;
   // Who may use which namespace; without it, every connection may use every namespace.

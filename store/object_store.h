@@ -278,9 +278,11 @@ class ObjectStore {
   void PinAllShared(std::span<const ObjectIndex::NameView> names, std::uint64_t owner,
                     const PinOptions& options,
                     std::vector<std::optional<Result<PinnedObject>>>* out);
-  // Lets go of pins PinAllShared made that no get handed out (the batch stopped for a worker,
-  // which pins them again): as ReleaseAll, and they are not counted as gets.
-  Status ReleaseUnused(std::span<const std::uint64_t> lease_ids, std::uint64_t owner);
+  // Takes back what PinAllShared did for items no get answered (the batch stopped for a worker,
+  // which looks them up again): lets go of their pins, as ReleaseAll, and counts neither those
+  // nor `misses` of its NotFound answers as gets.
+  Status ReleaseUnused(std::span<const std::uint64_t> lease_ids, std::uint64_t misses,
+                       std::uint64_t owner);
   // Release of each of lease_ids under one shared lock and one lease-table lock (a get batch's
   // pins). Returns Ok, or one refusal's status with how many of them were refused; the others
   // are released.

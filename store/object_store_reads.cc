@@ -306,9 +306,11 @@ Status ObjectStore::ReleaseAll(std::span<const std::uint64_t> lease_ids, std::ui
                                     " leases not released; one: " + refusal.message());
 }
 
-Status ObjectStore::ReleaseUnused(std::span<const std::uint64_t> lease_ids, std::uint64_t owner) {
-  Status s = ReleaseAll(lease_ids, owner);
-  gets_.Subtract(owner, lease_ids.size());
+Status ObjectStore::ReleaseUnused(std::span<const std::uint64_t> lease_ids, std::uint64_t misses,
+                                  std::uint64_t owner) {
+  Status s = lease_ids.empty() ? Status::Ok() : ReleaseAll(lease_ids, owner);
+  gets_.Subtract(owner, lease_ids.size() + misses);
+  get_misses_.Subtract(owner, misses);
   return s;
 }
 

@@ -571,13 +571,15 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     }
     store_->PinAllShared(names, session, *batch_options, &ahead);
   }
-  // Lets go of the pins made ahead that no item took (they are made again on the worker).
+  // Takes back what was done ahead for items no answer took (the worker does them again).
   auto release_ahead = [&] {
     std::vector<std::uint64_t> leases;
+    std::uint64_t misses = 0;
     for (auto& a : ahead) {
       if (a && a->ok()) leases.push_back((*a)->lease_id);
+      if (a && a->status().code() == StatusCode::kNotFound) ++misses;
     }
-    if (!leases.empty()) (void)store_->ReleaseUnused(leases, session);
+    if (!leases.empty() || misses > 0) (void)store_->ReleaseUnused(leases, misses, session);
   };
   for (int i = answered; i < keys.size(); ++i) {
     ns.assign(keys.ns(i));

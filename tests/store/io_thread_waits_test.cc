@@ -219,13 +219,15 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
   get.mutable_get()->set_mode(wire::AUTO);
   get.mutable_get()->set_bytes_meta_only(true);
   get.mutable_get()->set_packed_results(true);
-  for (const std::string& key : {std::string("small"), Key(7), Key(0), Key(6)}) {
+  for (const std::string& key :
+       {std::string("small"), Key(7), Key(0), Key(6), std::string("none")}) {
     auto* k = get.mutable_get()->add_keys();
     k->set_ns("ns");
     k->set_key(key);
   }
   wire::Response got;
   const std::uint64_t gets_before = rig.store->Stats().gets;
+  const std::uint64_t misses_before = rig.store->Stats().get_misses;
   ASSERT_TRUE(calls.RefusedOnIoThread(get, &got));
   const wire::PackedGetResults& pins = got.get().packed();
   ASSERT_EQ(pins.sizes_size(), 1) << "it did not stop at the item that would wait";
@@ -235,13 +237,16 @@ TEST(IoThreadWaits, APackedGetBatchCarriesOnFromTheItemThatWouldWait) {
   EXPECT_EQ(rig.store->Stats().leases_open, 1u);
   calls.OnWorker(get, &got);
   ASSERT_EQ(pins.sizes_size(), 3);
-  ASSERT_EQ(got.get().items_size(), 1) << "the bytes in the frame were sent twice";
+  ASSERT_EQ(got.get().items_size(), 2) << "the bytes in the frame were sent twice";
   EXPECT_EQ(std::vector<std::uint32_t>(pins.positions().begin(), pins.positions().end()),
-            std::vector<std::uint32_t>{0});
+            (std::vector<std::uint32_t>{0, 4}));
+  EXPECT_EQ(got.get().items(1).status().code(), static_cast<int>(StatusCode::kNotFound));
   EXPECT_EQ(pins.lease_ids(0), first) << "the first pin was taken twice";
   EXPECT_EQ(rig.store->Stats().leases_open, 3u);
-  // Key(6), pinned ahead on the I/O thread and let go when the batch stopped, counts once.
-  EXPECT_EQ(rig.store->Stats().gets, gets_before + 4) << "a get counted twice or not at all";
+  // Key(6) and "none", looked up ahead on the I/O thread and let go when the batch stopped,
+  // count once each.
+  EXPECT_EQ(rig.store->Stats().gets, gets_before + 5) << "a get counted twice or not at all";
+  EXPECT_EQ(rig.store->Stats().get_misses, misses_before + 1) << "a miss counted twice";
   for (int k = 0; k < 3; ++k) {
     const int key = std::vector<int>{7, 0, 6}[k];
     EXPECT_EQ(pins.sizes(k), kMiB);

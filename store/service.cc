@@ -104,8 +104,8 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
     }
     // No probe for gets: a pin that must wait (an object only on nvme, one moving, one wanted
     // in another tier) refuses on the I/O thread before pinning anything, and a worker carries
-    // the batch on from that item. A probe looked every key up twice (docs/benchmarks.md, "Gets
-    // without the probe").
+    // the batch on from that item. A probe looked every key up twice (docs/benchmarks.md, "Get
+    // batches: no probe, releases and pins per batch").
     case wire::Request::kReserve:
     case wire::Request::kPutInline: {
       std::uint64_t total = 0, largest = 0;
@@ -543,7 +543,8 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
   std::string ns, key;  // the item's names: one buffer each for the whole batch
   // The items the shared path can pin are pinned first, all at once (ObjectStore::PinAllShared:
   // one shared lock, one pin-limit check, one lease-table lock); Pin takes the rest in turn.
-  // Pins not handed out (the batch carried on on a worker after a refused wait) are let go.
+  // What was done ahead for items not answered (the batch carried on on a worker after a
+  // refused wait) is taken back: their pins let go, their lookups not counted.
   PinOptions options;
   std::optional<PinOptions> batch_options;  // set when the batch may be pinned ahead
   if ((req.mode() == wire::AUTO || req.mode() == wire::PINNED) &&

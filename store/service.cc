@@ -545,19 +545,16 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
   // one shared lock, one pin-limit check, one lease-table lock); Pin takes the rest in turn.
   // What was done ahead for items not answered (the batch carried on on a worker after a
   // refused wait) is taken back: their pins let go, their lookups not counted.
+  // The same for every item of the batch.
+  const bool known_tier = !req.has_want_tier() || wire::Tier_IsValid(req.want_tier());
   PinOptions options;
-  std::optional<PinOptions> batch_options;  // set when the batch may be pinned ahead
-  if ((req.mode() == wire::AUTO || req.mode() == wire::PINNED) &&
-      (!req.has_want_tier() || wire::Tier_IsValid(req.want_tier()))) {
-    if (req.has_want_tier()) options.want = static_cast<TierKind>(req.want_tier());
-    // Only a view can be of device memory: copies are made from host memory.
-    options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
-    options.bytes_meta_only = req.bytes_meta_only();
-    batch_options = options;
-  }
+  if (req.has_want_tier() && known_tier) options.want = static_cast<TierKind>(req.want_tier());
+  // Only a view can be of device memory: copies are made from host memory.
+  options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
+  options.bytes_meta_only = req.bytes_meta_only();
   std::vector<std::optional<Result<PinnedObject>>> ahead;
   std::vector<int> ahead_at;  // item i's entry in ahead, or -1
-  if (batch_options) {
+  if ((req.mode() == wire::AUTO || req.mode() == wire::PINNED) && known_tier) {
     std::vector<ObjectIndex::NameView> names;
     names.reserve(static_cast<std::size_t>(keys.size() - answered));
     ahead_at.assign(static_cast<std::size_t>(keys.size()), -1);
@@ -570,7 +567,7 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       ahead_at[static_cast<std::size_t>(i)] = static_cast<int>(names.size());
       names.emplace_back(keys.ns(i), keys.key(i));
     }
-    store_->PinAllShared(names, session, *batch_options, &ahead);
+    store_->PinAllShared(names, session, options, &ahead);
   }
   // Takes back what was done ahead for items no answer took (the worker does them again).
   auto release_ahead = [&] {
@@ -596,14 +593,9 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
       }
       continue;
     }
-    if (req.has_want_tier() && !wire::Tier_IsValid(req.want_tier())) {
+    if (!known_tier) {
       ToWire(Status::InvalidArgument("unknown tier"), out->mutable_status());
       continue;
-    }
-    if (!batch_options) {
-      if (req.has_want_tier()) options.want = static_cast<TierKind>(req.want_tier());
-      options.device_ok = req.device_ok() && req.mode() == wire::PINNED;
-      options.bytes_meta_only = req.bytes_meta_only();
     }
     // A connection that does not map the object's memory gets its bytes in the frame or not
     // at all: never an extent it could only guess at.

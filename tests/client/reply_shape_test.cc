@@ -11,6 +11,15 @@
 namespace tierpool::detail {
 namespace {
 
+// An item in a reply's items at each of `positions`, listed there in its packed results.
+template <typename Reply>
+void ListPlainAt(const std::vector<std::uint32_t>& positions, Reply* r) {
+  for (auto pos : positions) {
+    r->mutable_packed()->add_positions(pos);
+    r->add_items();
+  }
+}
+
 // n items: `plain` of them in items at `positions`, the rest packed.
 wire::GetReply Packed(int packed, const std::vector<std::uint32_t>& positions) {
   wire::GetReply r;
@@ -23,10 +32,7 @@ wire::GetReply Packed(int packed, const std::vector<std::uint32_t>& positions) {
     p->add_offsets(static_cast<std::uint64_t>(k) * 4096);
     p->add_lengths(4096);
   }
-  for (auto pos : positions) {
-    p->add_positions(pos);
-    r.add_items();
-  }
+  ListPlainAt(positions, &r);
   return r;
 }
 
@@ -77,10 +83,7 @@ TEST(ReserveReplyShape, OnlyAnswersOfTheRightShapeAreRead) {
       p->add_offsets(static_cast<std::uint64_t>(k) * 4096);
       p->add_lengths(4096);
     }
-    for (auto pos : positions) {
-      p->add_positions(pos);
-      r.add_items();
-    }
+    ListPlainAt(positions, &r);
     return r;
   };
   EXPECT_TRUE(ReserveReplyAnswers(rooms(3, {}), 3));

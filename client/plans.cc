@@ -20,6 +20,7 @@ Result<PlanHandle> Client::RegisterPlan(const PlanRegistration& r) {
   w->set_plan(r.plan);
   for (const auto& k : r.keys) w->add_keys(k);
   w->set_hbm_budget_bytes(r.hbm_budget_bytes);
+  w->set_owned_prefix(r.owned_prefix);
   wire::Response resp;
   TIERPOOL_RETURN_IF_ERROR((*conn)->Call(req, &resp));
   TIERPOOL_RETURN_IF_ERROR(FromWire(resp.status()));
@@ -42,6 +43,11 @@ PlanHandle& PlanHandle::operator=(PlanHandle&& o) noexcept {
 PlanHandle::~PlanHandle() { (void)Unregister(); }
 
 Status PlanHandle::ReportProgress(std::uint64_t iteration, std::uint32_t step) {
+  return ReportProgress(iteration, step, 0);
+}
+
+Status PlanHandle::ReportProgress(std::uint64_t iteration, std::uint32_t step,
+                                  std::uint64_t outside_bytes) {
   if (!conn_) return Status::FailedPrecondition("the plan is not registered");
   if (conn_->Forked()) return detail::ForkedStatus(conn_->owner_pid);
   wire::Request req;
@@ -49,6 +55,7 @@ Status PlanHandle::ReportProgress(std::uint64_t iteration, std::uint32_t step) {
   p->set_job_id(job_id_);
   p->set_iteration(iteration);
   p->set_step(step);
+  p->set_outside_bytes(outside_bytes);
   conn_->SendOneWay(req);
   return conn_->conn->broken() ? Status::Unavailable("the connection to tierpoold is gone")
                                : Status::Ok();

@@ -145,12 +145,12 @@ Status Executor::Unregister(std::uint64_t job_id, std::uint64_t owner) {
   return Status::Ok();
 }
 
-std::vector<std::string> Executor::UnregisterOwner(std::uint64_t owner) {
+std::vector<std::pair<std::uint64_t, std::string>> Executor::UnregisterOwner(std::uint64_t owner) {
   std::lock_guard lock(mu_);
-  std::vector<std::string> gone;
+  std::vector<std::pair<std::uint64_t, std::string>> gone;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     if (it->second->owner == owner) {
-      gone.push_back(it->second->ns);
+      gone.emplace_back(it->first, it->second->ns);
       job_by_ns_.erase(it->second->ns);
       it = jobs_.erase(it);
     } else {
@@ -176,7 +176,7 @@ bool Executor::Covers(const std::string& ns, const std::string& key) const {
 }
 
 Status Executor::Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
-                          std::uint32_t step) {
+                          std::uint32_t step, std::uint64_t outside_bytes) {
   std::lock_guard lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + std::to_string(job_id));
@@ -190,6 +190,13 @@ Status Executor::Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64
       (iteration < job.iteration || (iteration == job.iteration && step < job.step))) {
     return Status::InvalidArgument("progress went backwards");
   }
+  if (!job.started || iteration > job.iteration) {  // the peaks start again with the iteration
+    job.counters.last_hbm_peak = job.started ? control_->HbmPeak(job.ns) : 0;
+    job.counters.last_outside_peak = job.counters.outside_peak;
+    job.counters.outside_peak = 0;
+    control_->ResetHbmPeak(job.ns);
+  }
+  job.counters.outside_peak = std::max(job.counters.outside_peak, outside_bytes);
   AdvanceLocked(job, iteration, step);
   wake_.notify_all();
   return Status::Ok();
@@ -305,20 +312,21 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
     return;
   }
   TensorPlacement p = control_->Placement(job.ns, key);
-  if (!p.exists || !p.in_hbm || p.leaving_hbm) {
+  if (!p.exists || !p.in_hbm || p.leaving_hbm || p.moving_out_of_hbm) {
     spdlog::debug("job {}: skipped: {} is {}", job.name, key,
                   !p.exists  ? "absent"
                   : p.in_hbm ? "leaving hbm already"
                              : "not in hbm");
-    ++job.counters.skipped;
+    SkipLocked(job, p.exists ? Skip::kInPlace : Skip::kAbsent);
     return;
   }
   if (p.has_lower_copy) {
     // A clean copy below: leaving hbm costs no transfer.
-    if (control_->Drop(job.ns, key).ok()) {
+    if (Status s = control_->Drop(job.ns, key); s.ok()) {
       ++job.counters.issued;
       ++job.counters.dropped_clean;
     } else {
+      spdlog::debug("job {}: dropping {} failed: {}", job.name, key, s.ToString());
       ++job.counters.failed;
     }
     return;
@@ -327,7 +335,7 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
     // A FREE of the only copy: a dead tensor is the job's to delete; a live one goes out.
     const std::uint32_t next = job.lt->NextUse(t, a.step() + (a.after() ? 1 : 0));
     if (next == kNoUse && !job.lt->persistent(t)) {
-      ++job.counters.skipped;
+      SkipLocked(job, Skip::kDead);
       return;
     }
   }
@@ -340,7 +348,23 @@ void Executor::IssueLocked(Job& job, std::uint32_t index) {
     ++job.counters.issued;  // left hbm at once: a clean copy was below after all
     ++job.counters.dropped_clean;
   } else {
+    spdlog::debug("job {}: offloading {} failed: {}", job.name, key, s.ToString());
     ++job.counters.failed;
+  }
+}
+
+void Executor::SkipLocked(Job& job, Skip why) {
+  ++job.counters.skipped;
+  switch (why) {
+    case Skip::kAbsent:
+      ++job.counters.skipped_absent;
+      break;
+    case Skip::kInPlace:
+      ++job.counters.skipped_in_place;
+      break;
+    case Skip::kDead:
+      ++job.counters.skipped_dead;
+      break;
   }
 }
 
@@ -354,7 +378,7 @@ void Executor::IssuePrefetchLocked(Job& job, std::uint32_t t, std::uint32_t acti
                   !p.exists  ? "absent"
                   : p.in_hbm ? "in hbm"
                              : "on its way");
-    ++job.counters.skipped;
+    SkipLocked(job, p.exists ? Skip::kInPlace : Skip::kAbsent);
     return;
   }
   const std::uint64_t deadline = DeadlineLocked(job, needed_by);
@@ -390,6 +414,7 @@ void Executor::StartPrefetchLocked(Job& job, const std::string& key, std::uint64
     ++job.counters.issued;
     job.counters.budget_peak = std::max(job.counters.budget_peak, hbm_used + bytes);
   } else {
+    spdlog::debug("job {}: prefetching {} failed: {}", job.name, key, s.ToString());
     ++job.counters.failed;
   }
 }
@@ -413,7 +438,7 @@ void Executor::DrainWaitingLocked(Job& job) {
     if (KeepLeavingLocked(job, key, p)) {
       // kept in hbm: nothing to move
     } else if (!p.exists || p.in_hbm || p.moving_to_hbm) {
-      ++job.counters.skipped;
+      SkipLocked(job, p.exists ? Skip::kInPlace : Skip::kAbsent);
     } else {
       const std::uint64_t used = control_->HbmBytes(job.ns);
       if (used + p.size > job.budget) return;  // the most urgent waits for room; so do the rest
@@ -479,6 +504,7 @@ std::vector<JobStatus> Executor::Jobs() const {
   for (const auto& [id, job] : jobs_) {
     out.push_back({id, job->ns, job->name, job->budget, job->iteration, job->step,
                    job->waiting.size(), job->counters});
+    out.back().counters.hbm_peak = control_->HbmPeak(job->ns);
   }
   return out;
 }

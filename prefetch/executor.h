@@ -42,16 +42,26 @@ struct JobCounters {
   std::uint64_t hits = 0;  // uses that found their tensor in hbm
   std::uint64_t late = 0;  // uses that found it on its way in, and waited
   std::uint64_t late_wait_us = 0;
-  std::uint64_t misses = 0;           // uses that found it below, not moving in
-  std::uint64_t bytes_in = 0;         // prefetched into hbm
-  std::uint64_t bytes_out = 0;        // copied out of hbm
-  std::uint64_t issued = 0;           // actions started
-  std::uint64_t dropped_clean = 0;    // offloads that were free drops of a clean copy
-  std::uint64_t skipped = 0;          // nothing to do (already there, gone, not yet written)
-  std::uint64_t cancelled = 0;        // dropped at unregistration or an iteration's end
-  std::uint64_t waited_for_room = 0;  // prefetches held back by the budget
+  std::uint64_t misses = 0;            // uses that found it below, not moving in
+  std::uint64_t bytes_in = 0;          // prefetched into hbm
+  std::uint64_t bytes_out = 0;         // copied out of hbm
+  std::uint64_t issued = 0;            // actions started
+  std::uint64_t dropped_clean = 0;     // offloads that were free drops of a clean copy
+  std::uint64_t skipped = 0;           // nothing to do: the sum of the three reasons below
+  std::uint64_t skipped_absent = 0;    // no such object (deleted already, or never stored)
+  std::uint64_t skipped_in_place = 0;  // already where the action puts it (or on its way)
+  std::uint64_t skipped_dead = 0;      // a FREE of a dead tensor's only copy: the job deletes it
+  std::uint64_t cancelled = 0;         // dropped at unregistration or an iteration's end
+  std::uint64_t waited_for_room = 0;   // prefetches held back by the budget
   std::uint64_t failed = 0;
   std::uint64_t budget_peak = 0;  // highest hbm bytes seen when issuing
+  // Gauges of the iteration under way and of the last one: the job's highest use of hbm (its
+  // namespace's copies and room on its way in, every allocation counted), and the most memory
+  // the job said it held outside tierpool (ProgressReport.outside_bytes).
+  std::uint64_t hbm_peak = 0;
+  std::uint64_t outside_peak = 0;
+  std::uint64_t last_hbm_peak = 0;
+  std::uint64_t last_outside_peak = 0;
 };
 
 struct JobStatus {
@@ -83,12 +93,13 @@ class Executor {
   // `owner` (a connection). A namespace has at most one job.
   Result<std::uint64_t> Register(JobSpec spec, std::uint64_t owner);
   Status Unregister(std::uint64_t job_id, std::uint64_t owner);
-  // The connection is gone: its plans go. Returns their namespaces.
-  std::vector<std::string> UnregisterOwner(std::uint64_t owner);
+  // The connection is gone: its plans go. Returns their (job id, namespace).
+  std::vector<std::pair<std::uint64_t, std::string>> UnregisterOwner(std::uint64_t owner);
   bool HasJobs(std::uint64_t owner) const;
-  // The job is about to start `step` of `iteration`.
+  // The job is about to start `step` of `iteration`; it held `outside_bytes` at most outside
+  // tierpool since its last report (0: it does not say).
   Status Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
-                  std::uint32_t step);
+                  std::uint32_t step, std::uint64_t outside_bytes = 0);
   // Issues what is due (delayed actions, prefetches waiting for room). Called by the timer
   // thread, by completions, and by tests.
   void Tick();
@@ -117,6 +128,8 @@ class Executor {
   void IssuePrefetchLocked(Job& job, std::uint32_t tensor, std::uint32_t action_step,
                            std::uint32_t needed_by);
   void DrainWaitingLocked(Job& job);
+  enum class Skip : std::uint8_t { kAbsent, kInPlace, kDead };
+  static void SkipLocked(Job& job, Skip why);
   // A tensor whose hbm copy waits for a reader to let go before its FREE: the copy is kept
   // (a prefetch with no transfer) and counted as issued. False for any other tensor.
   bool KeepLeavingLocked(Job& job, const std::string& key, const TensorPlacement& p);

@@ -20,7 +20,8 @@ struct TensorPlacement {
   bool moving_to_hbm = false;   // a copy on its way into hbm
   bool has_lower_copy = false;  // a copy below hbm (dropping the hbm copy costs no transfer)
   std::uint64_t size = 0;
-  bool leaving_hbm = false;  // the hbm copy goes as its readers let go (a FREE met their pin)
+  bool leaving_hbm = false;        // the hbm copy goes as its readers let go (a FREE met their pin)
+  bool moving_out_of_hbm = false;  // being copied down, its hbm copy freed as it lands
 };
 
 class TierControl {
@@ -31,6 +32,10 @@ class TierControl {
   virtual TensorPlacement Placement(const std::string& ns, const std::string& key) = 0;
   // Bytes of the namespace's objects in hbm, including room held by moves into hbm.
   virtual std::uint64_t HbmBytes(const std::string& ns) = 0;
+  // The most HbmBytes has been since the last ResetHbmPeak (a planned namespace's every
+  // allocation in hbm counted), and the start of a new such span.
+  virtual std::uint64_t HbmPeak(const std::string& ns) = 0;
+  virtual void ResetHbmPeak(const std::string& ns) = 0;
   // Starts a copy into hbm at planned priority, ordered by deadline_us (the Clock's time).
   // OK: started; done runs when it lands or fails, never before this returns (the executor
   // calls with its lock held). ALREADY_EXISTS: it happened at once with no transfer; done never

@@ -29,7 +29,9 @@ const std::map<std::string_view, std::string_view> kRenamed = {
     {"frame_bytes_buffered", "frame_buffered_bytes"},
 };
 // Job counters that are levels.
-const std::set<std::string_view> kJobGauges = {"budget_peak_bytes"};
+const std::set<std::string_view> kJobGauges = {"budget_peak_bytes", "hbm_peak_bytes",
+                                               "outside_peak_bytes", "last_hbm_peak_bytes",
+                                               "last_outside_peak_bytes"};
 // Link counters that are levels.
 const std::set<std::string_view> kLinkGauges = {"queued", "inflight_bytes"};
 

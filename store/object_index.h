@@ -145,8 +145,10 @@ struct StoredObject {
   std::uint32_t holds = 0;         // callers waiting on its move: its copies stay put for them
   bool linked = false;             // reachable by name
   bool doomed = false;             // deleted or replaced: freed once unpinned and not moving
-  bool corrupt = false;            // quarantined: its bytes failed their checksum, or were lost
-  std::string why_corrupt;         // what its gets say
+  // Doomed while read: its pinned copies count as leaving their tiers until it is freed.
+  bool leaving_on_unpin = false;
+  bool corrupt = false;     // quarantined: its bytes failed their checksum, or were lost
+  std::string why_corrupt;  // what its gets say
 
   ObjectCopy& copy(TierKind t) { return copies[static_cast<int>(t)]; }
   const ObjectCopy& copy(TierKind t) const { return copies[static_cast<int>(t)]; }

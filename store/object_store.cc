@@ -195,13 +195,26 @@ void ObjectStore::CancelFreeOnUnpinLocked(StoredObject& obj, TierKind t) {
 
 void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
   if (!obj.doomed || obj.pins() > 0 || obj.move.has_value()) return;
+  const bool awaited = obj.leaving_on_unpin;
   for (TierKind k : by_level_) FreeCopyLocked(obj, k);
   index_.Erase(obj);
+  if (awaited) moved_.notify_all();  // room for whoever waits for it
 }
 
 void ObjectStore::DoomLocked(StoredObject& obj) {
   obj.doomed = true;
   index_.Unlink(obj);
+  // Copies a reader still holds go when it lets go. Until then their bytes count as leaving
+  // their tiers, so a put that waits for room there (within a plan's budget) waits for them
+  // rather than going to another tier: the reader's release is a message away.
+  for (TierKind k : by_level_) {
+    ObjectCopy& c = obj.copy(k);
+    if (c.present && c.pins > 0 && !c.free_on_unpin) {
+      c.free_on_unpin = true;
+      LeavingLocked(k, obj.pool) += obj.meta.size;
+      obj.leaving_on_unpin = true;
+    }
+  }
   // A queued move nobody waits on is cancelled; one with callbacks runs out and reports.
   if (obj.move && obj.move->on_done.empty() && mover_->Cancel(obj.move->op_id)) {
     // It never started: nothing will complete it.
@@ -242,6 +255,10 @@ void ObjectStore::SettleUnpinnedLocked(std::uint64_t object_id, TierKind t) {
   StoredObject* obj = index_.Find(object_id);
   if (obj == nullptr) return;
   ObjectCopy& c = obj->copy(t);
+  if (obj->doomed) {  // every copy goes with its last reader (DoomLocked)
+    MaybeFreeLocked(*obj);
+    return;
+  }
   if (c.pins == 0 && c.free_on_unpin) {
     // The free asked for while it was read. A copy that is now a move's source, or the last
     // copy left, stays.
@@ -294,6 +311,25 @@ std::vector<ObjectMeta> ObjectStore::List(const std::string& ns, const std::stri
     return true;
   });
   return out;
+}
+
+std::uint64_t ObjectStore::DeletePrefix(const std::string& ns, const std::string& prefix) {
+  if (prefix.empty() || !ValidateName(ns, prefix).ok()) return 0;
+  std::lock_guard lock(mu_);
+  std::vector<StoredObject*> doomed;
+  index_.ForEachNameFrom(ObjectIndex::NameView(ns, prefix),
+                         [&](const ObjectIndex::NameView& name, StoredObject& obj) {
+                           if (name.first != ns || name.second.substr(0, prefix.size()) != prefix)
+                             return false;
+                           doomed.push_back(&obj);
+                           return true;
+                         });
+  // Unlinking changes the names being walked: doomed after the walk.
+  for (StoredObject* obj : doomed) {
+    ++counters_.deletes;
+    DoomLocked(*obj);
+  }
+  return doomed.size();
 }
 
 // --- owners, maintenance -------------------------------------------------------------------

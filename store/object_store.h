@@ -166,6 +166,7 @@ struct ObjectPlacement {
   bool in_hbm = false;
   bool leaving_hbm = false;  // in hbm, to be freed as its readers let go
   bool moving_to_hbm = false;
+  bool moving_out_of_hbm = false;  // copied down, the hbm copy freed as it lands
   bool has_lower_copy = false;
   std::uint64_t size = 0;
 };
@@ -297,6 +298,9 @@ class ObjectStore {
   Result<ObjectMeta> ReadCopy(const std::string& ns, const std::string& key, std::string* out);
 
   Status Delete(const std::string& ns, const std::string& key);
+  // Deletes every object of `ns` whose key starts with `prefix` (none for an empty prefix);
+  // returns how many.
+  std::uint64_t DeletePrefix(const std::string& ns, const std::string& prefix);
   // Sorted by (namespace, key). ns empty with all_namespaces lists everything.
   std::vector<ObjectMeta> List(const std::string& ns, const std::string& prefix,
                                const std::string& start_after, std::uint32_t limit,
@@ -337,6 +341,10 @@ class ObjectStore {
   ObjectPlacement PlacementOf(const std::string& ns, const std::string& key);
   // Bytes of the namespace's copies in hbm plus the room held by its moves into hbm.
   std::uint64_t HbmBytesOf(const std::string& ns);
+  // A planned namespace's highest HbmBytesOf since ResetHbmPeak (or since its plan came):
+  // every allocation in hbm for it (a put, a move in) is counted as it is made.
+  std::uint64_t HbmPeakOf(const std::string& ns);
+  void ResetHbmPeak(const std::string& ns);
   // Starts copying the object into hbm at planned priority, ordered by deadline_us (an hbm copy
   // waiting for its readers to let go is kept instead: ALREADY_EXISTS). Room comes
   // only from dropping clean copies: the plan's budget is the executor's to keep. OK: started,
@@ -458,6 +466,8 @@ class ObjectStore {
   void OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& result,
                         std::vector<MoveDone>* callbacks);
   std::uint64_t HbmBytesOfLocked(const std::string& ns) const;
+  // Folds a planned namespace's hbm bytes now into its peak (after an allocation there).
+  void NoteHbmUseLocked(const std::string& ns);
   // The skip predicate for the policy: hbm copies in planned namespaces.
   bool PlanOwnedLocked(const StoredObject& obj, TierKind tier) const;
   // For a planned namespace: true when `size` more bytes in hbm keep it within the job's budget,
@@ -575,6 +585,7 @@ class ObjectStore {
   StoreStats counters_;                                          // guarded by mu_
   std::unordered_map<std::string, std::uint64_t> incoming_hbm_;  // guarded by mu_, per namespace
   std::unordered_map<std::string, std::uint64_t> planned_ns_;    // guarded by mu_: budgets
+  std::unordered_map<std::string, std::uint64_t> hbm_peak_;      // guarded by mu_: planned ns
   std::unordered_set<std::uint64_t> overdue_;                    // guarded by mu_: owners
   std::unordered_map<std::string, NamespaceQuota> quotas_;       // guarded by mu_
   std::atomic<std::uint64_t> overdue_count_{0};  // overdue_.size(), read without mu_

@@ -56,7 +56,10 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
   if (done) m.on_done.push_back(std::move(done));
   obj.move = std::move(m);
   if (drop_source) LeavingLocked(from, obj.pool) += obj.meta.size;
-  if (to == TierKind::kHbm) incoming_hbm_[obj.meta.ns] += dst->length;
+  if (to == TierKind::kHbm) {
+    incoming_hbm_[obj.meta.ns] += dst->length;
+    NoteHbmUseLocked(obj.meta.ns);
+  }
   index_.Refresh(obj);
   MoveRequest r;
   r.from = tier(from);

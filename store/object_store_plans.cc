@@ -36,9 +36,29 @@ void ObjectStore::SetPlanned(const std::string& ns, std::uint64_t hbm_budget) {
   std::lock_guard lock(mu_);
   if (hbm_budget != 0) {
     planned_ns_[ns] = hbm_budget;
+    hbm_peak_[ns] = HbmBytesOfLocked(ns);
   } else {
     planned_ns_.erase(ns);
+    hbm_peak_.erase(ns);
   }
+}
+
+void ObjectStore::NoteHbmUseLocked(const std::string& ns) {
+  auto it = hbm_peak_.find(ns);
+  if (it != hbm_peak_.end()) it->second = std::max(it->second, HbmBytesOfLocked(ns));
+}
+
+std::uint64_t ObjectStore::HbmPeakOf(const std::string& ns) {
+  std::lock_guard lock(mu_);
+  auto it = hbm_peak_.find(ns);
+  const std::uint64_t now = HbmBytesOfLocked(ns);
+  return it == hbm_peak_.end() ? now : std::max(it->second, now);
+}
+
+void ObjectStore::ResetHbmPeak(const std::string& ns) {
+  std::lock_guard lock(mu_);
+  auto it = hbm_peak_.find(ns);
+  if (it != hbm_peak_.end()) it->second = HbmBytesOfLocked(ns);
 }
 
 void ObjectStore::set_use_observer(UseObserver observer) {
@@ -56,6 +76,8 @@ ObjectPlacement ObjectStore::PlacementOf(const std::string& ns, const std::strin
   p.in_hbm = obj->copy(TierKind::kHbm).present;
   p.leaving_hbm = p.in_hbm && obj->copy(TierKind::kHbm).free_on_unpin;
   p.moving_to_hbm = obj->move && obj->move->to == TierKind::kHbm;
+  p.moving_out_of_hbm =
+      obj->move && obj->move->from == TierKind::kHbm && obj->move->source_leaves();
   for (TierKind k : by_level_) {
     if (k != TierKind::kHbm && obj->copy(k).present) p.has_lower_copy = true;
   }

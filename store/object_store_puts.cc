@@ -181,7 +181,10 @@ Result<Reservation> ObjectStore::Reserve(PutSpec&& spec, std::uint64_t owner) {
   obj.pool = pool;  // before its first copy: the index lists copies by pool
   obj.up_on_commit = up_on_commit;
   index_.SetCopy(obj, placed, extent);
-  if (placed == TierKind::kHbm) wake_.notify_one();
+  if (placed == TierKind::kHbm) {
+    NoteHbmUseLocked(obj.meta.ns);
+    wake_.notify_one();
+  }
   return Reservation{obj.id, extent, placed};
 }
 

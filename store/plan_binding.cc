@@ -8,7 +8,8 @@ namespace tierpool {
 prefetch::TensorPlacement StoreTierControl::Placement(const std::string& ns,
                                                       const std::string& key) {
   ObjectPlacement p = store_->PlacementOf(ns, key);
-  return {p.exists, p.in_hbm, p.moving_to_hbm, p.has_lower_copy, p.size, p.leaving_hbm};
+  return {p.exists, p.in_hbm,      p.moving_to_hbm,    p.has_lower_copy,
+          p.size,   p.leaving_hbm, p.moving_out_of_hbm};
 }
 
 PlanRegistry::PlanRegistry(ObjectStore* store, std::uint64_t hbm_capacity)
@@ -62,20 +63,48 @@ Result<std::uint64_t> PlanRegistry::Register(const wire::RegisterPlanRequest& re
       }
     }
   }
+  if (request.owned_prefix().size() > limits.max_key_bytes) {
+    return Status::InvalidArgument("the owned prefix is longer than " +
+                                   std::to_string(limits.max_key_bytes) + " bytes");
+  }
   spec.hbm_budget = request.hbm_budget_bytes();
   const std::string ns = spec.ns;
   const std::uint64_t budget =
       spec.hbm_budget != 0 ? spec.hbm_budget : spec.plan.hbm_budget_bytes();
-  auto id = executor_.Register(std::move(spec), session);
-  if (!id.ok()) return id.status();
-  store_->SetPlanned(ns, budget);
-  spdlog::info("session {} registered plan {} for namespace '{}'", session, *id, ns);
-  return id;
+  std::uint64_t job = 0;
+  {
+    // Held from the job's registration to its records: a disconnect that unregisters it in
+    // between finds them once it can look, and its namespace is not left planned.
+    std::lock_guard lock(owned_mu_);
+    auto id = executor_.Register(std::move(spec), session);
+    if (!id.ok()) return id.status();
+    if (!request.owned_prefix().empty()) owned_[*id] = {ns, request.owned_prefix()};
+    job = *id;
+    store_->SetPlanned(ns, budget);
+  }
+  spdlog::info("session {} registered plan {} for namespace '{}'", session, job, ns);
+  return job;
+}
+
+std::optional<std::pair<std::string, std::string>> PlanRegistry::TakeOwnedLocked(
+    std::uint64_t job) {
+  auto it = owned_.find(job);
+  if (it == owned_.end()) return std::nullopt;
+  auto owned = std::move(it->second);
+  owned_.erase(it);
+  return owned;
+}
+
+void PlanRegistry::DeleteOwned(const std::pair<std::string, std::string>& owned) {
+  const auto& [ns, prefix] = owned;
+  const std::uint64_t n = store_->DeletePrefix(ns, prefix);
+  spdlog::info("the plan of namespace '{}' ended: deleted its {} objects under '{}'", ns, n,
+               prefix);
 }
 
 Status PlanRegistry::Progress(std::uint64_t job, std::uint64_t session, std::uint64_t iteration,
-                              std::uint32_t step) {
-  return executor_.Progress(job, session, iteration, step);
+                              std::uint32_t step, std::uint64_t outside_bytes) {
+  return executor_.Progress(job, session, iteration, step, outside_bytes);
 }
 
 Status PlanRegistry::Unregister(std::uint64_t job, std::uint64_t session) {
@@ -83,13 +112,27 @@ Status PlanRegistry::Unregister(std::uint64_t job, std::uint64_t session) {
   for (const auto& j : executor_.Jobs()) {
     if (j.id == job) ns = j.ns;
   }
-  TIERPOOL_RETURN_IF_ERROR(executor_.Unregister(job, session));
-  store_->SetPlanned(ns, 0);
+  std::optional<std::pair<std::string, std::string>> owned;
+  {
+    std::lock_guard lock(owned_mu_);
+    TIERPOOL_RETURN_IF_ERROR(executor_.Unregister(job, session));
+    store_->SetPlanned(ns, 0);
+    owned = TakeOwnedLocked(job);
+  }
+  if (owned) DeleteOwned(*owned);
   return Status::Ok();
 }
 
 void PlanRegistry::OnDisconnect(std::uint64_t session) {
-  for (const auto& ns : executor_.UnregisterOwner(session)) store_->SetPlanned(ns, 0);
+  std::vector<std::pair<std::string, std::string>> gone;
+  {
+    std::lock_guard lock(owned_mu_);
+    for (const auto& [job, ns] : executor_.UnregisterOwner(session)) {
+      store_->SetPlanned(ns, 0);
+      if (auto owned = TakeOwnedLocked(job)) gone.push_back(std::move(*owned));
+    }
+  }
+  for (const auto& owned : gone) DeleteOwned(owned);
 }
 
 void VisitJobCounters(const prefetch::JobCounters& c,
@@ -103,10 +146,17 @@ void VisitJobCounters(const prefetch::JobCounters& c,
   visit("actions_issued", c.issued);
   visit("dropped_clean", c.dropped_clean);
   visit("actions_skipped", c.skipped);
+  visit("skipped_absent", c.skipped_absent);
+  visit("skipped_in_place", c.skipped_in_place);
+  visit("skipped_dead", c.skipped_dead);
   visit("actions_cancelled", c.cancelled);
   visit("waited_for_room", c.waited_for_room);
   visit("failed", c.failed);
   visit("budget_peak_bytes", c.budget_peak);
+  visit("hbm_peak_bytes", c.hbm_peak);
+  visit("outside_peak_bytes", c.outside_peak);
+  visit("last_hbm_peak_bytes", c.last_hbm_peak);
+  visit("last_outside_peak_bytes", c.last_outside_peak);
 }
 
 }  // namespace tierpool

@@ -481,7 +481,8 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
     case wire::Request::kProgress: {
       if (plans_ != nullptr) {
         const auto& p = req.progress();
-        Status s = plans_->Progress(p.job_id(), session, p.iteration(), p.step());
+        Status s =
+            plans_->Progress(p.job_id(), session, p.iteration(), p.step(), p.outside_bytes());
         if (!s.ok()) spdlog::debug("session {}: progress: {}", session, s.ToString());
       }
       return false;  // one-way

@@ -21,6 +21,7 @@ class FakeControl final : public TierControl {
     bool moving_in = false;
     bool lower = true;
     bool leaving = false;  // in hbm, freed as its readers let go
+    bool moving_out = false;
   };
   std::map<std::string, Obj> objs;
   std::vector<std::string> log;  // "P:key@deadline", "O:key", "D:key", "K:key" (kept)
@@ -36,13 +37,20 @@ class FakeControl final : public TierControl {
             it->second.moving_in,
             it->second.lower,
             it->second.size,
-            it->second.leaving};
+            it->second.leaving,
+            it->second.moving_out};
   }
   std::uint64_t HbmBytes(const std::string&) override {
     std::uint64_t b = 0;
     for (auto& [k, o] : objs) b += (o.in_hbm || o.moving_in) ? o.size : 0;
     return b;
   }
+  std::uint64_t HbmPeak(const std::string&) override { return std::max(peak, HbmBytes("")); }
+  void ResetHbmPeak(const std::string&) override {
+    peak = HbmBytes("");
+    ++resets;
+  }
+  int resets = 0;
   Status Prefetch(const std::string&, const std::string& key, std::uint64_t deadline,
                   Done done) override {
     if (objs[key].in_hbm && objs[key].leaving) {
@@ -58,7 +66,7 @@ class FakeControl final : public TierControl {
   }
   Status Offload(const std::string&, const std::string& key, Done done) override {
     log.push_back("O:" + key);
-    objs[key].lower = true;
+    objs[key].moving_out = true;
     in_flight.emplace_back("out:" + key, std::move(done));
     return Status::Ok();
   }
@@ -75,7 +83,9 @@ class FakeControl final : public TierControl {
     in_flight.clear();
     for (auto& [key, done] : flights) {
       if (key.rfind("out:", 0) == 0) {
-        objs[key.substr(4)].in_hbm = false;
+        auto& o = objs[key.substr(4)];
+        o.in_hbm = o.moving_out = false;
+        o.lower = true;
       } else {
         objs[key].moving_in = false;
         objs[key].in_hbm = true;
@@ -191,6 +201,66 @@ TEST_F(ExecutorTest, ACopyLeavingAsItsReaderLetsGoIsKeptByAPrefetchAndNotFreedTw
   EXPECT_EQ(c.waited_for_room, 0u);
 }
 
+TEST_F(ExecutorTest, SkippedActionsSayWhy) {
+  // b was never stored (absent), c is in hbm already (in place), and a, dead after step 5, has
+  // its only copy in hbm (its FREE is the job's delete).
+  control_.objs["a"] = {1000, true, false, /*lower=*/false};
+  control_.objs["c"] = {1000, true, false, true};
+  std::uint64_t job =
+      Register({Act(schedule::PREFETCH, 1, 0, false, 3), Act(schedule::PREFETCH, 2, 0, false, 1),
+                Act(schedule::FREE, 0, 5, /*after=*/true)},
+               10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0).ok());
+  // The next iteration: step 5's FREE, and step 0's prefetches again.
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 1, 0).ok());
+  EXPECT_TRUE(control_.log.empty());
+  const auto c = exec_.Jobs()[0].counters;
+  EXPECT_EQ(c.skipped, 5u);
+  EXPECT_EQ(c.skipped_absent, 2u);
+  EXPECT_EQ(c.skipped_in_place, 2u);
+  EXPECT_EQ(c.skipped_dead, 1u);
+  EXPECT_EQ(c.issued, 0u);
+}
+
+TEST_F(ExecutorTest, AnOffloadOfATensorOnItsWayOutIsSkippedNotFailed) {
+  // A periodic plan may offload a tensor after the last step and again as the next iteration
+  // starts: both are issued at the same report, and the second finds the first's copy moving.
+  control_.objs["a"] = {1000, true, false, /*lower=*/false};
+  std::uint64_t job = Register(
+      {Act(schedule::OFFLOAD, 0, 5, /*after=*/true), Act(schedule::OFFLOAD, 0, 0)}, 10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 1).ok());  // step 0's offload
+  control_.Land();
+  control_.objs["a"] = {1000, true, false, /*lower=*/false};  // written again in hbm
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 5).ok());
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 1, 0).ok());  // step 5's after, then step 0's
+  EXPECT_EQ(control_.log, (std::vector<std::string>{"O:a", "O:a"}));
+  const auto c = exec_.Jobs()[0].counters;
+  EXPECT_EQ(c.issued, 2u);
+  EXPECT_EQ(c.skipped_in_place, 1u);
+  EXPECT_EQ(c.failed, 0u);
+}
+
+TEST_F(ExecutorTest, PeaksAreKeptPerIteration) {
+  control_.objs["a"] = {1000, true, false, true};
+  control_.objs["c"] = {1000, false, false, true};
+  std::uint64_t job = Register({Act(schedule::PREFETCH, 2, 0, false, 1)}, 10'000);
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 0, /*outside_bytes=*/500).ok());
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 1, 700).ok());
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 0, 2, 300).ok());
+  auto c = exec_.Jobs()[0].counters;
+  EXPECT_EQ(c.hbm_peak, 2000u);  // a, and c on its way in
+  EXPECT_EQ(c.outside_peak, 700u);
+  control_.Land();
+  ASSERT_TRUE(control_.Drop("", "c").ok());
+  ASSERT_TRUE(exec_.Progress(job, kOwner, 1, 1, 100).ok());  // a new iteration
+  c = exec_.Jobs()[0].counters;
+  EXPECT_EQ(c.last_hbm_peak, 2000u);
+  EXPECT_EQ(c.last_outside_peak, 700u);
+  EXPECT_EQ(c.outside_peak, 100u);
+  EXPECT_EQ(c.hbm_peak, 2000u);  // from a alone as it started, c's prefetch came again
+  EXPECT_EQ(control_.resets, 2);
+}
+
 TEST_F(ExecutorTest, PrefetchesNeverExceedTheBudget) {
   control_.objs["a"] = {1000, true, false, false};
   control_.objs["b"] = {1000, false, false, true};
@@ -254,6 +324,8 @@ class TickingControl final : public TierControl {
     return {true, key == "a", false, true, 1000};
   }
   std::uint64_t HbmBytes(const std::string&) override { return 0; }
+  std::uint64_t HbmPeak(const std::string&) override { return 0; }
+  void ResetHbmPeak(const std::string&) override {}
   Status Prefetch(const std::string&, const std::string& key, std::uint64_t, Done) override {
     prefetched.push_back(key);
     return Status::Ok();

@@ -11,6 +11,7 @@
 #include <future>
 #include <optional>
 
+#include "proto/tierpool.pb.h"
 #include "tiers/dram_tier.h"
 #include "tiers/hbm_tier.h"
 
@@ -144,6 +145,77 @@ TEST(PlanBinding, APendingFreeWaitsForTheReleaseBeforeAPutDecidesItsTier) {
   ASSERT_EQ(put.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   ASSERT_TRUE(put.get().ok());
   EXPECT_EQ(store->Head("job", "out")->tier, TierKind::kHbm);
+}
+
+TEST(PlanBinding, ADeletedObjectAReaderStillHoldsIsRoomAPutWaitsFor) {
+  // A job replaces a tensor in two phases: it reads the old copy, deletes it and reserves the
+  // new one. The reader's release travels on another connection and may come after the
+  // reserve: the reserve waits for it rather than going to dram.
+  auto store = MakeStore();
+  std::string bytes(2 << 20, 'x');
+  ASSERT_TRUE(PutJob(*store, "w", bytes, TierKind::kHbm).ok());
+  store->SetPlanned("job", 3 << 20);
+  auto pin = store->Pin("job", "w", 2, {.want = TierKind::kHbm});
+  ASSERT_TRUE(pin.ok());
+  ASSERT_TRUE(store->Delete("job", "w").ok());
+  std::string fresh(2 << 20, 'y');
+  auto put =
+      std::async(std::launch::async, [&] { return PutJob(*store, "w", fresh, TierKind::kHbm); });
+  EXPECT_EQ(put.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  ASSERT_TRUE(store->Release(pin->lease_id, 2).ok());
+  ASSERT_EQ(put.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(put.get().ok());
+  EXPECT_EQ(store->Head("job", "w")->tier, TierKind::kHbm);
+  EXPECT_EQ(store->HbmBytesOf("job"), 2u << 20);
+}
+
+TEST(PlanBinding, APlanWithAnOwnedPrefixTakesItsObjectsWhenItGoes) {
+  auto store = MakeStore();
+  PlanRegistry registry(store.get(), 8 << 20);
+  const prefetch::JobSpec spec = Spec();
+  wire::RegisterPlanRequest req;
+  req.set_format_version(1);
+  req.set_ns("job");
+  req.set_schedule(spec.schedule.SerializeAsString());
+  req.set_plan(spec.plan.SerializeAsString());
+  req.set_hbm_budget_bytes(4 << 20);
+  req.set_owned_prefix("mine/");
+  std::string bytes(4096, 'x');
+  for (const char* key : {"mine/a", "mine/b/c", "minefield", "other"}) {
+    ASSERT_TRUE(PutJob(*store, key, bytes).ok());
+  }
+  ASSERT_TRUE(store->PutCopy({.ns = "elsewhere", .key = "mine/a", .size = 1}, "z", 1).ok());
+  auto pinned = store->Pin("job", "mine/b/c", 3);  // another connection still reads one
+  ASSERT_TRUE(pinned.ok());
+
+  // Its connection closes (the job died): what it owned goes, nothing else.
+  auto job = registry.Register(req, /*session=*/7);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  registry.OnDisconnect(7);
+  EXPECT_FALSE(store->Head("job", "mine/a").ok());
+  EXPECT_FALSE(store->Head("job", "mine/b/c").ok());  // unnamed now; freed as its reader goes
+  EXPECT_TRUE(store->Head("job", "minefield").ok());
+  EXPECT_TRUE(store->Head("job", "other").ok());
+  EXPECT_TRUE(store->Head("elsewhere", "mine/a").ok());
+  ASSERT_TRUE(store->Release(pinned->lease_id, 3).ok());
+
+  // Unregistered: the same; without a prefix nothing goes.
+  ASSERT_TRUE(PutJob(*store, "mine/a", bytes).ok());
+  job = registry.Register(req, 8);
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(registry.Unregister(*job, 8).ok());
+  EXPECT_FALSE(store->Head("job", "mine/a").ok());
+  ASSERT_TRUE(PutJob(*store, "mine/a", bytes).ok());
+  req.clear_owned_prefix();
+  job = registry.Register(req, 9);
+  ASSERT_TRUE(job.ok());
+  registry.OnDisconnect(9);
+  EXPECT_TRUE(store->Head("job", "mine/a").ok());
+  EXPECT_EQ(store->Stats().objects, 4u);
+
+  // A prefix past the key limit is refused.
+  req.set_owned_prefix(std::string(2000, 'k'));
+  EXPECT_EQ(registry.Register(req, 10).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PlanBinding, APendingFreeIsCancelledByANewReaderOrAPrefetch) {

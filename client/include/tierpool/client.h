@@ -120,7 +120,8 @@ struct JobInfo {
   std::uint32_t step = 0;
   std::uint64_t pending_prefetches = 0;
   // hits, late, late_wait_us, misses, bytes_in, bytes_out, actions_issued, dropped_clean,
-  // actions_skipped, actions_cancelled, waited_for_room, failed, budget_peak_bytes
+  // actions_skipped (skipped_absent, skipped_in_place, skipped_dead: why), actions_cancelled,
+  // waited_for_room, failed, budget_peak_bytes
   std::vector<std::pair<std::string, std::uint64_t>> counters;
   std::uint64_t counter(std::string_view name) const { return detail::Find(counters, name); }
 };
@@ -258,6 +259,9 @@ struct PlanRegistration {
   std::string plan;               // a serialized tierpool.schedule.Plan for it
   std::vector<std::string> keys;  // the object key of each tensor; empty: the tensors' names
   std::uint64_t hbm_budget_bytes = 0;  // 0: the plan's
+  // The job's objects: those of the namespace whose keys start with it are deleted when the
+  // plan goes (Unregister, the handle dropped, or the process gone). Empty: none.
+  std::string owned_prefix;
 };
 
 // A registered plan. It holds a connection of its own: the plan lives while the handle does
@@ -273,6 +277,9 @@ class TIERPOOL_EXPORT PlanHandle {
   // The job is about to start `step` of `iteration`. One-way (no reply): cheap enough to call
   // every step. Errors in it (a step out of range) are logged by the server.
   Status ReportProgress(std::uint64_t iteration, std::uint32_t step);
+  // The same, saying the most memory the job held outside tierpool since its last report
+  // (shown per job in stat).
+  Status ReportProgress(std::uint64_t iteration, std::uint32_t step, std::uint64_t outside_bytes);
   Status Unregister();
 
  private:

@@ -127,7 +127,7 @@ double Error(double live, double predicted) {
 
 int main(int argc, char** argv) {
   std::string schedule_path, device = "h100", hbm, policy = "planned", socket, json_path,
-                             trace_path, link_rate = "auto", verify = "all",
+                             trace_path, link_rate = "auto", verify = "all", plan_file,
                              server_log_level = "warn";
   int hbm_device = -1;
   int iterations = 2;
@@ -145,6 +145,9 @@ int main(int argc, char** argv) {
     ("device", po::value(&device)->default_value("h100"), "device profile: a name or a JSON file")
     ("hbm", po::value(&hbm), "hbm budget: a size, or a % of the no-offload peak")
     ("policy", po::value(&policy)->default_value("planned"), "none, reactive-lru or planned")
+    ("plan", po::value(&plan_file),
+     "planned: play this plan (.pb or .json: `tierpool plan`'s, or a tierpool.torch.offload "
+     "job's) instead of planning on the calibrated profile; its budget unless --hbm gives one")
     ("iterations", po::value(&iterations)->default_value(2),
      "iterations of a repeating schedule (the last is measured)")
     ("socket", po::value(&socket),
@@ -198,10 +201,20 @@ int main(int argc, char** argv) {
   for (auto& t : *s.mutable_tensors())
     t.set_size_bytes(AlignUp(std::max<std::uint64_t>(t.size_bytes(), 1), 4096));
   Lifetimes lt(s);
+  std::optional<schedule::Plan> plan;
+  if (!plan_file.empty()) {
+    if (*p != Policy::kPlanned) {
+      return Fail(Status::InvalidArgument("--plan goes with --policy planned"));
+    }
+    auto read = LoadPlan(plan_file, s);
+    if (!read.ok()) return Fail(read.status());
+    plan = std::move(read).value();
+  }
   std::uint64_t budget = lt.peak_bytes();
   if (*p != Policy::kNone) {
-    if (hbm.empty()) return Fail(Status::InvalidArgument("give --hbm BUDGET"));
-    auto b = ParseHbmBudget(hbm, lt.peak_bytes());
+    if (hbm.empty() && !plan) return Fail(Status::InvalidArgument("give --hbm BUDGET"));
+    auto b = hbm.empty() ? Result<std::uint64_t>(plan->hbm_budget_bytes())
+                         : ParseHbmBudget(hbm, lt.peak_bytes());
     if (!b.ok()) return Fail(b.status());
     budget = AlignUp(*b, 4096);
   }
@@ -265,8 +278,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::optional<schedule::Plan> plan;
-  if (*p == Policy::kPlanned) {
+  if (*p == Policy::kPlanned && !plan) {
     auto built = BuildPlan(
         s, lt, calibrated,
         {.hbm_budget = budget, .prefetch_margin = margin, .early_loads = !no_early_loads});

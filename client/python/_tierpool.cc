@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "client/python/host_memory.h"
 #include "client/stats_json.h"
 #include "common/checksum.h"
 #include "tierpool/client.h"
@@ -304,6 +305,26 @@ class PyClient {
     return out;
   }
 
+  // Views of several objects in one round trip: (code, message, View or None) per key.
+  py::list GetViews(const std::vector<std::string>& keys, int tier, bool device) {
+    Client& c = client();
+    GetViewOptions o = MakeGetOptions(tier);
+    o.device = device;
+    auto views = WithoutGil([&] { return c.GetViews(keys, o); });
+    py::list out;
+    for (auto& v : views) {
+      if (!v.ok()) {
+        out.append(
+            py::make_tuple(static_cast<int>(v.status().code()), v.status().message(), py::none()));
+        continue;
+      }
+      out.append(py::make_tuple(
+          0, std::string(),
+          py::cast(new View{std::move(*v)}, py::return_value_policy::take_ownership)));
+    }
+    return out;
+  }
+
   // Whether each key is stored, in one round trip (the views taken are released at once).
   std::vector<bool> ContainsBatch(const std::vector<std::string>& keys) {
     Client& c = client();
@@ -329,9 +350,10 @@ class PyClient {
   }
 
   Plan* RegisterPlan(const std::string& name, const py::bytes& schedule, const py::bytes& plan,
-                     const std::vector<std::string>& keys, std::uint64_t hbm_budget_bytes) {
+                     const std::vector<std::string>& keys, std::uint64_t hbm_budget_bytes,
+                     const std::string& owned_prefix) {
     Client& c = client();
-    PlanRegistration r{name, schedule, plan, keys, hbm_budget_bytes};
+    PlanRegistration r{name, schedule, plan, keys, hbm_budget_bytes, owned_prefix};
     return new Plan{Value(WithoutGil([&] { return c.RegisterPlan(r); }))};
   }
 
@@ -459,11 +481,28 @@ PYBIND11_MODULE(_tierpool, m) {
 
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("job_id", [](const Plan& p) { return p.handle.job_id(); })
-      .def("report_progress",
-           [](Plan& p, std::uint64_t iteration, std::uint32_t step) {
-             Check(WithoutGil([&] { return p.handle.ReportProgress(iteration, step); }));
-           })
+      .def(
+          "report_progress",
+          [](Plan& p, std::uint64_t iteration, std::uint32_t step, std::uint64_t outside_bytes) {
+            Check(WithoutGil(
+                [&] { return p.handle.ReportProgress(iteration, step, outside_bytes); }));
+          },
+          py::arg("iteration"), py::arg("step"), py::arg("outside_bytes") = 0)
       .def("unregister", [](Plan& p) { Check(WithoutGil([&] { return p.handle.Unregister(); })); });
+
+  m.def("host_bytes_in_use", &python::HostBytesInUse,
+        "Host memory malloc has handed out and not had back (mallinfo2), in bytes.");
+  py::class_<python::HostMemorySampler>(m, "HostMemorySampler")
+      .def(py::init([](double interval_us) {
+             return new python::HostMemorySampler(
+                 std::chrono::microseconds(static_cast<std::int64_t>(interval_us)));
+           }),
+           py::arg("interval_us") = 1000.0)
+      .def("sample", &python::HostMemorySampler::Sample)
+      .def("take_peak", &python::HostMemorySampler::TakePeak,
+           py::call_guard<py::gil_scoped_release>())
+      .def_property("offset", &python::HostMemorySampler::offset,
+                    &python::HostMemorySampler::set_offset);
 
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string&, const std::string&, const std::string&, int, bool, int,
@@ -494,5 +533,9 @@ PYBIND11_MODULE(_tierpool, m) {
       .def("get_batch_into", &PyClient::GetBatchInto)
       .def("delete_batch", &PyClient::DeleteBatch)
       .def("contains_batch", &PyClient::ContainsBatch)
-      .def("register_plan", &PyClient::RegisterPlan, py::return_value_policy::take_ownership);
+      .def("view_batch", &PyClient::GetViews, py::arg("keys"), py::arg("tier"),
+           py::arg("device") = false)
+      .def("register_plan", &PyClient::RegisterPlan, py::arg("name"), py::arg("schedule"),
+           py::arg("plan"), py::arg("keys"), py::arg("hbm_budget_bytes"),
+           py::arg("owned_prefix") = std::string(), py::return_value_policy::take_ownership);
 }

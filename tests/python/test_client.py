@@ -92,6 +92,33 @@ def test_view_is_read_only_and_pinned_while_anything_holds_it(client):
     assert wait_for(lambda: client.stat("v").pins == 0)
 
 
+def test_views_of_several_objects_in_one_round_trip(client):
+    client.put("vs/a", np.arange(512, dtype=np.int64))
+    client.put("vs/b", b"xyz" * 2000, tier="hbm")
+    a, b, missing = client.views(["vs/a", "vs/b", "vs/none"], tier="hbm", strict=False)
+    assert isinstance(missing, tierpool.NotFound)
+    assert np.frombuffer(a, dtype=np.int64)[511] == 511
+    assert bytes(b[:3]) == b"xyz" and b.obj.tier == tierpool.Tier.HBM
+    assert a.obj.tier == tierpool.Tier.HBM  # brought up for the read, as view(tier="hbm") does
+    assert client.stat("vs/a").pins == 1 and client.stat("vs/b").pins == 1
+    del a, b
+    assert wait_for(lambda: client.stat("vs/a").pins == 0 and client.stat("vs/b").pins == 0)
+    with pytest.raises(tierpool.NotFound):
+        client.views(["vs/none"])
+
+
+def test_host_memory_in_use_follows_allocations():
+    from tierpool import _tierpool
+    before = _tierpool.host_bytes_in_use()
+    sampler = _tierpool.HostMemorySampler(200.0)
+    sampler.offset = before
+    block = bytearray(64 << 20)
+    assert sampler.sample() >= 64 << 20  # malloc's, whether or not its pages are touched
+    del block
+    assert sampler.take_peak() >= 64 << 20
+    assert sampler.take_peak() < 16 << 20  # the next peak starts from now, the block gone
+
+
 def test_reservation_commit_abort_and_outstanding_slices(client):
     with client.reserve("r", 16, kind="kv_block") as buf:
         buf[:] = b"0123456789abcdef"

@@ -262,9 +262,10 @@ class Plan:
     def job_id(self):
         return self._impl.job_id
 
-    def report_progress(self, iteration, step):
-        """The job is about to start ``step`` of ``iteration`` (one-way, cheap)."""
-        self._impl.report_progress(iteration, step)
+    def report_progress(self, iteration, step, outside_bytes=0):
+        """The job is about to start ``step`` of ``iteration`` (one-way, cheap); it held at
+        most ``outside_bytes`` outside tierpool since its last report (shown in stat)."""
+        self._impl.report_progress(iteration, step, int(outside_bytes))
 
     def unregister(self):
         self._impl.unregister()
@@ -469,6 +470,20 @@ class Client:
             return DeviceView(impl)
         return memoryview(impl)
 
+    def views(self, keys, *, tier=None, device=False, strict=True):
+        """``view`` of several objects in one round trip: a list of memoryviews (or
+        ``DeviceView``s), or the exceptions in place when ``strict`` is False."""
+        out = self._c.view_batch(list(keys), _enum(Tier, tier, "tier"), bool(device))
+        res = []
+        for code, msg, impl in out:
+            if code != 0:
+                res.append(_errors.from_status(code, msg))
+            elif device and impl.device >= 0:
+                res.append(DeviceView(impl))
+            else:
+                res.append(memoryview(impl))
+        return _raise_first(res, strict)
+
     def get_batch(self, keys, *, strict=True):
         """The bytes of several objects in one round trip: a list of bytes, or exceptions in
         place when ``strict`` is False."""
@@ -518,17 +533,20 @@ class Client:
         """``ObjectInfo`` of the objects whose key starts with ``prefix``, in key order."""
         return [ObjectInfo._from(d) for d in self._c.list(prefix, int(limit))]
 
-    def register_plan(self, schedule, plan, *, keys=None, name="", hbm_budget_bytes=0):
+    def register_plan(self, schedule, plan, *, keys=None, name="", hbm_budget_bytes=0,
+                      owned_prefix=""):
         """Hands the server a plan for this namespace (docs/schedules.md). ``schedule`` and
         ``plan``: serialized protobufs (bytes) or paths to .pb files; ``keys``: the object key
-        of each tensor (default their names). Returns a ``Plan``."""
+        of each tensor (default their names). ``owned_prefix``: the job's objects (the
+        namespace's keys that start with it) are deleted when the plan goes, unregistered or
+        with the process. Returns a ``Plan``."""
         def load(x):
             if isinstance(x, (bytes, bytearray, memoryview)):
                 return bytes(x)
             with open(x, "rb") as f:
                 return f.read()
         return Plan(self._c.register_plan(name, load(schedule), load(plan), list(keys or ()),
-                                          int(hbm_budget_bytes)))
+                                          int(hbm_budget_bytes), owned_prefix))
 
     # ---- futures and asyncio ----
 

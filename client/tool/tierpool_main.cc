@@ -408,6 +408,21 @@ int main(int argc, char** argv) {
           static_cast<double>(j.counter("late_wait_us")) / 1000.0,
           static_cast<unsigned long long>(j.counter("misses")),
           FormatBytes(j.counter("bytes_in")).c_str(), FormatBytes(j.counter("bytes_out")).c_str());
+      std::printf(
+          "  actions: %llu issued, %llu skipped (%llu absent, %llu already in place, %llu left "
+          "to the job's delete), %llu cancelled, %llu failed; hbm peak %s and %s outside "
+          "tierpool this iteration (the last: %s and %s)\n",
+          static_cast<unsigned long long>(j.counter("actions_issued")),
+          static_cast<unsigned long long>(j.counter("actions_skipped")),
+          static_cast<unsigned long long>(j.counter("skipped_absent")),
+          static_cast<unsigned long long>(j.counter("skipped_in_place")),
+          static_cast<unsigned long long>(j.counter("skipped_dead")),
+          static_cast<unsigned long long>(j.counter("actions_cancelled")),
+          static_cast<unsigned long long>(j.counter("failed")),
+          FormatBytes(j.counter("hbm_peak_bytes")).c_str(),
+          FormatBytes(j.counter("outside_peak_bytes")).c_str(),
+          FormatBytes(j.counter("last_hbm_peak_bytes")).c_str(),
+          FormatBytes(j.counter("last_outside_peak_bytes")).c_str());
     }
     return 0;
   }

@@ -53,3 +53,58 @@ class KVBlockStore:
 
 def view_tensor(client: Client, key: str, *, dtype: Optional[torch.dtype] = ...,
                 shape: Optional[Sequence[int]] = ...) -> torch.Tensor: ...
+
+class StepReport:
+    iteration: int
+    seconds: float
+    budget: int
+    hbm_budget: int
+    no_offload_peak: int
+    hbm_peak: int
+    outside_peak: int
+    issued: int
+    skipped: int
+    skipped_absent: int
+    skipped_in_place: int
+    skipped_dead: int
+    cancelled: int
+    failed: int
+    waited_for_room: int
+    hits: int
+    late: int
+    late_wait_us: int
+    misses: int
+    bytes_in: int
+    bytes_out: int
+    link_in: int
+    link_out: int
+    reads_below_hbm: int
+    unplanned: int
+    diverged: str
+    @property
+    def working_set(self) -> int: ...
+    @property
+    def actions(self) -> int: ...
+    @property
+    def carried_out(self) -> float: ...
+
+class OffloadJob:
+    prefix: str
+    workdir: str
+    budget: int
+    hbm_budget: int
+    no_offload_peak: int
+    floor: tuple[int, int]
+    report: Optional[StepReport]
+    reports: list[StepReport]
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = ...,
+                        error_if_nonfinite: bool = ...) -> torch.Tensor: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "OffloadJob": ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
+def offload(model: torch.nn.Module, optimizer: torch.optim.Optimizer, client: Client,
+            budget: Union[str, float, int] = ..., *, device: Optional[str] = ...,
+            min_bytes: int = ..., prefix: Optional[str] = ..., name: Optional[str] = ...,
+            keep_objects: bool = ..., at_least_floor: bool = ..., workdir: Optional[str] = ...,
+            on_step: Optional[Any] = ...) -> OffloadJob: ...

@@ -5,6 +5,8 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "common/units.h"
+#include "prefetch/planner.h"
 
 namespace tierpool::prefetch {
 
@@ -92,10 +94,16 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
       spec.hbm_budget != 0 ? spec.hbm_budget : spec.plan.hbm_budget_bytes();
   if (budget == 0) return Status::InvalidArgument("the job has no hbm budget");
   if (budget > hbm_capacity_) {
-    return Status::InvalidArgument("hbm budget of " + std::to_string(budget) +
-                                   " bytes is above the tier's " + std::to_string(hbm_capacity_));
+    return Status::InvalidArgument("an hbm budget of " + FormatBytes(budget) +
+                                   " is above the hbm tier's " + FormatBytes(hbm_capacity_) +
+                                   ": start tierpoold with a larger --hbm, or ask for less");
   }
   TIERPOOL_RETURN_IF_ERROR(ValidatePlan(spec.plan, s));
+  auto lt = std::make_unique<Lifetimes>(spec.schedule);
+  // A budget below what one step holds at once would miss that step's uses every iteration.
+  if (Status floor = BelowStepFloor(budget, s, *lt); !floor.ok()) {
+    return Status::InvalidArgument(floor.message());
+  }
   job->before.resize(steps);
   job->after.resize(steps);
   for (int i = 0; i < spec.plan.actions_size(); ++i) {
@@ -113,7 +121,7 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
     job->sched_start_us[i + 1] =
         job->sched_start_us[i] + std::max(1.0, s.steps(static_cast<int>(i)).compute_us());
   }
-  job->lt = std::make_unique<Lifetimes>(spec.schedule);
+  job->lt = std::move(lt);
   job->owner = owner;
   job->ns = std::move(spec.ns);
   job->name = spec.name.empty() ? s.name() : spec.name;

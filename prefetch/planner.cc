@@ -1,6 +1,7 @@
 #include "prefetch/planner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <future>
 #include <limits>
 
@@ -24,7 +25,28 @@ Result<std::uint64_t> ParseHbmBudget(const std::string& text, std::uint64_t peak
   }
   auto b = ParseByteSize(text);
   if (!b.ok()) return Status::InvalidArgument("--hbm: " + b.status().message());
+  if (*b < 4096 && text.find_first_not_of("0123456789") == std::string::npos) {
+    return Status::InvalidArgument("--hbm " + text + " is " + text +
+                                   " bytes, less than one 4 KiB extent: a share of the "
+                                   "no-offload peak is written " +
+                                   text + "%, a size with its unit (" + text + "G)");
+  }
   return b;
+}
+
+Status BelowStepFloor(std::uint64_t budget, const Schedule& s, const Lifetimes& lt) {
+  const std::uint64_t floor = lt.step_floor_bytes();
+  if (budget >= floor) return Status::Ok();
+  const std::uint32_t at = lt.step_floor_step();
+  const double peak = static_cast<double>(std::max<std::uint64_t>(lt.peak_bytes(), 1));
+  char share[64];
+  std::snprintf(share, sizeof(share), "%.1f%% of the no-offload peak of ",
+                100.0 * static_cast<double>(floor) / peak);
+  return Status::FailedPrecondition(
+      "hbm budget " + FormatBytes(budget) + " is below this schedule's floor of " +
+      FormatBytes(floor) + " (" + share + FormatBytes(lt.peak_bytes()) + "): step " +
+      std::to_string(at) + " (" + s.steps(static_cast<int>(at)).name() +
+      ") holds that much at once, and no plan keeps a budget below it");
 }
 
 Status PlannerConfig::validate() const {
@@ -225,6 +247,8 @@ void TryEarlyLoads(const Schedule& s, const Lifetimes& lt, const DeviceProfile& 
 Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                  const PlannerConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
+  // The floor named at the first refusal, not the first step the walk finds short of room.
+  TIERPOOL_RETURN_IF_ERROR(BelowStepFloor(config.hbm_budget, s, lt));
   auto best = PlanRounds(s, lt, d, config, {});
   if (!best.ok()) return best.status();
   const double compute = ComputeUs(s);

@@ -40,6 +40,10 @@ struct PlannerConfig {
 
 // An hbm budget from the command line: a size ("12G") or a percentage of `peak` ("70%").
 Result<std::uint64_t> ParseHbmBudget(const std::string& text, std::uint64_t peak);
+// FAILED_PRECONDITION for a budget below the schedule's step floor (the most one step holds in
+// hbm at once, Lifetimes::step_floor_bytes), naming the floor, its share of the no-offload
+// peak and its step: no plan keeps such a budget.
+Status BelowStepFloor(std::uint64_t budget, const Schedule& s, const Lifetimes& lt);
 
 // FAILED_PRECONDITION when the budget is below what some step needs at once.
 Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,

@@ -173,7 +173,25 @@ TEST(Plans, AFreeThatOvertakesTheReleaseOfItsViewStillFreesTheCopy) {
   ASSERT_TRUE(server.started());
   auto client = server.Connect();
   ASSERT_TRUE(client.ok());
-  Schedule s = SmallTraining(2, 1 << 20, 256 << 10);
+  // Step 0 reads w0, step 1 makes act0: the budget holds either, not both (a schedule's floor
+  // is what one step holds at once: 256 KiB).
+  Schedule s;
+  s.set_format_version(1);
+  s.set_name("race");
+  s.set_repeats(true);
+  for (const char* name : {"read-w0", "make-act0"}) {
+    auto* st = s.add_steps();
+    st->set_name(name);
+    st->set_compute_us(100);
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(i));
+    t->set_name(i == 0 ? "w0" : "act0");
+    t->set_size_bytes(256 << 10);
+    t->set_def_step(i == 0 ? -1 : 1);
+    if (i == 0) t->add_use_steps(0);
+  }
   tierpool::schedule::Plan plan;  // w0 goes after step 0, its last use as far as the plan says
   auto* free = plan.add_actions();
   free->set_kind(tierpool::schedule::FREE);

@@ -430,10 +430,16 @@ TEST_F(ExecutorTest, RegistrationChecksEverything) {
     JobSpec spec;
     spec.ns = "x";
     spec.schedule = SixSteps();
-    spec.hbm_budget = 1000;
+    spec.hbm_budget = 2000;  // the floor: step 1 defines b and reads c
     edit(spec);
     return exec_.Register(std::move(spec), kOwner).status();
   };
+  // A budget below the floor would miss that step's uses every iteration: refused, the floor
+  // and its step named.
+  const Status below = bad([](JobSpec& s) { s.hbm_budget = 1999; });
+  EXPECT_EQ(below.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(below.message().find("floor of 2.0 KiB"), std::string::npos) << below.message();
+  EXPECT_NE(below.message().find("step 1 (s1)"), std::string::npos) << below.message();
   EXPECT_EQ(bad([](JobSpec& s) { *s.plan.add_actions() = Act(schedule::PREFETCH, 7, 0); }).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](JobSpec& s) { *s.plan.add_actions() = Act(schedule::OFFLOAD, 0, 6); }).code(),

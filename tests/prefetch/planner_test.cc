@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/units.h"
 #include "prefetch/report.h"
 #include "prefetch/simulator.h"
 #include "tests/prefetch/random_schedule.h"
@@ -82,7 +83,19 @@ TEST(Planner, RefusesABudgetBelowAStepsWorkingSet) {
   auto device = BuiltinProfile("gh200");
   auto plan = BuildPlan(s, lt, *device, {.hbm_budget = 1});
   EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(plan.status().message().find("below what step"), std::string::npos);
+  // The first refusal names the floor and its step: no budget between the one asked and the
+  // floor is refused again for another step.
+  const std::string floor_step = "step " + std::to_string(lt.step_floor_step()) + " (" +
+                                 s.steps(static_cast<int>(lt.step_floor_step())).name() + ")";
+  EXPECT_NE(plan.status().message().find("floor of " + FormatBytes(lt.step_floor_bytes())),
+            std::string::npos)
+      << plan.status().message();
+  EXPECT_NE(plan.status().message().find(floor_step), std::string::npos);
+  EXPECT_TRUE(BuildPlan(s, lt, *device, {.hbm_budget = lt.step_floor_bytes()}).ok());
+  for (std::uint64_t budget : {lt.step_floor_bytes() / 2, lt.step_floor_bytes() - 1}) {
+    auto again = BuildPlan(s, lt, *device, {.hbm_budget = budget});
+    EXPECT_NE(again.status().message().find(floor_step), std::string::npos);
+  }
 }
 
 TEST(Planner, BeatsReactiveLruAndTheNoneBaselineHasNoStalls) {

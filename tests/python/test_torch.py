@@ -290,6 +290,15 @@ def test_plan_progress_brings_activations_up_before_backward(client, mlp_plan):
     assert planned["failed"] == 0, planned
 
 
+def test_a_plan_registered_below_its_floor_is_refused_with_the_floor_named(client, mlp_plan):
+    sched, _, plan_pb = mlp_plan
+    with pytest.raises(tierpool.InvalidArgument) as e:
+        client.register_plan(str(sched), str(plan_pb), hbm_budget_bytes=1 << 12)
+    assert "below this schedule's floor of" in str(e.value) and "MiB" in str(e.value), e.value
+    assert "step " in str(e.value)
+    assert client.stat()["jobs"] == []
+
+
 def test_without_a_gpu_hbm_tensors_go_through_host_memory(client):
     acts = tt.offload_activations(client)
     assert acts.hbm_device is None  # every saved tensor is put from host memory, as before

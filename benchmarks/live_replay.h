@@ -34,8 +34,12 @@ struct LiveReport {
   std::uint64_t get_errors = 0;   // gets that failed
   std::uint64_t not_in_hbm = 0;   // uses served from a lower tier (no room could be made)
   double overrun_us = 0;          // steps whose writes took longer than their compute window
-  std::uint64_t hits = 0, late = 0, misses = 0;  // planned: from the server's job counters
+  double room_wait_us = 0;        // writes waiting for room (not counted in overrun_us)
+  // planned: from the server's job counters, over the measured iteration
+  std::uint64_t hits = 0, late = 0, misses = 0;
   std::uint64_t actions_skipped = 0, waited_for_room = 0;
+  // Why actions were skipped (the executor's counters over the run).
+  std::uint64_t skipped_in_place = 0, skipped_dead = 0, skipped_absent = 0;
 };
 
 // The schedule's compute times are used as they are (the caller stretches them).

@@ -253,7 +253,7 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   int rc = 0;
   std::string out = RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
                                  " --live --device h100 --hbm 60% --policy " + policy +
-                                 " --verify all --iterations 2 --link-rate 2G --json " + report,
+                                 " --verify all --iterations 2 --link-rate 100M --json " + report,
                              &rc);
   ASSERT_EQ(rc, 0) << out;
   std::ifstream f(report);
@@ -274,6 +274,86 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   }
   if (policy.starts_with("planned")) {
     EXPECT_GT(j["executor"]["hits"].get<std::uint64_t>(), 0u) << out;
+  }
+}
+
+std::string WriteSmallTraining(std::uint64_t act, std::uint64_t weight) {
+  const std::string schedule = ::testing::TempDir() + "/small-training-" + std::to_string(act) +
+                               "-" + std::to_string(weight) + ".pb";
+  std::ofstream f(schedule, std::ios::binary);
+  EXPECT_TRUE(SmallTraining(4, act, weight).SerializeToOstream(&f));
+  return schedule;
+}
+
+TEST(LiveReplayChecks, AServerThatCannotHoldTheRunIsRefusedFirstWithWhatToChange) {
+  ServerProcess server({"--dram", "256M", "--hbm", "64M"});
+  ASSERT_TRUE(server.started());
+  const std::string schedule = WriteSmallTraining(2 << 20, 512 << 10);
+  int rc = 0;
+  // reactive-lru swaps when the tier is full: a tier larger than the budget makes it
+  // meaningless, and the server's own watermark moves would be counted as the policy's.
+  std::string out = RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
+                                 " --live --device h100 --hbm 60% --policy reactive-lru --socket " +
+                                 server.socket(),
+                             &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(
+      out.rfind("CHECK FAILED (reactive-lru): reactive-lru: the server's hbm tier is 64.0 MiB", 0),
+      0u)
+      << out;
+  EXPECT_NE(out.find("Start tierpoold with --hbm "), std::string::npos) << out;
+  EXPECT_NE(out.find("--hbm-high-watermark 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("not run"), std::string::npos) << out;
+  // A tier too small for the budget and its largest tensor.
+  out = RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
+                     " --live --device h100 --hbm 80M --policy planned --socket " + server.socket(),
+                 &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("the server's hbm tier is 64.0 MiB, less than the"), std::string::npos) << out;
+}
+
+TEST(LiveReplayChecks, HostWorkPastTheComputeWindowsIsSaidFirst) {
+  // Links uncapped: compute is stretched little, and writing and checking 8 MiB tensors takes
+  // longer than the steps' windows. The figures then measure this host's copies.
+  ServerProcess server({"--dram", "512M", "--hbm", "256M"});
+  ASSERT_TRUE(server.started());
+  const std::string schedule = WriteSmallTraining(8 << 20, 2 << 20);
+  int rc = 0;
+  std::string out =
+      RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
+                   " --live --device h100 --hbm 60% --policy planned --socket " + server.socket(),
+               &rc);
+  EXPECT_EQ(rc, 3) << out;
+  // Before the figures it makes doubtful (only the calibration's progress line comes first).
+  const auto check = out.find("CHECK FAILED (planned): the job's own byte work");
+  ASSERT_NE(check, std::string::npos) << out;
+  EXPECT_LT(check, out.find("small-training, planned, budget")) << out;
+  EXPECT_NE(out.find("Start tierpoold with --link-rate "), std::string::npos) << out;
+  EXPECT_NE(out.find("host work past compute"), std::string::npos) << out;
+}
+
+TEST(LiveReplayChecks, CompareRunsEveryPolicySideBySide) {
+  const std::string schedule = WriteSmallTraining(2 << 20, 512 << 10);
+  const std::string report = ::testing::TempDir() + "/compare.json";
+  int rc = 0;
+  std::string out =
+      RunShell(std::string(TIERPOOL_CLI_PATH) + " replay " + schedule +
+                   " --live --device h100 --hbm 60% --compare --link-rate 100M --json " + report,
+               &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* row : {"  none ", "  reactive-lru ", "  planned "}) {
+    EXPECT_NE(out.find(row), std::string::npos) << out;
+  }
+  EXPECT_NE(out.find("planned took"), std::string::npos) << out;
+  std::ifstream f(report);
+  auto j = nlohmann::json::parse(f);
+  ASSERT_EQ(j["policies"].size(), 3u);
+  EXPECT_EQ(j["policies"][0]["live"]["policy"], "none");
+  EXPECT_EQ(j["policies"][1]["live"]["policy"], "reactive-lru");
+  EXPECT_EQ(j["policies"][2]["live"]["policy"], "planned");
+  for (const auto& p : j["policies"]) {
+    EXPECT_EQ(p["checks"]["wrong_bytes"], 0);
+    EXPECT_TRUE(p["checks"]["failed"].empty()) << p["checks"];
   }
 }
 

@@ -115,8 +115,12 @@ def test_bytes_per_link_match_the_live_replay(server, name, tmp_path):
                         "--device", os.path.join(job.workdir, "profile.json"),
                         "--plan", os.path.join(job.workdir, "plan.pb"), "--json", str(report)],
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    live = json.loads(report.read_text())["live"]
+    # Bytes are what this compares: a check on the live time (this host's copies overrunning the
+    # compute windows, exit 3) does not matter here; wrong bytes would.
+    assert r.returncode in (0, 3), r.stdout + r.stderr
+    doc = json.loads(report.read_text())
+    assert doc["checks"]["wrong_bytes"] == 0 and doc["checks"]["failed_gets"] == 0, doc["checks"]
+    live = doc["live"]
     last = job.reports[-1]
     print("%s: job %d in, %d out; live replay %d in, %d out" % (
         name, last.link_in, last.link_out, live["h2d_bytes"], live["d2h_bytes"]))

@@ -1,12 +1,15 @@
 #include "prefetch/report.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "common/units.h"
 
@@ -97,23 +100,42 @@ std::string ChromeTraceJson(const ReplayReport& r) {
   return doc.dump();
 }
 
-std::string MemorySvg(const ReplayReport& r, const std::string& title) {
-  const double w = 960, h = 420, left = 80, right = 20, top = 40, bottom = 50;
-  double t0 = std::numeric_limits<double>::infinity(), t1 = 0, ymax = 1;
+namespace {
+
+// Where a report's measured iteration starts: its first compute or counter (transfers issued
+// in the warm-up iteration may start before it), and where its timeline ends.
+std::pair<double, double> Span(const ReplayReport& r) {
+  double t0 = std::numeric_limits<double>::infinity(), t1 = 0;
   for (const auto& e : r.timeline) {
-    // Transfers issued in the warm-up iteration may start before the measured one: the axis
-    // starts with the measured iteration's own compute and counters.
     if (e.kind != TimelineEvent::Kind::kH2D && e.kind != TimelineEvent::Kind::kD2H) {
       t0 = std::min(t0, e.start_us);
     }
     t1 = std::max(t1, e.start_us + e.dur_us);
-    if (e.kind == TimelineEvent::Kind::kHbmBytes || e.kind == TimelineEvent::Kind::kHostBytes) {
-      ymax = std::max(ymax, e.value);
+  }
+  if (!std::isfinite(t0)) t0 = 0;
+  return {t0, std::max(t1, t0 + 1)};
+}
+
+}  // namespace
+
+std::string MemorySvg(const ReplayReport& r, const std::string& title,
+                      const std::vector<const ReplayReport*>& others) {
+  const double w = 960, h = 480, left = 80, right = 30, top = 100, bottom = 60;
+  // One time axis for every run, from each one's own start: the longest sets its length.
+  double span = 1, ymax = 1;
+  std::vector<const ReplayReport*> all = {&r};
+  all.insert(all.end(), others.begin(), others.end());
+  for (const ReplayReport* x : all) {
+    const auto [t0, t1] = Span(*x);
+    span = std::max(span, t1 - t0);
+    for (const auto& e : x->timeline) {
+      if (e.kind == TimelineEvent::Kind::kHbmBytes || e.kind == TimelineEvent::Kind::kHostBytes) {
+        ymax = std::max(ymax, e.value);
+      }
     }
   }
   if (r.budget > 0) ymax = std::max(ymax, static_cast<double>(r.budget));
-  if (!(t1 > t0)) t1 = t0 + 1;
-  auto x = [&](double t) { return left + (std::max(t, t0) - t0) / (t1 - t0) * (w - left - right); };
+  auto x = [&](double t) { return left + std::clamp(t / span, 0.0, 1.0) * (w - left - right); };
   auto y = [&](double v) { return top + (1 - v / (ymax * 1.05)) * (h - top - bottom); };
   std::ostringstream out;
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h
@@ -121,24 +143,58 @@ std::string MemorySvg(const ReplayReport& r, const std::string& title) {
          "fill='white'/>\n"
       << "<text x='" << left << "' y='20' font-size='14'>" << title << " — " << r.policy
       << "</text>\n";
-  auto series = [&](TimelineEvent::Kind kind, const char* color, const char* label, int row) {
+  int row = 0;
+  auto series = [&](const ReplayReport& rep, TimelineEvent::Kind kind, const char* color,
+                    const std::string& label, const char* dash) {
+    const double t0 = Span(rep).first, t1 = Span(rep).second;
     std::ostringstream pts;
     double last = 0;
     bool first = true;
-    for (const auto& e : r.timeline) {
+    for (const auto& e : rep.timeline) {
       if (e.kind != kind) continue;
-      if (!first) pts << x(e.start_us) << "," << y(last) << " ";
-      pts << x(e.start_us) << "," << y(e.value) << " ";
+      if (!first) pts << x(e.start_us - t0) << "," << y(last) << " ";
+      pts << x(e.start_us - t0) << "," << y(e.value) << " ";
       last = e.value;
       first = false;
     }
-    pts << x(t1) << "," << y(last);
-    out << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='" << pts.str()
-        << "'/>\n<text x='" << w - 200 << "' y='" << 20 + 16 * row << "' fill='" << color << "'>"
-        << label << "</text>\n";
+    pts << x(t1 - t0) << "," << y(last);
+    out << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' "
+        << (*dash ? std::string("stroke-dasharray='") + dash + "' " : std::string()) << "points='"
+        << pts.str() << "'/>\n<text x='" << w - 360 << "' y='" << 16 + 14 * row << "' fill='"
+        << color << "'>" << label << "</text>\n";
+    ++row;
   };
-  series(TimelineEvent::Kind::kHostBytes, "#2a7", "host (pooled dram) bytes", 0);
-  series(TimelineEvent::Kind::kHbmBytes, "#c33", "hbm bytes", 1);
+  auto ms = [](double us) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f ms", us / 1000);
+    return std::string(buf);
+  };
+  series(r, TimelineEvent::Kind::kHostBytes, "#2a7", "host (pooled dram) bytes, " + r.policy, "");
+  series(r, TimelineEvent::Kind::kHbmBytes, "#c33",
+         "hbm bytes, " + r.policy + " (" + ms(r.time_us) + ", stall " + ms(r.stall_us) + ")", "");
+  const char* colors[] = {"#888", "#e90", "#36c"};
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    const ReplayReport& o = *others[i];
+    const std::string what =
+        o.policy == "none"
+            ? "hbm bytes without offload (" + ms(o.time_us) + ")"
+            : "hbm bytes, " + o.policy + " (" + ms(o.time_us) + ", stall " + ms(o.stall_us) + ")";
+    series(o, TimelineEvent::Kind::kHbmBytes, colors[i % 3], what,
+           o.policy == "none" ? "2,3" : "6,3");
+  }
+  // Where compute waited, and for what: red marks under the axis, the step in their title.
+  const double t0 = Span(r).first;
+  for (const auto& e : r.timeline) {
+    if (e.kind != TimelineEvent::Kind::kStall || e.dur_us <= 0) continue;
+    out << "<rect x='" << x(e.start_us - t0) << "' y='" << h - bottom + 2 << "' width='"
+        << std::max(1.0, x(e.start_us - t0 + e.dur_us) - x(e.start_us - t0))
+        << "' height='6' fill='#c00'><title>" << e.name << ": " << ms(e.dur_us)
+        << "</title></rect>\n";
+  }
+  if (r.stall_us > 0) {
+    out << "<text x='" << w - 360 << "' y='" << 16 + 14 * row << "' fill='#c00'>"
+        << "marks under the axis: " << r.policy << " waiting for its tensors</text>\n";
+  }
   if (r.budget > 0) {
     out << "<line x1='" << left << "' x2='" << w - right << "' y1='"
         << y(static_cast<double>(r.budget)) << "' y2='" << y(static_cast<double>(r.budget))
@@ -151,15 +207,13 @@ std::string MemorySvg(const ReplayReport& r, const std::string& title) {
       << h - bottom << "' stroke='black'/>\n<line x1='" << left << "' y1='" << top << "' x2='"
       << left << "' y2='" << h - bottom << "' stroke='black'/>\n";
   for (int i = 0; i <= 4; ++i) {
-    double v = ymax * 1.05 * i / 4, t = t0 + (t1 - t0) * i / 4;
+    double v = ymax * 1.05 * i / 4, t = span * i / 4;
     out << "<text x='" << left - 6 << "' y='" << y(v) + 4 << "' text-anchor='end'>"
         << FormatBytes(static_cast<std::uint64_t>(v)) << "</text>\n";
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.1f ms", (t - t0) / 1000);
-    out << "<text x='" << x(t) << "' y='" << h - bottom + 18 << "' text-anchor='middle'>" << buf
-        << "</text>\n";
+    out << "<text x='" << x(t) << "' y='" << h - bottom + 22 << "' text-anchor='"
+        << (i == 4 ? "end" : "middle") << "'>" << ms(t) << "</text>\n";
   }
-  out << "<text x='" << (w + left) / 2 << "' y='" << h - 10
+  out << "<text x='" << (w + left) / 2 << "' y='" << h - 12
       << "' text-anchor='middle'>time (one iteration)</text>\n</svg>\n";
   return out.str();
 }

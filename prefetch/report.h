@@ -17,7 +17,10 @@ std::string ReportJson(const ReplayReport& r, const Schedule& s);
 // Chrome trace event format: compute and stalls, h2d and d2h transfers on their own tracks,
 // hbm and host bytes as counters.
 std::string ChromeTraceJson(const ReplayReport& r);
-std::string MemorySvg(const ReplayReport& r, const std::string& title);
+// hbm and host bytes over r's iteration, its budget, and where its compute stalled; `others`
+// (the same schedule without offload, or under another policy) as hbm curves beside it.
+std::string MemorySvg(const ReplayReport& r, const std::string& title,
+                      const std::vector<const ReplayReport*>& others = {});
 
 struct SweepRow {
   double fraction = 0;  // of the no-offload peak

@@ -639,7 +639,36 @@ int main(int argc, char** argv) {
       if (!st.ok()) return Fail(st);
     }
     if (!svg.empty()) {
-      Status st = WriteFile(svg, MemorySvg(*r, s->name() + " on " + profile->name));
+      // Beside the run: the schedule without offload, and under the other policy (planned
+      // beside reactive-lru, or reactive-lru beside planned), so the picture shows why a run
+      // is slower, not only that it kept the budget.
+      std::vector<ReplayReport> beside;
+      auto add = [&](Policy other, const schedule::Plan* other_plan) -> Status {
+        auto o = Replay(*s, lt, *profile,
+                        {.policy = other,
+                         .hbm_budget = other == Policy::kNone ? 0 : budget,
+                         .plan = other_plan,
+                         .record_timeline = true});
+        if (!o.ok()) return o.status();
+        beside.push_back(std::move(o).value());
+        return Status::Ok();
+      };
+      std::optional<schedule::Plan> other_plan;
+      if (*p != Policy::kNone) {
+        if (Status e = add(Policy::kNone, nullptr); !e.ok()) return Fail(e);
+        if (*p == Policy::kPlanned) {
+          if (Status e = add(Policy::kReactiveLru, nullptr); !e.ok()) return Fail(e);
+        } else {
+          auto built = BuildPlan(*s, lt, *profile, {.hbm_budget = budget});
+          if (built.ok()) {
+            other_plan = std::move(built).value();
+            if (Status e = add(Policy::kPlanned, &*other_plan); !e.ok()) return Fail(e);
+          }
+        }
+      }
+      std::vector<const ReplayReport*> others;
+      for (const auto& o : beside) others.push_back(&o);
+      Status st = WriteFile(svg, MemorySvg(*r, s->name() + " on " + profile->name, others));
       if (!st.ok()) return Fail(st);
     }
     return r->breaches() == 0 ? 0 : 3;

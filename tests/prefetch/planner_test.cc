@@ -153,6 +153,20 @@ TEST(Report, TraceAndSvgAreWellFormed) {
   std::string svg = MemorySvg(*r, "random");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  // Beside the run, the schedule without offload and under reactive-lru, and the marks of where
+  // compute waited: the picture says why a run is slower.
+  auto none = Replay(s, lt, *device, {.policy = Policy::kNone, .record_timeline = true});
+  auto reactive =
+      Replay(s, lt, *device,
+             {.policy = Policy::kReactiveLru, .hbm_budget = budget, .record_timeline = true});
+  ASSERT_TRUE(none.ok() && reactive.ok());
+  ASSERT_GT(reactive->stall_us, 0);
+  svg = MemorySvg(*reactive, "random", {&*none, &*r});
+  EXPECT_NE(svg.find("hbm bytes without offload"), std::string::npos);
+  EXPECT_NE(svg.find("hbm bytes, planned"), std::string::npos);
+  EXPECT_NE(svg.find("waiting for its tensors"), std::string::npos);
+  EXPECT_NE(svg.find("fill='#c00'><title>"), std::string::npos);  // a stall mark, its step named
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
   auto sweep = Sweep(s, lt, *device, {.max_overhead = 0.01});
   ASSERT_TRUE(sweep.ok());
   EXPECT_FALSE(sweep->rows.empty());

@@ -3,6 +3,8 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <charconv>
+#include <fstream>
+#include <regex>
 #include <sstream>
 
 namespace tierpool {
@@ -27,6 +29,19 @@ std::string ShortestDouble(double v) {
 
 bool IsSwitch(const po::option_description& d) { return d.semantic()->max_tokens() == 0; }
 
+// For a line like `dram = 64G`, which TOML cannot parse: sizes are strings. Empty for any other.
+std::string SizeHint(const std::string& path, std::size_t line_no) {
+  std::ifstream in(path);
+  std::string line;
+  for (std::size_t i = 0; i < line_no && std::getline(in, line); ++i) {
+  }
+  static const std::regex size(
+      R"(^\s*([A-Za-z0-9_-]+)\s*=\s*([0-9.]+\s*[KMGTkmgt]i?[Bb]?)\s*(#.*)?$)");
+  std::smatch m;
+  if (!std::regex_match(line, m, size)) return "";
+  return "; sizes are strings in TOML: " + m[1].str() + " = \"" + m[2].str() + "\"";
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> ConfigFileArgs(const std::string& path,
@@ -39,9 +54,9 @@ Result<std::vector<std::string>> ConfigFileArgs(const std::string& path,
       return Status::NotFound("cannot read config file " + path + ": " +
                               std::string(e.description()));
     }
-    return Status::InvalidArgument("config file " + path + ", line " +
-                                   std::to_string(e.source().begin.line) + ": " +
-                                   std::string(e.description()));
+    return Status::InvalidArgument(
+        "config file " + path + ", line " + std::to_string(e.source().begin.line) + ": " +
+        std::string(e.description()) + SizeHint(path, e.source().begin.line));
   }
   std::vector<std::string> args;
   for (auto&& [k, node] : table) {

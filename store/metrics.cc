@@ -277,9 +277,11 @@ Health CheckHealth(const wire::StatReply& stat, bool shutting_down) {
   if (shutting_down) h.reasons.push_back("the server is shutting down");
   for (const auto& t : stat.tiers()) {
     if (t.state() == "degraded") {
-      h.reasons.push_back(TierLabel(t.tier()) + " is degraded (" + std::to_string(t.read_errors()) +
-                          " read errors, " + std::to_string(t.write_errors()) + " write errors, " +
-                          std::to_string(t.checksum_failures()) + " checksum failures)");
+      h.reasons.push_back(TierLabel(t.tier()) +
+                          " is degraded: " + (t.state_why().empty() ? "" : t.state_why() + "; ") +
+                          std::to_string(t.read_errors()) + " read errors, " +
+                          std::to_string(t.write_errors()) + " write errors, " +
+                          std::to_string(t.checksum_failures()) + " checksum failures");
     }
   }
   h.ok = h.reasons.empty();

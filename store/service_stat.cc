@@ -36,6 +36,7 @@ void StoreService::Stat(wire::StatReply* reply) {
     w->set_backend(t.tier.backend);
     w->set_failed_allocations(t.tier.failed_allocations);
     w->set_state(t.tier.state);
+    w->set_state_why(t.tier.state_why);
     w->set_read_errors(t.tier.read_errors);
     w->set_write_errors(t.tier.write_errors);
     w->set_checksum_failures(t.tier.checksum_failures);

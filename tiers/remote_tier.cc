@@ -384,19 +384,33 @@ TierStats RemoteTier::Stats() const {
   s.read_errors = read_errors_;
   s.write_errors = write_errors_;
   s.checksum_failures = checksum_failures_;
-  bool short_of_replicas = false;
-  for (const auto& [id, set] : sets_) short_of_replicas |= set.replicas.size() < set.wanted;
+  std::size_t short_sets = 0;
+  for (const auto& [id, set] : sets_) short_sets += set.replicas.size() < set.wanted ? 1 : 0;
   std::size_t responsive = 0;
-  bool adopting = false;
+  std::vector<std::string> why;
   for (const auto& [id, p] : peers_) {
     responsive += p->responsive ? 1 : 0;
-    adopting |= p->adopt_from != 0;
+    if (!p->responsive) {
+      why.push_back("peer " + p->member.node_id + " at " + p->member.address +
+                    " does not answer (" + std::to_string(p->failures) + " failures)");
+    }
+    if (p->adopt_from != 0) {
+      why.push_back("peer " + p->member.node_id + " is handing over an earlier life's regions");
+    }
   }
-  if (!borrowing_ || short_of_replicas || adopting || responsive < peers_.size()) {
+  if (short_sets > 0) {
+    why.push_back(std::to_string(short_sets) + " objects have fewer copies than wanted (a peer " +
+                  "that left: rebuilding them)");
+  }
+  if (!borrowing_) why.push_back("not borrowing: this node's membership is being renewed");
+  if (!why.empty()) {
     s.state = "degraded";
   } else if (responsive < config_.replicas) {
     s.state = "no peers";
+    why.push_back(std::to_string(responsive) + " peers answer, fewer than the " +
+                  std::to_string(config_.replicas) + " replicas wanted");
   }
+  for (const auto& w : why) s.state_why += (s.state_why.empty() ? "" : "; ") + w;
   return s;
 }
 

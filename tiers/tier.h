@@ -81,6 +81,7 @@ struct TierStats {
   bool pages_locked = false;
   std::string backend;       // e.g. "memfd/numa", "host-pinned"
   std::string state = "ok";  // ok, degraded (repeated I/O errors), full (ENOSPC)
+  std::string state_why;     // what made it so, for a person (the peers that do not answer)
   std::uint64_t read_errors = 0;
   std::uint64_t write_errors = 0;
   std::uint64_t checksum_failures = 0;

@@ -56,7 +56,10 @@ class HeldBuffer {
  public:
   HeldBuffer(const py::handle& obj, bool writable) {
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
+      SayWhatToDo(writable);
+      throw py::error_already_set();
+    }
   }
   ~HeldBuffer() { PyBuffer_Release(&view_); }
   HeldBuffer(const HeldBuffer&) = delete;
@@ -65,6 +68,24 @@ class HeldBuffer {
   std::size_t size() const { return static_cast<std::size_t>(view_.len); }
 
  private:
+  // numpy refuses a transposed or sliced array with only "ndarray is not C-contiguous": the
+  // error (its type kept) says what to pass instead.
+  static void SayWhatToDo(bool writable) {
+    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+    PyErr_Fetch(&type, &value, &trace);
+    PyErr_NormalizeException(&type, &value, &trace);
+    std::string msg = value != nullptr ? py::str(value).cast<std::string>() : "";
+    if (msg.find("contiguous") != std::string::npos) {
+      msg += writable ? ": an object's bytes are copied in their memory order into one block; "
+                        "read into a C-contiguous array (numpy.empty(a.shape, a.dtype)) and "
+                        "copy it into this one (a[...] = tmp)"
+                      : ": pass a C-contiguous copy (numpy.ascontiguousarray(a))";
+      Py_XDECREF(value);
+      value = PyUnicode_FromString(msg.c_str());
+    }
+    PyErr_Restore(type, value, trace);
+  }
+
   Py_buffer view_{};
 };
 

@@ -119,6 +119,8 @@ TEST(RemoteTier, APeerThatLeavesIsRepairedFromTheSurvivor) {
   by_id[gone]->server->Stop();
   tier->SetMembers(rest);
   EXPECT_EQ(tier->Stats().state, "degraded");
+  EXPECT_NE(tier->Stats().state_why.find("fewer copies than wanted"), std::string::npos)
+      << tier->Stats().state_why;
   tier->RunMaintenance();
   tier->RunMaintenance();
   const auto counters = tier->counters();
@@ -172,6 +174,11 @@ TEST(RemoteTier, AFrozenPeerCostsOneTimeoutThenTheOtherReplicaServes) {
   }
   EXPECT_LE(tier->counters().read_failovers, 1u);
   EXPECT_EQ(tier->Stats().state, "degraded");
+  // /health says which peer, not only that the tier is degraded.
+  EXPECT_NE(tier->Stats().state_why.find("peer " + frozen + " at 127.0.0.1:" +
+                                         std::to_string(silent.port) + " does not answer"),
+            std::string::npos)
+      << tier->Stats().state_why;
 }
 
 TEST(RemoteTier, ABorrowerBackAsANewIncarnationKeepsWhatItsLendersStillHold) {

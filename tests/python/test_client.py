@@ -227,12 +227,17 @@ def test_bad_arguments_raise_clear_errors(server):
         c.put("k", [1, 2, 3])
     with pytest.raises(tierpool.InvalidArgument, match="non-contiguous"):
         c.put("k", torch.randn(4, 5).t())
-    with pytest.raises(tierpool.InvalidArgument, match="non-contiguous"):
+    with pytest.raises(tierpool.InvalidArgument, match="non-contiguous") as e:
         c.get_into("k", torch.empty(4, 5).t())
+    assert "read into a contiguous tensor and copy it" in str(e.value)
+    assert "pass tensor.contiguous()" not in str(e.value)  # that tensor never gets the bytes
     with pytest.raises(BufferError, match="not writable"):
         c.get_into("k", b"read-only bytes")
-    with pytest.raises(ValueError, match="not C-contiguous"):
+    with pytest.raises(ValueError, match="not C-contiguous.*numpy.ascontiguousarray"):
         c.put("k", np.arange(20).reshape(4, 5).T)  # not C-contiguous
+    c.put("k", b"x" * 160)
+    with pytest.raises(ValueError, match="not C-contiguous.*read into a C-contiguous array"):
+        c.get_into("k", np.zeros((5, 4), dtype=np.int64).T)
     with pytest.raises(tierpool.InvalidArgument, match="kind 'weights?'"):
         c.put("k", b"x", kind="weights")
     with pytest.raises(tierpool.InvalidArgument):

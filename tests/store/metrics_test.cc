@@ -124,7 +124,16 @@ TEST(Metrics, HealthSaysWhy) {
   EXPECT_FALSE(h.ok);
   EXPECT_EQ(h.status, "degraded");
   ASSERT_EQ(h.reasons.size(), 1u);
-  EXPECT_NE(h.reasons[0].find("nvme is degraded (3 read errors"), std::string::npos);
+  EXPECT_NE(h.reasons[0].find("nvme is degraded: 3 read errors"), std::string::npos);
+  auto* remote = s.add_tiers();
+  remote->set_tier(wire::Tier(static_cast<int>(TierKind::kRemote)));
+  remote->set_state("degraded");
+  remote->set_state_why("peer node-b at 10.0.0.2:7100 does not answer (5 failures)");
+  h = CheckHealth(s, false);
+  ASSERT_EQ(h.reasons.size(), 2u);
+  EXPECT_NE(h.reasons[1].find("remote is degraded: peer node-b at 10.0.0.2:7100 does not answer"),
+            std::string::npos)
+      << h.reasons[1];
   h = CheckHealth(SampleStat(), true);
   EXPECT_FALSE(h.ok);
   EXPECT_EQ(nlohmann::json::parse(h.ToJson())["status"], "shutting_down");

@@ -177,6 +177,9 @@ TEST(ServerConfig, BadConfigFilesNameTheKeyOrLine) {
         Case{"dram = [1, 2]\n", "expected a string, a number"},
         Case{"no-populate = \"yes\"\n", "is a switch"},
         Case{"config = \"other.toml\"\n", "key 'config' is not"}, Case{"dram = 32M\n", "line 1"},
+        Case{"socket = \"s\"\ndram = 64G  # a size\n",
+             "line 2: Error while parsing decimal integer: expected digit, saw 'G'; sizes are "
+             "strings in TOML: dram = \"64G\""},
         Case{"socket = \"a\"\nsocket = \"b\"\n", "line 2"}}) {
     std::ofstream(path, std::ios::trunc) << k.text;
     auto c = Parse({"--config", path.c_str()}, &exit_now);

@@ -133,8 +133,16 @@ def _host_tensor(t, what):
     return _cpu_tensor(t, what)
 
 
-def _cpu_tensor(t, what):
+def _cpu_tensor(t, what, into=False):
+    """A contiguous CPU tensor, or an error that says what to do: for a tensor to read into
+    (``into``), .contiguous() would be a new tensor the bytes never come back from."""
     if not t.is_contiguous():
+        if into:
+            raise _errors.InvalidArgument(
+                "%s is a non-contiguous tensor (strides %s): an object's bytes are copied in "
+                "their memory order into one block; read into a contiguous tensor and copy it "
+                "into this one (tmp = torch.empty(shape, dtype=dtype); get_into(key, tmp); "
+                "t.copy_(tmp))" % (what, tuple(t.stride())), 1)
         raise _errors.InvalidArgument(
             "%s is a non-contiguous tensor (strides %s); pass tensor.contiguous()"
             % (what, tuple(t.stride())), 1)
@@ -449,7 +457,7 @@ class Client:
                 n = self.get_into(key, host, tier=tier)
                 buffer.copy_(host)
                 return n
-            _cpu_tensor(buffer, "buffer")
+            _cpu_tensor(buffer, "buffer", into=True)
             return c.get_into_address(key, buffer.data_ptr(),
                                       buffer.element_size() * buffer.numel(), t)
         return c.get_into(key, buffer, t)
@@ -500,7 +508,7 @@ class Client:
             if _is_tensor(buf):
                 if buf.device.type != "cpu":
                     raise _errors.InvalidArgument("get_batch_into takes CPU tensors", 1)
-                buf = _tensor_bytes(_cpu_tensor(buf, "the buffer for %r" % key))
+                buf = _tensor_bytes(_cpu_tensor(buf, "the buffer for %r" % key, into=True))
             norm.append((key, buf))
         out = c.get_batch_into(norm)
         return _raise_first([size if code == 0 else _errors.from_status(code, msg)

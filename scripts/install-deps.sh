@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tierpool builds and tests with; skips what is already there.
+#   scripts/install-deps.sh [--run] [PACKAGE...]
+# --run: only what building and running needs (the daemon, the tools, the C/C++ client and the
+# Python package: what scripts/quickstart.sh builds); without it, also what the tests and the
+# benchmarks need (PyTorch, torchvision, ONNX, pytest, GoogleTest, Redis, etcd, fio, iperf3).
 # Extra package names given as arguments are installed too (scripts/fuzz.sh adds clang's).
 set -euo pipefail
 
-PACKAGES=(
+RUN_PACKAGES=(
   build-essential cmake pkg-config git
   liburing-dev libnuma-dev libboost-dev libboost-program-options-dev
   libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev libtomlplusplus-dev libjemalloc-dev
-  libgtest-dev libgmock-dev libbenchmark-dev clang
-  libonnx-dev coinor-libclp-dev coinor-libcbc-dev fio redis-server libhiredis-dev libssl-dev etcd-server iperf3
-  python3 python3-dev python3-torch python3-torchvision python3-numpy
-  python3-pybind11 pybind11-dev python3-pytest python3-prometheus-client python3-onnx
-  "$@"
+  libonnx-dev coinor-libclp-dev coinor-libcbc-dev libhiredis-dev libssl-dev
+  python3 python3-dev python3-pybind11 pybind11-dev
 )
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev libbenchmark-dev clang
+  fio redis-server etcd-server iperf3
+  python3-torch python3-torchvision python3-numpy python3-pytest python3-prometheus-client python3-onnx
+)
+
+if [ "${1:-}" = "--run" ]; then
+  shift
+  PACKAGES=("${RUN_PACKAGES[@]}" "$@")
+else
+  PACKAGES=("${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "$@")
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

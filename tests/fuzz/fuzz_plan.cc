@@ -9,7 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   auto id = h.plans->Register(request, 1);
   if (id.ok()) {
-    for (std::uint32_t step = 0; step < 4; ++step) (void)h.plans->Progress(*id, 1, 0, step);
+    for (std::uint32_t step = 0; step < 4; ++step)
+      (void)h.plans->Progress(*id, 1, 0, step, step << 20);
     (void)h.plans->Unregister(*id, 1);
   }
   h.Reset();

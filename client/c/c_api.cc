@@ -116,6 +116,7 @@ void tp_free(void* p) { std::free(p); }
 void tp_client_options_init(tp_client_options* o) {
   if (o == nullptr) return;
   *o = tp_client_options{};
+  o->verify_checksums = 1;
   o->busy_poll_us = -1;
 }
 

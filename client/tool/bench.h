@@ -16,7 +16,7 @@ struct BenchOptions {
   int threads = 2;  // the batch cases again with this many client threads; <= 1: not run
   // Whether the client was connected with verify_checksums (its gets check what they copy):
   // every row says so, as client_verifies_checksums.
-  bool verify_checksums = false;
+  bool verify_checksums = true;
   // Which cases run: "all", "sizes" (single puts and gets of each size, with their references)
   // or "batches" (the 64 x 4 KiB batch cases), so that one of them can be profiled alone.
   std::string cases = "all";

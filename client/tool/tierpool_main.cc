@@ -40,7 +40,7 @@ commands:
                    room), and what it lent this server [--json]
   bench            put/get throughput and latency against memcpy [--json]
                    [--compare redis] (a redis-server started for the run) [--threads N]
-                   [--verify-checksums]
+                   [--plain-copies]
   bench nvme       nvme spill write / promote read against fio [--path DIR --size 1G
                    --block-size 1M --queue-depth 16 --json]
   bench remote     remote tier put / get to lenders on loopback against iperf3 [--sizes
@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
   std::string tier;
   std::string socket, ns, to = "hbm", durability = "retained", kind = "other", dtype;
   bool as_json = false;
+  bool plain_copies = false;  // bench: gets without the check of what they copy
   double seconds = 0.4;
   tool::BenchOptions bench;
   std::vector<std::string> args;
@@ -200,8 +201,9 @@ int main(int argc, char** argv) {
      "bench --compare redis: the redis-server program to start")
     ("threads", po::value(&bench.threads)->default_value(2),
      "bench: client threads of the second batch case (1: none)")
-    ("verify-checksums", po::bool_switch(&bench.verify_checksums),
-     "bench: gets check the XXH3 of dram/hbm bytes as they copy them")
+    ("verify-checksums", "bench: gets check the XXH3 of the bytes they copy (the default)")
+    ("plain-copies", po::bool_switch(&plain_copies),
+     "bench: gets copy without checking, as a client with verify_checksums off")
     ("cases", po::value(&bench.cases)->default_value("all"),
      "bench: all, sizes (one object at a time) or batches (64 x 4 KiB)")
     ("args", po::value(&args), "positional arguments");
@@ -428,10 +430,11 @@ int main(int argc, char** argv) {
   }
   if (command == "bench") {
     need(0,
-         "bench [--json] [--seconds S] [--compare redis] [--threads N] [--verify-checksums] "
+         "bench [--json] [--seconds S] [--compare redis] [--threads N] [--plain-copies] "
          "[--cases all|sizes|batches]");
-    // Measure what a library user gets by default, no client-side re-verification of dram bytes,
-    // unless asked for the checked gets of a client that sets verify_checksums.
+    // What a library user gets by default: gets that check what they copy, unless asked for
+    // plain copies.
+    bench.verify_checksums = !plain_copies;
     copts.verify_checksums = bench.verify_checksums;
     auto bench_client = Client::Connect(copts);
     if (!bench_client.ok()) return Fail(bench_client.status());

@@ -176,6 +176,54 @@ TEST(Attack, LateWriterCannotOverwriteAnotherObject) {
   EXPECT_EQ(s->counter("clients_overdue"), 1u);
 }
 
+// A writer that keeps writing through its reservation's pointer after Commit (a use-after-commit
+// bug, or bad memory) changes the committed object in place: shared memory cannot stop it.
+// Every copying get of another client says DATA_LOSS, never the changed bytes with OK; a view
+// hands its bytes out unchecked, and its Verify says so. (Before, Get, GetBytes and GetBatch
+// returned the changed bytes with OK unless the client had turned verify_checksums on.)
+TEST(Attack, AWriteAfterItsCommitIsDataLossForEveryCopyingGet) {
+  ServerProcess server({"--dram", "64M", "--hbm", "16M"});
+  ASSERT_TRUE(server.started());
+  auto writer = server.Connect();
+  auto reader = server.Connect();
+  ASSERT_TRUE(writer.ok() && reader.ok());
+  for (std::size_t size : {std::size_t{4096}, std::size_t{1} << 20}) {
+    for (TierKind tier : {TierKind::kDram, TierKind::kHbm}) {
+      const std::string key = "obj-" + std::to_string(size) + "-" + std::string(TierName(tier));
+      const std::string data = Pattern(11, size);
+      PutOptions o;
+      o.tier = tier;
+      auto r = (*writer)->Reserve(key, size, o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      std::memcpy(r->data(), data.data(), size);
+      std::byte* stray = r->data();
+      ASSERT_TRUE(r->Commit().ok());
+      stray[size / 2] ^= std::byte{0x5a};  // the write after its commit
+      EXPECT_EQ((*reader)->GetBytes(key).status().code(), StatusCode::kDataLoss) << key;
+      std::string buf(size, '\0');
+      EXPECT_EQ((*reader)->Get(key, buf.data(), size).status().code(), StatusCode::kDataLoss)
+          << key;
+      auto batch = (*reader)->GetBatch({GetItem{key, buf.data(), size}});
+      EXPECT_EQ(batch[0].status().code(), StatusCode::kDataLoss) << key;
+      // A view: refused where the server's own copy (a small object's bytes sent in the reply)
+      // found the damage and quarantined the object; else unchecked, and its Verify says so.
+      auto view = (*reader)->GetView(key);
+      const StatusCode got = view.ok() ? view->Verify().code() : view.status().code();
+      EXPECT_EQ(got, StatusCode::kDataLoss) << key;
+    }
+  }
+  // Plain copies, asked for, are the caller's risk.
+  ClientOptions plain;
+  plain.socket_path = server.socket();
+  plain.verify_checksums = false;
+  plain.ns = (*writer)->ns();
+  auto unchecked = Client::Connect(plain);
+  ASSERT_TRUE(unchecked.ok());
+  std::string buf(1 << 20, '\0');
+  auto plain_get = (*unchecked)->Get("obj-1048576-dram", buf.data(), buf.size());
+  EXPECT_TRUE(plain_get.ok()) << plain_get.status().ToString();
+}
+
 // 1. A view read after its time limit still shows its own object's bytes: the pinned memory is
 // not reused while the reader's connection lives, even when the object is deleted. (Before the
 // fix the view showed the next object's bytes.)

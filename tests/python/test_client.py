@@ -119,6 +119,34 @@ def test_host_memory_in_use_follows_allocations():
     assert sampler.take_peak() < 16 << 20  # the next peak starts from now, the block gone
 
 
+def test_a_write_after_commit_is_data_loss_for_every_copying_get(server, client):
+    """A stray write through a reservation's memory after its commit (here by address, as a
+    buggy extension would) changes the object in place: every copying get raises DataLoss."""
+    import ctypes
+    n = 1 << 20
+    r = client.reserve("stray", n)
+    with r as buf:
+        buf[:] = b"\x07" * n
+        address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    ctypes.memset(address + n // 2, 0x5A, 1)  # after the commit
+    with tierpool.Client(server, client.namespace) as other:
+        with pytest.raises(tierpool.DataLoss):
+            other.get("stray")
+        with pytest.raises(tierpool.DataLoss):
+            other.get_into("stray", bytearray(n))
+        with pytest.raises(tierpool.DataLoss):
+            other.get_into("stray", torch.empty(n, dtype=torch.uint8))
+        with pytest.raises(tierpool.DataLoss):
+            other.get_batch(["stray"])
+        with pytest.raises(tierpool.DataLoss):
+            other.get_batch_into([("stray", bytearray(n))])
+        with other.view("stray") as mv:  # a view hands the bytes out; its check says so
+            with pytest.raises(tierpool.DataLoss):
+                mv.obj.verify()
+    with tierpool.Client(server, client.namespace, verify_checksums=False) as plain:
+        assert plain.get("stray")[n // 2] == 0x5A  # plain copies, asked for
+
+
 def test_reservation_commit_abort_and_outstanding_slices(client):
     with client.reserve("r", 16, kind="kv_block") as buf:
         buf[:] = b"0123456789abcdef"

@@ -77,7 +77,8 @@ typedef struct tp_client_options {
   const char* ns;          /* NULL: "default" */
   const char* client_name; /* shows in the server's logs; NULL: none */
   int max_connections;     /* concurrent calls in flight; 0: 4 */
-  int verify_checksums;    /* nonzero: check XXH3 of bytes read from dram/hbm too */
+  int verify_checksums;    /* nonzero (tp_client_options_init's): copying gets check the bytes
+                              against the object's XXH3 as they copy them; 0: plain copies */
   int busy_poll_us;        /* poll this long for a reply before sleeping; -1: the default (50) */
 } tp_client_options;
 

@@ -38,14 +38,17 @@ inline std::uint64_t Find(const std::vector<std::pair<std::string, std::uint64_t
 }  // namespace detail
 
 struct ClientOptions {
-  std::string socket_path;        // empty: $TIERPOOL_SOCKET, $XDG_RUNTIME_DIR/tierpool.sock,
-                                  // else /tmp/tierpool-<uid>.sock
-  std::string ns = "default";     // the namespace every key of this client lives in
-  std::string client_name;        // shows in the server's logs
-  int max_connections = 4;        // connections opened on demand for concurrent callers
-  bool verify_checksums = false;  // check XXH3 of bytes read from dram/hbm too (nvme and remote
-                                  // bytes are always checked by the server)
-  int async_threads = 2;          // worker threads behind the *Async calls
+  std::string socket_path;     // empty: $TIERPOOL_SOCKET, $XDG_RUNTIME_DIR/tierpool.sock,
+                               // else /tmp/tierpool-<uid>.sock
+  std::string ns = "default";  // the namespace every key of this client lives in
+  std::string client_name;     // shows in the server's logs
+  int max_connections = 4;     // connections opened on demand for concurrent callers
+  // Check each copying get's bytes (Get, GetBytes, GetBatch) against the object's XXH3 as they
+  // are copied, in the same pass: a writer's stray write after its commit, or bad memory, is
+  // DATA_LOSS, never wrong bytes with OK. Views are not checked as they are read (their
+  // Verify() is). false: plain copies. (nvme and remote bytes are always checked by the server.)
+  bool verify_checksums = true;
+  int async_threads = 2;  // worker threads behind the *Async calls
   // Poll this long for a reply before sleeping: saves a thread wakeup (tens of microseconds on
   // VMs) per call at the price of a busy core meanwhile. 0: always sleep.
   unsigned busy_poll_us = 50;

@@ -303,13 +303,18 @@ class Client:
     with the buffer protocol (bytes, bytearray, memoryview, numpy arrays) or a contiguous CPU torch
     tensor, without an extra copy.
 
+    Copying gets (``get``, ``get_into``, ``get_batch``, ``get_batch_into``) check the bytes
+    against the object's XXH3 as they copy them (``verify_checksums``, on by default): a stray
+    write after a commit, or bad memory, raises ``DataLoss``, never returns wrong bytes. Views
+    are not checked as they are read (``mv.obj.verify()`` is).
+
     After ``os.fork()`` (a DataLoader worker) the child never uses the parent's connections:
     with ``on_fork="reconnect"`` (default) the child's first call connects afresh, with
     ``on_fork="error"`` it raises ``FailedPrecondition``.
     """
 
     def __init__(self, socket=None, namespace="default", *, client_name="", max_connections=4,
-                 verify_checksums=False, busy_poll_us=-1, async_threads=2, on_fork="reconnect"):
+                 verify_checksums=True, busy_poll_us=-1, async_threads=2, on_fork="reconnect"):
         if on_fork not in ("reconnect", "error"):
             raise _errors.InvalidArgument("on_fork is 'reconnect' or 'error', not %r" % on_fork, 1)
         self._args = (socket or "", namespace, client_name or "python-%d" % os.getpid(),

@@ -283,6 +283,27 @@ def test_bad_arguments_raise_clear_errors(server):
         tierpool.Client(server, on_fork="ignore")
 
 
+def test_sizes_and_counts_must_be_integers(server):
+    # reserve("k", "7") made a 7-byte reservation (int("7")), reserve("k", 7.9) one of 7 bytes.
+    np = pytest.importorskip("numpy")
+    c = tierpool.Client(server)
+    for bad in ("7", b"7", 7.9, 7.0, True, None, [7]):
+        with pytest.raises(tierpool.InvalidArgument, match="size must be an integer"):
+            c.reserve("k", bad)
+    with pytest.raises(tierpool.NotFound):
+        c.get("k")  # nothing was reserved or made
+    with pytest.raises(tierpool.InvalidArgument, match="limit must be an integer"):
+        c.list("", "10")
+    with pytest.raises(tierpool.InvalidArgument, match="max_connections must be an integer"):
+        tierpool.Client(server, max_connections="4")
+    with pytest.raises(tierpool.InvalidArgument, match="async_threads"):
+        tierpool.Client(server, async_threads=2.5)
+    with c.reserve("k", np.int64(7)) as buf:  # numpy's integers are integers
+        buf[:] = b"1234567"
+    assert c.get("k") == b"1234567"
+    c.close()
+
+
 def _fork_and_get(c, key):
     r, w = os.pipe()
     pid = os.fork()

@@ -5,6 +5,7 @@ import concurrent.futures
 import dataclasses
 import enum
 import json
+import operator
 import os
 import sys
 import threading
@@ -65,6 +66,19 @@ def _enum_slow(cls, value, what):
         return int(cls(value))
     except ValueError:
         raise _errors.InvalidArgument("%s %r is not a %s" % (what, value, cls.__name__), 1) from None
+
+
+def _whole(value, what):
+    """``value`` as an int when it is an integer (int, numpy's, a 0-d integer tensor), else
+    InvalidArgument: int("7") or int(7.9) would quietly turn a mistake into a size."""
+    if isinstance(value, bool) or isinstance(value, (str, bytes, float)):
+        raise _errors.InvalidArgument("%s must be an integer, not %s %r"
+                                      % (what, type(value).__name__, value), 1)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise _errors.InvalidArgument("%s must be an integer, not %s %r"
+                                      % (what, type(value).__name__, value), 1) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +287,8 @@ class Plan:
     def report_progress(self, iteration, step, outside_bytes=0):
         """The job is about to start ``step`` of ``iteration`` (one-way, cheap); it held at
         most ``outside_bytes`` outside tierpool since its last report (shown in stat)."""
-        self._impl.report_progress(iteration, step, int(outside_bytes))
+        self._impl.report_progress(_whole(iteration, "iteration"), _whole(step, "step"),
+                                   _whole(outside_bytes, "outside_bytes"))
 
     def unregister(self):
         self._impl.unregister()
@@ -318,10 +333,11 @@ class Client:
         if on_fork not in ("reconnect", "error"):
             raise _errors.InvalidArgument("on_fork is 'reconnect' or 'error', not %r" % on_fork, 1)
         self._args = (socket or "", namespace, client_name or "python-%d" % os.getpid(),
-                      int(max_connections), bool(verify_checksums), int(busy_poll_us), 1)
+                      _whole(max_connections, "max_connections"), bool(verify_checksums),
+                      _whole(busy_poll_us, "busy_poll_us"), 1)
         self._verify = bool(verify_checksums)
         self._on_fork = on_fork
-        self._async_threads = max(1, int(async_threads))
+        self._async_threads = max(1, _whole(async_threads, "async_threads"))
         self._executor = None
         self._executor_lock = threading.Lock()
         self._connect()
@@ -421,7 +437,8 @@ class Client:
         ``device=True`` with ``tier="hbm"``: the room is in the GPU memory of the server's hbm
         where it has room there (``Reservation.device`` >= 0), else in host memory as without."""
         c = self._c
-        impl = c.reserve(key, int(size), 0 if kind is None else _enum(Kind, kind, "kind"),
+        impl = c.reserve(key, _whole(size, "size"),
+                         0 if kind is None else _enum(Kind, kind, "kind"),
                          1 if durability is None else _enum(Durability, durability, "durability"),
                          _enum(Tier, tier, "tier"), dtype or "", list(shape or ()), bool(device))
         return Reservation(impl, key)
@@ -544,7 +561,7 @@ class Client:
 
     def list(self, prefix="", limit=1000):
         """``ObjectInfo`` of the objects whose key starts with ``prefix``, in key order."""
-        return [ObjectInfo._from(d) for d in self._c.list(prefix, int(limit))]
+        return [ObjectInfo._from(d) for d in self._c.list(prefix, _whole(limit, "limit"))]
 
     def register_plan(self, schedule, plan, *, keys=None, name="", hbm_budget_bytes=0,
                       owned_prefix=""):
@@ -559,7 +576,8 @@ class Client:
             with open(x, "rb") as f:
                 return f.read()
         return Plan(self._c.register_plan(name, load(schedule), load(plan), list(keys or ()),
-                                          int(hbm_budget_bytes), owned_prefix))
+                                          _whole(hbm_budget_bytes, "hbm_budget_bytes"),
+                                          owned_prefix))
 
     # ---- futures and asyncio ----
 

@@ -185,7 +185,7 @@ using transport::FromWire;
 std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
   std::vector<Status> out(items.size());
   if (items.empty()) return out;
-  if (core_->copy_only) {
+  if (core_->copy_only()) {
     // No reservations without a mapping: each one's bytes in its own frame.
     for (std::size_t i = 0; i < items.size(); ++i) {
       out[i] = Put(items[i].key, items[i].data, items[i].size, items[i].options);
@@ -242,12 +242,12 @@ std::vector<Status> Client::PutBatch(const std::vector<PutItem>& items) {
         out[i] = FromWire(r.status());
         if (!out[i].ok()) continue;
         reservation = r.reservation_id();
-        if (items[i].size > 0) dst = core_->mappings->Address(r.extent());
+        if (items[i].size > 0) dst = conn->mappings->Address(r.extent());
       } else {
         out[i] = Status::Ok();
         reservation = rooms.reservation_ids(at);
         if (items[i].size > 0) {
-          dst = core_->mappings->Address(rooms.arena_ids(at), rooms.offsets(at), rooms.lengths(at));
+          dst = conn->mappings->Address(rooms.arena_ids(at), rooms.offsets(at), rooms.lengths(at));
         }
       }
       std::uint64_t sum;
@@ -327,7 +327,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
     p.get = k == 0 ? &messages.request() : messages.New<wire::Request>();
     auto* get = p.get->mutable_get();
     FillGetKeys(core_->options.ns, items, p.begin, p.end, conn->packed_gets, get);
-    get->set_mode(core_->copy_only ? wire::INLINE : wire::AUTO);
+    get->set_mode(core_->copy_only() ? wire::INLINE : wire::AUTO);
     get->set_bytes_meta_only(true);  // read here: size and checksum
     get->set_packed_results(conn->packed_get_results);
     if (options.tier) get->set_want_tier(static_cast<wire::Tier>(*options.tier));
@@ -369,7 +369,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
         if (r.has_data()) {
           src = r.data().data();
         } else if (size > 0) {
-          src = core_->mappings->ReadAddress(r.extent());
+          src = conn->mappings->ReadAddress(r.extent());
           if (src == nullptr) size = kUnaddressable;
         }
       } else {
@@ -377,8 +377,7 @@ std::vector<Result<std::size_t>> Client::GetBatch(const std::vector<GetItem>& it
         checksum = pins.checksums(at);
         lease = pins.lease_ids(at);
         if (size > 0) {
-          src =
-              core_->mappings->ReadAddress(pins.arena_ids(at), pins.offsets(at), pins.lengths(at));
+          src = conn->mappings->ReadAddress(pins.arena_ids(at), pins.offsets(at), pins.lengths(at));
           if (src == nullptr) size = kUnaddressable;
         }
       }

@@ -187,7 +187,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.max_connections < 1) options.max_connections = 1;
   auto core = std::make_shared<detail::ClientCore>();
   core->options = std::move(options);
-  auto first = core->Open(true);
+  auto first = core->Open();
   if (!first.ok()) return first.status();
   core->AddFirst(std::move(first).value());
   return std::unique_ptr<Client>(new Client(std::move(core)));
@@ -196,19 +196,19 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 const std::string& Client::ns() const { return core_->options.ns; }
 
 int Client::hbm_device() const {
-  return detail::DeviceArenas::Supported() ? core_->devices->Device() : -1;
+  return detail::DeviceArenas::Supported() ? core_->Current()->devices->Device() : -1;
 }
 
 Status Client::Put(std::string_view key, const void* data, std::size_t size,
                    const PutOptions& options) {
   if (data == nullptr && size > 0) return Status::InvalidArgument("null data");
-  if (core_->copy_only && size + 64 * 1024 > core_->limits.max_frame_bytes()) {
+  if (core_->copy_only() && size + 64 * 1024 > core_->max_frame_bytes()) {
     return Status::PermissionDenied(
         "this client maps none of namespace '" + core_->options.ns +
         "''s memory (the server's namespace policy), so its bytes go through frames, and " +
         std::to_string(size) + " bytes do not fit one; a namespace pool for it lifts this");
   }
-  if (size <= core_->limits.inline_threshold_bytes() || core_->copy_only) {
+  if (size <= core_->inline_threshold_bytes() || core_->copy_only()) {
     Borrowed conn(core_.get());
     TIERPOOL_RETURN_IF_ERROR(conn.status());
     wire::Request req;
@@ -263,12 +263,12 @@ Result<WriteReservation> Client::Reserve(std::string_view key, std::size_t size,
   r.reservation_id_ = item.reservation_id();
   r.tier_ = static_cast<TierKind>(item.tier());
   if (size > 0 && options.device && r.tier_ == TierKind::kHbm &&
-      core_->devices->Holds(item.extent().arena_id())) {
-    auto at = core_->devices->Address(item.extent(), &r.device_);
+      conn->devices->Holds(item.extent().arena_id())) {
+    auto at = conn->devices->Address(item.extent(), &r.device_);
     if (!at.ok()) return at.status();  // r's destructor aborts the reservation
     r.device_data_ = *at;
   } else if (size > 0) {
-    r.data_ = core_->mappings->Address(item.extent());
+    r.data_ = conn->mappings->Address(item.extent());
     if (r.data_ == nullptr || item.extent().length() < size) {
       return Status::Internal("server reserved an extent this client cannot address");
     }
@@ -287,7 +287,7 @@ Result<std::size_t> Client::Get(std::string_view key, void* buffer, std::size_t 
 }
 
 Result<std::vector<std::byte>> Client::GetBytes(std::string_view key) {
-  if (core_->copy_only) {
+  if (core_->copy_only()) {
     // No mapping to view: the bytes come in the reply, in one round trip, checked as copied.
     Borrowed conn(core_.get());
     auto item = GetOne(conn, core_->options.ns, key, wire::INLINE);
@@ -360,15 +360,15 @@ std::vector<Result<ObjectView>> Client::GetViews(const std::vector<std::string>&
     v.lease_id_ = item.lease_id();
     v.meta_ = MetaFromWire(item.meta());
     if (v.meta_.size > 0 && options.device && v.meta_.tier == TierKind::kHbm &&
-        core_->devices->Holds(item.extent().arena_id())) {
-      auto at = core_->devices->Address(item.extent(), &v.device_);
+        conn->devices->Holds(item.extent().arena_id())) {
+      auto at = conn->devices->Address(item.extent(), &v.device_);
       if (!at.ok()) {
         out.emplace_back(at.status());
         continue;
       }
       v.device_data_ = *at;
     } else if (v.meta_.size > 0) {
-      v.data_ = core_->mappings->ReadAddress(item.extent());
+      v.data_ = conn->mappings->ReadAddress(item.extent());
       if (v.data_ == nullptr || item.extent().length() < v.meta_.size) {
         out.emplace_back(Status::Internal("server returned an extent this client cannot address"));
         continue;

@@ -3,8 +3,9 @@
 // guard; the arena mappings are in client/arena_mappings.h.
 //
 // Locking: ClientCore's pool, TaskQueue and StagedRooms guard themselves; a PooledConnection
-// serializes its calls with its own mutex; ArenaMappings is written once at connect, then only
-// read (client/arena_mappings.h).
+// serializes its calls with its own mutex; ArenaMappings is written once per server incarnation,
+// before it is shared, then only read (client/arena_mappings.h, client/server_incarnation.h).
+// ClientCore::incarnation_mu_ is taken before mu_, never after.
 #pragma once
 
 #include <unistd.h>
@@ -24,6 +25,7 @@
 
 #include "client/arena_mappings.h"
 #include "client/device_arenas.h"
+#include "client/server_incarnation.h"
 #include "common/defaults.h"
 #include "tierpool/client.h"
 #include "transport/blocking_connection.h"
@@ -154,8 +156,11 @@ struct PooledConnection {
   std::mutex mu;
   std::unique_ptr<transport::BlockingConnection> conn;
   std::chrono::steady_clock::time_point returned;  // when it last went back to the pool
+  // The server process it was opened to; its mappings and device arenas (kept open while a
+  // view or reservation holds the connection) address the extents that process names.
+  std::shared_ptr<ServerIncarnation> server;
   std::shared_ptr<ArenaMappings> mappings;
-  std::shared_ptr<DeviceArenas> devices;  // kept open while a device view holds the connection
+  std::shared_ptr<DeviceArenas> devices;
   std::uint64_t next_id = 1;
   std::uint64_t fork_generation = ForkGeneration();
   int owner_pid = ::getpid();
@@ -171,15 +176,20 @@ struct PooledConnection {
   transport::MessageArena messages;
 
   bool Forked() const { return fork_generation != ForkGeneration(); }
+  // A newer server process serves the socket: this connection must not speak (its process
+  // may live on beside the new one, and the two must never be mixed).
+  bool Superseded() const { return server && server->superseded.load(std::memory_order_acquire); }
   Status Call(wire::Request& req, wire::Response* resp) {
     if (Forked()) return ForkedStatus(owner_pid);
+    if (Superseded()) return ServerIncarnation::SupersededStatus();
     std::lock_guard lock(mu);
     req.set_id(next_id++);
     return conn->Call(req, resp);
   }
-  // In a forked child this sends nothing: the pin or plan is the parent's.
+  // In a forked child, or to a superseded server, this sends nothing: the pin or plan is the
+  // parent's, or the old process's.
   void SendOneWay(wire::Request& req) {
-    if (Forked()) return;
+    if (Forked() || Superseded()) return;
     std::lock_guard lock(mu);
     req.set_id(next_id++);
     (void)conn->SendOneWay(req);  // a dead connection's pins are released by the server anyway
@@ -197,6 +207,7 @@ class PipelinedExchange {
   explicit PipelinedExchange(PooledConnection& c) : c_(c), lock_(c.mu) {}
   Status Send(wire::Request& req) {
     if (c_.Forked()) return ForkedStatus(c_.owner_pid);
+    if (c_.Superseded()) return ServerIncarnation::SupersededStatus();
     req.set_id(c_.next_id++);
     return c_.conn->Send(req);
   }
@@ -204,6 +215,7 @@ class PipelinedExchange {
   // sent alone.
   Status Call(wire::Request& req, wire::Response* resp) {
     if (c_.Forked()) return ForkedStatus(c_.owner_pid);
+    if (c_.Superseded()) return ServerIncarnation::SupersededStatus();
     req.set_id(c_.next_id++);
     return c_.conn->Call(req, resp);
   }
@@ -212,7 +224,7 @@ class PipelinedExchange {
   }
   // As PooledConnection::SendOneWay, within the exchange.
   void SendOneWay(wire::Request& req) {
-    if (c_.Forked()) return;
+    if (c_.Forked() || c_.Superseded()) return;
     req.set_id(c_.next_id++);
     (void)c_.conn->SendOneWay(req);
   }
@@ -268,12 +280,6 @@ class TaskQueue {
 class ClientCore {
  public:
   ClientOptions options;
-  wire::Limits limits;
-  std::shared_ptr<ArenaMappings> mappings = std::make_shared<ArenaMappings>();
-  std::shared_ptr<DeviceArenas> devices = std::make_shared<DeviceArenas>();
-  // The server passed no arenas of this client's namespace (its policy): every byte goes
-  // through frames, views are refused.
-  bool copy_only = false;
 
   std::uint64_t fork_generation = ForkGeneration();
   int owner_pid = ::getpid();
@@ -307,14 +313,12 @@ class ClientCore {
     return Status::Ok();
   }
 
-  Result<std::shared_ptr<PooledConnection>> Open(bool first) {
+  Result<std::shared_ptr<PooledConnection>> Open() {
     if (Forked()) return ForkedStatus(owner_pid);
     auto conn = transport::BlockingConnection::Connect(options.socket_path);
     if (!conn.ok()) return conn.status();
     auto pc = std::make_shared<PooledConnection>();
     pc->conn = std::move(conn).value();
-    pc->mappings = mappings;
-    pc->devices = devices;
     pc->ns = options.ns;
     pc->stage_puts = options.stage_puts;
     wire::Request req;
@@ -326,18 +330,17 @@ class ClientCore {
     std::vector<UniqueFd> fds;
     TIERPOOL_RETURN_IF_ERROR(pc->conn->Call(req, &resp, &fds));
     if (!resp.has_hello()) return Status::Internal("server did not answer the handshake");
-    if (first) {
-      limits = resp.hello().limits();
-      copy_only = resp.hello().copy_only();
-      TIERPOOL_RETURN_IF_ERROR(mappings->Map(resp.hello(), fds));
-      devices->Record(resp.hello());
-    }
+    auto server = Adopt(resp.hello(), fds);
+    if (!server.ok()) return server.status();
+    pc->server = std::move(server).value();
+    pc->mappings = pc->server->mappings;
+    pc->devices = pc->server->devices;
     pc->staged.set_fits_smaller(resp.hello().staged_room_fits_smaller());
     pc->packed_puts = resp.hello().packed_puts();
     pc->packed_gets = resp.hello().packed_gets();
     pc->packed_get_results = resp.hello().packed_get_results();
     pc->packed_reserve_results = resp.hello().packed_reserve_results();
-    pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(limits.max_frame_bytes()));
+    pc->conn->set_max_frame_bytes(static_cast<std::uint32_t>(pc->server->limits.max_frame_bytes()));
     pc->conn->set_busy_poll_us(options.busy_poll_us);
     if (options.request_ring) TIERPOOL_RETURN_IF_ERROR(OpenRing(*pc));
     return pc;
@@ -364,7 +367,7 @@ class ClientCore {
     }
     ++open_;
     lock.unlock();
-    auto c = Open(false);
+    auto c = Open();
     if (!c.ok()) {
       lock.lock();
       --open_;
@@ -375,7 +378,7 @@ class ClientCore {
 
   void Return(std::shared_ptr<PooledConnection> c) {
     std::lock_guard lock(mu_);
-    if (c->conn->broken()) {
+    if (c->conn->broken() || c->Superseded()) {
       --open_;  // dropped; a later call opens a fresh one
     } else {
       c->returned = std::chrono::steady_clock::now();
@@ -408,7 +411,63 @@ class ClientCore {
     return *tasks_;
   }
 
+  // The server process this client speaks to now (its handshake's limits, whether its bytes go
+  // through frames). Cheap: the hot paths read copy_only() and inline_threshold_bytes() instead.
+  std::shared_ptr<ServerIncarnation> Current() {
+    std::lock_guard lock(incarnation_mu_);
+    return current_;
+  }
+  // The server passed no arenas of this client's namespace (its policy): every byte goes
+  // through frames, views are refused.
+  bool copy_only() const { return copy_only_.load(std::memory_order_relaxed); }
+  std::uint64_t inline_threshold_bytes() const {
+    return inline_threshold_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t max_frame_bytes() const { return max_frame_.load(std::memory_order_relaxed); }
+
  private:
+  // The incarnation a fresh handshake speaks for: the current one when the process is the same
+  // (or too old to say), else a new one, mapped from this handshake, that supersedes the old;
+  // the pool's idle connections of the old one are dropped. A handshake with a process already
+  // superseded (a connection opened just before the restart) is refused.
+  Result<std::shared_ptr<ServerIncarnation>> Adopt(const wire::HelloReply& hello,
+                                                   std::vector<UniqueFd>& fds) {
+    std::lock_guard lock(incarnation_mu_);
+    if (current_ && current_->id == hello.incarnation()) return current_;
+    for (std::uint64_t old : superseded_) {
+      if (old == hello.incarnation()) return ServerIncarnation::SupersededStatus();
+    }
+    auto next = std::make_shared<ServerIncarnation>();
+    next->id = hello.incarnation();
+    next->limits = hello.limits();
+    next->copy_only = hello.copy_only();
+    TIERPOOL_RETURN_IF_ERROR(next->mappings->Map(hello, fds));
+    next->devices->Record(hello);
+    if (current_) {
+      current_->superseded.store(true, std::memory_order_release);
+      superseded_.push_back(current_->id);
+      DropIdle();
+    }
+    current_ = next;
+    copy_only_.store(next->copy_only, std::memory_order_relaxed);
+    inline_threshold_.store(next->limits.inline_threshold_bytes(), std::memory_order_relaxed);
+    max_frame_.store(next->limits.max_frame_bytes(), std::memory_order_relaxed);
+    return next;
+  }
+  void DropIdle() {
+    std::lock_guard lock(mu_);
+    open_ -= static_cast<int>(idle_.size());
+    idle_.clear();
+    cv_.notify_all();
+  }
+
+  std::mutex incarnation_mu_;
+  std::shared_ptr<ServerIncarnation> current_;  // GUARDED_BY(incarnation_mu_)
+  std::vector<std::uint64_t> superseded_;       // GUARDED_BY(incarnation_mu_)
+  std::atomic<bool> copy_only_{false};
+  std::atomic<std::uint64_t> inline_threshold_{0};
+  std::atomic<std::uint64_t> max_frame_{0};
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<PooledConnection>> idle_;

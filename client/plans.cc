@@ -9,7 +9,7 @@ using transport::FromWire;
 
 Result<PlanHandle> Client::RegisterPlan(const PlanRegistration& r) {
   // Its own connection, outside the pool: the server ties the plan to the connection.
-  auto conn = core_->Open(false);
+  auto conn = core_->Open();
   if (!conn.ok()) return conn.status();
   wire::Request req;
   auto* w = req.mutable_register_plan();

@@ -254,6 +254,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       h->set_protocol_version(transport::kProtocolVersion);
       h->set_server_version(TIERPOOL_VERSION);
       h->set_session_id(session);
+      h->set_incarnation(incarnation_);
       // Only the arenas of pools the peer may map: the rest of the memory stays out of its
       // reach, whatever it sends later.
       for (const auto& a : store_->Arenas()) {

@@ -10,6 +10,7 @@
 #include "store/namespace_policy.h"
 #include "store/object_store.h"
 #include "store/plan_binding.h"
+#include "transport/peer_auth.h"
 #include "transport/unix_server.h"
 
 namespace tierpool {
@@ -74,6 +75,8 @@ class StoreService final : public transport::RequestHandler {
   std::atomic<const Cluster*> cluster_{nullptr};
   const NamespacePolicy* policy_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // This process among the daemons that ever served the socket (HelloReply.incarnation).
+  const std::uint64_t incarnation_ = transport::RandomIncarnation();
   // Request handling time by operation and size class (common/latency_histogram.h).
   enum LatencyOp { kPutOp, kGetOp, kReserveOp, kCommitOp, kLatencyOps };
   std::array<std::array<LatencyHistogram, kSizeClasses>, kLatencyOps> latency_;

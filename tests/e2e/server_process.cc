@@ -14,6 +14,7 @@
 #include <functional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -23,9 +24,12 @@ namespace {
 std::atomic<int> g_counter{0};
 }
 
-ServerProcess::ServerProcess(std::vector<std::string> extra) {
-  socket_ = "/tmp/tierpool-test-" + std::to_string(::getpid()) + "-" + std::to_string(g_counter++) +
-            ".sock";
+ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket)
+    : socket_(std::move(socket)) {
+  if (socket_.empty()) {
+    socket_ = "/tmp/tierpool-test-" + std::to_string(::getpid()) + "-" +
+              std::to_string(g_counter++) + ".sock";
+  }
   // TIERPOOL_TEST_SERVER runs the suite against another build (to show a test fails before a fix).
   const char* other = std::getenv("TIERPOOL_TEST_SERVER");
   // TIERPOOL_TEST_LOG_LEVEL (info, debug) shows the servers' logs when chasing a failure.

@@ -12,8 +12,9 @@ namespace tierpool::testing {
 
 class ServerProcess {
  public:
-  // extra: flags added to "--socket PATH --no-populate --log-level warn".
-  explicit ServerProcess(std::vector<std::string> extra = {});
+  // extra: flags added to "--socket PATH --no-populate --log-level warn". socket: PATH (empty:
+  // a fresh one), e.g. an earlier server's, to start the next daemon where clients wait.
+  explicit ServerProcess(std::vector<std::string> extra = {}, std::string socket = "");
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;

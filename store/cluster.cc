@@ -201,6 +201,7 @@ void Cluster::VisitCounters(
     visit("remote_grant_failures", r.grant_failures);
     visit("remote_regions_adopted", r.regions_adopted);
     visit("remote_regions_not_adopted", r.regions_not_adopted);
+    visit("remote_regions_lost", r.regions_lost);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/units.h"
+#include "transport/peer_wire.h"
 
 namespace tierpool {
 
@@ -115,8 +116,21 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
       ReleaseLocked(it);
       return;
     }
-    case wire::peer::Request::kInfo:
+    case wire::peer::Request::kInfo: {
+      if (request.info().regions_size() > transport::kMaxInfoRegions) {
+        refuse(Status::InvalidArgument("an info request asks after at most " +
+                                       std::to_string(transport::kMaxInfoRegions) + " regions"));
+        return;
+      }
+      for (std::uint64_t id : request.info().regions()) {
+        auto it = regions_.find(id);
+        if (it == regions_.end() || it->second.released || it->second.node_id != peer.node_id ||
+            it->second.incarnation != peer.incarnation) {
+          response->add_missing_regions(id);
+        }
+      }
       return;
+    }
     case wire::peer::Request::kAdopt: {
       // Only the same node's earlier life: the regions move to the incarnation that asks.
       const std::uint64_t previous = request.adopt().previous_incarnation();

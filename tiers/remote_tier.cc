@@ -96,18 +96,16 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
       std::lock_guard lock(mu_);
       self = self_;
     }
-    auto c = transport::PeerConnection::Connect(address, auth_, self, config_.io_timeout_ms);
+    // Only the member we know proves it is there, and we prove ourselves to it alone: someone
+    // else at that address (the peer restarted, or a relay passing another lender's challenge
+    // through) gets nothing.
+    const transport::PeerIdentity member{peer.member.node_id, peer.member.incarnation};
+    auto c =
+        transport::PeerConnection::Connect(address, auth_, self, config_.io_timeout_ms, &member);
     if (!c.ok()) {
       peer.heard_failure = true;
-      return c.status();
-    }
-    if ((*c)->server().node_id != peer.member.node_id ||
-        (*c)->server().incarnation != peer.member.incarnation) {
-      // Someone else answers at that address now (the peer restarted): not the lender we know.
-      peer.heard_failure = true;
-      return Status::Unavailable("peer " + peer.member.node_id + " at " + address + " is now " +
-                                 (*c)->server().node_id + " incarnation " +
-                                 std::to_string((*c)->server().incarnation));
+      return Status(c.status().code(),
+                    "peer " + peer.member.node_id + " at " + address + ": " + c.status().message());
     }
     conn = std::move(c).value();
   }
@@ -116,6 +114,11 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   if (conn->broken()) {
     peer.heard_failure = true;
     return s;
+  }
+  if (s.code() == StatusCode::kNotFound &&
+      (request->has_read() || request->has_write() || request->has_release())) {
+    peer.heard_missing = true;  // the lender freed a region of ours: the next pass checks all
+    WakeMaintenance();
   }
   // What a lender says it has free is never more than it lends (its membership record): a
   // larger figure would be counted as room, and summed over peers could wrap.

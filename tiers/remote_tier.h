@@ -98,6 +98,9 @@ struct RemoteTierCounters {
   std::uint64_t grant_failures = 0;
   std::uint64_t regions_adopted = 0;      // kept across a new incarnation of ours
   std::uint64_t regions_not_adopted = 0;  // freed by their lender before we came back
+  // Regions a lender no longer held for us while both of us lived on (its probe's answer): their
+  // replicas are dropped (replicas_lost, extents_lost) and repaired from the survivors.
+  std::uint64_t regions_lost = 0;
 };
 
 class RemoteTier final : public Tier {
@@ -186,6 +189,11 @@ class RemoteTier final : public Tier {
   void AdoptRegions();
   void GrantRegions();
   void ProbePeers();
+  // An Info request for p, asking after the next kMaxInfoRegions of our regions there.
+  wire::peer::Request ProbeLocked(Peer& p);
+  // Drops the regions the peer's Info reply says it no longer holds for us, with their replicas.
+  void DropMissingRegionsLocked(const std::shared_ptr<Peer>& p,
+                                const wire::peer::Response& response);
   void RepairSets();
   // Carves `size` bytes out of peer's regions; false when none has room.
   bool CarveLocked(Peer& peer, std::uint64_t size, Replica* out);

@@ -12,6 +12,7 @@
 #include "proto/peer.pb.h"
 #include "tiers/remote_tier.h"
 #include "tiers/remote_tier_peer.h"
+#include "transport/peer_wire.h"
 
 namespace tierpool {
 namespace {
@@ -173,10 +174,12 @@ void RemoteTier::AdoptRegions() {
 
 void RemoteTier::ProbePeers() {
   std::vector<std::shared_ptr<Peer>> due;
+  std::vector<wire::peer::Request> probes;
   const std::uint64_t now = clock_->NowMicros();
   {
     std::lock_guard lock(mu_);
     for (auto& [id, p] : peers_) {
+      if (p->dead) continue;
       // What the I/O threads heard since the last pass.
       if (p->heard_failure.exchange(false)) {
         ++p->failures;
@@ -184,17 +187,17 @@ void RemoteTier::ProbePeers() {
       }
       if (p->heard_success.exchange(false)) p->responsive = true;
       if (const std::uint64_t f = p->heard_free.exchange(~0ull); f != ~0ull) p->lend_free = f;
-      if (now >= p->next_probe_us) {
+      if (now >= p->next_probe_us || p->heard_missing.exchange(false)) {
         p->next_probe_us = now + std::uint64_t{config_.probe_interval_ms} * 1000;
         due.push_back(p);
+        probes.push_back(ProbeLocked(*p));
       }
     }
   }
-  for (auto& p : due) {
-    wire::peer::Request request;
-    request.mutable_info();
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    auto& p = due[i];
     wire::peer::Response response;
-    Status s = Exchange(*p, &request, nullptr, 0, &response);
+    Status s = Exchange(*p, &probes[i], nullptr, 0, &response);
     std::lock_guard lock(mu_);
     p->heard_failure = false;
     p->heard_success = false;
@@ -202,6 +205,7 @@ void RemoteTier::ProbePeers() {
     if (s.ok()) {
       p->responsive = true;
       p->lend_free = response.lend_free();
+      DropMissingRegionsLocked(p, response);
     } else {
       if (p->responsive)
         spdlog::warn("remote: peer {} does not answer: {}", p->member.node_id, s.ToString());
@@ -209,6 +213,41 @@ void RemoteTier::ProbePeers() {
       ++p->failures;
     }
   }
+}
+
+wire::peer::Request RemoteTier::ProbeLocked(Peer& p) {
+  wire::peer::Request request;
+  auto* info = request.mutable_info();
+  // Regions still held under an earlier incarnation of ours are the adoption's to settle.
+  if (p.adopt_from != 0) return request;
+  const std::size_t n = std::min<std::size_t>(p.regions.size(), transport::kMaxInfoRegions);
+  auto it = p.regions.lower_bound(p.next_region_check);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (it == p.regions.end()) it = p.regions.begin();
+    info->add_regions(it->first);
+    ++it;
+  }
+  p.next_region_check = it == p.regions.end() ? 0 : it->first;
+  return request;
+}
+
+void RemoteTier::DropMissingRegionsLocked(const std::shared_ptr<Peer>& p,
+                                          const wire::peer::Response& response) {
+  if (p->dead || p->adopt_from != 0) return;
+  std::uint64_t lost = 0;
+  for (std::uint64_t region : response.missing_regions()) {
+    if (p->regions.erase(region) == 0) continue;  // not asked about, or gone already
+    DropReplicasLocked(
+        [&, peer = p](const Replica& r) { return r.peer == peer && r.region == region; });
+    ++lost;
+  }
+  if (lost == 0) return;
+  counters_.regions_lost += lost;
+  spdlog::error(
+      "remote: {} no longer holds {} of our regions (freed behind our back: its lease table, "
+      "or a request that did not come from us); their replicas are dropped and repaired from "
+      "the others",
+      p->member.node_id, lost);
 }
 
 void RemoteTier::GrantRegions() {

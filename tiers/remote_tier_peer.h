@@ -28,6 +28,9 @@ struct RemoteTier::Peer {
   std::uint64_t adopt_from = 0;
   std::uint64_t failures = 0;
   std::uint64_t next_probe_us = 0;
+  // Where the next probe's check of our regions starts (the region id after the last checked):
+  // a peer holding more than kMaxInfoRegions of ours has them checked in turns.
+  std::uint64_t next_region_check = 0;
   // guarded by pool_mu (taken after RemoteTier::mu_ when both are held)
   std::mutex pool_mu;
   std::vector<std::unique_ptr<transport::PeerConnection>> idle;
@@ -36,6 +39,8 @@ struct RemoteTier::Peer {
   std::atomic<std::uint64_t> heard_free{~0ull};
   std::atomic<bool> heard_failure{false};
   std::atomic<bool> heard_success{false};
+  // A transfer was told a region of ours is not ours there: probe now, not at the next interval.
+  std::atomic<bool> heard_missing{false};
 };
 
 }  // namespace tierpool

@@ -41,7 +41,7 @@ Result<PeerAuth> PeerAuth::Load(const std::string& path) {
 }
 
 std::string PeerAuth::Mac(std::string_view role, std::string_view nonce_a, std::string_view nonce_b,
-                          const PeerIdentity& who) const {
+                          const PeerIdentity& prover, const PeerIdentity& verifier) const {
   // Each field is length-prefixed so no two different inputs hash the same.
   std::string msg;
   auto add = [&msg](std::string_view s) {
@@ -49,12 +49,14 @@ std::string PeerAuth::Mac(std::string_view role, std::string_view nonce_a, std::
     msg.append(reinterpret_cast<const char*>(&n), sizeof n);
     msg.append(s);
   };
-  add("tierpool-peer-v1");
+  add("tierpool-peer-v2");
   add(role);
   add(nonce_a);
   add(nonce_b);
-  add(who.node_id);
-  msg.append(reinterpret_cast<const char*>(&who.incarnation), sizeof who.incarnation);
+  for (const PeerIdentity* who : {&prover, &verifier}) {
+    add(who->node_id);
+    msg.append(reinterpret_cast<const char*>(&who->incarnation), sizeof who->incarnation);
+  }
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
@@ -63,8 +65,9 @@ std::string PeerAuth::Mac(std::string_view role, std::string_view nonce_a, std::
 }
 
 bool PeerAuth::Verify(std::string_view mac, std::string_view role, std::string_view nonce_a,
-                      std::string_view nonce_b, const PeerIdentity& who) const {
-  const std::string want = Mac(role, nonce_a, nonce_b, who);
+                      std::string_view nonce_b, const PeerIdentity& prover,
+                      const PeerIdentity& verifier) const {
+  const std::string want = Mac(role, nonce_a, nonce_b, prover, verifier);
   return mac.size() == want.size() && CRYPTO_memcmp(mac.data(), want.data(), want.size()) == 0;
 }
 

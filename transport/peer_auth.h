@@ -1,6 +1,7 @@
 // Authentication between sidecars: a shared secret, read from a file (--peer-auth), proves each
-// side to the other with a challenge (HMAC-SHA256 over both sides' fresh nonces and identities),
-// so a connection without the secret gets nothing and a recorded handshake cannot be replayed.
+// side to the other with a challenge (HMAC-SHA256 over both sides' fresh nonces and both sides'
+// identities), so a connection without the secret gets nothing, a recorded handshake cannot be
+// replayed, and a proof meant for one node is worth nothing to another (a relay).
 // It authenticates; it does not encrypt (the payload's integrity is checked end to end by the
 // objects' XXH3 checksums). See docs/protocol.md "Peer protocol".
 //
@@ -34,12 +35,14 @@ class PeerAuth {
   // For tests.
   static Result<PeerAuth> FromSecret(std::string secret);
 
-  // HMAC-SHA256 of role | a | b | node_id | incarnation under the secret.
+  // HMAC-SHA256 of role | a | b | prover's node_id, incarnation | verifier's under the secret:
+  // `prover` proves itself to `verifier` and nobody else.
   std::string Mac(std::string_view role, std::string_view nonce_a, std::string_view nonce_b,
-                  const PeerIdentity& who) const;
+                  const PeerIdentity& prover, const PeerIdentity& verifier) const;
   // Constant-time comparison of mac with the expected one.
   bool Verify(std::string_view mac, std::string_view role, std::string_view nonce_a,
-              std::string_view nonce_b, const PeerIdentity& who) const;
+              std::string_view nonce_b, const PeerIdentity& prover,
+              const PeerIdentity& verifier) const;
 
  private:
   explicit PeerAuth(std::string secret) : secret_(std::move(secret)) {}

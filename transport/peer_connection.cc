@@ -77,11 +77,12 @@ Result<UniqueFd> ConnectTcp(const std::string& address, std::uint32_t timeout_ms
 Result<std::unique_ptr<PeerConnection>> PeerConnection::Connect(const std::string& address,
                                                                 const PeerAuth& auth,
                                                                 const PeerIdentity& self,
-                                                                std::uint32_t timeout_ms) {
+                                                                std::uint32_t timeout_ms,
+                                                                const PeerIdentity* expected) {
   auto fd = ConnectTcp(address, timeout_ms);
   if (!fd.ok()) return fd.status();
   TunePeerSocket(fd->get());  // (the timeouts are the handshake's and then each call's deadline)
-  auto server = ConnectHandshake(fd->get(), auth, self, PeerDeadline::After(timeout_ms));
+  auto server = ConnectHandshake(fd->get(), auth, self, PeerDeadline::After(timeout_ms), expected);
   if (!server.ok()) return server.status();
   return std::unique_ptr<PeerConnection>(
       new PeerConnection(std::move(fd).value(), std::move(server).value(), self, timeout_ms));

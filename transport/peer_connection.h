@@ -20,12 +20,14 @@ namespace tierpool::transport {
 class PeerConnection {
  public:
   // Connects to "host:port" ("[v6]:port" for IPv6), runs the handshake, and bounds every later
-  // send and receive by timeout_ms. UNAVAILABLE when nobody listens; PERMISSION_DENIED when
+  // send and receive by timeout_ms. UNAVAILABLE when nobody listens, or when the listener is
+  // not `expected` (the member meant; null: anyone with the secret); PERMISSION_DENIED when
   // either side fails the other's proof.
   static Result<std::unique_ptr<PeerConnection>> Connect(const std::string& address,
                                                          const PeerAuth& auth,
                                                          const PeerIdentity& self,
-                                                         std::uint32_t timeout_ms);
+                                                         std::uint32_t timeout_ms,
+                                                         const PeerIdentity* expected = nullptr);
 
   // Sends the request (and payload_length bytes of payload after it), then reads the reply. A
   // reply that carries bytes (a read) puts them in read_dst, which has room for read_capacity.

@@ -155,7 +155,7 @@ Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIde
         " is not spoken here (" + std::to_string(kPeerProtocolVersion) + ")");
   } else if (client.nonce().size() != kPeerNonceBytes || client.node_id().empty() ||
              client.node_id().size() > 255 || client.incarnation() == 0 ||
-             !auth.Verify(client.mac(), "client", hello.nonce(), client.nonce(), who)) {
+             !auth.Verify(client.mac(), "client", hello.nonce(), client.nonce(), who, self)) {
     refused = Status::PermissionDenied("peer authentication failed");
   }
   if (!refused.ok()) {
@@ -164,24 +164,33 @@ Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIde
     (void)SendPeerMessage(fd, proof, nullptr, 0, deadline);
     return refused;
   }
-  proof.set_mac(auth.Mac("server", client.nonce(), hello.nonce(), self));
+  proof.set_mac(auth.Mac("server", client.nonce(), hello.nonce(), self, who));
   TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, proof, nullptr, 0, deadline));
   return who;
 }
 
 Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self,
-                                      const PeerDeadline& deadline) {
+                                      const PeerDeadline& deadline, const PeerIdentity* expected) {
   wire::peer::ServerHello hello;
   TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &hello, deadline));
   if (hello.nonce().size() != kPeerNonceBytes) {
     return Status::PermissionDenied("the peer's challenge is malformed");
+  }
+  const PeerIdentity server{hello.node_id(), hello.incarnation()};
+  if (expected != nullptr &&
+      (server.node_id != expected->node_id || server.incarnation != expected->incarnation)) {
+    // A restarted peer at that address, or a relay passing another node's challenge through:
+    // either way not the member meant, and this node proves nothing to it.
+    return Status::Unavailable("the peer says it is " + server.node_id + " incarnation " +
+                               std::to_string(server.incarnation) + ", not " + expected->node_id +
+                               " incarnation " + std::to_string(expected->incarnation));
   }
   wire::peer::ClientHello client;
   client.set_protocol_version(kPeerProtocolVersion);
   client.set_nonce(PeerNonce());
   client.set_node_id(self.node_id);
   client.set_incarnation(self.incarnation);
-  client.set_mac(auth.Mac("client", hello.nonce(), client.nonce(), self));
+  client.set_mac(auth.Mac("client", hello.nonce(), client.nonce(), self, server));
   TIERPOOL_RETURN_IF_ERROR(SendPeerMessage(fd, client, nullptr, 0, deadline));
   wire::peer::ServerProof proof;
   TIERPOOL_RETURN_IF_ERROR(ReceivePeerMessage(fd, &proof, deadline));
@@ -190,8 +199,7 @@ Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerId
                       proof.code(), static_cast<std::uint32_t>(StatusCode::kPermissionDenied))),
                   "peer refused us: " + proof.message());
   }
-  const PeerIdentity server{hello.node_id(), hello.incarnation()};
-  if (!auth.Verify(proof.mac(), "server", client.nonce(), hello.nonce(), server)) {
+  if (!auth.Verify(proof.mac(), "server", client.nonce(), hello.nonce(), server, self)) {
     return Status::PermissionDenied("the peer did not prove it knows the secret");
   }
   return server;

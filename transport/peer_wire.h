@@ -18,7 +18,9 @@
 
 namespace tierpool::transport {
 
-inline constexpr std::uint32_t kPeerProtocolVersion = 1;
+inline constexpr std::uint32_t kPeerProtocolVersion = 2;
+// Regions one Info may ask about (Info.regions): the reply stays far below a message's limit.
+inline constexpr int kMaxInfoRegions = 4096;
 // Peer messages are small: the bytes of a region travel after them.
 inline constexpr std::uint32_t kMaxPeerMessageBytes = 64u << 10;
 
@@ -60,8 +62,11 @@ Status DiscardBytes(int fd, std::uint64_t length, const PeerDeadline& deadline =
 // connected; any failure means the connection must be closed.
 Result<PeerIdentity> AcceptHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self,
                                      const PeerDeadline& deadline = {});
-// The connecting half. Returns who the listener is (checked against its proof).
+// The connecting half. Returns who the listener is (checked against its proof). With `expected`
+// (the member this node meant to reach), a listener that says it is anyone else gets no proof:
+// UNAVAILABLE, before this side proves anything.
 Result<PeerIdentity> ConnectHandshake(int fd, const PeerAuth& auth, const PeerIdentity& self,
-                                      const PeerDeadline& deadline = {});
+                                      const PeerDeadline& deadline = {},
+                                      const PeerIdentity* expected = nullptr);
 
 }  // namespace tierpool::transport

@@ -170,6 +170,77 @@ TEST(PeerListener, OneAddressCannotTakeEverySlot) {
   EXPECT_TRUE(c.ok()) << c.status().ToString();
 }
 
+// A relay that anyone who can write to etcd may announce as a member: it passes each node's
+// handshake through to a real lender and keeps the lender's connection for itself, to speak as
+// that node (release its regions). `rename`: it also rewrites the lender's ServerHello to the
+// identity its member record claims. Returns the lender's verdicts on the relayed proofs.
+struct Relay {
+  LoopbackListener listener = ListenOnLoopback(4);
+  std::atomic<int> proofs_relayed{0};   // ClientHellos the node sent through
+  std::atomic<int> lender_accepted{0};  // of those, the lender took for the node
+  std::thread thread;
+
+  Relay(std::uint16_t lender_port, bool rename) {
+    thread = std::thread([this, lender_port, rename] {
+      for (int i = 0; i < 4; ++i) {
+        pollfd p{listener.fd.get(), POLLIN, 0};
+        if (::poll(&p, 1, 3000) <= 0) return;
+        UniqueFd down(::accept(listener.fd.get(), nullptr, nullptr));
+        UniqueFd up = ConnectFrom("127.0.0.1", lender_port);
+        if (!down.valid() || !up.valid()) return;
+        (void)transport::SetSocketTimeouts(down.get(), 1000);
+        (void)transport::SetSocketTimeouts(up.get(), 1000);
+        wire::peer::ServerHello hello;
+        if (!transport::ReceivePeerMessage(up.get(), &hello).ok()) continue;
+        if (rename) {
+          hello.set_node_id("relay");
+          hello.set_incarnation(77);
+        }
+        if (!transport::SendPeerMessage(down.get(), hello, nullptr, 0).ok()) continue;
+        wire::peer::ClientHello client;
+        if (!transport::ReceivePeerMessage(down.get(), &client).ok()) continue;
+        ++proofs_relayed;
+        if (!transport::SendPeerMessage(up.get(), client, nullptr, 0).ok()) continue;
+        wire::peer::ServerProof proof;
+        if (!transport::ReceivePeerMessage(up.get(), &proof).ok()) continue;
+        if (proof.code() == 0) ++lender_accepted;
+        (void)transport::SendPeerMessage(down.get(), proof, nullptr, 0);
+      }
+    });
+  }
+  ~Relay() {
+    ::shutdown(listener.fd.get(), SHUT_RDWR);
+    thread.join();
+  }
+};
+
+TEST(PeerHandshake, ARelayCannotPassANodesProofThroughToALender) {
+  for (bool rename : {false, true}) {
+    SCOPED_TRACE(rename ? "the relay renames the lender's hello" : "the hello passed as it is");
+    LendingNode lender = StartLender("lender", 32ull << 20);
+    Relay relay(lender.server->port(), rename);
+    ASSERT_TRUE(relay.listener.fd.valid());
+    // The victim borrows from the real lender and, like every node, probes the relay's record.
+    RemoteTierConfig config = SmallConfig();
+    config.replicas = 1;
+    auto victim = Borrower({&lender}, config);
+    const RemoteMember fake{"relay", 77, "127.0.0.1:" + std::to_string(relay.listener.port),
+                            32ull << 20};
+    victim->SetMembers({lender.member, fake});
+    victim->RunMaintenance();
+    victim->RunMaintenance();
+    // The node proved nothing to the relay it would not have to the member it meant, and the
+    // lender took no relayed proof.
+    EXPECT_EQ(relay.lender_accepted.load(), 0);
+    if (rename) {
+      EXPECT_GT(lender.server->counters().auth_failures, 0u);
+    } else {
+      EXPECT_EQ(relay.proofs_relayed.load(), 0) << "proved itself to the wrong node";
+    }
+    EXPECT_EQ(victim->counters().regions_lost, 0u);
+  }
+}
+
 TEST(PeerConnection, AReplyTrickledInCostsOneTimeout) {
   // A "lender" that authenticates properly, then answers a request a byte at a time.
   const LoopbackListener listener = ListenOnLoopback(4);

@@ -2,6 +2,8 @@
 
 #include <utility>  // before Boost.Asio, which uses std::exchange without including it
 
+#include <map>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -57,6 +59,9 @@ Status MetricsServerConfig::validate() const {
   if (request_timeout_ms == 0) return Status::InvalidArgument("metrics request timeout is 0");
   if (max_request_bytes < 512) return Status::InvalidArgument("metrics request limit below 512");
   if (max_connections == 0) return Status::InvalidArgument("metrics max_connections is 0");
+  if (max_connections_per_address == 0 || write_timeout_ms == 0) {
+    return Status::InvalidArgument("metrics max_connections_per_address or write timeout is 0");
+  }
   return Status::Ok();
 }
 
@@ -66,32 +71,59 @@ using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 using Route = std::function<Response(const Request&)>;
 
+class Session;
+
+// What the sessions share, all on the server's one thread: the slots they hold (by accept order,
+// and by address) and the counters.
+struct Slots {
+  const MetricsServerConfig& config;
+  std::map<std::uint64_t, std::weak_ptr<Session>> open;  // by accept order
+  std::map<asio::ip::address, std::uint32_t> per_address;
+  std::uint64_t next_seq = 0;
+  std::atomic<std::uint64_t> served{0}, refused{0}, evicted{0}, timed_out{0};
+  explicit Slots(const MetricsServerConfig& c) : config(c) {}
+};
+
 // One connection: one request, one response, then close (scrapers reconnect cheaply).
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const MetricsServerConfig& config, const Route& route,
-          std::atomic<std::uint32_t>* open)
-      : stream_(std::move(socket)), config_(config), route_(route), open_(open) {
-    parser_.header_limit(config.max_request_bytes);
-    parser_.body_limit(config.max_request_bytes);
+  Session(tcp::socket socket, asio::ip::address from, const Route& route, Slots* slots)
+      : stream_(std::move(socket)), from_(std::move(from)), route_(route), slots_(slots) {
+    parser_.header_limit(slots->config.max_request_bytes);
+    parser_.body_limit(slots->config.max_request_bytes);
   }
-  ~Session() { --*open_; }
+  ~Session() {
+    slots_->open.erase(seq_);
+    auto it = slots_->per_address.find(from_);
+    if (it != slots_->per_address.end() && --it->second == 0) slots_->per_address.erase(it);
+  }
 
-  void Run() {
-    stream_.expires_after(std::chrono::milliseconds(config_.request_timeout_ms));
+  void Run(std::uint64_t seq) {
+    seq_ = seq;
+    stream_.expires_after(std::chrono::milliseconds(slots_->config.request_timeout_ms));
     http::async_read(
         stream_, buffer_, parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
   }
+  // Still waiting for its request: may be closed to make room.
+  bool waiting() const { return waiting_; }
+  void Evict() {
+    beast::error_code ignored;
+    stream_.socket().close(ignored);  // the pending read ends with an error: nothing answered
+  }
 
  private:
   void OnRead(beast::error_code ec) {
+    waiting_ = false;
     if (ec) {  // timeout, oversized or malformed request, or a closed peer: nothing to answer
-      if (ec != http::error::end_of_stream && ec != beast::error::timeout) {
+      if (ec == beast::error::timeout) ++slots_->timed_out;
+      if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
+          ec != asio::error::operation_aborted && ec != asio::error::bad_descriptor) {
         Reply(Plain(http::status::bad_request, 11, "bad request: " + ec.message() + "\n"));
       }
       return;
     }
+    ++slots_->served;
     Reply(route_(parser_.get()));
   }
 
@@ -106,7 +138,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_ = std::move(r);
     response_.keep_alive(false);
     response_.prepare_payload();
-    stream_.expires_after(std::chrono::milliseconds(config_.request_timeout_ms));
+    stream_.expires_after(std::chrono::milliseconds(slots_->config.write_timeout_ms));
     http::async_write(stream_, response_,
                       [self = shared_from_this()](beast::error_code, std::size_t) {
                         beast::error_code ignored;
@@ -115,12 +147,14 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
+  const asio::ip::address from_;
   beast::flat_buffer buffer_;
   http::request_parser<http::string_body> parser_;
   Response response_;
-  const MetricsServerConfig& config_;
   const Route& route_;
-  std::atomic<std::uint32_t>* open_;
+  Slots* slots_;
+  std::uint64_t seq_ = 0;
+  bool waiting_ = true;
 };
 
 }  // namespace
@@ -128,24 +162,51 @@ class Session : public std::enable_shared_from_this<Session> {
 struct MetricsServer::Impl {
   // Declared before io: destroying io destroys pending sessions, which use these.
   Route route;
-  std::atomic<std::uint32_t> open{0};
+  Slots slots;
   asio::io_context io;
   tcp::acceptor acceptor{io};
 
-  void Accept(const MetricsServerConfig& config) {
-    acceptor.async_accept([this, &config](beast::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        if (open.load() >= config.max_connections) {
-          beast::error_code ignored;
-          socket.close(ignored);  // over the limit: refused, the others go on
-        } else {
-          ++open;
-          std::make_shared<Session>(std::move(socket), config, route, &open)->Run();
-        }
+  explicit Impl(const MetricsServerConfig& config) : slots(config) {}
+
+  // Room for one more: true when a slot is free, or was freed by closing the session that has
+  // waited longest without sending its request.
+  bool MakeRoom() {
+    if (slots.open.size() < slots.config.max_connections) return true;
+    for (auto& [seq, weak] : slots.open) {
+      auto s = weak.lock();
+      if (s && s->waiting()) {
+        s->Evict();
+        ++slots.evicted;
+        return true;  // it leaves its slot as its read fails; the limit is overrun by one meanwhile
       }
-      Accept(config);
+    }
+    return false;
+  }
+
+  void Accept() {
+    acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) Admit(std::move(socket));
+      Accept();
     });
+  }
+
+  void Admit(tcp::socket socket) {
+    beast::error_code ec;
+    const auto from = socket.remote_endpoint(ec).address();
+    if (ec) return;
+    std::uint32_t& mine = slots.per_address[from];
+    if (mine >= slots.config.max_connections_per_address || !MakeRoom()) {
+      if (mine == 0) slots.per_address.erase(from);
+      ++slots.refused;
+      socket.close(ec);
+      return;
+    }
+    ++mine;
+    const std::uint64_t seq = slots.next_seq++;
+    auto session = std::make_shared<Session>(std::move(socket), from, route, &slots);
+    slots.open[seq] = session;
+    session->Run(seq);
   }
 };
 
@@ -160,7 +221,7 @@ Status MetricsServer::Start() {
   std::string host;
   std::uint16_t port = 0;
   TIERPOOL_RETURN_IF_ERROR(ParseListenAddress(config_.listen, &host, &port));
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(config_);
   impl->route = [this](const Request& req) {
     Response r{http::status::ok, req.version()};
     r.set(http::field::server, "tierpoold");
@@ -207,13 +268,23 @@ Status MetricsServer::Start() {
                                ec.message());
   }
   port_ = impl->acceptor.local_endpoint().port();
-  impl->Accept(config_);
+  impl->Accept();
   impl_ = std::move(impl);
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "tp-metrics");
     impl_->io.run();
   });
   return Status::Ok();
+}
+
+MetricsServer::Counters MetricsServer::counters() const {
+  Counters c;
+  if (!impl_) return c;
+  c.served = impl_->slots.served.load();
+  c.refused = impl_->slots.refused.load();
+  c.evicted = impl_->slots.evicted.load();
+  c.timed_out = impl_->slots.timed_out.load();
+  return c;
 }
 
 void MetricsServer::Stop() {

@@ -1,6 +1,16 @@
 #include "store/metrics.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include <utility>  // before Boost.Asio
 
@@ -200,6 +210,110 @@ TEST(MetricsServer, ServesMetricsAndHealthAndRefusesTheRest) {
   EXPECT_EQ(nlohmann::json::parse(body)["status"], "shutting_down");
   EXPECT_GE(scrapes, 3);
   server.Stop();
+}
+
+// A TCP connection to 127.0.0.1:port from `source` (any 127.0.0.0/8 address); -1 on failure.
+int ConnectFrom(const char* source, std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A liveness probe as a kubelet makes it: GET /health, one second for the whole answer.
+// Returns the HTTP status, or -1 when no answer came in time.
+int Probe(std::uint16_t port) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const int fd = ConnectFrom("127.0.0.1", port);
+  if (fd < 0) return -1;
+  const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return -1;
+  }
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  if (got.rfind("HTTP/1.1 ", 0) != 0 || got.size() < 12) return -1;
+  return std::stoi(got.substr(9, 3));
+}
+
+// #76 item 3: 16 silent connections, reopened as they are closed, kept every /metrics and
+// /health probe from an answer for 128 s (0 of 65), on a port the shipped Kubernetes manifest
+// opens to the pod network with a liveness probe behind it.
+TEST(MetricsServer, SilentConnectionsCannotKeepAProbeFromItsAnswer) {
+  MetricsServer server(MetricsServerConfig{"127.0.0.1:0"},
+                       [](wire::StatReply* r) { *r = SampleStat(); });
+  ASSERT_TRUE(server.Start().ok());
+  const std::uint16_t port = server.port();
+  if (int fd = ConnectFrom("127.0.0.9", port); fd < 0) {
+    GTEST_SKIP() << "cannot bind 127.0.0.9 here";
+  } else {
+    ::close(fd);
+  }
+  // Attackers on eight addresses, each keeping 8 silent connections open and reopening any the
+  // server closes, as fast as it can.
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> opened{0};
+  std::vector<std::thread> attackers;
+  for (int a = 2; a <= 9; ++a) {
+    attackers.emplace_back([&, a] {
+      const std::string source = "127.0.0." + std::to_string(a);
+      std::vector<int> fds;
+      while (!stop) {
+        for (auto it = fds.begin(); it != fds.end();) {
+          pollfd p{*it, POLLIN, 0};
+          if (::poll(&p, 1, 0) > 0) {  // closed by the server
+            ::close(*it);
+            it = fds.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        while (fds.size() < 8 && !stop) {
+          const int fd = ConnectFrom(source.c_str(), port);
+          if (fd < 0) break;
+          fds.push_back(fd);
+          ++opened;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      for (int fd : fds) ::close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // every slot taken by now
+  int answered = 0;
+  constexpr int kProbes = 12;
+  for (int i = 0; i < kProbes; ++i) {
+    if (Probe(port) == 200) ++answered;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  stop = true;
+  for (auto& t : attackers) t.join();
+  EXPECT_EQ(answered, kProbes) << "of " << kProbes << " probes (the attackers opened " << opened
+                               << " connections)";
+  const auto c = server.counters();
+  EXPECT_GT(c.refused + c.evicted, 0u);
+  EXPECT_EQ(Probe(port), 200);
 }
 
 TEST(MetricsServer, AnAddressInUseIsAnError) {

@@ -141,11 +141,11 @@ StoredObject& ObjectIndex::AddReservation(ObjectMeta meta, std::uint64_t owner,
     std::lock_guard lock(op.mu);
     RecordReservation(op, *obj, +1);
   }
-  return Publish(std::move(obj), std::nullopt, nullptr);
+  return *Publish(obj, std::nullopt, nullptr);
 }
 
-StoredObject& ObjectIndex::Publish(std::unique_ptr<StoredObject> obj, std::optional<TierKind> tier,
-                                   const Extent* extent) {
+StoredObject* ObjectIndex::Publish(std::unique_ptr<StoredObject>& obj, std::optional<TierKind> tier,
+                                   const Extent* extent, bool limited) {
   StoredObject& ref = *obj;
   // The part of the thread that makes it, not its name's: a thread that replaces what it wrote
   // (a KV block, a step's activations) then keeps the object's candidate sets and counts in
@@ -154,15 +154,28 @@ StoredObject& ObjectIndex::Publish(std::unique_ptr<StoredObject> obj, std::optio
   {
     Part& part = parts_[ref.part];
     std::lock_guard lock(part.mu);
-    ref.ns_counts = &part.ns_usage[ref.meta.ns];
-    ++ref.ns_counts->objects;
+    auto [entry, fresh] = part.ns_usage.try_emplace(ref.meta.ns);
+    PartNamespaceCounts& counts = entry->second;
+    if (fresh) counts.total = limits_.Attach(ref.meta.ns);
+    if (limited && limits_.Near(*counts.total)) {
+      if (fresh) {
+        limits_.Detach(ref.meta.ns, counts.total, 0);
+        part.ns_usage.erase(entry);
+      }
+      return nullptr;
+    }
+    ref.ns_counts = &counts;
+    ++counts.objects;
+    ++part.objects;
+    ObjectCountLimits::Count(&counts.unflushed, &counts.total->objects, 1);
+    ObjectCountLimits::Count(&part.unflushed, limits_.total(), 1);
     CountNs(part, ref, static_cast<std::int64_t>(ref.meta.size), 0);
     if (tier) SetCopyIn(part, ref, *tier, *extent);
   }
   ObjectShard& shard = ObjectShardOf(ref.id);
   std::lock_guard lock(shard.mu);
   shard.objects.emplace(ref.id, std::move(obj));
-  return ref;
+  return &ref;
 }
 
 void ObjectIndex::EraseReservation(std::uint64_t id) {
@@ -331,7 +344,14 @@ void ObjectIndex::Erase(StoredObject& obj) {
     CountNs(part, obj, -static_cast<std::int64_t>(obj.meta.size), 0);
     // Its counts are all given back: with the namespace's last object in the part, the entry
     // goes.
-    if (--obj.ns_counts->objects == 0) part.ns_usage.erase(obj.meta.ns);
+    PartNamespaceCounts& counts = *obj.ns_counts;
+    --part.objects;
+    ObjectCountLimits::Count(&part.unflushed, limits_.total(), -1);
+    ObjectCountLimits::Count(&counts.unflushed, &counts.total->objects, -1);
+    if (--counts.objects == 0) {
+      limits_.Detach(obj.meta.ns, counts.total, counts.unflushed);
+      part.ns_usage.erase(obj.meta.ns);
+    }
     obj.ns_counts = nullptr;
   }
   std::unique_ptr<StoredObject> gone;  // destroyed with no lock held
@@ -367,6 +387,17 @@ NamespaceUsage ObjectIndex::UsageOf(const std::string& ns) const {
 
 std::uint64_t ObjectIndex::TierBytesOf(const std::string& ns, TierKind tier) const {
   return UsageOf(ns).tier_bytes[static_cast<int>(tier)];
+}
+
+std::uint64_t ObjectIndex::ObjectsExactly() const {
+  return SumOver(parts_, [](const Part& part) { return part.objects; });
+}
+
+std::uint64_t ObjectIndex::ObjectsExactly(const std::string& ns) const {
+  return SumOver(parts_, [&ns](const Part& part) {
+    auto it = part.ns_usage.find(ns);
+    return it == part.ns_usage.end() ? std::uint64_t{0} : it->second.objects;
+  });
 }
 
 std::uint64_t ObjectIndex::objects() const {

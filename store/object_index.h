@@ -49,6 +49,7 @@
 
 #include "common/spin_mutex.h"
 #include "store/mover.h"
+#include "store/object_count_limits.h"
 #include "tierpool/types.h"
 #include "tiers/tier.h"
 
@@ -109,6 +110,10 @@ struct NamespaceUsage {
 struct PartNamespaceCounts {
   NamespaceUsage usage;
   std::uint64_t objects = 0;  // the part's objects of the namespace, linked or not
+  // The namespace's shared count (store/object_count_limits.h), and what this part has not added
+  // to it yet.
+  ObjectCountLimits::NamespaceTotal* total = nullptr;
+  std::int64_t unflushed = 0;
 };
 
 // An object's place in one of its owner part's lists of open reservations. Intrusive, so that a
@@ -207,12 +212,21 @@ class ObjectIndex {
     auto it = part.names.find(NameView(ns, key));
     return f(it == part.names.end() ? nullptr : it->second);
   }
+  // Bounds on the objects held (reservations included): 0, none. Set before any object.
+  void SetObjectLimits(std::uint64_t total, std::uint64_t per_namespace) {
+    limits_.Set(total, per_namespace, kParts * ObjectCountLimits::kFlushEvery);
+  }
+  const ObjectCountLimits& object_limits() const { return limits_; }
+  // Objects held, reservations included, in all and of `ns`: exact (every part's lock in turn).
+  std::uint64_t ObjectsExactly() const;
+  std::uint64_t ObjectsExactly(const std::string& ns) const;
   // A new, uncommitted object (a reservation) owned by `owner`, due at expiry_us (0: never).
   StoredObject& AddReservation(ObjectMeta meta, std::uint64_t owner, std::uint64_t expiry_us);
   // The same for an object built by the caller (meta and pool set; its id is given here), with
   // its copy in `tier` at `extent`, if admit(owner's holdings) says yes: the check and the
-  // counting happen under one lock, so puts in parallel cannot pass a limit together. Returns
-  // the object (obj is the index's now), or nullptr (refused: obj is still the caller's).
+  // counting happen under one lock, so puts in parallel cannot pass a limit together. Refused
+  // too where the object counts are near a limit (object_limits()): the exclusive path decides.
+  // Returns the object (obj is the index's now), or nullptr (refused: obj is still the caller's).
   template <typename Admit>
   StoredObject* AddReservationIf(std::unique_ptr<StoredObject>& obj, std::uint64_t owner,
                                  std::uint64_t expiry_us, TierKind tier, const Extent& extent,
@@ -228,7 +242,13 @@ class ObjectIndex {
       obj->staged = obj->meta.key.empty();
       RecordReservation(op, *obj, +1);
     }
-    return &Publish(std::move(obj), tier, &extent);
+    StoredObject* added = Publish(obj, tier, &extent, /*limited=*/true);
+    if (added == nullptr) {
+      OwnerPart& op = OwnerPartOf(owner);
+      std::lock_guard lock(op.mu);
+      RecordReservation(op, *obj, -1);
+    }
+    return added;
   }
   // Ends reservation `id` for its commit, if it is `owner`'s and may(object) says so (both under
   // its owner's lock, so one commit at most claims it): the object is no longer a reservation
@@ -409,7 +429,9 @@ class ObjectIndex {
     // bytes per tier
     // (node-based: an entry stays where it is as others come and go, for its objects' pointers)
     std::unordered_map<std::string, PartNamespaceCounts> ns_usage;
-    std::uint64_t linked = 0;  // guarded by mu: its objects reachable by name
+    std::uint64_t linked = 0;    // guarded by mu: its objects reachable by name
+    std::uint64_t objects = 0;   // guarded by mu: its objects, linked or not
+    std::int64_t unflushed = 0;  // guarded by mu: of their change, not yet in limits_'s total
     // guarded by mu: nodes of entries that left its sets, for the next entries to enter them. A
     // put that replaces an object lists the new one's copy as the old one's leaves: without
     // these, a node made and freed per put.
@@ -461,8 +483,10 @@ class ObjectIndex {
   }
   // A new reservation's part, counts and copy (tier null: none yet), and the object made
   // reachable by id. Its owner's records are already made.
-  StoredObject& Publish(std::unique_ptr<StoredObject> obj, std::optional<TierKind> tier,
-                        const Extent* extent);
+  // Puts obj in its part and its shard (obj is the index's then); with `limited`, not where the
+  // object counts are near a limit: nullptr, and obj is still the caller's.
+  StoredObject* Publish(std::unique_ptr<StoredObject>& obj, std::optional<TierKind> tier,
+                        const Extent* extent, bool limited = false);
   // The owner part's records of obj as a reservation, made (+1) or ended (-1); op locked.
   static void RecordReservation(OwnerPart& op, StoredObject& obj, int sign);
   static OwnerHoldings HoldingsIn(const OwnerPart& op, std::uint64_t owner);
@@ -494,6 +518,7 @@ class ObjectIndex {
   RecencySet::iterator Rekey(StoredObject& obj, int t, int set, RecencySet& s,
                              RecencySet::iterator here, RecencySet::iterator hint);
 
+  ObjectCountLimits limits_;
   std::array<Part, kParts> parts_;
   std::array<OwnerPart, kOwnerParts> owner_parts_;
   std::array<ObjectShard, kObjectShards> object_shards_;

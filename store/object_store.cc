@@ -14,6 +14,11 @@ Status StoreConfig::validate() const {
   if (!(max_reserved_fraction_per_client > 0 && max_reserved_fraction_per_client <= 1)) {
     return Status::InvalidArgument("per-client reserved fraction must be in (0, 1]");
   }
+  for (double f : {max_reserved_fraction_per_process, max_reserved_fraction_per_user}) {
+    if (!(f >= 0 && f <= 1)) {
+      return Status::InvalidArgument("per-process and per-user reserved fractions are in [0, 1]");
+    }
+  }
   if (max_key_bytes == 0 || max_key_bytes > 64 * 1024) {
     return Status::InvalidArgument("max key bytes must be in [1, 65536]");
   }
@@ -56,6 +61,7 @@ Result<std::unique_ptr<ObjectStore>> ObjectStore::Create(StoreConfig config,
 ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> tiers,
                          const Clock* clock)
     : config_(std::move(config)), clock_(clock) {
+  index_.SetObjectLimits(config_.max_objects, config_.max_objects_per_namespace);
   std::array<Tier*, kTierKindCount> raw{};
   for (auto& t : tiers) {
     int k = static_cast<int>(t->kind());
@@ -93,8 +99,16 @@ ObjectStore::ObjectStore(StoreConfig config, std::vector<std::unique_ptr<Tier>> 
   for (TierKind k : {TierKind::kHbm, TierKind::kDram}) {
     if (tier(k) != nullptr) put_capacity += tier(k)->capacity();
   }
-  max_reserved_bytes_ = static_cast<std::uint64_t>(static_cast<double>(put_capacity) *
-                                                   config_.max_reserved_fraction_per_client);
+  auto share = [put_capacity](double fraction) {
+    return static_cast<std::uint64_t>(static_cast<double>(put_capacity) * fraction);
+  };
+  max_reserved_bytes_ = share(config_.max_reserved_fraction_per_client);
+  max_process_reserved_bytes_ = share(config_.max_reserved_fraction_per_process);
+  max_user_reserved_bytes_ = share(config_.max_reserved_fraction_per_user);
+  if (max_process_reserved_bytes_ != 0) group_check_bytes_ = max_process_reserved_bytes_ / 256;
+  if (max_user_reserved_bytes_ != 0) {
+    group_check_bytes_ = std::min(group_check_bytes_, max_user_reserved_bytes_ / 1024);
+  }
   mover_ = std::make_unique<Mover>(config_.mover, clock_);
 }
 
@@ -335,6 +349,7 @@ std::uint64_t ObjectStore::DeletePrefix(const std::string& ns, const std::string
 // --- owners, maintenance -------------------------------------------------------------------
 
 void ObjectStore::ReleaseOwner(std::uint64_t owner) {
+  groups_.Erase(owner);
   std::lock_guard lock(mu_);
   auto reservations = index_.ReservationsOf(owner);
   for (std::uint64_t id : reservations) FreeReservationLocked(id);

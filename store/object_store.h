@@ -57,6 +57,7 @@
 #include "store/mover.h"
 #include "store/namespace_policy.h"
 #include "store/object_index.h"
+#include "store/owner_groups.h"
 #include "store/placement_policy.h"
 #include "tiers/tier.h"
 
@@ -94,6 +95,13 @@ struct StoreConfig {
   std::uint64_t max_reservations_per_client = 65'536;
   std::uint64_t max_leases_per_client = 262'144;
   double max_reserved_fraction_per_client = 0.5;
+  // The same for all connections of one process, and of one user (their peer credentials), so
+  // that opening more connections does not multiply the share (0: no limit). Summed only for a
+  // connection that holds more than 1/256 of the process's share (1/1024 of the user's), so the
+  // common small put never pays for it: a process may pass its share by that much per
+  // connection at most.
+  double max_reserved_fraction_per_process = 0.5;
+  double max_reserved_fraction_per_user = 0.75;
   // Staged reservations (Stage) one connection may hold, and the largest: a client stages room
   // for its next put only (one, or two when commits race), of at most 4 MiB. Staged room has no
   // deadline, so these keep a connection from holding memory idle past the reservation limit.
@@ -104,6 +112,10 @@ struct StoreConfig {
   std::uint32_t max_dtype_bytes = 32;
   std::uint32_t max_shape_dims = 16;
   std::uint64_t max_object_bytes = 0;  // 0: limited by tier capacity only
+  // Objects the server holds (reservations included), in all and per namespace: the metadata no
+  // tier's capacity bounds (about 1-4 KB each, with the key). 0: no limit.
+  std::uint64_t max_objects = 4ull << 20;
+  std::uint64_t max_objects_per_namespace = 1ull << 20;
   std::uint32_t maintenance_interval_ms = 20;
   // How long a put or a read-back waits for moves that make room before it gives up.
   std::uint32_t room_wait_ms = 10'000;
@@ -211,6 +223,7 @@ struct StoreStats {
   std::uint64_t leases_overdue = 0;         // held past lease_ttl_ms
   std::uint64_t clients_overdue = 0;        // connections marked overdue for those
   std::uint64_t client_limit_refusals = 0;  // reserves and pins past a per-connection limit
+  std::uint64_t object_limit_refusals = 0;  // puts of a new name past max_objects(_per_namespace)
   // reserves and moves refused by a namespace quota (a put its hbm quota sent to dram counts)
   std::uint64_t quota_refusals = 0;
   std::uint64_t commits_rejected = 0;     // verify_commits: bytes did not match
@@ -311,6 +324,9 @@ class ObjectStore {
   Status Promote(const std::string& ns, const std::string& key, TierKind target);
 
   void ReleaseOwner(std::uint64_t owner);
+  // The process and user a connection belongs to (its peer credentials, at its handshake): the
+  // per-process and per-user limits on open reservations count it with its siblings.
+  void SetOwnerIdentity(std::uint64_t owner, OwnerGroups::Identity who) { groups_.Set(owner, who); }
   // Per-namespace limits (store/namespace_policy.h); a put that would pass one is refused.
   void SetQuotas(std::unordered_map<std::string, NamespaceQuota> quotas);
   // The namespace pools (store/namespace_policy.h): each pool's objects live in its own arenas
@@ -513,6 +529,14 @@ class ObjectStore {
                                StoredObject** obj, TierKind* t);
   // Per-connection and per-namespace limits (object_store_admission.cc).
   Status AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner);
+  // A put of a new name (a reservation) past max_objects or max_objects_per_namespace.
+  Status WithinObjectLimitsLocked(const PutSpec& spec, std::uint64_t owner);
+  // A reservation of `size` more by owner past its process's or its user's share.
+  Status WithinGroupLimitsLocked(std::uint64_t owner, std::uint64_t size);
+  // Whether a connection holding `h` must be counted with its siblings before it reserves size.
+  bool NeedsGroupCheck(const OwnerHoldings& h, std::uint64_t size) const {
+    return h.reserved_bytes + size > group_check_bytes_;
+  }
   // Why a connection holding `h` may not reserve `size` bytes more (its per-connection limits),
   // or empty when it may.
   std::string OverClientLimits(const OwnerHoldings& h, std::uint64_t size) const;
@@ -588,10 +612,16 @@ class ObjectStore {
   std::unordered_map<std::string, std::uint64_t> hbm_peak_;      // guarded by mu_: planned ns
   std::unordered_set<std::uint64_t> overdue_;                    // guarded by mu_: owners
   std::unordered_map<std::string, NamespaceQuota> quotas_;       // guarded by mu_
-  std::atomic<std::uint64_t> overdue_count_{0};  // overdue_.size(), read without mu_
-  std::uint64_t max_reserved_bytes_ = 0;         // per client, from the fraction and the tiers
-  UseObserver observer_;                         // set before serving
-  std::condition_variable_any moved_;            // a move ended
+  std::atomic<std::uint64_t> overdue_count_{0};   // overdue_.size(), read without mu_
+  std::uint64_t max_reserved_bytes_ = 0;          // per client, from the fraction and the tiers
+  std::uint64_t max_process_reserved_bytes_ = 0;  // the same per process (0: none)
+  std::uint64_t max_user_reserved_bytes_ = 0;     // and per user
+  // A connection holding more than this (with the reservation asked for) is counted with its
+  // process's and user's other connections; ~0: never (no such limit).
+  std::uint64_t group_check_bytes_ = ~0ull;
+  OwnerGroups groups_;
+  UseObserver observer_;               // set before serving
+  std::condition_variable_any moved_;  // a move ended
   std::thread maintenance_;
   std::condition_variable_any wake_;
   bool stopping_ = false;  // guarded by mu_

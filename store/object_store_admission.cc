@@ -27,13 +27,18 @@ std::string ObjectStore::OverClientLimits(const OwnerHoldings& h, std::uint64_t 
 
 Status ObjectStore::AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner) {
   if (owner != kStoreOwner) {
-    const std::string over = OverClientLimits(index_.HoldingsOf(owner), spec.size);
+    const OwnerHoldings h = index_.HoldingsOf(owner);
+    const std::string over = OverClientLimits(h, spec.size);
     if (!over.empty()) {
       ++counters_.client_limit_refusals;
       return Status::ResourceExhausted("this connection has " + over +
                                        ": commit or abort some first");
     }
+    if (NeedsGroupCheck(h, spec.size)) {
+      TIERPOOL_RETURN_IF_ERROR(WithinGroupLimitsLocked(owner, spec.size));
+    }
   }
+  TIERPOOL_RETURN_IF_ERROR(WithinObjectLimitsLocked(spec, owner));
   if (auto q = quotas_.find(spec.ns); q != quotas_.end()) {
     const NamespaceUsage u = index_.UsageOf(spec.ns);
     const bool new_name = index_.Lookup(spec.ns, spec.key) == nullptr;
@@ -51,6 +56,56 @@ Status ObjectStore::AdmitReserveLocked(const PutSpec& spec, std::uint64_t owner)
     }
   }
   return Status::Ok();
+}
+
+Status ObjectStore::WithinGroupLimitsLocked(std::uint64_t owner, std::uint64_t size) {
+  const auto who = groups_.Of(owner);
+  if (!who) return Status::Ok();  // the store's own, or a connection that said no Hello
+  for (bool process : {true, false}) {
+    const std::uint64_t limit = process ? max_process_reserved_bytes_ : max_user_reserved_bytes_;
+    if (limit == 0) continue;
+    std::uint64_t held = 0;
+    const auto siblings = groups_.Like(*who, process);
+    for (std::uint64_t o : siblings) held += index_.HoldingsOf(o).reserved_bytes;
+    // As for a connection: a group that holds nothing open may reserve one object of any size.
+    if (held == 0 || held + size <= limit) continue;
+    ++counters_.client_limit_refusals;
+    return Status::ResourceExhausted(
+        std::string(process ? "this process (pid " + std::to_string(who->pid)
+                            : "this user (uid " + std::to_string(who->uid)) +
+        ") holds " + FormatBytes(held) + " in open reservations over " +
+        std::to_string(siblings.size()) + " connections, and " + FormatBytes(size) +
+        " more would pass its share of " + FormatBytes(limit) +
+        (process ? " (--max-reserved-fraction-per-process)"
+                 : " (--max-reserved-fraction-per-user)") +
+        ": commit or abort some first");
+  }
+  return Status::Ok();
+}
+
+Status ObjectStore::WithinObjectLimitsLocked(const PutSpec& spec, std::uint64_t owner) {
+  const ObjectCountLimits& limits = index_.object_limits();
+  // Far from both limits by the sloppy counts (the common case): nothing to count exactly. The
+  // store's own objects (a snapshot read back) are never refused.
+  if (owner == kStoreOwner || !limits.AnyNear()) return Status::Ok();
+  if (!spec.key.empty() && index_.Lookup(spec.ns, spec.key) != nullptr) return Status::Ok();
+  std::string over;
+  if (limits.max_total() != 0) {
+    if (const std::uint64_t n = index_.ObjectsExactly(); n >= limits.max_total()) {
+      over = "tierpoold holds " + std::to_string(n) + " objects, its limit (--max-objects " +
+             std::to_string(limits.max_total()) + ")";
+    }
+  }
+  if (over.empty() && limits.max_per_namespace() != 0) {
+    if (const std::uint64_t n = index_.ObjectsExactly(spec.ns); n >= limits.max_per_namespace()) {
+      over = "namespace '" + spec.ns + "' holds " + std::to_string(n) +
+             " objects, the limit per namespace (--max-objects-per-namespace " +
+             std::to_string(limits.max_per_namespace()) + ")";
+    }
+  }
+  if (over.empty()) return Status::Ok();
+  ++counters_.object_limit_refusals;
+  return Status::ResourceExhausted(over + ": delete some objects first, or raise the limit");
 }
 
 bool ObjectStore::AtPinLimit(std::uint64_t owner) const {

@@ -95,8 +95,10 @@ std::optional<Reservation> ObjectStore::TryReserveShared(PutSpec& spec, std::uin
   obj->meta = MetaOf(std::move(spec), TierKind::kDram);
   StoredObject* added = index_.AddReservationIf(
       obj, owner, due, TierKind::kDram, *extent, [&](const OwnerHoldings& h) {
+        // A connection that must be counted with its siblings goes the exclusive way.
         return (!staged || h.staged < config_.max_staged_per_client) &&
-               (owner == kStoreOwner || OverClientLimits(h, size).empty());
+               (owner == kStoreOwner ||
+                (OverClientLimits(h, size).empty() && !NeedsGroupCheck(h, size)));
       });
   if (added == nullptr) {  // over a limit: the exclusive path refuses it and says why
     (void)dram->Free(*extent);

@@ -129,7 +129,18 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("max-reserved-fraction-per-client",
      po::value(&c.store.max_reserved_fraction_per_client)->default_value(0.5, "0.5"),
      "fraction of hbm+dram one connection may hold in open reservations")
+    ("max-reserved-fraction-per-process",
+     po::value(&c.store.max_reserved_fraction_per_process)->default_value(0.5, "0.5"),
+     "fraction of hbm+dram the connections of one process may hold in open reservations (0: no limit)")
+    ("max-reserved-fraction-per-user",
+     po::value(&c.store.max_reserved_fraction_per_user)->default_value(0.75, "0.75"),
+     "fraction of hbm+dram the connections of one user may hold in open reservations (0: no limit)")
     ("max-key-bytes", po::value(&c.store.max_key_bytes)->default_value(1024), "longest key")
+    ("max-objects", po::value(&c.store.max_objects)->default_value(4ull << 20),
+     "objects the server holds in all, reservations included (0: no limit)")
+    ("max-objects-per-namespace",
+     po::value(&c.store.max_objects_per_namespace)->default_value(1ull << 20),
+     "objects one namespace holds (0: no limit; a policy quota may set less)")
     ("max-frame", po::value(&max_frame)->default_value("16M"), "largest frame accepted or sent")
     ("inline-threshold", po::value(&inline_threshold)->default_value("8K"),
      "puts and gets of objects up to this size carry the bytes in the frame")

@@ -255,6 +255,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       h->set_server_version(TIERPOOL_VERSION);
       h->set_session_id(session);
       h->set_incarnation(incarnation_);
+      store_->SetOwnerIdentity(session, {peer.pid, peer.uid});
       // Only the arenas of pools the peer may map: the rest of the memory stays out of its
       // reach, whatever it sends later.
       for (const auto& a : store_->Arenas()) {

@@ -59,6 +59,7 @@ void StoreService::Stat(wire::StatReply* reply) {
   add("leases_overdue", s.leases_overdue);
   add("clients_overdue", s.clients_overdue);
   add("client_limit_refusals", s.client_limit_refusals);
+  add("object_limit_refusals", s.object_limit_refusals);
   add("resource_exhausted", s.resource_exhausted);
   add("sessions_cleaned", s.sessions_cleaned);
   add("spills", s.spills);

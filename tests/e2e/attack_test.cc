@@ -539,6 +539,45 @@ TEST(Attack, PerClientLimitsOnReservationsAndPins) {
   }));
 }
 
+// #76 item 6: three connections of one process, each within its own share, held every byte of
+// dram in uncommitted reservations, and every other client's put failed for as long as they
+// stayed open. The connections of one process (and of one user) now share one share.
+TEST(Attack, ConnectionsOfOneProcessShareOneShareOfReservations) {
+  ServerProcess server({"--dram", "64M", "--hbm", "0"});
+  ASSERT_TRUE(server.started());
+  std::vector<std::unique_ptr<Client>> hogs;
+  std::vector<WriteReservation> held;
+  int refused = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto c = server.Connect();
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->Reserve("hoard-" + std::to_string(i), 24 << 20);  // each its first: any size
+    if (r.ok()) {
+      held.push_back(std::move(r).value());
+    } else {
+      EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+      EXPECT_NE(r.status().message().find("--max-reserved-fraction-per-process"), std::string::npos)
+          << r.status().ToString();
+      ++refused;
+    }
+    hogs.push_back(std::move(c).value());
+  }
+  EXPECT_EQ(held.size(), 1u);  // 24 MiB of a 32 MiB share; a second 24 MiB would pass it
+  EXPECT_EQ(refused, 2);
+  // Another process still puts: the CLI, 24 MiB from a file.
+  const std::string file = "/tmp/tierpool-share-" + std::to_string(::getpid());
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << Pattern(3, 24 << 20);
+  }
+  int rc = -1;
+  const std::string said = RunShell(std::string(TIERPOOL_CLI_PATH) + " --socket " +
+                                        server.socket() + " put other-process " + file,
+                                    &rc);
+  std::remove(file.c_str());
+  EXPECT_EQ(rc, 0) << said;
+}
+
 // Staged room (one-round-trip puts) is bounded per connection in count and size, and cannot be
 // named into another namespace or for more bytes than it was staged for.
 TEST(Attack, StagedRoomIsBoundedAndNamedOnlyAsStaged) {

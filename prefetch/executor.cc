@@ -133,10 +133,21 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
   if (job_by_ns_.count(job->ns) != 0) {
     return Status::AlreadyExists("namespace " + job->ns + " already has a registered plan");
   }
+  if (jobs_.size() >= kMaxJobs) {
+    return Status::ResourceExhausted("the server runs " + std::to_string(jobs_.size()) +
+                                     " plans, its limit");
+  }
+  if (std::count_if(jobs_.begin(), jobs_.end(), [owner](const auto& j) {
+        return j.second->owner == owner;
+      }) >= static_cast<std::ptrdiff_t>(kMaxJobsPerOwner)) {
+    return Status::ResourceExhausted("this connection has " + std::to_string(kMaxJobsPerOwner) +
+                                     " plans registered, the limit per connection");
+  }
   job->id = next_job_++;
   const std::uint64_t id = job->id;
   job_by_ns_[job->ns] = id;
   jobs_.emplace(id, std::move(job));
+  reports_.Allow(id, owner);
   return id;
 }
 
@@ -150,6 +161,7 @@ Status Executor::Unregister(std::uint64_t job_id, std::uint64_t owner) {
   }
   job_by_ns_.erase(it->second->ns);
   jobs_.erase(it);
+  reports_.Forget(job_id);
   return Status::Ok();
 }
 
@@ -159,6 +171,7 @@ std::vector<std::pair<std::uint64_t, std::string>> Executor::UnregisterOwner(std
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     if (it->second->owner == owner) {
       gone.emplace_back(it->first, it->second->ns);
+      reports_.Forget(it->first);  // its reports not yet carried out go with it
       job_by_ns_.erase(it->second->ns);
       it = jobs_.erase(it);
     } else {
@@ -208,6 +221,21 @@ Status Executor::Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64
   AdvanceLocked(job, iteration, step);
   wake_.notify_all();
   return Status::Ok();
+}
+
+Status Executor::PostProgress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
+                              std::uint32_t step, std::uint64_t outside_bytes) {
+  auto first = reports_.Post({job_id, owner, iteration, step, outside_bytes});
+  if (!first.ok()) return first.status();
+  if (*first) wake_.notify_all();
+  return Status::Ok();
+}
+
+void Executor::DrainReports() {
+  for (const ProgressReports::Report& r : reports_.Take()) {
+    Status s = Progress(r.job, r.owner, r.iteration, r.step, r.outside_bytes);
+    if (!s.ok()) spdlog::debug("job {}: progress: {}", r.job, s.ToString());
+  }
 }
 
 std::uint64_t Executor::DeadlineLocked(const Job& job, std::uint32_t needed_by) const {
@@ -529,6 +557,7 @@ void Executor::TimerLoop() {
     }
     if (stopping_) return;
     lock.unlock();
+    DrainReports();
     Tick();
     lock.lock();
   }

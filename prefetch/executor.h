@@ -8,9 +8,14 @@
 // first; nothing is issued before its step, so a job that falls behind never gets prefetches
 // early beyond what its budget holds.
 //
+// Bounds, so that one client cannot make the executor's work unbounded: a plan has at most a few
+// actions per def, use and update of its schedule's tensors (ValidatePlan), a connection has at
+// most kMaxJobsPerOwner plans, the server kMaxJobs, and a namespace one.
+//
 // Locking: one mutex guards the jobs. TierControl is called with it held only for calls that
 // do not block (all of them); completions take it again from mover threads. Tick and Progress
-// never block on I/O.
+// never block on I/O. PostProgress takes only the reports' own lock (prefetch/progress_reports.h):
+// the report is carried out on the timer thread.
 #pragma once
 
 #include <condition_variable>
@@ -24,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "prefetch/progress_reports.h"
 #include "prefetch/schedule.h"
 #include "prefetch/tier_control.h"
 
@@ -79,6 +85,9 @@ enum class UseOutcome : std::uint8_t { kHit, kLate, kMiss };
 
 class Executor {
  public:
+  static constexpr std::size_t kMaxJobsPerOwner = 16;
+  static constexpr std::size_t kMaxJobs = 256;
+
   // hbm_capacity: budgets above it are refused.
   Executor(TierControl* control, std::uint64_t hbm_capacity);
   ~Executor();
@@ -100,6 +109,14 @@ class Executor {
   // tierpool since its last report (0: it does not say).
   Status Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                   std::uint32_t step, std::uint64_t outside_bytes = 0);
+  // The same, carried out later by the timer thread (Start): a job's reports not yet carried
+  // out are replaced by its latest (the largest outside_bytes kept). Cheap, for the transport's
+  // I/O thread; a report it cannot take (no such job, another's) is refused at once.
+  Status PostProgress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
+                      std::uint32_t step, std::uint64_t outside_bytes = 0);
+  // Carries out the posted reports now (the timer thread does; tests may).
+  void DrainReports();
+  std::uint64_t reports_coalesced() const { return reports_.coalesced(); }
   // Issues what is due (delayed actions, prefetches waiting for room). Called by the timer
   // thread, by completions, and by tests.
   void Tick();
@@ -147,6 +164,7 @@ class Executor {
   std::unordered_map<std::string, std::uint64_t> job_by_ns_;
   std::vector<Timed> timed_;  // a min-heap on due_us
   std::uint64_t next_job_ = 1;
+  ProgressReports reports_;
   std::condition_variable wake_;
   std::thread timer_;
   bool stopping_ = false;

@@ -131,6 +131,16 @@ Status ValidatePlan(const schedule::Plan& plan, const Schedule& s) {
     }
     if (!(a.delay_us() >= 0 && a.delay_us() < 3.6e9)) return bad(i, "delay_us out of range");
   }
+  // A plan moves each tensor a few times around each def, use and update: more actions than
+  // four per such event is no plan of this schedule (a million duplicates of one action made
+  // every progress report carry them all out again).
+  std::uint64_t events = 0;
+  for (const auto& t : s.tensors()) events += 1 + t.use_steps_size() + t.update_steps_size();
+  if (static_cast<std::uint64_t>(plan.actions_size()) > 4 * events + 64) {
+    return Status::InvalidArgument(
+        "the plan has " + std::to_string(plan.actions_size()) + " actions, more than four per " +
+        "def, use and update of the schedule's tensors (" + std::to_string(4 * events + 64) + ")");
+  }
   for (auto t : plan.resident_at_start()) {
     if (t >= tensors) {
       return Status::InvalidArgument("resident tensor " + std::to_string(t) +

@@ -66,6 +66,13 @@ class PlanRegistry {
   Result<std::uint64_t> Register(const wire::RegisterPlanRequest& request, std::uint64_t session);
   Status Progress(std::uint64_t job, std::uint64_t session, std::uint64_t iteration,
                   std::uint32_t step, std::uint64_t outside_bytes);
+  // The same, carried out by the executor's thread, the job's latest report only (for the I/O
+  // thread: a flood of reports costs it a map update each).
+  Status PostProgress(std::uint64_t job, std::uint64_t session, std::uint64_t iteration,
+                      std::uint32_t step, std::uint64_t outside_bytes) {
+    return executor_.PostProgress(job, session, iteration, step, outside_bytes);
+  }
+  std::uint64_t reports_coalesced() const { return executor_.reports_coalesced(); }
   Status Unregister(std::uint64_t job, std::uint64_t session);
   void OnDisconnect(std::uint64_t session);
   bool HasJobs(std::uint64_t session) const { return executor_.HasJobs(session); }

@@ -94,6 +94,7 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
   (void)session;
   switch (req.body_case()) {
     case wire::Request::kPromote:
+    case wire::Request::kRegisterPlan:  // parses and checks a plan: proportional to its size
       return true;
     case wire::Request::kCommit: {
       // Verifying a commit reads the object once: large ones are read on a worker.
@@ -484,7 +485,7 @@ bool StoreService::HandleRequest(std::uint64_t session, const transport::PeerCre
       if (plans_ != nullptr) {
         const auto& p = req.progress();
         Status s =
-            plans_->Progress(p.job_id(), session, p.iteration(), p.step(), p.outside_bytes());
+            plans_->PostProgress(p.job_id(), session, p.iteration(), p.step(), p.outside_bytes());
         if (!s.ok()) spdlog::debug("session {}: progress: {}", session, s.ToString());
       }
       return false;  // one-way

@@ -144,6 +144,7 @@ void StoreService::Stat(wire::StatReply* reply) {
     }
   }
   if (plans_ != nullptr) {
+    add("progress_reports_coalesced", plans_->reports_coalesced());
     for (const auto& j : plans_->Jobs()) {
       auto* w = reply->add_jobs();
       w->set_id(j.id);

@@ -174,6 +174,66 @@ TEST_F(ExecutorTest, ActionsIssueAtTheirSteps) {
   EXPECT_EQ(jobs[0].counters.bytes_out, 1000u);
 }
 
+// #76 item 4: one connection registered 100k plans (+362 MB, a 130 MB /metrics), and a plan of a
+// million duplicate actions was taken.
+TEST_F(ExecutorTest, PlansAreBoundedPerConnectionInAllAndByTheirSchedule) {
+  auto spec = [](const std::string& ns, int actions) {
+    JobSpec s;
+    s.ns = ns;
+    s.schedule = SixSteps();
+    for (int i = 0; i < actions; ++i)
+      *s.plan.add_actions() = Act(schedule::PREFETCH, 0, 1, false, 2);
+    s.hbm_budget = 10'000;
+    return s;
+  };
+  // Three tensors with a def and two uses each (c has no def step but counts as one): 4 per
+  // such event and 64 more.
+  EXPECT_TRUE(exec_.Register(spec("fits", 4 * 9 + 64), kOwner).ok());
+  auto too_many = exec_.Register(spec("dupes", 4 * 9 + 65), kOwner);
+  EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
+  for (std::size_t i = 1; i < Executor::kMaxJobsPerOwner; ++i) {
+    ASSERT_TRUE(exec_.Register(spec("ns" + std::to_string(i), 1), kOwner).ok()) << i;
+  }
+  auto over = exec_.Register(spec("one-more", 1), kOwner);
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.status().ToString();
+  EXPECT_TRUE(exec_.Register(spec("one-more", 1), kOwner + 1).ok());  // another connection
+  std::uint64_t owner = 100;
+  Status last;
+  for (std::size_t n = exec_.Jobs().size(); n <= Executor::kMaxJobs; ++n) {
+    auto id = exec_.Register(spec("many" + std::to_string(n), 1), owner + n / 8);
+    if (!id.ok()) {
+      last = id.status();
+      break;
+    }
+  }
+  EXPECT_EQ(last.code(), StatusCode::kResourceExhausted) << last.ToString();
+  EXPECT_EQ(exec_.Jobs().size(), Executor::kMaxJobs);
+}
+
+// Reports posted from the I/O thread are carried out later, the job's latest only; a job that
+// goes takes its report with it.
+TEST_F(ExecutorTest, PostedReportsAreCoalescedAndGoWithTheirJob) {
+  control_.objs["c"] = {1000, false, false, true};
+  std::uint64_t job = Register({Act(schedule::PREFETCH, 2, 3, false, 5)}, 10'000);
+  for (std::uint32_t step = 0; step < 5; ++step) {
+    ASSERT_TRUE(exec_.PostProgress(job, kOwner, 0, step, 100 * step).ok());
+  }
+  EXPECT_EQ(exec_.PostProgress(job, kOwner + 1, 0, 5).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(exec_.PostProgress(job + 1, kOwner, 0, 5).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(control_.log.empty());  // nothing carried out on the posting thread
+  EXPECT_EQ(exec_.reports_coalesced(), 4u);
+  exec_.DrainReports();
+  EXPECT_EQ(control_.log.size(), 1u);  // step 3's prefetch, from the skipped steps
+  auto jobs = exec_.Jobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].step, 4u);
+  EXPECT_EQ(jobs[0].counters.outside_peak, 400u);
+  ASSERT_TRUE(exec_.PostProgress(job, kOwner, 1, 0).ok());
+  ASSERT_TRUE(exec_.Unregister(job, kOwner).ok());
+  exec_.DrainReports();  // nothing left to carry out
+  EXPECT_EQ(control_.log.size(), 1u);
+}
+
 TEST_F(ExecutorTest, CleanCopiesAreDroppedNotCopiedOut) {
   control_.objs["a"] = {1000, true, false, /*lower=*/true};
   std::uint64_t job = Register({Act(schedule::OFFLOAD, 0, 0)}, 10'000);

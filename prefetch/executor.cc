@@ -199,6 +199,11 @@ bool Executor::Covers(const std::string& ns, const std::string& key) const {
 Status Executor::Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                           std::uint32_t step, std::uint64_t outside_bytes) {
   std::lock_guard lock(mu_);
+  return ProgressLocked(job_id, owner, iteration, step, outside_bytes);
+}
+
+Status Executor::ProgressLocked(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
+                                std::uint32_t step, std::uint64_t outside_bytes) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + std::to_string(job_id));
   Job& job = *it->second;
@@ -223,8 +228,46 @@ Status Executor::Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64
   return Status::Ok();
 }
 
+bool Executor::SmallAdvanceLocked(const Job& job, std::uint64_t iteration, std::uint32_t step,
+                                  std::size_t limit) const {
+  const auto steps = static_cast<std::uint32_t>(job.before.size());
+  if (step >= steps) return true;  // refused at once
+  std::size_t n = 0;
+  for (const Timed& t : timed_) n += t.job == job.id ? 1 : 0;
+  auto add = [&](const std::vector<std::vector<std::uint32_t>>& lists, std::uint32_t from,
+                 std::uint32_t to) {
+    for (std::uint32_t s = from; s < to && n <= limit; ++s) n += lists[s].size();
+  };
+  if (!job.started) {
+    n += static_cast<std::size_t>(job.plan.resident_at_start_size());
+    add(job.before, 0, step + 1);
+    add(job.after, 0, step);
+  } else if (iteration > job.iteration) {
+    add(job.before, job.next_before, steps);  // the rest of the iteration under way
+    add(job.after, job.next_after, steps);
+    add(job.before, 0, step + 1);
+    add(job.after, 0, step);
+  } else {
+    add(job.before, job.next_before, step + 1);
+    add(job.after, job.next_after, step);
+  }
+  return n <= limit;
+}
+
 Status Executor::PostProgress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                               std::uint32_t step, std::uint64_t outside_bytes) {
+  // Small, and nothing of the job waiting: at once, in order. Never waits for the lock: a timer
+  // thread carrying out a large report holds it, and the report then queues behind that one.
+  if (!reports_.Pending(job_id)) {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (lock.owns_lock()) {
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end() && it->second->owner == owner &&
+          SmallAdvanceLocked(*it->second, iteration, step, kInlineActions)) {
+        return ProgressLocked(job_id, owner, iteration, step, outside_bytes);
+      }
+    }
+  }
   auto first = reports_.Post({job_id, owner, iteration, step, outside_bytes});
   if (!first.ok()) return first.status();
   if (*first) wake_.notify_all();

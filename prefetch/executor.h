@@ -87,6 +87,7 @@ class Executor {
  public:
   static constexpr std::size_t kMaxJobsPerOwner = 16;
   static constexpr std::size_t kMaxJobs = 256;
+  static constexpr std::size_t kInlineActions = 512;
 
   // hbm_capacity: budgets above it are refused.
   Executor(TierControl* control, std::uint64_t hbm_capacity);
@@ -109,9 +110,12 @@ class Executor {
   // tierpool since its last report (0: it does not say).
   Status Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                   std::uint32_t step, std::uint64_t outside_bytes = 0);
-  // The same, carried out later by the timer thread (Start): a job's reports not yet carried
-  // out are replaced by its latest (the largest outside_bytes kept). Cheap, for the transport's
-  // I/O thread; a report it cannot take (no such job, another's) is refused at once.
+  // The same for the transport's I/O thread, which must never carry out much: a report whose
+  // steps hold at most kInlineActions actions, of a job with no report waiting, is carried out
+  // at once (a job reporting each step keeps its order and timing); any other is left to the
+  // timer thread (Start), where a job's reports not yet carried out are replaced by its latest
+  // (the largest outside_bytes kept). A report it cannot take (no such job, another's) is
+  // refused at once.
   Status PostProgress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                       std::uint32_t step, std::uint64_t outside_bytes = 0);
   // Carries out the posted reports now (the timer thread does; tests may).
@@ -138,6 +142,11 @@ class Executor {
   };
 
   // All require mu_.
+  Status ProgressLocked(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
+                        std::uint32_t step, std::uint64_t outside_bytes);
+  // Whether a report of (iteration, step) would carry out at most `limit` actions.
+  bool SmallAdvanceLocked(const Job& job, std::uint64_t iteration, std::uint32_t step,
+                          std::size_t limit) const;
   void AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t step);
   void IssueLocked(Job& job, std::uint32_t action_index);
   // action_step: the step the prefetch was planned at (a needed_by before it is in the next

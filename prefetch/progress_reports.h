@@ -56,6 +56,10 @@ class ProgressReports {
     }
     return fresh;
   }
+  bool Pending(std::uint64_t job) const {
+    std::lock_guard lock(mu_);
+    return pending_.count(job) != 0;
+  }
   // Every pending report, taken.
   std::vector<Report> Take() {
     std::vector<Report> out;

@@ -210,28 +210,49 @@ TEST_F(ExecutorTest, PlansAreBoundedPerConnectionInAllAndByTheirSchedule) {
   EXPECT_EQ(exec_.Jobs().size(), Executor::kMaxJobs);
 }
 
-// Reports posted from the I/O thread are carried out later, the job's latest only; a job that
-// goes takes its report with it.
-TEST_F(ExecutorTest, PostedReportsAreCoalescedAndGoWithTheirJob) {
-  control_.objs["c"] = {1000, false, false, true};
-  std::uint64_t job = Register({Act(schedule::PREFETCH, 2, 3, false, 5)}, 10'000);
-  for (std::uint32_t step = 0; step < 5; ++step) {
-    ASSERT_TRUE(exec_.PostProgress(job, kOwner, 0, step, 100 * step).ok());
+// Reports posted from the I/O thread: a small one is carried out at once, in order; one whose
+// steps hold more than kInlineActions actions is left to the timer thread, and replaced there by
+// the job's next report until it is carried out; a job that goes takes its report with it.
+TEST_F(ExecutorTest, PostedReportsAreCarriedOutAtOnceWhenSmallElseCoalesced) {
+  JobSpec spec;
+  spec.ns = "big";
+  spec.schedule = SixSteps();
+  for (int t = 3; t < 203; ++t) {  // 200 more tensors, each used at steps 1 to 5
+    auto* x = spec.schedule.add_tensors();
+    x->set_id(static_cast<std::uint32_t>(t));
+    x->set_name("t" + std::to_string(t));
+    x->set_size_bytes(10);
+    x->set_def_step(-1);
+    for (std::uint32_t u = 1; u < 6; ++u) x->add_use_steps(u);
   }
-  EXPECT_EQ(exec_.PostProgress(job, kOwner + 1, 0, 5).code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(exec_.PostProgress(job + 1, kOwner, 0, 5).code(), StatusCode::kNotFound);
-  EXPECT_TRUE(control_.log.empty());  // nothing carried out on the posting thread
-  EXPECT_EQ(exec_.reports_coalesced(), 4u);
+  for (std::uint32_t t = 3; t < 203; ++t) {
+    for (int n = 0; n < 3; ++n) *spec.plan.add_actions() = Act(schedule::PREFETCH, t, 3, false, 4);
+  }
+  spec.hbm_budget = 100'000;
+  auto job = exec_.Register(std::move(spec), kOwner);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(exec_.PostProgress(*job, kOwner, 0, 0).ok());
+  ASSERT_TRUE(exec_.PostProgress(*job, kOwner, 0, 1, 100).ok());
+  ASSERT_EQ(exec_.Jobs()[0].step, 1u);  // small: carried out at once
+  // Step 3's 600 prefetches are more than a report may carry out on the I/O thread.
+  for (std::uint32_t step = 4; step < 6; ++step) {
+    ASSERT_TRUE(exec_.PostProgress(*job, kOwner, 0, step, 100 * step).ok());
+  }
+  EXPECT_EQ(exec_.PostProgress(*job, kOwner + 1, 0, 5).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(exec_.PostProgress(*job + 1, kOwner, 0, 5).code(), StatusCode::kNotFound);
+  EXPECT_EQ(exec_.Jobs()[0].step, 1u);
+  EXPECT_EQ(exec_.Jobs()[0].counters.skipped, 0u);
+  EXPECT_EQ(exec_.reports_coalesced(), 1u);
   exec_.DrainReports();
-  EXPECT_EQ(control_.log.size(), 1u);  // step 3's prefetch, from the skipped steps
   auto jobs = exec_.Jobs();
+  EXPECT_EQ(jobs[0].counters.skipped_absent, 600u);  // (the tensors are not stored)
   ASSERT_EQ(jobs.size(), 1u);
-  EXPECT_EQ(jobs[0].step, 4u);
-  EXPECT_EQ(jobs[0].counters.outside_peak, 400u);
-  ASSERT_TRUE(exec_.PostProgress(job, kOwner, 1, 0).ok());
-  ASSERT_TRUE(exec_.Unregister(job, kOwner).ok());
-  exec_.DrainReports();  // nothing left to carry out
-  EXPECT_EQ(control_.log.size(), 1u);
+  EXPECT_EQ(jobs[0].step, 5u);
+  EXPECT_EQ(jobs[0].counters.outside_peak, 500u);
+  ASSERT_TRUE(exec_.PostProgress(*job, kOwner, 1, 4).ok());  // the next iteration's step 3
+  ASSERT_TRUE(exec_.Unregister(*job, kOwner).ok());
+  exec_.DrainReports();  // nothing left to carry out, and no job to carry it out for
+  EXPECT_TRUE(exec_.Jobs().empty());
 }
 
 TEST_F(ExecutorTest, CleanCopiesAreDroppedNotCopiedOut) {

@@ -340,7 +340,7 @@ TEST(Bench, ComparesWithRedisInTheSameRun) {
   for (const auto& r : rows) {
     const std::string path = r["path"];
     if (path == "redis") ++redis_rows;
-    EXPECT_EQ(r.value("client_verifies_checksums", true), false) << r.dump();
+    EXPECT_EQ(r.value("client_verifies_checksums", false), true) << r.dump();  // the default
     // What backs the dram the rows went through, as `tierpool stat` names it.
     EXPECT_EQ(r.value("server_dram_backend", "").rfind("memfd/libnuma", 0), 0u) << r.dump();
     if (path != "copy" && path != "zero_copy") continue;
@@ -378,20 +378,20 @@ TEST(Bench, ComparesWithRedisInTheSameRun) {
   EXPECT_EQ(rc, 0) << "the benchmark left files in " << tmp;
 }
 
-// `bench --verify-checksums`: the gets check every byte as they copy it, as a client with
-// verify_checksums does, and the rows say so.
-TEST(Bench, MeasuresCheckedGetsWhenAsked) {
+// `bench --plain-copies`: the gets copy without the check, as a client with verify_checksums
+// off, and the rows say so (by default they check, as every client does).
+TEST(Bench, MeasuresPlainCopiesWhenAsked) {
   ServerProcess server({"--dram", "512M", "--hbm", "16M"});
   ASSERT_TRUE(server.started());
   int rc = 0;
   std::string o = RunShell(std::string(TIERPOOL_CLI_PATH) + " --socket " + server.socket() +
-                               " bench --seconds 0.01 --threads 1 --verify-checksums --json 2>&1",
+                               " bench --seconds 0.01 --threads 1 --plain-copies --json 2>&1",
                            &rc);
   ASSERT_EQ(rc, 0) << o;
   auto rows = nlohmann::json::parse(o);
   int gets = 0;
   for (const auto& r : rows) {
-    EXPECT_EQ(r.value("client_verifies_checksums", false), true) << r.dump();
+    EXPECT_EQ(r.value("client_verifies_checksums", true), false) << r.dump();
     if (r["op"] == "get" && r["path"] == "copy") ++gets;
   }
   EXPECT_EQ(gets, 6);

@@ -216,6 +216,9 @@ void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
 }
 
 void ObjectStore::DoomLocked(StoredObject& obj) {
+  if (removals_ != nullptr && obj.meta.durability == Durability::kRetained) {
+    removals_->NoteRemoval(obj.meta.ns, obj.meta.key);
+  }
   obj.doomed = true;
   index_.Unlink(obj);
   // Copies a reader still holds go when it lets go. Until then their bytes count as leaving

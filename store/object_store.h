@@ -59,6 +59,7 @@
 #include "store/object_index.h"
 #include "store/owner_groups.h"
 #include "store/placement_policy.h"
+#include "store/removal_journal.h"
 #include "tiers/tier.h"
 
 namespace tierpool {
@@ -327,6 +328,14 @@ class ObjectStore {
   // The process and user a connection belongs to (its peer credentials, at its handshake): the
   // per-process and per-user limits on open reservations count it with its siblings.
   void SetOwnerIdentity(std::uint64_t owner, OwnerGroups::Identity who) { groups_.Set(owner, who); }
+  // --persist: the names of the last good snapshot whose removal must be made durable before the
+  // request that removes them is answered (store/removal_journal.h). Set before serving.
+  void set_removal_journal(RemovalJournal* journal) { removals_ = journal; }
+  RemovalJournal* removal_journal() const { return removals_; }
+  // The (namespace, key) of open reservations (a commit's names, before it runs); ids that are
+  // no reservation are left out.
+  std::vector<std::pair<std::string, std::string>> NamesOfReservations(
+      const std::vector<std::uint64_t>& ids);
   // Per-namespace limits (store/namespace_policy.h); a put that would pass one is refused.
   void SetQuotas(std::unordered_map<std::string, NamespaceQuota> quotas);
   // The namespace pools (store/namespace_policy.h): each pool's objects live in its own arenas
@@ -620,8 +629,9 @@ class ObjectStore {
   // process's and user's other connections; ~0: never (no such limit).
   std::uint64_t group_check_bytes_ = ~0ull;
   OwnerGroups groups_;
-  UseObserver observer_;               // set before serving
-  std::condition_variable_any moved_;  // a move ended
+  RemovalJournal* removals_ = nullptr;  // set before serving
+  UseObserver observer_;                // set before serving
+  std::condition_variable_any moved_;   // a move ended
   std::thread maintenance_;
   std::condition_variable_any wake_;
   bool stopping_ = false;  // guarded by mu_

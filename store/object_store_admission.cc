@@ -189,6 +189,18 @@ std::uint64_t ObjectStore::ReservedBytes(const std::vector<std::uint64_t>& reser
   return total;
 }
 
+std::vector<std::pair<std::string, std::string>> ObjectStore::NamesOfReservations(
+    const std::vector<std::uint64_t>& ids) {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<std::string, std::string>> names;
+  for (std::uint64_t id : ids) {
+    if (const StoredObject* obj = index_.Find(id); obj != nullptr && index_.IsReservation(id)) {
+      names.emplace_back(obj->meta.ns, obj->meta.key);
+    }
+  }
+  return names;
+}
+
 bool ObjectStore::Holds(std::uint64_t owner) const {
   std::shared_lock lock(mu_);
   const OwnerHoldings h = index_.HoldingsOf(owner);

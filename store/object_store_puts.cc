@@ -296,6 +296,9 @@ std::optional<Status> ObjectStore::TryCommitShared(std::uint64_t reservation_id,
   const std::uint64_t size = obj->meta.size;
   bool unused = false;
   if (StoredObject* replaced = index_.Commit(*obj, &unused)) {
+    if (removals_ != nullptr && replaced->meta.durability == Durability::kRetained) {
+      removals_->NoteRemoval(replaced->meta.ns, replaced->meta.key);
+    }
     if (!unused || !FreeUnreachableShared(*replaced)) *doom = replaced->id;
   }
   puts_.Add(owner);

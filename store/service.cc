@@ -90,8 +90,38 @@ Result<PutSpec> StoreService::CheckedSpec(const transport::PeerCredentials& peer
   return FromWire(w);
 }
 
+bool StoreService::MayRemoveWatched(const wire::Request& req) {
+  if (journal_ == nullptr || !journal_->watching()) return false;
+  switch (req.body_case()) {
+    case wire::Request::kDel:
+      for (const auto& k : req.del().keys()) {
+        if (journal_->Watched(k.ns(), k.key())) return true;
+      }
+      return false;
+    case wire::Request::kPutInline:
+      for (const auto& item : req.put_inline().items()) {
+        if (journal_->Watched(item.spec().ns(), item.spec().key())) return true;
+      }
+      return false;
+    case wire::Request::kCommit: {
+      std::vector<std::uint64_t> ids;
+      for (const auto& item : req.commit().items()) {
+        if (item.has_spec() && journal_->Watched(item.spec().ns(), item.spec().key())) return true;
+        ids.push_back(item.reservation_id());
+      }
+      for (const auto& [ns, key] : store_->NamesOfReservations(ids)) {
+        if (journal_->Watched(ns, key)) return true;
+      }
+      return false;
+    }
+    default:
+      return false;
+  }
+}
+
 bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
   (void)session;
+  if (MayRemoveWatched(req)) return true;
   switch (req.body_case()) {
     case wire::Request::kPromote:
     case wire::Request::kRegisterPlan:  // parses and checks a plan: proportional to its size
@@ -188,6 +218,9 @@ bool StoreService::Handle(std::uint64_t session, const transport::PeerCredential
                           const wire::Request& req, wire::Response* resp, std::vector<int>* fds) {
   const auto started = std::chrono::steady_clock::now();
   const bool reply = HandleRequest(session, peer, req, resp, fds);
+  // A name of the last good snapshot removed: answered once that is on disk (a crash must not
+  // bring back what a client was told is gone).
+  if (journal_ != nullptr) journal_->WaitForCaller();
   // Refused a wait on an I/O thread: a worker carries it on, and records the latency then.
   if (WaitRefused()) return reply;
   RecordLatency(req, *resp,

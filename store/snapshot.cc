@@ -117,10 +117,89 @@ Status SyncDir(const std::string& dir) {
 
 }  // namespace
 
+Status CheckPersistDir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return ErrnoStatus("--persist " + dir + (errno == ENOENT ? " (create it first)" : ""), errno);
+  }
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument("--persist " + dir + " is not a directory");
+  // Writable, for real (a read-only mount passes access()): a file made and removed.
+  const std::string probe = dir + "/.tierpool-probe-" + std::to_string(::getpid());
+  UniqueFd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return ErrnoStatus("--persist " + dir + ": cannot create a file there", errno);
+  fd.reset();
+  ::unlink(probe.c_str());
+  for (const char* name :
+       {"tierpool.snapshot", "tierpool.snapshot.tmp", "tierpool.journal", "tierpool.journal.tmp"}) {
+    const std::string path = dir + "/" + name;
+    struct stat f {};
+    if (::lstat(path.c_str(), &f) != 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoStatus("--persist: " + path, errno);
+    }
+    if (!S_ISREG(f.st_mode)) {
+      return Status::FailedPrecondition("--persist: " + path +
+                                        " is not a regular file (a FIFO, a link, a directory?): "
+                                        "move it away");
+    }
+    if (std::string(name).ends_with(".tmp")) {
+      spdlog::warn("--persist: removing {}, left by a crash while it was written", path);
+      ::unlink(path.c_str());
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// dir/tierpool.snapshot open for reading, if it is a regular file (O_NONBLOCK: a FIFO in its
+// place would hang the open).
+Result<UniqueFd> OpenSnapshot(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return Status::NotFound("no snapshot at " + path);
+    return ErrnoStatus("open " + path, errno);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::FailedPrecondition(path + " is not a regular file: move it away");
+  }
+  return fd;
+}
+
+Result<SnapshotStats> WriteSnapshot(ObjectStore& store, const std::string& dir,
+                                    const std::string& path, const std::string& tmp);
+
+}  // namespace
+
+Result<std::uint64_t> SnapshotId(const std::string& dir) {
+  const std::string path = dir + "/" + kName;
+  auto fd = OpenSnapshot(path);
+  if (!fd.ok()) return fd.status();
+  std::uint8_t header[kFileHeaderSize];
+  if (!ReadAll(fd->get(), header, sizeof(header)) || Get<std::uint32_t>(header) != kFileMagic ||
+      Get<std::uint64_t>(header + 24) != Xxh3(header, 24)) {
+    return Status::DataLoss(path + " is not a tierpool snapshot (bad header)");
+  }
+  return Get<std::uint64_t>(header + 24);
+}
+
 Result<SnapshotStats> SaveSnapshot(ObjectStore& store, const std::string& dir) {
   const std::string path = dir + "/" + kName;
   const std::string tmp = path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  auto saved = WriteSnapshot(store, dir, path, tmp);
+  if (!saved.ok()) ::unlink(tmp.c_str());  // the previous snapshot stays as it was
+  return saved;
+}
+
+namespace {
+
+Result<SnapshotStats> WriteSnapshot(ObjectStore& store, const std::string& dir,
+                                    const std::string& path, const std::string& tmp) {
+  UniqueFd fd(::open(tmp.c_str(),
+                     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0600));
   if (fd.get() < 0) return ErrnoStatus("create " + tmp, errno);
   std::uint8_t header[kFileHeaderSize] = {};
   Put<std::uint32_t>(header, kFileMagic);
@@ -166,16 +245,18 @@ Result<SnapshotStats> SaveSnapshot(ObjectStore& store, const std::string& dir) {
   fd.reset();
   if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename " + tmp, errno);
   TIERPOOL_RETURN_IF_ERROR(SyncDir(dir));
+  stats.id = Get<std::uint64_t>(header + 24);
   return stats;
 }
 
-Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir) {
+}  // namespace
+
+Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir,
+                                   const std::set<std::pair<std::string, std::string>>& deleted) {
   const std::string path = dir + "/" + kName;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return Status::NotFound("no snapshot at " + path);
-    return ErrnoStatus("open " + path, errno);
-  }
+  auto opened = OpenSnapshot(path);
+  if (!opened.ok()) return opened.status();
+  UniqueFd fd = std::move(opened).value();
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path, errno);
   const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
@@ -190,6 +271,7 @@ Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir) {
                                       "; this tierpoold reads version 1");
   }
   SnapshotStats stats;
+  stats.id = Get<std::uint64_t>(header + 24);
   stats.complete = false;
   std::uint64_t at = kFileHeaderSize;
   std::string meta_bytes;
@@ -241,6 +323,11 @@ Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir) {
       continue;
     }
     const ObjectMeta m = transport::MetaFromWire(w);
+    if (!deleted.empty() && deleted.count({m.ns, m.key}) != 0) {
+      ++stats.deleted;  // deleted or replaced after this snapshot was read: it stays gone
+      if (!skip_payload()) break;
+      continue;
+    }
     const PutSpec spec{.ns = m.ns,
                        .key = m.key,
                        .size = m.size,
@@ -273,6 +360,7 @@ Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir) {
       continue;
     }
     TIERPOOL_RETURN_IF_ERROR(store.Commit(res->id, sum, kStoreOwner));
+    stats.names.emplace(spec.ns, spec.key);
     ++stats.objects;
     stats.bytes += spec.size;
   }
@@ -281,12 +369,8 @@ Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir) {
     stats.complete = false;
   }
   if (!stats.complete) spdlog::error("snapshot {} is incomplete: some objects are lost", path);
-  fd.reset();
-  // Taken: a crash from now on must not bring these objects back over newer state.
-  if (::rename(path.c_str(), (path + ".loaded").c_str()) != 0) {
-    return ErrnoStatus("rename " + path, errno);
-  }
-  (void)SyncDir(dir);
+  // Kept: the last good state until the next clean shutdown replaces it; what is deleted or
+  // replaced meanwhile goes in the journal (store/removal_journal.h).
   return stats;
 }
 

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/units.h"
 #include "store/metrics_server.h"
+#include "store/removal_journal.h"
 #include "store/server_config.h"
 #include "store/snapshot.h"
 
@@ -25,6 +26,13 @@ int main(int argc, char** argv) {
   if (Status s = SetLogLevel(config->log_level); !s.ok()) {
     std::cerr << "tierpoold: " << s.ToString() << "\n";
     return 2;
+  }
+  // A --persist that cannot hold a snapshot is found now, not at shutdown with the objects lost.
+  if (!config->persist_dir.empty()) {
+    if (Status s = CheckPersistDir(config->persist_dir); !s.ok()) {
+      spdlog::critical("{}", s.ToString());
+      return 1;
+    }
   }
   // Block the stop signals in every thread; the main thread waits for them below.
   sigset_t stop_signals;
@@ -64,22 +72,38 @@ int main(int argc, char** argv) {
   for (const auto& t : (*store)->Stats().tiers) {
     if (t.tier.kind == TierKind::kHbm) hbm_capacity = t.tier.capacity;
   }
+  std::unique_ptr<RemovalJournal> journal;
   if (!config->persist_dir.empty()) {
-    auto loaded = LoadSnapshot(**store, config->persist_dir);
+    const std::string& dir = config->persist_dir;
+    auto id = SnapshotId(dir);
+    Result<SnapshotStats> loaded = id.status();
+    Result<std::set<RemovalJournal::Name>> deleted = std::set<RemovalJournal::Name>{};
+    if (id.ok()) deleted = RemovalJournal::Read(dir, *id);
+    if (id.ok() && deleted.ok()) loaded = LoadSnapshot(**store, dir, *deleted);
     if (loaded.ok()) {
       spdlog::info(
-          "recovered {} objects ({}) from {}; {} records failed their checks, {} found "
-          "no room{}",
-          loaded->objects, FormatBytes(loaded->bytes), config->persist_dir, loaded->skipped,
+          "recovered {} objects ({}) from {}; {} deleted since, {} records failed their checks, "
+          "{} found no room{}",
+          loaded->objects, FormatBytes(loaded->bytes), dir, loaded->deleted, loaded->skipped,
           loaded->not_restored, loaded->complete ? "" : "; the snapshot was incomplete");
-    } else if (loaded.status().code() != StatusCode::kNotFound) {
-      spdlog::critical("cannot recover the snapshot in {}: {}", config->persist_dir,
-                       loaded.status().ToString());
+      auto opened = RemovalJournal::Open(dir, loaded->id, std::move(loaded->names));
+      if (!opened.ok()) {
+        spdlog::critical("cannot keep the journal in {}: {}", dir, opened.status().ToString());
+        return 1;
+      }
+      journal = std::move(opened).value();
+      (*store)->set_removal_journal(journal.get());
+    } else if (loaded.status().code() == StatusCode::kNotFound) {
+      RemovalJournal::Remove(dir);  // one left without its snapshot names nothing
+    } else {
+      spdlog::critical("cannot recover the snapshot in {}: {}", dir,
+                       (deleted.ok() ? loaded.status() : deleted.status()).ToString());
       return 1;
     }
   }
   PlanRegistry plans(store->get(), hbm_capacity);
   StoreService service(config->service, store->get());
+  service.set_removal_journal(journal.get());
   service.set_plans(&plans);
   (*store)->SetQuotas(policy->quotas());
   service.set_policy(&*policy);
@@ -142,16 +166,24 @@ int main(int argc, char** argv) {
   if (cluster) cluster->Stop();
   server.Stop();
   plans.Stop();
+  int exit_code = 0;
   if (!config->persist_dir.empty()) {
+    if (journal) journal->Close();
     auto saved = SaveSnapshot(**store, config->persist_dir);
     if (saved.ok()) {
+      RemovalJournal::Remove(config->persist_dir);  // the new snapshot holds what it said
       spdlog::info("saved {} retained objects ({}) to {}; {} could not be read", saved->objects,
                    FormatBytes(saved->bytes), config->persist_dir, saved->not_restored);
     } else {
-      spdlog::error("snapshot to {} failed: {}", config->persist_dir, saved.status().ToString());
+      // Exit non-zero: a supervisor, and whoever reads the unit's state, must see the loss.
+      spdlog::critical(
+          "snapshot to {} failed: {}; the previous snapshot and its journal are kept (the next "
+          "start brings back what they hold), the objects made since this start are lost",
+          config->persist_dir, saved.status().ToString());
+      exit_code = 3;
     }
   }
   metrics.Stop();
   (*store)->Stop();
-  return 0;
+  return exit_code;
 }

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <array>
@@ -45,6 +46,7 @@ ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket)
   if (pid_ == 0) {
     // A test that dies (a sanitizer abort) must not leave its server running.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::signal(SIGXFSZ, SIG_IGN);  // inherited across exec: past LimitFileSize, writes fail
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -63,7 +65,7 @@ ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket)
 }
 
 ServerProcess::~ServerProcess() {
-  if (pid_ <= 0) return;
+  if (pid_ <= 0 || reaped_) return;
   ::kill(pid_, SIGCONT);  // a test that froze it and failed
   ::kill(pid_, SIGTERM);
   for (int i = 0; i < 500; ++i) {
@@ -73,6 +75,26 @@ ServerProcess::~ServerProcess() {
   ADD_FAILURE() << "tierpoold did not stop on SIGTERM within 5 s";
   ::kill(pid_, SIGKILL);
   ::waitpid(pid_, nullptr, 0);
+}
+
+bool ServerProcess::LimitFileSize(std::uint64_t bytes) {
+  const rlimit limit{bytes, bytes};
+  return pid_ > 0 && !reaped_ && ::prlimit(pid_, RLIMIT_FSIZE, &limit, nullptr) == 0;
+}
+
+int ServerProcess::Stop() {
+  if (reaped_) return exit_status_;
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
 }
 
 bool ServerProcess::WaitGone() {
@@ -85,8 +107,14 @@ bool ServerProcess::WaitGone() {
 
 bool ServerProcess::alive() {
   if (pid_ <= 0) return false;
-  int status;
-  return ::waitpid(pid_, &status, WNOHANG) == 0;
+  int status = 0;
+  const pid_t got = ::waitpid(pid_, &status, WNOHANG);
+  if (got == 0) return true;
+  if (got == pid_) {
+    exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    reaped_ = true;
+  }
+  return false;
 }
 
 ClientOptions ServerProcess::options() const {

@@ -23,6 +23,13 @@ class ServerProcess {
   bool alive();
   // After killing it by pid(): reaps it (true once gone, within 5 s).
   bool WaitGone();
+  // Stops it as an operator would (SIGTERM) and returns its exit status (-1: killed by a
+  // signal, or still running after 10 s); also for a server that exited by itself.
+  int Stop();
+  // From now on its writes past `bytes` of a file fail with EFBIG, as on a full disk
+  // (RLIMIT_FSIZE; SIGXFSZ is ignored in every test server). Set once it runs: its arenas were
+  // sized at start.
+  bool LimitFileSize(std::uint64_t bytes);
   const std::string& socket() const { return socket_; }
   pid_t pid() const { return pid_; }
   ClientOptions options() const;
@@ -34,6 +41,8 @@ class ServerProcess {
   std::string socket_;
   pid_t pid_ = -1;
   bool started_ = false;
+  int exit_status_ = -1;  // once reaped by alive()
+  bool reaped_ = false;
 };
 
 // A counter of the server's stat reply, through `c` (a failed stat fails the test).

@@ -1,9 +1,11 @@
-// A --persist snapshot file read back at start.
+// A --persist snapshot file read back at start, and the same bytes as the tombstones of its
+// journal.
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "store/removal_journal.h"
 #include "store/snapshot.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/store_harness.h"
@@ -19,7 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }();
   std::ofstream(dir + "/tierpool.snapshot", std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-  (void)LoadSnapshot(*h.store, dir);
+  (void)LoadSnapshot(*h.store, dir, {});
   h.Reset();
+  // A journal with a good header (written by Open) followed by the input.
+  (void)RemovalJournal::Open(dir, 42, {});
+  std::ofstream(dir + "/tierpool.journal", std::ios::binary | std::ios::app)
+      .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  (void)RemovalJournal::Read(dir, 42);
   return 0;
 }

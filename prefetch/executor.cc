@@ -256,16 +256,16 @@ bool Executor::SmallAdvanceLocked(const Job& job, std::uint64_t iteration, std::
 
 Status Executor::PostProgress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                               std::uint32_t step, std::uint64_t outside_bytes) {
-  // Small, and nothing of the job waiting: at once, in order. Never waits for the lock: a timer
-  // thread carrying out a large report holds it, and the report then queues behind that one.
+  // Small, and nothing of the job waiting: at once, in order, as the job's next requests
+  // (deletes, puts on other connections) expect. The lock is held by others only briefly: the
+  // largest report the timer thread carries out is bounded by its plan (ValidatePlan), and
+  // reports of a flood are coalesced there, one per job at a time.
   if (!reports_.Pending(job_id)) {
-    std::unique_lock lock(mu_, std::try_to_lock);
-    if (lock.owns_lock()) {
-      auto it = jobs_.find(job_id);
-      if (it != jobs_.end() && it->second->owner == owner &&
-          SmallAdvanceLocked(*it->second, iteration, step, kInlineActions)) {
-        return ProgressLocked(job_id, owner, iteration, step, outside_bytes);
-      }
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end() && it->second->owner == owner &&
+        SmallAdvanceLocked(*it->second, iteration, step, kInlineActions)) {
+      return ProgressLocked(job_id, owner, iteration, step, outside_bytes);
     }
   }
   auto first = reports_.Post({job_id, owner, iteration, step, outside_bytes});

@@ -14,8 +14,9 @@
 //
 // Locking: one mutex guards the jobs. TierControl is called with it held only for calls that
 // do not block (all of them); completions take it again from mover threads. Tick and Progress
-// never block on I/O. PostProgress takes only the reports' own lock (prefetch/progress_reports.h):
-// the report is carried out on the timer thread.
+// never block on I/O. PostProgress carries a small report out under the lock (held only briefly
+// by anyone, plans being bounded) and queues a large one under the reports' own lock
+// (prefetch/progress_reports.h), for the timer thread.
 #pragma once
 
 #include <condition_variable>

@@ -105,15 +105,29 @@ def test_the_plan_is_carried_out_within_the_budget(server, name, budget):
         assert r.working_set <= job.budget + slack, r
 
 
+@pytest.fixture
+def own_server():
+    """A server of the test's own: the link counters compared are the whole server's, and the
+    module's server still settles what earlier tests left (their moves would count here)."""
+    proc, sock = start_server("--busy-poll-us", "0", "--metrics-listen", "off", dram="2G",
+                              hbm="1G")
+    yield sock
+    stop_server(proc)
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_bytes_per_link_match_the_live_replay(server, name, tmp_path):
+def test_bytes_per_link_match_the_live_replay(own_server, name, tmp_path):
+    server = own_server
     got = train(server, CASES[name], "60%", "live-" + name)
     job = got[2]
     tool = os.environ["TIERPOOL_TOOL"]
     report = tmp_path / "live.json"
     r = subprocess.run([tool, "replay", os.path.join(job.workdir, "schedule.pb"), "--live",
                         "--device", os.path.join(job.workdir, "profile.json"),
-                        "--plan", os.path.join(job.workdir, "plan.pb"), "--json", str(report)],
+                        "--plan", os.path.join(job.workdir, "plan.pb"), "--json", str(report),
+                        # The job's server: a private one caps its links, and which offloads
+                        # find a clean copy below (a free drop) then depends on the timing.
+                        "--socket", server],
                        capture_output=True, text=True, timeout=300)
     # Bytes are what this compares: a check on the live time (this host's copies overrunning the
     # compute windows, exit 3) does not matter here; wrong bytes would.
@@ -124,8 +138,15 @@ def test_bytes_per_link_match_the_live_replay(server, name, tmp_path):
     last = job.reports[-1]
     print("%s: job %d in, %d out; live replay %d in, %d out" % (
         name, last.link_in, last.link_out, live["h2d_bytes"], live["d2h_bytes"]))
+    # Where the two took the same decisions, the bytes are the same. An offload that finds its
+    # tensor already leaving, or a prefetch that finds it still there (an offload and the next
+    # prefetch of one tensor close together in the plan), is skipped "in place" in one run and
+    # not the other as the two paces differ: then the bytes may differ by those tensors.
+    same_decisions = last.skipped_in_place == doc["executor"]["skipped_in_place"]
+    print("in place: job %d, live replay %d" % (last.skipped_in_place,
+                                                doc["executor"]["skipped_in_place"]))
     for mine, theirs in ((last.link_in, live["h2d_bytes"]), (last.link_out, live["d2h_bytes"])):
-        assert abs(mine - theirs) <= 0.10 * max(theirs, 1 << 20)
+        assert abs(mine - theirs) <= (0.10 if same_decisions else 0.25) * max(theirs, 1 << 20)
 
 
 def test_a_budget_below_the_floor_is_refused_and_training_goes_on(server):

@@ -152,8 +152,9 @@ struct StoredObject {
   bool doomed = false;             // deleted or replaced: freed once unpinned and not moving
   // Doomed while read: its pinned copies count as leaving their tiers until it is freed.
   bool leaving_on_unpin = false;
-  bool corrupt = false;     // quarantined: its bytes failed their checksum, or were lost
-  std::string why_corrupt;  // what its gets say
+  bool nvme_journaled = false;  // its nvme copy's record is in the persist journal
+  bool corrupt = false;         // quarantined: its bytes failed their checksum, or were lost
+  std::string why_corrupt;      // what its gets say
 
   ObjectCopy& copy(TierKind t) { return copies[static_cast<int>(t)]; }
   const ObjectCopy& copy(TierKind t) const { return copies[static_cast<int>(t)]; }

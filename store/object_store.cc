@@ -173,6 +173,12 @@ void ObjectStore::FreeCopyLocked(StoredObject& obj, TierKind t) {
   ObjectCopy& c = obj.copy(t);
   if (!c.present) return;
   KeepCopyLocked(obj, t);  // a free pending on its readers is done now
+  if (t == TierKind::kNvme && obj.nvme_journaled) {
+    // A doomed object's tombstone already says it is gone; a live one's record must not come
+    // back once its extent holds another's.
+    if (!obj.doomed) journal_->NoteNvmeGone(c.extent, obj.id);
+    obj.nvme_journaled = false;
+  }
   if (c.extent.length > 0) {
     Status s = tier(t)->Free(c.extent);
     if (!s.ok()) spdlog::error("freeing a copy of object {}: {}", obj.id, s.ToString());
@@ -216,8 +222,8 @@ void ObjectStore::MaybeFreeLocked(StoredObject& obj) {
 }
 
 void ObjectStore::DoomLocked(StoredObject& obj) {
-  if (removals_ != nullptr && obj.meta.durability == Durability::kRetained) {
-    removals_->NoteRemoval(obj.meta.ns, obj.meta.key);
+  if (journal_ != nullptr && obj.meta.durability == Durability::kRetained) {
+    journal_->NoteRemoval(obj.meta.ns, obj.meta.key);
   }
   obj.doomed = true;
   index_.Unlink(obj);

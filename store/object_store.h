@@ -58,8 +58,8 @@
 #include "store/namespace_policy.h"
 #include "store/object_index.h"
 #include "store/owner_groups.h"
+#include "store/persist_journal.h"
 #include "store/placement_policy.h"
-#include "store/removal_journal.h"
 #include "tiers/tier.h"
 
 namespace tierpool {
@@ -328,10 +328,14 @@ class ObjectStore {
   // The process and user a connection belongs to (its peer credentials, at its handshake): the
   // per-process and per-user limits on open reservations count it with its siblings.
   void SetOwnerIdentity(std::uint64_t owner, OwnerGroups::Identity who) { groups_.Set(owner, who); }
-  // --persist: the names of the last good snapshot whose removal must be made durable before the
-  // request that removes them is answered (store/removal_journal.h). Set before serving.
-  void set_removal_journal(RemovalJournal* journal) { removals_ = journal; }
-  RemovalJournal* removal_journal() const { return removals_; }
+  // --persist: the journal that records the removals of watched names (answered once durable)
+  // and, with kept nvme files, the retained objects' records there (store/persist_journal.h).
+  // Set before serving.
+  void set_persist_journal(PersistJournal* journal) { journal_ = journal; }
+  // A tier, for setting up what works beside the store (--persist's kept nvme files); null when
+  // the store has none of the kind.
+  Tier* GetTier(TierKind kind) const { return tier(kind); }
+  PersistJournal* persist_journal() const { return journal_; }
   // The (namespace, key) of open reservations (a commit's names, before it runs); ids that are
   // no reservation are left out.
   std::vector<std::pair<std::string, std::string>> NamesOfReservations(
@@ -507,6 +511,8 @@ class ObjectStore {
                                                                 const std::string& ns,
                                                                 const std::string& key);
   void FreeCopyLocked(StoredObject& obj, TierKind t);
+  // A retained object's record landed on nvme at `at`: the persist journal records it.
+  void JournalNvmeCopyLocked(StoredObject& obj, const Extent& at);
   // Frees obj's copy in t now, or when its last reader lets go (free_on_unpin). The object must
   // have another copy.
   void FreeCopyWhenUnpinnedLocked(StoredObject& obj, TierKind t);
@@ -629,9 +635,9 @@ class ObjectStore {
   // process's and user's other connections; ~0: never (no such limit).
   std::uint64_t group_check_bytes_ = ~0ull;
   OwnerGroups groups_;
-  RemovalJournal* removals_ = nullptr;  // set before serving
-  UseObserver observer_;                // set before serving
-  std::condition_variable_any moved_;   // a move ended
+  PersistJournal* journal_ = nullptr;  // set before serving
+  UseObserver observer_;               // set before serving
+  std::condition_variable_any moved_;  // a move ended
   std::thread maintenance_;
   std::condition_variable_any wake_;
   bool stopping_ = false;  // guarded by mu_

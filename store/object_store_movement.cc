@@ -7,7 +7,9 @@
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/units.h"
+#include "proto/tierpool.pb.h"
 #include "store/object_store.h"
+#include "transport/wire_meta.h"
 
 namespace tierpool {
 
@@ -22,8 +24,9 @@ Status ObjectStore::StartMoveLocked(StoredObject& obj, TierKind from, TierKind t
   Tier* target = tier(to);
   if (target == nullptr) return Status::FailedPrecondition(std::string(TierName(to)) + " is off");
   if (obj.meta.size == 0) {
-    // Nothing to copy: the copy exists as soon as it is recorded.
+    // Nothing to copy: the copy exists as soon as it is recorded (and journaled: no bytes).
     index_.SetCopy(obj, to, Extent{});
+    if (to == TierKind::kNvme) JournalNvmeCopyLocked(obj, Extent{});
     if (drop_source) FreeCopyWhenUnpinnedLocked(obj, from);
     UpdateTopLocked(obj);
     moved_.notify_all();
@@ -153,6 +156,7 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
   const bool down = rank(m.to) > rank(m.from);
   if (m.to == TierKind::kNvme) {
     ++counters_.spills;
+    JournalNvmeCopyLocked(*obj, m.dst);
   } else if (m.from == TierKind::kNvme) {
     ++counters_.nvme_reads;
   } else if (down) {
@@ -173,6 +177,19 @@ void ObjectStore::OnMoveDoneLocked(std::uint64_t object_id, const MoveResult& re
                     obj->meta.key, TierName(m.to), TierName(*m.then_to), next.ToString());
     }
   }
+}
+
+void ObjectStore::JournalNvmeCopyLocked(StoredObject& obj, const Extent& at) {
+  if (journal_ == nullptr || obj.meta.durability != Durability::kRetained ||
+      !journal_->records_nvme()) {
+    return;
+  }
+  wire::ObjectMeta w;
+  transport::ToWire(obj.meta, &w);
+  journal_->NoteNvmePut(
+      obj.meta.ns, obj.meta.key, w.SerializeAsString(), at,
+      RecordInfo{KeyHash(obj.meta.ns, obj.meta.key), obj.id, obj.meta.size, obj.meta.checksum});
+  obj.nvme_journaled = true;
 }
 
 Status ObjectStore::StartMoveDownLocked(StoredObject& obj, TierKind from, TierKind to,

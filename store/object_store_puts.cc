@@ -296,8 +296,8 @@ std::optional<Status> ObjectStore::TryCommitShared(std::uint64_t reservation_id,
   const std::uint64_t size = obj->meta.size;
   bool unused = false;
   if (StoredObject* replaced = index_.Commit(*obj, &unused)) {
-    if (removals_ != nullptr && replaced->meta.durability == Durability::kRetained) {
-      removals_->NoteRemoval(replaced->meta.ns, replaced->meta.key);
+    if (journal_ != nullptr && replaced->meta.durability == Durability::kRetained) {
+      journal_->NoteRemoval(replaced->meta.ns, replaced->meta.key);
     }
     if (!unused || !FreeUnreachableShared(*replaced)) *doom = replaced->id;
   }

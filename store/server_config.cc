@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 
 #include "common/defaults.h"
@@ -305,6 +306,10 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   if (c.nvme.capacity > 0 && c.nvme.path.empty() && c.nvme.backend != "memory") {
     return Status::InvalidArgument("--nvme-bytes needs --nvme-path");
   }
+  // With --persist, a directory's nvme files are kept and journaled: the retained objects spilled
+  // there come back after a crash (store/persist_recovery.h). A block device is not.
+  c.nvme.keep_files = !c.persist_dir.empty() && c.nvme.capacity > 0 && c.nvme.backend != "memory" &&
+                      std::filesystem::is_directory(c.nvme.path);
   auto io = ParseIoThreads(io_threads);
   if (!io.ok()) return io.status();
   c.transport.io_threads = *io;

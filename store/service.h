@@ -48,7 +48,7 @@ class StoreService final : public transport::RequestHandler {
   void set_plans(PlanRegistry* plans) { plans_ = plans; }
   // --persist: a request that removes a name of the last good snapshot is answered once its
   // tombstone is durable, and runs on a worker so that the I/O thread never waits for a sync.
-  void set_removal_journal(RemovalJournal* journal) { journal_ = journal; }
+  void set_persist_journal(PersistJournal* journal) { journal_ = journal; }
   // Lets stat report the cluster: members, what is lent and borrowed.
   void set_cluster(const Cluster* cluster) { cluster_ = cluster; }
   // What `tierpool stat` shows; /metrics renders the same reply. Safe from any thread.
@@ -75,7 +75,7 @@ class StoreService final : public transport::RequestHandler {
   ObjectStore* store_;
   const transport::UnixServer* transport_ = nullptr;
   PlanRegistry* plans_ = nullptr;
-  RemovalJournal* journal_ = nullptr;
+  PersistJournal* journal_ = nullptr;
   // Whether req may remove a name the journal watches (it then runs on a worker).
   bool MayRemoveWatched(const wire::Request& req);
   std::atomic<const Cluster*> cluster_{nullptr};

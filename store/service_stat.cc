@@ -90,6 +90,7 @@ void StoreService::Stat(wire::StatReply* reply) {
     add("ring_requests", t.ring_requests);
     add("ring_doorbells", t.ring_doorbells);
   }
+  if (journal_ != nullptr) journal_->VisitCounters(add);
   if (const Cluster* cluster = cluster_.load()) {
     cluster->VisitCounters(add);
     cluster->FillMembers(reply);

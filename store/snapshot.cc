@@ -370,7 +370,7 @@ Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir,
   }
   if (!stats.complete) spdlog::error("snapshot {} is incomplete: some objects are lost", path);
   // Kept: the last good state until the next clean shutdown replaces it; what is deleted or
-  // replaced meanwhile goes in the journal (store/removal_journal.h).
+  // replaced meanwhile goes in the journal (store/persist_journal.h).
   return stats;
 }
 

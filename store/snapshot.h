@@ -2,7 +2,7 @@
 // its key and metadata, to DIR/tierpool.snapshot; the next start reads it back, checking every
 // record, and keeps it: it is the last good state until the next clean shutdown replaces it. The
 // names it holds that were deleted or replaced since are in DIR/tierpool.journal
-// (store/removal_journal.h), and a start skips them. The format is in docs/snapshot-format.md.
+// (store/persist_journal.h), and a start skips them. The format is in docs/snapshot-format.md.
 //
 // A snapshot is written to a temporary file, synced, and renamed into place: a crash while it is
 // written, or a write that fails (a full disk), leaves the previous snapshot as it was, never a

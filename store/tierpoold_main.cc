@@ -8,7 +8,8 @@
 #include "common/logging.h"
 #include "common/units.h"
 #include "store/metrics_server.h"
-#include "store/removal_journal.h"
+#include "store/persist_journal.h"
+#include "store/persist_recovery.h"
 #include "store/server_config.h"
 #include "store/snapshot.h"
 
@@ -72,38 +73,37 @@ int main(int argc, char** argv) {
   for (const auto& t : (*store)->Stats().tiers) {
     if (t.tier.kind == TierKind::kHbm) hbm_capacity = t.tier.capacity;
   }
-  std::unique_ptr<RemovalJournal> journal;
+  std::unique_ptr<PersistJournal> journal;
+  NvmeTier* kept_nvme = config->nvme.keep_files
+                            ? dynamic_cast<NvmeTier*>((*store)->GetTier(TierKind::kNvme))
+                            : nullptr;
   if (!config->persist_dir.empty()) {
     const std::string& dir = config->persist_dir;
-    auto id = SnapshotId(dir);
-    Result<SnapshotStats> loaded = id.status();
-    Result<std::set<RemovalJournal::Name>> deleted = std::set<RemovalJournal::Name>{};
-    if (id.ok()) deleted = RemovalJournal::Read(dir, *id);
-    if (id.ok() && deleted.ok()) loaded = LoadSnapshot(**store, dir, *deleted);
-    if (loaded.ok()) {
-      spdlog::info(
-          "recovered {} objects ({}) from {}; {} deleted since, {} records failed their checks, "
-          "{} found no room{}",
-          loaded->objects, FormatBytes(loaded->bytes), dir, loaded->deleted, loaded->skipped,
-          loaded->not_restored, loaded->complete ? "" : "; the snapshot was incomplete");
-      auto opened = RemovalJournal::Open(dir, loaded->id, std::move(loaded->names));
-      if (!opened.ok()) {
-        spdlog::critical("cannot keep the journal in {}: {}", dir, opened.status().ToString());
-        return 1;
-      }
-      journal = std::move(opened).value();
-      (*store)->set_removal_journal(journal.get());
-    } else if (loaded.status().code() == StatusCode::kNotFound) {
-      RemovalJournal::Remove(dir);  // one left without its snapshot names nothing
-    } else {
-      spdlog::critical("cannot recover the snapshot in {}: {}", dir,
-                       (deleted.ok() ? loaded.status() : deleted.status()).ToString());
+    auto recovered = RecoverPersisted(**store, dir, kept_nvme);
+    if (!recovered.ok()) {
+      spdlog::critical("cannot recover what {} holds: {}", dir, recovered.status().ToString());
       return 1;
     }
+    const SnapshotStats& loaded = recovered->snapshot;
+    spdlog::info(
+        "recovered {} objects ({}) from {}; {} deleted since, {} records failed their checks, "
+        "{} found no room{}",
+        loaded.objects, FormatBytes(loaded.bytes), dir, loaded.deleted, loaded.skipped,
+        loaded.not_restored, loaded.complete ? "" : "; the snapshot was incomplete");
+    if (recovered->journal_records > 0) {
+      spdlog::info(
+          "after a crash: {} journal records; {} objects ({}) read back from nvme, {} failed their "
+          "checks or found no room; {}",
+          recovered->journal_records, recovered->from_nvme, FormatBytes(recovered->from_nvme_bytes),
+          recovered->nvme_failed,
+          recovered->checkpointed ? "a new snapshot holds them" : "no new snapshot");
+    }
+    journal = std::move(recovered->journal);
+    (*store)->set_persist_journal(journal.get());
   }
   PlanRegistry plans(store->get(), hbm_capacity);
   StoreService service(config->service, store->get());
-  service.set_removal_journal(journal.get());
+  service.set_persist_journal(journal.get());
   service.set_plans(&plans);
   (*store)->SetQuotas(policy->quotas());
   service.set_policy(&*policy);
@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
     if (journal) journal->Close();
     auto saved = SaveSnapshot(**store, config->persist_dir);
     if (saved.ok()) {
-      RemovalJournal::Remove(config->persist_dir);  // the new snapshot holds what it said
+      PersistJournal::Remove(config->persist_dir);  // the new snapshot holds what it said
+      if (kept_nvme != nullptr) RemoveNvmeFileSet(kept_nvme->path(), kept_nvme->file_set());
       spdlog::info("saved {} retained objects ({}) to {}; {} could not be read", saved->objects,
                    FormatBytes(saved->bytes), config->persist_dir, saved->not_restored);
     } else {

@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "common/checksum.h"
 #include "common/logging.h"
@@ -26,6 +29,44 @@ std::uint64_t Get64(const std::byte* p) {
 }
 
 }  // namespace
+
+std::string NvmeFilePath(const std::string& dir, const std::string& set, std::uint32_t index) {
+  return dir + "/tierpool-nvme-" + set + "-" + std::to_string(index) + ".dat";
+}
+
+bool IsNvmeFileName(const std::string& name, std::string* set) {
+  static constexpr std::string_view kPrefix = "tierpool-nvme-", kSuffix = ".dat";
+  if (name.size() < kPrefix.size() + 16 + 2 + kSuffix.size() || !name.starts_with(kPrefix) ||
+      !name.ends_with(kSuffix)) {
+    return false;
+  }
+  const std::string hex = name.substr(kPrefix.size(), 16);
+  const std::string rest =
+      name.substr(kPrefix.size() + 16, name.size() - kPrefix.size() - 16 - kSuffix.size());
+  if (hex.find_first_not_of("0123456789abcdef") != std::string::npos || rest.size() < 2 ||
+      rest[0] != '-' || rest.find_first_not_of("0123456789", 1) != std::string::npos) {
+    return false;
+  }
+  if (set != nullptr) *set = hex;
+  return true;
+}
+
+std::string CheckRecordHeader(const std::byte* h, const RecordInfo& expect) {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::memcpy(&magic, h, 4);
+  std::memcpy(&version, h + 4, 2);
+  if (magic != kRecordMagic) return "bad record magic";
+  if (version != kRecordVersion) return "record format version " + std::to_string(version);
+  if (Get64(h + 56) != Xxh3(h, 56)) return "record header checksum mismatch";
+  if (Get64(h + 8) != expect.key_hash || Get64(h + 16) != expect.object_id) {
+    return "record belongs to another object (index mix-up)";
+  }
+  if (Get64(h + 24) != expect.size || Get64(h + 32) != expect.checksum) {
+    return "record size or checksum differs from the index";
+  }
+  return "";
+}
 
 std::uint64_t KeyHash(const std::string& ns, const std::string& key) {
   std::string s;
@@ -133,9 +174,18 @@ Status NvmeTier::Open() {
     }
     return Status::Ok();
   }
+  if (config_.keep_files) {
+    std::random_device rd;
+    const std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd();
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+    file_set_ = hex;
+  }
   for (std::uint32_t i = 0; i < config_.files; ++i) {
-    std::string file = config_.path + "/tierpool-nvme-" + std::to_string(::getpid()) + "-" +
-                       std::to_string(i) + ".dat";
+    std::string file = config_.keep_files
+                           ? NvmeFilePath(config_.path, file_set_, i)
+                           : config_.path + "/tierpool-nvme-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(i) + ".dat";
     int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EINVAL) {
       spdlog::warn("{} does not support O_DIRECT; the nvme tier goes through the page cache",
@@ -144,11 +194,23 @@ Status NvmeTier::Open() {
     }
     if (fd < 0) return ErrnoStatus("create " + file, errno);
     fds_.emplace_back(fd);
-    // The object index lives in memory, so the file's contents die with the process: unlink
-    // now and the space comes back even after a crash.
-    ::unlink(file.c_str());
+    if (config_.keep_files) {
+      // Kept for the journal; locked, so that a start sweeping old sets leaves a live one alone.
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return ErrnoStatus("lock " + file, errno);
+    } else {
+      // The object index lives in memory, so the file's contents die with the process: unlink
+      // now and the space comes back even after a crash.
+      ::unlink(file.c_str());
+    }
     int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(per_file_));
     if (rc != 0) return ErrnoStatus("preallocate " + FormatBytes(per_file_) + " in " + file, rc);
+  }
+  return Status::Ok();
+}
+
+Status NvmeTier::SyncData() {
+  for (const UniqueFd& fd : fds_) {
+    if (::fdatasync(fd.get()) != 0) return ErrnoStatus("sync the nvme files", errno);
   }
   return Status::Ok();
 }
@@ -324,22 +386,8 @@ Status NvmeTier::ReadRecord(const Extent& extent, const RecordInfo& expect, std:
   std::vector<IoOp> ops = RecordOps(IoOp::Kind::kRead, extent, h, dst, expect.size);
   Status s = backend_->Run(ops);
   if (s.ok()) {
-    std::uint32_t magic;
-    std::uint16_t version;
-    std::memcpy(&magic, h, 4);
-    std::memcpy(&version, h + 4, 2);
-    std::string what;
-    if (magic != kRecordMagic) {
-      what = "bad record magic";
-    } else if (version != kRecordVersion) {
-      what = "record format version " + std::to_string(version);
-    } else if (Get64(h + 56) != Xxh3(h, 56)) {
-      what = "record header checksum mismatch";
-    } else if (Get64(h + 8) != expect.key_hash || Get64(h + 16) != expect.object_id) {
-      what = "record belongs to another object (index mix-up)";
-    } else if (Get64(h + 24) != expect.size || Get64(h + 32) != expect.checksum) {
-      what = "record size or checksum differs from the index";
-    } else if (Xxh3(dst, expect.size) != expect.checksum) {
+    std::string what = CheckRecordHeader(h, expect);
+    if (what.empty() && Xxh3(dst, expect.size) != expect.checksum) {
       what = "payload checksum mismatch";
     }
     if (!what.empty()) {

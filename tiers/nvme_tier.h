@@ -28,8 +28,22 @@ struct NvmeTierConfig {
   // Read every record back and check it before a spill counts as done, so a write the device
   // garbled is caught while the bytes still exist above. Costs a read per spill.
   bool verify_writes = true;
+  // Keep the files (a directory's only) for `--persist`: named tierpool-nvme-SET-N.dat, where SET
+  // is this tier's file set (random, one per start), locked while open and left in place at exit,
+  // so that a journal naming their records (store/persist_journal.h) can bring them back after a
+  // crash. Otherwise the files are unlinked at once and their space comes back with the process.
+  bool keep_files = false;
   Status validate() const;
 };
+
+// The name of file `index` of file set `set` in `dir`, and whether a name is one of those (a set
+// is 16 hex digits). Recovery reads and removes only files so named.
+std::string NvmeFilePath(const std::string& dir, const std::string& set, std::uint32_t index);
+bool IsNvmeFileName(const std::string& name, std::string* set = nullptr);
+
+// Checks a record's header block against what the index expects of it: "" when it matches,
+// else what is wrong. The payload's checksum is the caller's to check.
+std::string CheckRecordHeader(const std::byte* header, const RecordInfo& expect);
 
 // The fixed header at the start of every record (little-endian, 64 bytes, in its own block).
 inline constexpr std::uint32_t kRecordMagic = 0x43525054;  // "TPRC"
@@ -71,6 +85,13 @@ class NvmeTier final : public Tier {
   IoBackend& backend() { return *backend_; }
   bool degraded() const;
 
+  // With keep_files: the file set's name and its files (empty otherwise).
+  const std::string& file_set() const { return file_set_; }
+  std::uint32_t block_size() const { return config_.block_size; }
+  const std::string& path() const { return config_.path; }
+  // Makes every record written so far durable (fdatasync of each file).
+  Status SyncData();
+
  protected:
   // Record I/O through the backend; blocks the calling thread until the device answers, then
   // completes on it. Write checks the payload against its checksum before it goes to disk.
@@ -90,6 +111,7 @@ class NvmeTier final : public Tier {
 
   NvmeTierConfig config_;
   std::vector<UniqueFd> fds_;
+  std::string file_set_;  // keep_files: this start's set
   std::unique_ptr<IoBackend> backend_;
   std::uint64_t capacity_ = 0;
   std::uint64_t per_file_ = 0;

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "store/removal_journal.h"
+#include "store/persist_journal.h"
 #include "store/snapshot.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/store_harness.h"
@@ -24,9 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)LoadSnapshot(*h.store, dir, {});
   h.Reset();
   // A journal with a good header (written by Open) followed by the input.
-  (void)RemovalJournal::Open(dir, 42, {});
+  (void)PersistJournal::Open(dir, 42, {});
   std::ofstream(dir + "/tierpool.journal", std::ios::binary | std::ios::app)
       .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-  (void)RemovalJournal::Read(dir, 42);
+  (void)PersistJournal::Read(dir, 42);
   return 0;
 }

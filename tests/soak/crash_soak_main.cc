@@ -1,15 +1,20 @@
-// tierpool-crash-soak: tierpoold with --persist (and an nvme tier) killed with SIGKILL at random
+// tierpool-crash-soak: tierpoold with --persist and a kept nvme tier killed with SIGKILL at random
 // moments under load, and now and then stopped cleanly, over and over. After every restart each
 // key is read back and judged against a model of what the server acknowledged: the bytes must
-// be the key's version in the last clean snapshot (if it was not deleted or replaced since), or
-// absent; anything else is a wrong byte. What came back and what was lost are counted. A quarter
-// of the keys are written once and then only read: every crash must bring them back.
+// be the key's version in the last snapshot (if it was not deleted or replaced since), its last
+// acknowledged version (its record on nvme came back), a put in flight at the crash, or absent;
+// anything else is a wrong byte. A quarter of the keys are written once and then only read:
+// every crash must bring them back. Before each kill the soak notes the keys on nvme whose
+// records the journal holds (persist_records_durable has passed what was queued): those not touched
+// again before the kill must come back too. Every start with a kept nvme tier writes a new snapshot
+// of what came back (store/persist_recovery.h), so the model's snapshot is what was judged.
 //
 //   tierpool-crash-soak --server PATH [--seconds 120] [--threads 4] [--keys 2000]
 //                       [--dram 64M] [--nvme-bytes 256M] [--clean-every 5] [--seed 1]
 //
 // Prints one JSON object; exits 1 on any wrong byte, any object of the last snapshot lost that
-// was not removed since, a clean stop that did not exit 0, or a server that would not start.
+// was not removed since, any key durable on nvme at a kill lost, a clean stop that did not exit 0,
+// or a server that would not start.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -59,15 +64,19 @@ std::string Bytes(const Version& v) {
 
 // What the model knows of a key across restarts.
 struct KeyModel {
-  std::optional<Version> snapshot;  // its version in the last clean snapshot
-  bool removed_since = false;       // deleted or replaced (acknowledged) since that snapshot
-  std::optional<Version> current;   // what the server acknowledged last (this life)
-  bool uncertain = false;           // a put or delete in flight when the server died
+  std::optional<Version> snapshot;        // its version in the last clean snapshot
+  bool removed_since = false;             // deleted or replaced (acknowledged) since that snapshot
+  std::optional<Version> current;         // what the server acknowledged last (this life)
+  std::optional<Version> in_flight;       // a put not yet acknowledged
+  bool uncertain = false;                 // a put or delete in flight when the server died
+  std::atomic<std::uint64_t> touches{0};  // operations begun on it (its worker's, read by main)
+  bool must_come_back = false;            // on nvme, its record durable, untouched since
 };
 
 struct Totals {
   std::uint64_t ops = 0, crashes = 0, clean_stops = 0, came_back = 0, lost_not_durable = 0,
-                lost_durable = 0, wrong = 0, read_errors = 0, absent_as_expected = 0;
+                lost_durable = 0, wrong = 0, read_errors = 0, absent_as_expected = 0,
+                came_back_from_nvme = 0, nvme_checked = 0, nvme_lost = 0, nvme_checks_skipped = 0;
 };
 
 struct Options {
@@ -141,10 +150,12 @@ void Work(Client& c, std::vector<KeyModel>& model, int first, int last, std::uin
     // Every fourth key is cold: written once at the start, read ever after. They stay in every
     // snapshot untouched, so each crash must bring them back.
     const int what = k % 4 == 0 ? 9 : static_cast<int>(rng() % 10);
+    ++m.touches;
     if (what < 6) {
       const Version v{rng(), sizes[rng() % 5]};
       const std::string bytes = Bytes(v);
       m.uncertain = true;
+      m.in_flight = v;
       if (c.Put(key, bytes.data(), bytes.size()).ok()) {
         m.current = v;
         m.removed_since = m.removed_since || m.snapshot.has_value();
@@ -152,6 +163,7 @@ void Work(Client& c, std::vector<KeyModel>& model, int first, int last, std::uin
       }
     } else if (what < 8) {
       m.uncertain = true;
+      m.in_flight.reset();
       Status s = c.Delete(key);
       if (s.ok() || s.code() == StatusCode::kNotFound) {
         m.current.reset();
@@ -172,12 +184,13 @@ void Work(Client& c, std::vector<KeyModel>& model, int first, int last, std::uin
   }
 }
 
-// After a restart: every key judged against the model, which then holds what is there now.
+// After a restart: every key judged against the model, which then holds what is there now (and
+// is in the new snapshot).
 void Judge(Client& c, std::vector<KeyModel>& model, bool clean, Totals& t) {
   for (std::size_t k = 0; k < model.size(); ++k) {
     KeyModel& m = model[k];
     // After a clean stop the snapshot is what was acknowledged (a write in flight may or may
-    // not be in it); after a crash it is the last clean one, less what was removed since.
+    // not be in it); after a crash it is the last one, less what was removed since.
     if (clean) {
       m.snapshot = m.current;
       m.removed_since = false;
@@ -189,12 +202,16 @@ void Judge(Client& c, std::vector<KeyModel>& model, bool clean, Totals& t) {
       std::cerr << "k" << k << ": " << got.status().ToString() << "\n";
       continue;
     }
+    if (m.must_come_back) ++t.nvme_checked;
     if (got.ok()) {
       const std::string bytes(reinterpret_cast<const char*>(got->data()), got->size());
-      const bool snapshot_version = m.snapshot && bytes == Bytes(*m.snapshot);
-      if (snapshot_version && !m.removed_since) {
+      auto is = [&](const std::optional<Version>& v) { return v && bytes == Bytes(*v); };
+      if (is(m.snapshot) && !m.removed_since) {
         ++t.came_back;
         m.current = m.snapshot;
+      } else if (is(m.current) || (m.uncertain && is(m.in_flight))) {
+        ++t.came_back_from_nvme;  // its record on nvme was durable
+        if (!is(m.current)) m.current = m.in_flight;
       } else {
         ++t.wrong;
         std::cerr << "k" << k << ": wrong bytes (" << bytes.size() << ") with OK\n";
@@ -204,16 +221,51 @@ void Judge(Client& c, std::vector<KeyModel>& model, bool clean, Totals& t) {
       if (may_come_back && !m.uncertain) {
         ++t.lost_durable;
         std::cerr << "k" << k << ": its snapshot version was lost\n";
+      } else if (m.must_come_back) {
+        ++t.nvme_lost;
+        std::cerr << "k" << k << ": on nvme, its record durable, and lost\n";
       } else if (m.current && !(m.snapshot && *m.current == *m.snapshot && !m.removed_since)) {
         ++t.lost_not_durable;
       } else {
         ++t.absent_as_expected;
       }
       m.current.reset();
-      if (clean) m.snapshot.reset();
     }
+    // Every start with a kept nvme tier writes a snapshot of what it brought back.
+    m.snapshot = m.current;
+    m.removed_since = false;
     m.uncertain = false;
+    m.in_flight.reset();
+    m.must_come_back = false;
   }
+}
+
+// Just before a kill: the keys on nvme whose records are durable. Returns false (nothing noted)
+// when the journal did not catch up within a second.
+bool NoteDurableOnNvme(Client& c, std::vector<KeyModel>& model,
+                       std::vector<std::uint64_t>* touches) {
+  touches->resize(model.size());
+  for (std::size_t k = 0; k < model.size(); ++k) (*touches)[k] = model[k].touches;
+  std::vector<std::size_t> on_nvme;
+  for (std::size_t k = 0; k < model.size(); ++k) {
+    auto meta = c.Stat("k" + std::to_string(k));
+    if (meta.ok() && meta->tier == TierKind::kNvme) on_nvme.push_back(k);
+  }
+  // A spill's record is queued as the copy is recorded, and records become durable in order:
+  // once persist_records_durable reaches the records queued after the listing, every key listed
+  // has its record on disk.
+  auto at_listing = c.ServerStat();
+  if (!at_listing.ok()) return false;
+  const std::uint64_t queued = at_listing->counter("persist_records_queued");
+  for (int i = 0; i < 100; ++i) {
+    auto now = c.ServerStat();
+    if (now.ok() && now->counter("persist_records_durable") >= queued) {
+      for (std::size_t k : on_nvme) model[k].must_come_back = true;
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 }  // namespace
@@ -304,7 +356,13 @@ int main(int argc, char** argv) {
       }
       ++t.clean_stops;
     } else {
+      std::vector<std::uint64_t> touches;
+      if (!NoteDurableOnNvme(**judge, model, &touches)) ++t.nvme_checks_skipped;
       d.Kill();  // under load: the workers' calls in flight fail
+      // A key touched since it was listed may have left nvme (read up, replaced, deleted).
+      for (std::size_t k = 0; k < model.size(); ++k) {
+        if (model[k].touches != touches[k]) model[k].must_come_back = false;
+      }
       stop = true;
       for (auto& w : workers) w.join();
       ++t.crashes;
@@ -328,11 +386,16 @@ int main(int argc, char** argv) {
                         {"clean_stops", t.clean_stops},
                         {"operations", t.ops},
                         {"keys_came_back_from_the_snapshot", t.came_back},
+                        {"keys_came_back_from_nvme", t.came_back_from_nvme},
+                        {"keys_durable_on_nvme_at_a_kill", t.nvme_checked},
+                        {"keys_durable_on_nvme_lost", t.nvme_lost},
+                        {"kills_without_the_nvme_check", t.nvme_checks_skipped},
                         {"keys_lost_not_yet_durable", t.lost_not_durable},
                         {"keys_absent_as_expected", t.absent_as_expected},
                         {"snapshot_objects_lost", t.lost_durable},
                         {"wrong_bytes", t.wrong},
                         {"read_errors", t.read_errors}};
   std::cout << out.dump(2) << "\n";
-  return ok && t.wrong == 0 && t.lost_durable == 0 && t.read_errors == 0 ? 0 : 1;
+  return ok && t.wrong == 0 && t.lost_durable == 0 && t.nvme_lost == 0 && t.read_errors == 0 ? 0
+                                                                                             : 1;
 }

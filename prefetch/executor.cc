@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "common/no_wait_scope.h"
 #include "common/units.h"
 #include "prefetch/planner.h"
 
@@ -257,11 +258,17 @@ bool Executor::SmallAdvanceLocked(const Job& job, std::uint64_t iteration, std::
 Status Executor::PostProgress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                               std::uint32_t step, std::uint64_t outside_bytes) {
   // Small, and nothing of the job waiting: at once, in order, as the job's next requests
-  // (deletes, puts on other connections) expect. The lock is held by others only briefly: the
-  // largest report the timer thread carries out is bounded by its plan (ValidatePlan), and
-  // reports of a flood are coalesced there, one per job at a time.
+  // (deletes, puts on other connections) expect. An I/O thread never waits for the lock (the
+  // timer thread may hold it for a large report): it gives the report to a worker, and the
+  // job's connection waits for it there, in order, while the thread serves everyone else.
   if (!reports_.Pending(job_id)) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_, std::defer_lock);
+    if (ThisThreadMayWait()) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      RefuseWait();
+      return Status::Ok();
+    }
     auto it = jobs_.find(job_id);
     if (it != jobs_.end() && it->second->owner == owner &&
         SmallAdvanceLocked(*it->second, iteration, step, kInlineActions)) {

@@ -14,9 +14,10 @@
 //
 // Locking: one mutex guards the jobs. TierControl is called with it held only for calls that
 // do not block (all of them); completions take it again from mover threads. Tick and Progress
-// never block on I/O. PostProgress carries a small report out under the lock (held only briefly
-// by anyone, plans being bounded) and queues a large one under the reports' own lock
-// (prefetch/progress_reports.h), for the timer thread.
+// never block on I/O. PostProgress carries a small report out under the lock; on a server's I/O
+// thread it never waits for it (common/no_wait_scope.h: a worker carries the report on), and a
+// large report is queued under the reports' own lock (prefetch/progress_reports.h) for the
+// timer thread.
 #pragma once
 
 #include <condition_variable>
@@ -113,7 +114,8 @@ class Executor {
                   std::uint32_t step, std::uint64_t outside_bytes = 0);
   // The same for the transport's I/O thread, which must never carry out much: a report whose
   // steps hold at most kInlineActions actions, of a job with no report waiting, is carried out
-  // at once (a job reporting each step keeps its order and timing); any other is left to the
+  // at once (a job reporting each step keeps its order and timing; on an I/O thread that finds
+  // the lock held, RefuseWait, and a worker calls again); any other is left to the
   // timer thread (Start), where a job's reports not yet carried out are replaced by its latest
   // (the largest outside_bytes kept). A report it cannot take (no such job, another's) is
   // refused at once.

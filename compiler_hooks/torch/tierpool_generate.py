@@ -20,7 +20,8 @@ traced.
 """
 import importlib
 
-from tierpool_graph import ScheduleBuilder, fail, tracing_api
+from tierpool_graph import ScheduleBuilder, fail, tied_names, tracing_api, with_tied
+from tierpool_static_shapes import static_repeats
 
 
 def parse_generate(text):
@@ -84,13 +85,14 @@ def trace_generate(a):
     model = model.to(device="meta", dtype=getattr(torch, a.dtype)).eval()
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
+    tied = tied_names(model)
 
     def tokens(n):
         return torch.empty((a.batch, n), dtype=torch.int64, device="meta")
 
     def call(tok, past):
         with torch.no_grad():
-            out = functional_call(model, {**params, **buffers}, (tok, past))
+            out = functional_call(model, with_tied({**params, **buffers}, tied), (tok, past))
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             fail("%s must return (logits, present); it returned %s" % (a.model, type(out).__name__))
         return out
@@ -126,7 +128,8 @@ def trace_generate(a):
     def step(params_, buffers_, tok, *flat_past):
         p = pytree.tree_unflatten(list(flat_past), holder["in_spec"]) if flat_past else None
         with torch.no_grad():
-            logits, present = functional_call(model, {**params_, **buffers_}, (tok, p))
+            logits, present = functional_call(model, with_tied({**params_, **buffers_}, tied),
+                                              (tok, p))
         flat_present, holder["out_spec"] = pytree.tree_flatten(present)
         return (logits, *flat_present)
 
@@ -143,7 +146,8 @@ def trace_generate(a):
         flat_past = list(past) if past is not None else []
         holder["in_spec"] = spec
         try:
-            gm = make_fx(step)(params, buffers, tok, *flat_past)
+            with static_repeats():
+                gm = make_fx(step)(params, buffers, tok, *flat_past)
             outs = ValueProp(gm).run(params, buffers, tok, *flat_past)
         except Exception as e:  # noqa: BLE001 - any tracing failure is reported, not a traceback
             fail("tracing %s (%s) failed: %s: %s" % (a.model, label, type(e).__name__, e))

@@ -37,6 +37,30 @@ def tracing_api():
     return torch, make_fx, functional_call
 
 
+def tied_names(model):
+    """{name: the name named_parameters() lists its tensor under} for each parameter or buffer a
+    model holds under a second name (an embedding tied to the output projection).
+    named_parameters() lists a shared tensor once, and functional_call replaces only the names it
+    is given: without the second name the module would keep the real tensor there, which the
+    fake-tensor trace refuses (and a trace would not count its gradient)."""
+    first = {}
+    for n, t in list(model.named_parameters()) + list(model.named_buffers()):
+        first.setdefault(id(t), n)
+    out = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for kind in (module._parameters, module._buffers):
+            for n, t in kind.items():
+                name = prefix + "." + n if prefix else n
+                if t is not None and id(t) in first and first[id(t)] != name:
+                    out[name] = first[id(t)]
+    return out
+
+
+def with_tied(values, tied):
+    """values (name -> tensor) with each tied name given its first name's tensor."""
+    return {**values, **{alias: values[name] for alias, name in tied.items() if name in values}}
+
+
 def parse_shape(text):
     dtype = None
     if ":" in text:

@@ -23,7 +23,9 @@ import os
 import sys
 
 from tierpool_attention import fused_attention  # noqa: E402
-from tierpool_graph import ScheduleBuilder, fail, numel, parse_shape, tracing_api  # noqa: E402
+from tierpool_static_shapes import static_repeats  # noqa: E402
+from tierpool_graph import (ScheduleBuilder, fail, numel, parse_shape, tied_names,  # noqa: E402
+                            tracing_api, with_tied)
 
 
 def build_parser():
@@ -103,19 +105,21 @@ def trace(a):
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     names = list(params)
+    tied = tied_names(model)
 
     def train_step(params, buffers, *xs):
-        out = functional_call(model, {**params, **buffers}, tuple(xs))
+        out = functional_call(model, with_tied({**params, **buffers}, tied), tuple(xs))
         loss = first_tensor(out).float().sum()
         grads = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
         return loss, grads
 
     def infer_step(params, buffers, *xs):
         with torch.no_grad():
-            return first_tensor(functional_call(model, {**params, **buffers}, tuple(xs)))
+            return first_tensor(
+                functional_call(model, with_tied({**params, **buffers}, tied), tuple(xs)))
 
     try:
-        with fused_attention(getattr(a, "attention", "fused") == "fused"):
+        with fused_attention(getattr(a, "attention", "fused") == "fused"), static_repeats():
             gm = make_fx(infer_step if a.inference else train_step, tracing_mode="fake")(
                 params, buffers, *inputs)
     except Exception as e:  # noqa: BLE001 - any tracing failure is reported, not a traceback

@@ -251,11 +251,17 @@ Result<std::unique_ptr<PersistJournal>> PersistJournal::Open(const std::string& 
     return ErrnoStatus("sync " + dir, errno);
   }
   return std::unique_ptr<PersistJournal>(
-      new PersistJournal(dir, std::move(fd), std::move(watched)));
+      new PersistJournal(dir, snapshot_id, std::move(fd), std::move(watched)));
 }
 
-PersistJournal::PersistJournal(std::string dir, UniqueFd fd, std::set<Name> watched)
-    : dir_(std::move(dir)), fd_(std::move(fd)), watched_(std::move(watched)) {
+PersistJournal::PersistJournal(std::string dir, std::uint64_t snapshot_id, UniqueFd fd,
+                               std::set<Name> watched)
+    : dir_(std::move(dir)),
+      snapshot_id_(snapshot_id),
+      fd_(std::move(fd)),
+      watched_(watched),
+      snapshot_names_(std::move(watched)),
+      file_bytes_(kHeaderSize) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -270,7 +276,9 @@ void PersistJournal::SetNvmeFiles(const std::string& dir, const std::string& fil
   body.append(dir);
   body.append(file_set);
   std::lock_guard lock(mu_);
-  Frame(kFileSet, body, &queued_);
+  file_set_record_.clear();
+  Frame(kFileSet, body, &file_set_record_);
+  queued_ += file_set_record_;
   sync_nvme_ = std::move(sync);
   (void)QueueLocked();
 }
@@ -306,9 +314,27 @@ void PersistJournal::NoteRemoval(const std::string& ns, const std::string& key) 
   Append<std::uint32_t>(&body, static_cast<std::uint32_t>(key.size()));
   body.append(ns);
   body.append(key);
-  Frame(kTombstone, body, &queued_);
+  std::string record;
+  Frame(kTombstone, body, &record);
+  queued_ += record;
+  ForgetPutLocked(Name(ns, key));
+  if (snapshot_names_.count(Name(ns, key)) != 0 && removed_.insert(Name(ns, key)).second) {
+    live_bytes_ += record.size();
+  }
   ++pending_tombstones_;
   t_waits_for = QueueLocked();
+}
+
+void PersistJournal::ForgetPutLocked(const Name& name) {
+  auto it = live_puts_.find(name);
+  if (it == live_puts_.end()) return;
+  live_bytes_ -= it->second.size();
+  live_puts_.erase(it);
+  auto w = where_of_.find(name);
+  if (w != where_of_.end()) {
+    live_where_.erase(w->second);
+    where_of_.erase(w);
+  }
 }
 
 void PersistJournal::NoteNvmePut(const std::string& ns, const std::string& key,
@@ -331,7 +357,16 @@ void PersistJournal::NoteNvmePut(const std::string& ns, const std::string& key,
   std::lock_guard lock(mu_);
   if (sync_nvme_ == nullptr || body.size() > kMaxBodyBytes) return;
   watched_.emplace(ns, key);
-  Frame(kNvmePut, body, &queued_);
+  std::string record;
+  Frame(kNvmePut, body, &record);
+  queued_ += record;
+  const Name name(ns, key);
+  ForgetPutLocked(name);
+  const auto at = std::make_tuple(extent.arena_id, extent.offset, info.object_id);
+  live_bytes_ += record.size();
+  live_puts_[name] = std::move(record);
+  live_where_[at] = name;
+  where_of_[name] = at;
   queued_nvme_ = true;
   ++pending_puts_;
   (void)QueueLocked();
@@ -345,6 +380,10 @@ void PersistJournal::NoteNvmeGone(const Extent& extent, std::uint64_t object_id)
   std::lock_guard lock(mu_);
   if (sync_nvme_ == nullptr) return;
   Frame(kNvmeGone, body, &queued_);
+  if (auto w = live_where_.find(std::make_tuple(extent.arena_id, extent.offset, object_id));
+      w != live_where_.end()) {
+    ForgetPutLocked(Name(w->second));
+  }
   (void)QueueLocked();
 }
 
@@ -383,6 +422,7 @@ void PersistJournal::WriterLoop() {
     if (s.ok()) s = WriteAll(fd_.get(), batch.data(), batch.size());
     if (s.ok() && ::fdatasync(fd_.get()) != 0) s = ErrnoStatus("sync the journal", errno);
     if (!s.ok() && fd_.valid()) Fail(s);
+    if (s.ok()) file_bytes_ += batch.size();
     lock.lock();
     if (s.ok()) {
       tombstones_ += tombstones;
@@ -393,7 +433,81 @@ void PersistJournal::WriterLoop() {
     }
     durable_seq_ = upto;
     durable_cv_.notify_all();
+    const std::uint64_t live = kHeaderSize + file_set_record_.size() + live_bytes_;
+    if (s.ok() && file_bytes_ > compact_bytes_ && file_bytes_ > 2 * live) {
+      lock.unlock();
+      if (Status c = Compact(); !c.ok()) {
+        // The journal as it was stays; try again once it has grown as much again.
+        spdlog::warn("persist: compacting {}/{}: {}", dir_, kName, c.ToString());
+        lock.lock();
+        compact_bytes_ = file_bytes_ * 2;
+        continue;
+      }
+      lock.lock();
+    }
   }
+}
+
+std::string PersistJournal::LiveRecordsLocked() const {
+  std::string out = Header(snapshot_id_) + file_set_record_;
+  for (const auto& [ns, key] : removed_) {
+    std::string body;
+    Append<std::uint32_t>(&body, static_cast<std::uint32_t>(ns.size()));
+    Append<std::uint32_t>(&body, static_cast<std::uint32_t>(key.size()));
+    body.append(ns);
+    body.append(key);
+    Frame(kTombstone, body, &out);
+  }
+  for (const auto& [name, record] : live_puts_) out += record;
+  return out;
+}
+
+Status PersistJournal::Compact() {
+  std::string bytes;
+  std::function<Status()> sync;
+  {
+    std::lock_guard lock(mu_);
+    bytes = LiveRecordsLocked();
+    sync = sync_nvme_;
+  }
+  // Its nvme puts may include some still queued: their bytes go to disk before the records do.
+  if (sync) TIERPOOL_RETURN_IF_ERROR(sync());
+  const std::string path = dir_ + "/" + kName, tmp = path + ".tmp";
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd.valid()) return ErrnoStatus("create " + tmp, errno);
+    Status w = WriteAll(fd.get(), bytes.data(), bytes.size());
+    if (w.ok() && ::fsync(fd.get()) != 0) w = ErrnoStatus("sync " + tmp, errno);
+    if (!w.ok()) {
+      ::unlink(tmp.c_str());
+      return w;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("rename " + tmp, err);
+  }
+  if (UniqueFd d(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d.valid()) {
+    (void)::fsync(d.get());
+  }
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return ErrnoStatus("open " + path, errno);
+  fd_ = std::move(fd);
+  file_bytes_ = bytes.size();
+  std::lock_guard lock(mu_);
+  ++compactions_;
+  return Status::Ok();
+}
+
+void PersistJournal::set_compact_bytes(std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  compact_bytes_ = bytes;
+}
+
+std::uint64_t PersistJournal::compactions() const {
+  std::lock_guard lock(mu_);
+  return compactions_;
 }
 
 void PersistJournal::Fail(const Status& why) {
@@ -437,10 +551,11 @@ std::uint64_t PersistJournal::tombstones() const {
 
 void PersistJournal::VisitCounters(
     const std::function<void(const std::string&, std::uint64_t)>& visit) const {
-  std::uint64_t tombstones = 0, puts = 0, queued = 0, durable = 0;
+  std::uint64_t tombstones = 0, puts = 0, queued = 0, durable = 0, compactions = 0;
   bool failed = false;
   {
     std::lock_guard lock(mu_);
+    compactions = compactions_;
     tombstones = tombstones_;
     puts = nvme_puts_;
     queued = queued_seq_;
@@ -451,6 +566,7 @@ void PersistJournal::VisitCounters(
   visit("persist_nvme_records", puts);
   visit("persist_records_queued", queued);
   visit("persist_records_durable", durable);
+  visit("persist_journal_compactions", compactions);
   visit("persist_journal_failed", failed ? 1 : 0);
 }
 

@@ -12,6 +12,11 @@
 // waits on a worker thread. An nvme put waits for nothing: the writer syncs the nvme files before
 // the records that name them, and until then a crash loses the object as it would have before.
 //
+// The journal is kept to a size proportional to what it still says: once it passes
+// compact_bytes() and twice the records that still matter (the file set, the snapshot's names
+// removed, the latest nvme record of each name), the writer rewrites it with those alone (to a
+// temporary file, synced, renamed) and appends to that.
+//
 // A journal belongs to one snapshot (its id, the snapshot header's checksum; 0: none yet): one
 // that names another is ignored. A start that finds records recovers (store/persist_recovery.h),
 // writes a new snapshot and starts a fresh journal. If a record cannot be made durable (a full
@@ -32,6 +37,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -103,22 +109,32 @@ class PersistJournal {
   void Close();
   static void Remove(const std::string& dir);
 
+  // Compaction's threshold (default 64 MiB; tests set less).
+  void set_compact_bytes(std::uint64_t bytes);
+  std::uint64_t compactions() const;
+
   std::uint64_t tombstones() const;  // written by this process
   std::uint64_t nvme_puts() const;   // written by this process
   // Its counters, for stat and /metrics: persist_tombstones, persist_nvme_records (durable, of
   // this process); persist_records_queued and persist_records_durable (records are durable in
   // the order queued: once durable reaches a count read earlier, all queued by then are);
-  // persist_journal_failed (1 once the snapshot went aside).
+  // persist_journal_compactions; persist_journal_failed (1 once the snapshot went aside).
   void VisitCounters(const std::function<void(const std::string&, std::uint64_t)>& visit) const;
 
  private:
-  PersistJournal(std::string dir, UniqueFd fd, std::set<Name> watched);
+  PersistJournal(std::string dir, std::uint64_t snapshot_id, UniqueFd fd, std::set<Name> watched);
+  // What a rewritten journal holds: the header and the records that still matter.
+  std::string LiveRecordsLocked() const;
+  // Rewrites the journal with those records (the writer thread's, between batches).
+  Status Compact();
   std::uint64_t QueueLocked();  // the record just appended to queued_: its sequence number
+  void ForgetPutLocked(const Name& name);  // its live nvme put, if any, no longer matters
   void WriterLoop();
   // The journal cannot hold records any more: the snapshot and the journal go aside.
   void Fail(const Status& why);
 
   const std::string dir_;
+  const std::uint64_t snapshot_id_;
   UniqueFd fd_;  // the writer thread's alone once it runs
   mutable std::mutex mu_;
   std::condition_variable wake_, durable_cv_;
@@ -133,6 +149,18 @@ class PersistJournal {
   std::function<Status()> sync_nvme_;                        // guarded by mu_
   bool stopping_ = false;                                    // guarded by mu_
   bool failed_ = false;  // guarded by mu_: a batch could not be made durable
+  // What a compaction keeps (guarded by mu_): the snapshot's names, those of them removed, the
+  // file set's record and each name's latest nvme put (framed) with where it is.
+  const std::set<Name> snapshot_names_;
+  std::set<Name> removed_;
+  std::string file_set_record_;
+  std::map<Name, std::string> live_puts_;
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t>, Name> live_where_;
+  std::map<Name, std::tuple<std::uint32_t, std::uint64_t, std::uint64_t>> where_of_;
+  std::uint64_t live_bytes_ = 0;  // guarded by mu_: of live_puts_ and removed_'s records
+  std::uint64_t compact_bytes_ = 64ull << 20;  // guarded by mu_
+  std::uint64_t file_bytes_ = 0;               // the writer thread's: the journal's size
+  std::uint64_t compactions_ = 0;              // guarded by mu_
   std::thread writer_;
 };
 

@@ -85,7 +85,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
               cache_policy = "spill", link_rate = "0", mover_inflight = "256M", lend = "0",
-              hbm_group = "16M", spill_order = "remote,nvme", io_threads = "auto";
+              hbm_group = "16M", spill_order = "remote,nvme", io_threads = "auto",
+              journal_bytes = "64M";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -195,6 +196,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("persist", po::value(&c.persist_dir),
      "directory: a clean shutdown writes every retained object there, the next start reads "
      "them back (without it, a restart loses everything)")
+    ("persist-journal-bytes", po::value(&journal_bytes)->default_value("64M"),
+     "--persist's journal is rewritten with what still matters once it passes this size")
     ("spill-order", po::value(&spill_order)->default_value("remote,nvme"),
      "where dram spills, nearest first: remote,nvme or nvme,remote (a node with fast flash and "
      "a slow network)")
@@ -284,6 +287,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   auto it = parse("inline-threshold", inline_threshold);
   if (!it.ok()) return it.status();
   if (*f > (1ull << 30)) return Status::InvalidArgument("--max-frame must be at most 1G");
+  auto jb = parse("persist-journal-bytes", journal_bytes);
+  if (!jb.ok()) return jb.status();
+  c.persist_journal_bytes = *jb;
   auto nb = parse("nvme-bytes", nvme_bytes);
   if (!nb.ok()) return nb.status();
   auto nbs = parse("nvme-block-size", nvme_block);

@@ -46,6 +46,7 @@ struct ServerConfig {
   std::string log_level = "info";
   std::string namespace_policy;  // --namespace-policy: a JSON file (store/namespace_policy.h)
   std::string persist_dir;       // --persist: snapshot retained objects here at a clean shutdown
+  std::uint64_t persist_journal_bytes = 64ull << 20;  // its journal is compacted past this
   Status validate() const;
 };
 

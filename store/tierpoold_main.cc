@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
           recovered->checkpointed ? "a new snapshot holds them" : "no new snapshot");
     }
     journal = std::move(recovered->journal);
+    journal->set_compact_bytes(config->persist_journal_bytes);
     (*store)->set_persist_journal(journal.get());
   }
   PlanRegistry plans(store->get(), hbm_capacity);

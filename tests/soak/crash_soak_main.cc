@@ -76,7 +76,8 @@ struct KeyModel {
 struct Totals {
   std::uint64_t ops = 0, crashes = 0, clean_stops = 0, came_back = 0, lost_not_durable = 0,
                 lost_durable = 0, wrong = 0, read_errors = 0, absent_as_expected = 0,
-                came_back_from_nvme = 0, nvme_checked = 0, nvme_lost = 0, nvme_checks_skipped = 0;
+                came_back_from_nvme = 0, nvme_checked = 0, nvme_lost = 0, nvme_checks_skipped = 0,
+                journal_compactions = 0;
 };
 
 struct Options {
@@ -95,9 +96,11 @@ class Daemon {
   Daemon(const Options& o, const std::string& socket, const std::string& dir,
          const std::string& nvme) {
     std::vector<std::string> args = {
-        o.server,     "--socket",         socket, "--dram",      o.dram,  "--hbm",
-        "8M",         "--persist",        dir,    "--nvme-path", nvme,    "--nvme-bytes",
-        o.nvme_bytes, "--metrics-listen", "off",  "--log-level", "error", "--no-populate"};
+        o.server, "--socket", socket, "--dram", o.dram, "--hbm", "8M", "--persist", dir,
+        "--nvme-path", nvme, "--nvme-bytes", o.nvme_bytes, "--metrics-listen", "off", "--log-level",
+        "error", "--no-populate",
+        // Small, so that crashes land around the journal's rewrites too.
+        "--persist-journal-bytes", "256K"};
     pid_ = ::fork();
     if (pid_ == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -242,8 +245,8 @@ void Judge(Client& c, std::vector<KeyModel>& model, bool clean, Totals& t) {
 
 // Just before a kill: the keys on nvme whose records are durable. Returns false (nothing noted)
 // when the journal did not catch up within a second.
-bool NoteDurableOnNvme(Client& c, std::vector<KeyModel>& model,
-                       std::vector<std::uint64_t>* touches) {
+bool NoteDurableOnNvme(Client& c, std::vector<KeyModel>& model, std::vector<std::uint64_t>* touches,
+                       std::uint64_t* compactions) {
   touches->resize(model.size());
   for (std::size_t k = 0; k < model.size(); ++k) (*touches)[k] = model[k].touches;
   std::vector<std::size_t> on_nvme;
@@ -257,6 +260,7 @@ bool NoteDurableOnNvme(Client& c, std::vector<KeyModel>& model,
   auto at_listing = c.ServerStat();
   if (!at_listing.ok()) return false;
   const std::uint64_t queued = at_listing->counter("persist_records_queued");
+  *compactions += at_listing->counter("persist_journal_compactions");
   for (int i = 0; i < 100; ++i) {
     auto now = c.ServerStat();
     if (now.ok() && now->counter("persist_records_durable") >= queued) {
@@ -357,7 +361,9 @@ int main(int argc, char** argv) {
       ++t.clean_stops;
     } else {
       std::vector<std::uint64_t> touches;
-      if (!NoteDurableOnNvme(**judge, model, &touches)) ++t.nvme_checks_skipped;
+      if (!NoteDurableOnNvme(**judge, model, &touches, &t.journal_compactions)) {
+        ++t.nvme_checks_skipped;
+      }
       d.Kill();  // under load: the workers' calls in flight fail
       // A key touched since it was listed may have left nvme (read up, replaced, deleted).
       for (std::size_t k = 0; k < model.size(); ++k) {
@@ -390,6 +396,7 @@ int main(int argc, char** argv) {
                         {"keys_durable_on_nvme_at_a_kill", t.nvme_checked},
                         {"keys_durable_on_nvme_lost", t.nvme_lost},
                         {"kills_without_the_nvme_check", t.nvme_checks_skipped},
+                        {"journal_rewrites_before_kills", t.journal_compactions},
                         {"keys_lost_not_yet_durable", t.lost_not_durable},
                         {"keys_absent_as_expected", t.absent_as_expected},
                         {"snapshot_objects_lost", t.lost_durable},

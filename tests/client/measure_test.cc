@@ -98,9 +98,12 @@ TEST(MeasureInTurns, TwoEqualCasesOnADriftingMachineComeOutEqual) {
                                  {[&](double s) { return MeasureFor(s, drifting_op); },
                                   [&](double s) { return MeasureFor(s, drifting_op); }});
   ASSERT_TRUE(in_turns.ok());
+  // In sequence the two differ by more than 1.5x; in turns they come out alike, within what a
+  // loaded CI machine's preemptions add to one 5 ms slice or another (1.26 seen with the suite at
+  // -j2).
   const double ratio = Rate((*in_turns)[0]) / Rate((*in_turns)[1]);
-  EXPECT_GT(ratio, 0.8);
-  EXPECT_LT(ratio, 1.25);
+  EXPECT_GT(ratio, 0.75);
+  EXPECT_LT(ratio, 1.33);
 }
 
 TEST(MeasureParallel, EveryThreadRunsAndTheTimeIsWallTime) {

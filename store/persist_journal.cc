@@ -20,6 +20,13 @@ namespace records = journal_records;
 // The tombstones the calling thread queued up to (PersistJournal::WaitForCaller).
 thread_local std::uint64_t t_waits_for = 0;
 
+std::map<PersistJournal::Name, bool> WithSnapshotFlags(
+    const std::set<PersistJournal::Name>& names) {
+  std::map<PersistJournal::Name, bool> out;
+  for (const auto& n : names) out.emplace_hint(out.end(), n, true);
+  return out;
+}
+
 }  // namespace
 
 Result<PersistJournal::Contents> PersistJournal::Read(const std::string& dir,
@@ -42,8 +49,7 @@ PersistJournal::PersistJournal(std::string dir, std::uint64_t snapshot_id, Uniqu
     : dir_(std::move(dir)),
       snapshot_id_(snapshot_id),
       fd_(std::move(fd)),
-      watched_(watched),
-      snapshot_names_(std::move(watched)),
+      watched_(WithSnapshotFlags(watched)),
       file_bytes_(records::kHeaderSize) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
@@ -85,11 +91,12 @@ void PersistJournal::NoteRemoval(const std::string& ns, const std::string& key) 
   if (watched_.empty()) return;
   auto it = watched_.find(Name(ns, key));
   if (it == watched_.end()) return;
+  const bool in_snapshot = it->second;
   watched_.erase(it);
   const std::string record = records::Tombstone(ns, key);
   queued_ += record;
   ForgetPutLocked(Name(ns, key));
-  if (snapshot_names_.count(Name(ns, key)) != 0 && removed_.insert(Name(ns, key)).second) {
+  if (in_snapshot && removed_.insert(Name(ns, key)).second) {
     live_bytes_ += record.size();
   }
   ++pending_tombstones_;
@@ -114,7 +121,7 @@ void PersistJournal::NoteNvmePut(const std::string& ns, const std::string& key,
   std::string record = records::NvmePut(ns, key, meta, extent, info);
   std::lock_guard lock(mu_);
   if (sync_nvme_ == nullptr || record.empty()) return;
-  watched_.emplace(ns, key);
+  watched_.emplace(Name(ns, key), false);  // a snapshot name keeps its flag
   queued_ += record;
   const Name name(ns, key);
   ForgetPutLocked(name);

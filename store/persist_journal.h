@@ -102,7 +102,8 @@ class PersistJournal {
   // Blocks until every tombstone this thread queued is durable (or the journal failed and the
   // snapshot was moved aside). Returns at once when it queued none.
   void WaitForCaller();
-  // Blocks until every record queued so far is durable (tests, and the crash soak's checks).
+  // Blocks until every record queued so far is durable (tests; the stat counters
+  // persist_records_queued and persist_records_durable tell a client the same).
   void Flush();
   // Stops the writer (the records queued are written first). The journal file stays: the
   // caller removes it once a new snapshot is in place (Remove).
@@ -138,7 +139,9 @@ class PersistJournal {
   UniqueFd fd_;  // the writer thread's alone once it runs
   mutable std::mutex mu_;
   std::condition_variable wake_, durable_cv_;
-  std::set<Name> watched_;            // guarded by mu_
+  // Guarded by mu_: the watched names, each with whether the snapshot holds it (a compaction
+  // keeps the tombstones of those alone).
+  std::map<Name, bool> watched_;
   std::string queued_;                // guarded by mu_: encoded records not yet written
   bool queued_nvme_ = false;          // guarded by mu_: queued_ names nvme records
   std::uint64_t queued_seq_ = 0;      // guarded by mu_: records queued in all
@@ -149,9 +152,8 @@ class PersistJournal {
   std::function<Status()> sync_nvme_;                        // guarded by mu_
   bool stopping_ = false;                                    // guarded by mu_
   bool failed_ = false;  // guarded by mu_: a batch could not be made durable
-  // What a compaction keeps (guarded by mu_): the snapshot's names, those of them removed, the
-  // file set's record and each name's latest nvme put (framed) with where it is.
-  const std::set<Name> snapshot_names_;
+  // What a compaction keeps (guarded by mu_): the snapshot's names removed, the file set's record
+  // and each name's latest nvme put (framed) with where it is.
   std::set<Name> removed_;
   std::string file_set_record_;
   std::map<Name, std::string> live_puts_;

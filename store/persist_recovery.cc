@@ -52,18 +52,8 @@ class NvmeRestorer {
         m.checksum != rec.info.checksum || KeyHash(m.ns, m.key) != rec.info.key_hash) {
       return Status::DataLoss("its metadata and its record disagree");
     }
-    const PutSpec spec{.ns = m.ns,
-                       .key = m.key,
-                       .size = m.size,
-                       .dtype = m.dtype,
-                       .shape = m.shape,
-                       .kind = m.kind,
-                       .durability = m.durability};
     if (m.size == 0) {  // no record on disk: the journal's word is the object
-      if (m.checksum != Xxh3(nullptr, 0)) return Status::DataLoss("an empty object's checksum");
-      auto res = store_.Reserve(spec, kStoreOwner);
-      if (!res.ok()) return res.status();
-      return store_.Commit(res->id, m.checksum, kStoreOwner);
+      return RestoreObject(store_, m, [](std::byte*) { return true; });
     }
     const std::uint64_t block = rec.block_size;
     if (rec.extent.arena_id >= kMaxFilesPerSet ||
@@ -79,17 +69,12 @@ class NvmeRestorer {
     if (std::string why = CheckRecordHeader(header.data(), rec.info); !why.empty()) {
       return Status::DataLoss(why);
     }
-    auto res = store_.Reserve(spec, kStoreOwner);
-    if (!res.ok()) return res.status();
-    std::uint64_t sum = 0;
-    std::byte* dst = store_.HostAddress(res->extent);
-    const bool read = PreadAll(*fd, dst, m.size, rec.extent.offset + block);
-    if (read) sum = Xxh3(dst, m.size);
-    if (!read || sum != m.checksum) {
-      (void)store_.Abort(res->id, kStoreOwner);
-      return Status::DataLoss(read ? "payload checksum mismatch" : "its file ends inside it");
-    }
-    return store_.Commit(res->id, sum, kStoreOwner);
+    Status s = RestoreObject(store_, m, [&](std::byte* dst) {
+      return PreadAll(*fd, dst, m.size, rec.extent.offset + block);
+    });
+    if (s.code() == StatusCode::kIoError) return Status::DataLoss("its file ends inside it");
+    if (s.code() == StatusCode::kDataLoss) return Status::DataLoss("payload checksum mismatch");
+    return s;
   }
 
  private:
@@ -168,9 +153,10 @@ Result<PersistRecovery> RecoverPersisted(ObjectStore& store, const std::string& 
     ++out.from_nvme;
     out.from_nvme_bytes += rec.info.size;
   }
-  if (contents->records > 0) {
-    // Everything that came back into one new snapshot: the journal and the nvme files of the
-    // last start are not needed after this.
+  if (!contents->removed.empty() || !contents->from_nvme.empty()) {
+    // What came back differs from the snapshot: all of it into one new snapshot, and the journal
+    // and the nvme files of the last start are not needed after this. (Otherwise the snapshot
+    // holds it already; the fresh journal below replaces the old one.)
     auto saved = SaveSnapshot(store, dir);
     if (!saved.ok()) {
       return Status(saved.status().code(),

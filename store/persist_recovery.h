@@ -4,9 +4,9 @@
 // The snapshot's objects come back but for the names the journal says were removed since; the
 // objects whose latest version the journal places on a kept nvme file (tiers/nvme_tier.h) are
 // read from it, each record checked (its header against the journal, its bytes against their
-// checksum): one that fails is left out and counted, never restored wrong. When the journal had
-// records, a new snapshot is written with everything that came back, and the nvme files of
-// earlier starts are removed: from then on nothing depends on them.
+// checksum): one that fails is left out and counted, never restored wrong. When the journal
+// removed names or placed objects on nvme, a new snapshot is written with everything that came
+// back; the nvme files of earlier starts are then removed: from then on nothing depends on them.
 //
 // Thread safety: run before the server serves, on one thread.
 #pragma once

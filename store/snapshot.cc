@@ -251,6 +251,30 @@ Result<SnapshotStats> WriteSnapshot(ObjectStore& store, const std::string& dir,
 
 }  // namespace
 
+Status RestoreObject(ObjectStore& store, const ObjectMeta& m,
+                     const std::function<bool(std::byte* dst)>& fill) {
+  const PutSpec spec{.ns = m.ns,
+                     .key = m.key,
+                     .size = m.size,
+                     .dtype = m.dtype,
+                     .shape = m.shape,
+                     .kind = m.kind,
+                     .durability = m.durability};
+  auto res = store.Reserve(spec, kStoreOwner);
+  if (!res.ok()) return res.status();
+  std::byte* dst = m.size > 0 ? store.HostAddress(res->extent) : nullptr;
+  if (!fill(dst)) {
+    (void)store.Abort(res->id, kStoreOwner);
+    return Status::IoError("its source ends inside it");
+  }
+  const std::uint64_t sum = Xxh3(dst, m.size);
+  if (sum != m.checksum) {
+    (void)store.Abort(res->id, kStoreOwner);
+    return Status::DataLoss("bytes do not match their checksum");
+  }
+  return store.Commit(res->id, sum, kStoreOwner);
+}
+
 Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir,
                                    const std::set<std::pair<std::string, std::string>>& deleted) {
   const std::string path = dir + "/" + kName;
@@ -328,41 +352,30 @@ Result<SnapshotStats> LoadSnapshot(ObjectStore& store, const std::string& dir,
       if (!skip_payload()) break;
       continue;
     }
-    const PutSpec spec{.ns = m.ns,
-                       .key = m.key,
-                       .size = m.size,
-                       .dtype = m.dtype,
-                       .shape = m.shape,
-                       .kind = m.kind,
-                       .durability = m.durability};
-    auto res = store.Reserve(spec, kStoreOwner);
-    if (!res.ok()) {
+    bool read = false;
+    Status s = RestoreObject(store, m, [&](std::byte* dst) {
+      read = true;
+      return ReadAll(fd.get(), dst, m.size);
+    });
+    if (!read) {  // no room: its bytes were never read
       ++stats.not_restored;
-      spdlog::error("snapshot {}: {}/{} not restored: {}", path, spec.ns, spec.key,
-                    res.status().ToString());
+      spdlog::error("snapshot {}: {}/{} not restored: {}", path, m.ns, m.key, s.ToString());
       if (!skip_payload()) break;
       continue;
     }
-    std::uint64_t sum = Xxh3(nullptr, 0);
-    bool read_ok = true;
-    if (spec.size > 0) {
-      std::byte* dst = store.HostAddress(res->extent);
-      read_ok = ReadAll(fd.get(), dst, spec.size);
-      if (read_ok) sum = Xxh3(dst, spec.size);
-    }
     at += r->payload_len;
-    if (!read_ok || sum != w.checksum()) {
-      (void)store.Abort(res->id, kStoreOwner);
+    if (s.code() == StatusCode::kIoError || s.code() == StatusCode::kDataLoss) {
       ++stats.skipped;
-      spdlog::error("snapshot {}: {}/{}: {}; skipped", path, spec.ns, spec.key,
-                    read_ok ? "bytes do not match their checksum" : "file ends inside it");
-      if (!read_ok) break;
+      spdlog::error("snapshot {}: {}/{}: {}; skipped", path, m.ns, m.key,
+                    s.code() == StatusCode::kDataLoss ? "bytes do not match their checksum"
+                                                      : "file ends inside it");
+      if (s.code() == StatusCode::kIoError) break;
       continue;
     }
-    TIERPOOL_RETURN_IF_ERROR(store.Commit(res->id, sum, kStoreOwner));
-    stats.names.emplace(spec.ns, spec.key);
+    TIERPOOL_RETURN_IF_ERROR(s);
+    stats.names.emplace(m.ns, m.key);
     ++stats.objects;
-    stats.bytes += spec.size;
+    stats.bytes += m.size;
   }
   if (stats.complete && (end_count != seen || end_bytes != seen_bytes)) {
     spdlog::error("snapshot {}: its end record counts {} objects, {} found", path, end_count, seen);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <utility>
@@ -47,6 +48,15 @@ Result<std::uint64_t> SnapshotId(const std::string& dir);
 // new one is complete and synced; on any failure the temporary file is removed and the previous
 // snapshot stays.
 Result<SnapshotStats> SaveSnapshot(ObjectStore& store, const std::string& dir);
+
+// Puts an object described by `m` back into `store` (into dram, spilling as the store does), its
+// bytes written by `fill` into the room reserved for them (called once that room is reserved,
+// with nullptr for an empty object), and commits it only if they match m.checksum. IO_ERROR
+// when fill fails (its source ended), DATA_LOSS when the bytes do not match (nothing stays either
+// way); the store's error when it has no room. Shared by the snapshot and the nvme recovery
+// (store/persist_recovery.h).
+Status RestoreObject(ObjectStore& store, const ObjectMeta& m,
+                     const std::function<bool(std::byte* dst)>& fill);
 
 // Reads dir/tierpool.snapshot into `store` (puts into dram, spilling as the store does), but
 // the objects named in `deleted` (its journal's tombstones), and keeps the file. NOT_FOUND when

@@ -27,7 +27,7 @@ Status SplitHostPort(const std::string& address, std::string* host, std::string*
 namespace {
 
 // A non-blocking connect bounded by timeout_ms, then back to blocking mode.
-Result<UniqueFd> ConnectTcp(const std::string& address, std::uint32_t timeout_ms) {
+Result<UniqueFd> ConnectTcp(const std::string& address, std::uint32_t timeout_ms, bool* refused) {
   std::string host, port;
   TIERPOOL_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
   addrinfo hints{};
@@ -60,6 +60,7 @@ Result<UniqueFd> ConnectTcp(const std::string& address, std::uint32_t timeout_ms
       errno = err;
     }
     if (rc != 0) {
+      if (errno == ECONNREFUSED && refused != nullptr) *refused = true;
       last = Status::Unavailable("cannot connect to peer " + address + ": " + std::strerror(errno));
       continue;
     }
@@ -74,12 +75,11 @@ Result<UniqueFd> ConnectTcp(const std::string& address, std::uint32_t timeout_ms
 
 }  // namespace
 
-Result<std::unique_ptr<PeerConnection>> PeerConnection::Connect(const std::string& address,
-                                                                const PeerAuth& auth,
-                                                                const PeerIdentity& self,
-                                                                std::uint32_t timeout_ms,
-                                                                const PeerIdentity* expected) {
-  auto fd = ConnectTcp(address, timeout_ms);
+Result<std::unique_ptr<PeerConnection>> PeerConnection::Connect(
+    const std::string& address, const PeerAuth& auth, const PeerIdentity& self,
+    std::uint32_t timeout_ms, const PeerIdentity* expected, bool* refused) {
+  if (refused != nullptr) *refused = false;
+  auto fd = ConnectTcp(address, timeout_ms, refused);
   if (!fd.ok()) return fd.status();
   TunePeerSocket(fd->get());  // (the timeouts are the handshake's and then each call's deadline)
   auto server = ConnectHandshake(fd->get(), auth, self, PeerDeadline::After(timeout_ms), expected);
@@ -97,7 +97,9 @@ Status PeerConnection::Call(wire::peer::Request* request, const void* payload,
     broken_ = true;
     return s;
   };
-  const PeerDeadline deadline = PeerDeadline::After(timeout_ms_);
+  // A slow link is not a dead one: each call may take as long as its bytes need at a floor rate,
+  // as long as bytes keep moving (none for timeout_ms fails it).
+  const PeerDeadline deadline = PeerDeadline::ForBytes(timeout_ms_, payload_length + read_capacity);
   if (Status s = SendPeerMessage(fd_.get(), *request, payload, payload_length, deadline); !s.ok()) {
     return fail(s);
   }

@@ -1,6 +1,8 @@
 // The borrowing side of a peer connection: a blocking, authenticated TCP connection to another
-// sidecar's peer listener, one request at a time, each (with its payload and reply) bounded as a
-// whole by the connection's timeout, so a lender that trickles its reply costs one timeout.
+// sidecar's peer listener, one request at a time. Each call (with its payload and reply) fails
+// when no byte moves for the connection's timeout, and in any case once its bytes have had the
+// time they need at a floor rate (PeerDeadline::ForBytes): a slow link finishes, and a lender
+// that trickles its reply costs a bounded wait.
 // tiers/remote_tier.h keeps a pool of these per peer and calls them from its own I/O threads.
 //
 // Thread safety: none; one thread uses a connection at a time. Every call is bounded by the
@@ -22,12 +24,11 @@ class PeerConnection {
   // Connects to "host:port" ("[v6]:port" for IPv6), runs the handshake, and bounds every later
   // send and receive by timeout_ms. UNAVAILABLE when nobody listens, or when the listener is
   // not `expected` (the member meant; null: anyone with the secret); PERMISSION_DENIED when
-  // either side fails the other's proof.
-  static Result<std::unique_ptr<PeerConnection>> Connect(const std::string& address,
-                                                         const PeerAuth& auth,
-                                                         const PeerIdentity& self,
-                                                         std::uint32_t timeout_ms,
-                                                         const PeerIdentity* expected = nullptr);
+  // either side fails the other's proof. *refused (when given) says whether the address refused
+  // the connection outright: nothing listens there, so the process that did is gone.
+  static Result<std::unique_ptr<PeerConnection>> Connect(
+      const std::string& address, const PeerAuth& auth, const PeerIdentity& self,
+      std::uint32_t timeout_ms, const PeerIdentity* expected = nullptr, bool* refused = nullptr);
 
   // Sends the request (and payload_length bytes of payload after it), then reads the reply. A
   // reply that carries bytes (a read) puts them in read_dst, which has room for read_capacity.
@@ -52,7 +53,7 @@ class PeerConnection {
   UniqueFd fd_;
   PeerIdentity server_;
   PeerIdentity client_;
-  std::uint32_t timeout_ms_;  // for a whole call: the request, its payload and the reply
+  std::uint32_t timeout_ms_;  // with no byte moving, in a call (and the floor rate's base)
   std::uint64_t next_id_ = 1;
   bool broken_ = false;
 };

@@ -168,15 +168,15 @@ void PeerServer::Serve(Session* session) {
   session->peer = *who;
   ++connections_;
   // Idle connections wait in poll without limit (keepalive finds dead peers, Stop's shutdown
-  // wakes them); each request, once its frame starts, must be read, served and answered within
-  // io_timeout_ms.
+  // wakes them); each request, once its frame starts, must be read within io_timeout_ms, and its
+  // payload and reply must keep moving (ServeOne).
   while (!stopping_.load()) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, -1) < 0 && errno != EINTR) break;
     if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR)) != 0) break;
-    const PeerDeadline deadline = PeerDeadline::After(config_.io_timeout_ms);
     wire::peer::Request request;
-    if (Status s = ReceivePeerMessage(fd, &request, deadline); !s.ok()) {
+    if (Status s = ReceivePeerMessage(fd, &request, PeerDeadline::After(config_.io_timeout_ms));
+        !s.ok()) {
       CountTimeout(s);
       if (s.code() != StatusCode::kUnavailable) {
         spdlog::warn("peer {}: {}; closing", who->node_id, s.ToString());
@@ -184,7 +184,7 @@ void PeerServer::Serve(Session* session) {
       break;
     }
     ++requests_;
-    if (!ServeOne(session, request, deadline)) break;
+    if (!ServeOne(session, request)) break;
   }
   {
     std::lock_guard lock(mu_);
@@ -194,8 +194,7 @@ void PeerServer::Serve(Session* session) {
   session->done = true;
 }
 
-bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request,
-                          const PeerDeadline& deadline) {
+bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request) {
   const int fd = session->fd.get();
   wire::peer::Response response;
   response.set_id(request.id());
@@ -214,6 +213,8 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request,
                  length);
     return false;
   }
+  // The payload and the reply: as long as their bytes need on a slow link, while they move.
+  const PeerDeadline deadline = PeerDeadline::ForBytes(config_.io_timeout_ms, length);
   PeerTransfer transfer;
   if (const std::uint64_t now = incarnation_.load(); request.lender_incarnation() != now) {
     refuse(Status::FailedPrecondition("this lender restarted since (incarnation " +

@@ -40,8 +40,9 @@ struct PeerServerConfig {
   // host cannot hold every slot by connecting and saying nothing.
   std::uint32_t max_handshakes_per_address = 16;
   std::uint32_t handshake_timeout_ms = 5000;  // the whole handshake, however bytes trickle
-  // A request's frame and payload must arrive, and its reply leave, within this; an idle
-  // connection waits forever (TCP keepalive finds a dead peer).
+  // A request's frame must arrive within this; its payload and reply may take what their bytes
+  // need at the floor rate, and fail when nothing moves for this long (PeerDeadline::ForBytes).
+  // An idle connection waits forever (TCP keepalive finds a dead peer).
   std::uint32_t io_timeout_ms = 10'000;
   std::uint64_t max_payload_bytes = 64ull << 20;  // one write or read; borrowers send pieces
   Status validate() const;
@@ -105,7 +106,7 @@ class PeerServer {
   void AcceptLoop();
   void Serve(Session* session);
   // One request; false when the connection must close.
-  bool ServeOne(Session* session, const wire::peer::Request& request, const PeerDeadline& deadline);
+  bool ServeOne(Session* session, const wire::peer::Request& request);
   void Reap(bool all);
 
   const PeerServerConfig config_;

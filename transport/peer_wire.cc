@@ -68,9 +68,11 @@ Status SetSocketTimeouts(int fd, std::uint32_t timeout_ms) {
 
 Status PeerDeadline::Arm(int fd, bool sending) const {
   if (!at_) return Status::Ok();
-  const auto left =
-      std::chrono::ceil<std::chrono::microseconds>(*at_ - std::chrono::steady_clock::now());
+  auto left = std::chrono::ceil<std::chrono::microseconds>(*at_ - std::chrono::steady_clock::now());
   if (left.count() <= 0) return Status::DeadlineExceeded("peer exchange ran past its deadline");
+  // A blocking call returns what moved once its timeout passes; the next call is armed anew, so
+  // only a stall as long as this fails the exchange early.
+  if (stall_) left = std::min<std::chrono::microseconds>(left, *stall_);
   return SetTimeout(fd, sending ? SO_SNDTIMEO : SO_RCVTIMEO, left);
 }
 

@@ -28,7 +28,13 @@ Status SetSocketTimeouts(int fd, std::uint32_t timeout_ms);
 
 // When a whole exchange (a handshake; a request, its payload and its reply) must be over. A
 // socket's timeouts bound each call only: a peer that sends a byte just within each would hold
-// the connection, and the thread serving it, forever.
+// the connection, and the thread serving it, forever. A deadline made ForBytes also fails when
+// nothing moves for its stall time (each blocking call is armed with at most that), and gives
+// the whole exchange the time its bytes need at kPeerFloorBytesPerSecond: a slow link (a few
+// MB/s, shared by a borrower's I/O threads) finishes a 16 MiB piece, and a trickling peer is
+// still cut within a bound (a second per MiB).
+inline constexpr std::uint64_t kPeerFloorBytesPerSecond = 1u << 20;
+
 class PeerDeadline {
  public:
   PeerDeadline() = default;  // none: the socket's timeouts alone
@@ -37,12 +43,20 @@ class PeerDeadline {
     d.at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     return d;
   }
-  // Sets the socket's receive (or send) timeout to the time left before one call blocks;
-  // DEADLINE_EXCEEDED when none is left.
+  static PeerDeadline ForBytes(std::uint32_t stall_ms, std::uint64_t bytes) {
+    PeerDeadline d;
+    d.stall_ = std::chrono::milliseconds(stall_ms);
+    d.at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(stall_ms) +
+            std::chrono::milliseconds(bytes * 1000 / kPeerFloorBytesPerSecond);
+    return d;
+  }
+  // Sets the socket's receive (or send) timeout to the time left before one call blocks (at
+  // most the stall time); DEADLINE_EXCEEDED when none is left.
   Status Arm(int fd, bool sending) const;
 
  private:
   std::optional<std::chrono::steady_clock::time_point> at_;
+  std::optional<std::chrono::milliseconds> stall_;
 };
 
 // TCP_NODELAY, keepalive, and socket buffers sized for bulk transfers.

@@ -110,13 +110,9 @@ MembershipCallbacks Cluster::Callbacks() {
       lender_->SetLiveBorrowers(live);
     }
   };
+  // What it lends stays: its borrowers judge it by the peer link, and still use it.
   callbacks.lost = [this] {
-    if (lender_) lender_->DropAll();
-    if (remote_ != nullptr) remote_->StopBorrowing();
-  };
-  callbacks.registered = [this](std::uint64_t incarnation) {
-    server_->set_incarnation(incarnation);
-    if (remote_ != nullptr) remote_->Reincarnate(incarnation);
+    if (remote_ != nullptr) remote_->Suspect();
   };
   return callbacks;
 }
@@ -182,6 +178,7 @@ void Cluster::VisitCounters(
     visit("lend_stale_refusals", l.stale_refusals);
     visit("lend_regions_reclaimed", l.regions_reclaimed);
     visit("lend_regions_adopted", l.regions_adopted);
+    visit("lend_regions_released_unknown", l.regions_released_unknown);
     visit("lend_share_refusals", l.share_refusals);
     visit("lend_borrowing_members", l.borrowing_members);
   }
@@ -199,8 +196,8 @@ void Cluster::VisitCounters(
     visit("remote_read_failovers", r.read_failovers);
     visit("remote_grants", r.grants);
     visit("remote_grant_failures", r.grant_failures);
-    visit("remote_regions_adopted", r.regions_adopted);
-    visit("remote_regions_not_adopted", r.regions_not_adopted);
+    visit("remote_peers_lost_silent", r.peers_lost_silent);
+    visit("remote_objects_under_replicated", r.under_replicated);
     visit("remote_regions_lost", r.regions_lost);
   }
 }

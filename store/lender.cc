@@ -43,19 +43,37 @@ void Lender::FillRoom(const transport::PeerIdentity& peer, wire::peer::Response*
   response->set_lend_free(RoomForLocked(peer.node_id));
 }
 
+bool Lender::SharesLocked(const std::string& member, std::uint64_t incarnation) const {
+  if (heard_.count({member, incarnation}) != 0) return true;
+  // A member just listed has its part kept while it comes up (its first probe is a second
+  // away), so that another member asking first cannot take it; one silent past that has none.
+  auto listed = listed_since_.find({member, incarnation});
+  return listed != listed_since_.end() &&
+         clock_->NowMicros() - listed->second < std::uint64_t{config_.share_probation_ms} * 1000;
+}
+
 std::uint64_t Lender::RoomForLocked(const std::string& node) const {
   if (config_.grants_wait_for_members && !members_heard_) return 0;
   const std::uint64_t free = allocator_.stats().free_bytes;
-  // O(members) per reply: clusters have tens to hundreds of nodes.
-  const std::uint64_t others = live_.size() - live_.count(node);
+  // O(members) per reply: clusters have tens to hundreds of nodes. A member has a part only once
+  // it has proved on the peer link that it holds the cluster's secret: a record written into
+  // etcd by anyone else keeps nothing from anyone.
+  std::uint64_t sharers = 0;
+  bool asker_shares = false;
+  for (const auto& [member, incarnation] : live_) {
+    if (!SharesLocked(member, incarnation)) continue;
+    ++sharers;
+    asker_shares = asker_shares || member == node;
+  }
+  const std::uint64_t others = sharers - (asker_shares ? 1 : 0);
   if (others == 0 || config_.reserved_share <= 0) return free;
   // Each member's part; a stranger asking changes nobody's.
   const std::uint64_t part = static_cast<std::uint64_t>(
       config_.reserved_share * static_cast<double>(allocator_.stats().capacity) /
-      static_cast<double>(live_.size()));
+      static_cast<double>(sharers));
   std::uint64_t kept = 0;
   for (const auto& [member, incarnation] : live_) {
-    if (member == node) continue;
+    if (member == node || !SharesLocked(member, incarnation)) continue;
     auto h = held_.find(member);
     const std::uint64_t held = h == held_.end() ? 0 : h->second;
     if (held < part) kept += part - held;
@@ -70,6 +88,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
     response->set_message(s.message());
   };
   std::lock_guard lock(mu_);
+  heard_[{peer.node_id, peer.incarnation}] = clock_->NowMicros();
   switch (request.op_case()) {
     case wire::peer::Request::kGrant: {
       const std::uint64_t bytes = request.grant().bytes();
@@ -122,6 +141,23 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
                                        std::to_string(transport::kMaxInfoRegions) + " regions"));
         return;
       }
+      if (request.info().release_all()) {
+        std::uint64_t freed = 0;
+        for (auto it = regions_.begin(); it != regions_.end();) {
+          auto next = std::next(it);
+          if (!it->second.released && it->second.node_id == peer.node_id &&
+              it->second.incarnation == peer.incarnation) {
+            ReleaseLocked(it);
+            ++freed;
+          }
+          it = next;
+        }
+        counters_.regions_released_unknown += freed;
+        if (freed > 0) {
+          spdlog::info("freed {} regions {} no longer knows of (it met this node anew)", freed,
+                       peer.node_id);
+        }
+      }
       for (std::uint64_t id : request.info().regions()) {
         auto it = regions_.find(id);
         if (it == regions_.end() || it->second.released || it->second.node_id != peer.node_id ||
@@ -159,6 +195,7 @@ Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdent
                                                       const wire::peer::RegionRange& range,
                                                       bool /*write*/) {
   std::lock_guard lock(mu_);
+  heard_[{peer.node_id, peer.incarnation}] = clock_->NowMicros();
   auto it = regions_.find(range.region());
   if (it == regions_.end() || it->second.released || it->second.node_id != peer.node_id ||
       it->second.incarnation != peer.incarnation) {
@@ -202,6 +239,14 @@ void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) 
   live_ = live;
   members_heard_ = true;
   const std::uint64_t now = clock_->NowMicros();
+  for (auto it = listed_since_.begin(); it != listed_since_.end();) {
+    auto found = live.find(it->first.first);
+    it = found != live.end() && found->second == it->first.second ? std::next(it)
+                                                                  : listed_since_.erase(it);
+  }
+  for (const auto& [member, incarnation] : live)
+    listed_since_.emplace(std::pair{member, incarnation}, now);
+  const std::uint64_t grace = std::uint64_t{config_.borrower_grace_ms} * 1000;
   std::set<std::pair<std::string, std::uint64_t>> holders;
   for (const auto& [id, r] : regions_) {
     if (!r.released) holders.insert({r.node_id, r.incarnation});
@@ -209,14 +254,24 @@ void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) 
   for (auto it = missing_since_.begin(); it != missing_since_.end();) {
     it = holders.count(it->first) != 0 ? std::next(it) : missing_since_.erase(it);
   }
+  for (auto it = heard_.begin(); it != heard_.end();) {
+    // Kept while it holds regions or is a member (its share), dropped once it is neither.
+    auto found = live.find(it->first.first);
+    const bool member = found != live.end() && found->second == it->first.second;
+    it = member || holders.count(it->first) != 0 ? std::next(it) : heard_.erase(it);
+  }
   for (const auto& h : holders) {
     auto found = live.find(h.first);
     if (found != live.end() && found->second == h.second) {
       missing_since_.erase(h);
       continue;
     }
+    // Gone from the membership is not gone: etcd may have lost its record (restarted empty, a
+    // key deleted, the node cut from etcd alone) while it still uses what it holds here. Only a
+    // borrower neither a member nor heard on the peer link for the grace period has left.
     auto [m, fresh] = missing_since_.emplace(h, now);
-    if (fresh || now - m->second < std::uint64_t{config_.borrower_grace_ms} * 1000) continue;
+    if (fresh || now - m->second < grace) continue;
+    if (auto heard = heard_.find(h); heard != heard_.end() && now - heard->second < grace) continue;
     std::uint64_t freed = 0;
     for (auto it = regions_.begin(); it != regions_.end();) {
       auto next = std::next(it);
@@ -229,12 +284,13 @@ void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) 
     }
     counters_.regions_reclaimed += freed;
     missing_since_.erase(m);
+    heard_.erase(h);
     spdlog::info("freed {} regions lent to {} (incarnation {:x}), gone from the cluster", freed,
                  h.first, h.second);
   }
 }
 
-void Lender::DropAll() {
+void Lender::DropAllForTest() {
   std::lock_guard lock(mu_);
   for (auto it = regions_.begin(); it != regions_.end();) {
     auto next = std::next(it);
@@ -257,7 +313,10 @@ LenderStats Lender::stats() const {
     }
   }
   s.borrowers = borrowers.size();
-  s.borrowing_members = live_.size();
+  s.borrowing_members = 0;
+  for (const auto& [member, incarnation] : live_) {
+    s.borrowing_members += SharesLocked(member, incarnation) ? 1 : 0;
+  }
   return s;
 }
 

@@ -7,17 +7,20 @@
 // never reused while the lender runs (and requests name the lender's incarnation), so a request
 // for a region freed since, or granted in an earlier life, is refused instead of served with
 // someone else's bytes. A region being read or written is freed only once that transfer ends.
-// What a borrower that left the cluster held is freed after a grace period; a borrower that
-// comes back as a new incarnation within it (its lease lapsed while it was frozen) adopts its
-// regions and keeps its bytes.
+// What a borrower that left held is freed once it has been neither a member nor heard on the
+// peer link for a grace period: etcd losing its record (restarted empty, a key deleted, the
+// borrower cut from etcd alone) loses nobody's bytes while the borrower still talks to us. A
+// borrower that meets this lender anew asks it to free what its incarnation held here before
+// (Info.release_all): it dropped this lender as gone meanwhile, and would never release those.
 //
 // Members share what is lent: reserved_share of it is split evenly among the live members (the
-// borrowers the membership names), and each member's part of it that it has not taken is kept
-// from everyone else. The rest goes to whoever asks first. So a member that asks for everything
-// (the cluster's secret is the trust boundary, but a buggy or greedy member holds it too) leaves
-// each other member at least its part, and a node alone with its lender may take everything. A
-// peer that is not a member has no part. Every reply tells the asker the room it may still ask
-// for (FillRoom), not the lender's free bytes.
+// borrowers the membership names that have proved on the peer link that they hold the cluster's
+// secret, or were listed only moments ago), and each member's part of it that it has not taken
+// is kept from everyone else. The rest goes to whoever asks first. So a member that asks for
+// everything (the cluster's secret is the trust boundary, but a buggy or greedy member holds it
+// too) leaves each other member at least its part, and a node alone with its lender may take
+// everything. A peer that is not a member has no part. Every reply tells the asker the room it may
+// still ask for (FillRoom), not the lender's free bytes.
 //
 // Locking: mu_ guards the regions and the allocator; bytes are copied (by the peer server's
 // connection threads) with it released, under a transfer hold.
@@ -40,8 +43,8 @@ namespace tierpool {
 struct LenderConfig {
   std::uint64_t lend_bytes = 0;
   std::uint64_t max_grant_bytes = 1ull << 30;  // one region at most
-  // How long a borrower's incarnation may be missing from the membership before its regions
-  // are freed (a borrower whose lease lapsed briefly keeps its bytes while it comes back).
+  // How long a borrower's incarnation must be both missing from the membership and silent on
+  // the peer link before its regions are freed.
   std::uint32_t borrower_grace_ms = 30'000;
   bool populate = false;  // fault the lent pages in at start
   // The part of lend_bytes split evenly among the live members and kept for each until it takes
@@ -51,6 +54,10 @@ struct LenderConfig {
   // part could be kept for anyone, and a member asking first could take everything for good.
   // tierpoold sets it; a lender outside a cluster (tests, benchmarks) need not.
   bool grants_wait_for_members = false;
+  // A member's part is kept for it this long after it is first listed; after that, only once it
+  // has spoken on the peer link (proved it holds the secret): a record anyone wrote into etcd
+  // keeps nothing from anyone for long.
+  std::uint32_t share_probation_ms = 10'000;
   Status validate() const;
 };
 
@@ -62,8 +69,9 @@ struct LenderStats {
   std::uint64_t stale_refusals = 0;     // requests naming a region that is gone or not theirs
   std::uint64_t regions_reclaimed = 0;  // freed because their borrower left
   std::uint64_t regions_adopted = 0;    // taken over by their borrower's next incarnation
-  std::uint64_t share_refusals = 0;     // grants refused for room kept for other members
-  std::uint64_t borrowing_members = 0;  // live members reserved_share is split among
+  std::uint64_t regions_released_unknown = 0;  // freed at a borrower's word (Info.release_all)
+  std::uint64_t share_refusals = 0;            // grants refused for room kept for other members
+  std::uint64_t borrowing_members = 0;         // live members reserved_share is split among
 };
 
 class Lender final : public transport::PeerHandler {
@@ -78,12 +86,13 @@ class Lender final : public transport::PeerHandler {
                                                 bool write) override;
   void FillRoom(const transport::PeerIdentity& peer, wire::peer::Response* response) override;
 
-  // The borrowers the membership knows now (node id -> incarnation; not this node). Regions of
-  // incarnations missing for longer than borrower_grace_ms are freed, and these members are the
-  // ones reserved_share is split among.
+  // The borrowers the membership knows now (node id -> incarnation; not this node), at every
+  // change and after every lease renewal. Regions of incarnations missing from it, and not heard
+  // on the peer link, for longer than borrower_grace_ms are freed; these members, once heard,
+  // are the ones reserved_share is split among.
   void SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live);
-  // This node lost its lease: everything lent is dropped (borrowers treat it as dead).
-  void DropAll();
+  // For tests: everything lent is freed behind its borrowers' backs.
+  void DropAllForTest();
   LenderStats stats() const;
   // For tests: the bytes of a region (to corrupt them on purpose).
   std::byte* RegionBytesForTest(std::uint64_t region);
@@ -104,6 +113,9 @@ class Lender final : public transport::PeerHandler {
   void ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it);
   // Free bytes that `node` may ask for: what is free, less what other members' parts keep.
   std::uint64_t RoomForLocked(const std::string& node) const;
+  // Whether a member has a part: it has spoken on the peer link as that incarnation, or was
+  // listed less than share_probation_ms ago.
+  bool SharesLocked(const std::string& member, std::uint64_t incarnation) const;
 
   const LenderConfig config_;
   std::unique_ptr<MemfdArena> arena_;
@@ -114,7 +126,11 @@ class Lender final : public transport::PeerHandler {
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> missing_since_;  // guarded by mu_
   std::uint64_t next_region_ = 1;                                                 // guarded by mu_
   std::map<std::string, std::uint64_t> live_;                                     // guarded by mu_
-  bool members_heard_ = false;                                                    // guarded by mu_
+  // When each borrower incarnation last made an authenticated request here.
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> heard_;  // guarded by mu_
+  // When each live member incarnation was first listed.
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> listed_since_;  // guarded by mu_
+  bool members_heard_ = false;                                                   // guarded by mu_
   // Bytes granted to each node (every incarnation) and not freed yet.
   std::unordered_map<std::string, std::uint64_t> held_;  // guarded by mu_
   LenderStats counters_;                                 // guarded by mu_

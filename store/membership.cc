@@ -102,9 +102,7 @@ Result<RemoteMember> Membership::DecodeAt(const std::string& prefix, const std::
 Status Membership::Register(std::uint64_t incarnation) {
   auto lease = etcd_.GrantLease(config_.ttl_s);
   if (!lease.ok()) return lease.status();
-  RemoteMember self{config_.node_id,
-                    incarnation != 0 ? incarnation : transport::RandomIncarnation(),
-                    config_.peer_address, config_.lend_bytes, config_.borrows};
+  const RemoteMember self = Self(incarnation != 0 ? incarnation : transport::RandomIncarnation());
   if (Status s = etcd_.Put(prefix() + config_.node_id, Encode(self), *lease); !s.ok()) {
     (void)etcd_.Revoke(*lease);
     return s;
@@ -115,14 +113,15 @@ Status Membership::Register(std::uint64_t incarnation) {
   return Status::Ok();
 }
 
+RemoteMember Membership::Self(std::uint64_t incarnation) const {
+  return RemoteMember{config_.node_id, incarnation, config_.peer_address, config_.lend_bytes,
+                      config_.borrows};
+}
+
 Status Membership::Start() {
   if (Status s = Register(config_.incarnation); !s.ok()) {
     return Status(s.code(), "cannot join cluster " + config_.cluster + " at " + config_.etcd +
                                 ": " + s.message());
-  }
-  {
-    std::lock_guard cb(callback_mu_);
-    if (callbacks_.registered) callbacks_.registered(incarnation());
   }
   spdlog::info("joined cluster {} as {} (incarnation {:x}), lending {}", config_.cluster,
                config_.node_id, incarnation(), FormatBytes(config_.lend_bytes));
@@ -163,22 +162,38 @@ std::uint64_t Membership::incarnation() const {
 
 void Membership::KeepAliveLoop() {
   const auto period = std::chrono::milliseconds(config_.ttl_s * 1000 / 3);
+  int unlisted = 0;  // renewals in a row that found this node's record missing from the view
   std::unique_lock lock(mu_);
   while (!stopping_) {
     wake_.wait_for(lock, period, [this] { return stopping_; });
     if (stopping_) return;
     const std::int64_t lease = lease_;
+    const std::uint64_t incarnation = incarnation_;
+    const bool listed = members_.count(config_.node_id) != 0 &&
+                        members_.at(config_.node_id).incarnation == incarnation;
     lock.unlock();
     bool lost = false;
     if (lease != 0) {
       auto ttl = etcd_.KeepAlive(lease);
       if (ttl.ok() && *ttl > 0) {
+        // Our record gone while the lease lives (someone deleted the key; a watch that missed
+        // it is read again within a renewal or two): put it back under the same lease.
+        unlisted = listed ? 0 : unlisted + 1;
+        if (unlisted >= 2) {
+          spdlog::warn("the cluster record of {} is gone from etcd; writing it again",
+                       config_.node_id);
+          if (Status s = etcd_.Put(prefix() + config_.node_id, Encode(Self(incarnation)), lease);
+              !s.ok()) {
+            spdlog::warn("cannot write the cluster record again: {}", s.ToString());
+          }
+          unlisted = 0;
+        }
         // The same view again, so that time-based decisions (a lender's grace period for a
         // borrower that left) are taken even when nobody joins or leaves.
         std::lock_guard cb(callback_mu_);
         Publish();
       } else if (ttl.ok()) {
-        lost = true;  // etcd says the lease is gone: the others have seen this node leave
+        lost = true;  // etcd says the lease is gone (it expired, or etcd restarted empty)
       } else {
         // etcd does not answer. Nobody sees anyone leave while that lasts, and a restarted
         // etcd keeps its leases (and extends them), so nothing is dropped: keep asking.
@@ -186,8 +201,7 @@ void Membership::KeepAliveLoop() {
       }
     }
     if (lost) {
-      spdlog::error("the cluster lease of {} lapsed: no lending or borrowing until it is back",
-                    config_.node_id);
+      spdlog::error("the cluster lease of {} lapsed; registering again", config_.node_id);
       std::lock_guard cb(callback_mu_);
       if (callbacks_.lost) callbacks_.lost();
     }
@@ -196,10 +210,12 @@ void Membership::KeepAliveLoop() {
         std::lock_guard relock(mu_);
         lease_ = 0;
       }
-      if (Status s = Register(0); s.ok()) {
-        spdlog::info("rejoined cluster {} as incarnation {:x}", config_.cluster, incarnation());
-        std::lock_guard cb(callback_mu_);
-        if (callbacks_.registered) callbacks_.registered(incarnation());
+      // The same incarnation: this process lived on, and so did what it holds. Peers judge it
+      // gone by its silence on the peer link or a restart, not by its record in etcd.
+      if (Status s = Register(incarnation); s.ok()) {
+        spdlog::info("rejoined cluster {} as {} (incarnation {:x})", config_.cluster,
+                     config_.node_id, incarnation);
+        unlisted = 0;
       }
     }
     lock.lock();

@@ -4,11 +4,13 @@
 // The record holds the node's incarnation (fresh per registration), its peer address and what
 // it lends; no per-object metadata goes into etcd.
 //
-// A lease that etcd says has lapsed (this process was frozen, or cut off from etcd while the
-// others were not, for longer than the TTL) means the cluster counted this node as dead: `lost`
-// runs (stop lending and borrowing) and the node registers again as a new incarnation
-// (`registered`). While etcd itself does not answer, nothing is dropped: nobody can see anyone
-// leave meanwhile, and a restarted etcd keeps its leases.
+// The record is for finding peers, not for judging them dead: a node keeps one incarnation for
+// its process's life, and peers judge it gone by a restart (a new incarnation) or its silence on
+// the peer link (tiers/remote_tier.h, store/lender.h). So a lease that etcd says has lapsed (the
+// process was frozen, or cut off from etcd alone, or etcd restarted empty) costs no data: `lost`
+// runs (check what peers still hold before using them again) and the node registers again under
+// the same incarnation. A record deleted while the lease lives is written again. While etcd
+// itself does not answer, nothing changes: a restarted etcd keeps its leases.
 //
 // The member list is handed on at every change and again after every lease renewal.
 //
@@ -41,7 +43,7 @@ struct MembershipConfig {
   bool borrows = true;      // lenders keep a part of what they lend for borrowing members only
   std::uint32_t ttl_s = 5;  // the lease; a dead node is noticed within about this long
   std::uint32_t etcd_timeout_ms = 2000;
-  // The first registration's incarnation (0: a random one); later ones are always fresh.
+  // The incarnation (0: a random one), kept across registrations for the process's life.
   std::uint64_t incarnation = 0;
   Status validate() const;
 };
@@ -49,8 +51,8 @@ struct MembershipConfig {
 struct MembershipCallbacks {
   // The members now, this node included.
   std::function<void(const std::vector<RemoteMember>&)> members;
+  // The lease lapsed (registering again follows).
   std::function<void()> lost;
-  std::function<void(std::uint64_t incarnation)> registered;
 };
 
 class Membership {
@@ -81,6 +83,7 @@ class Membership {
  private:
   Membership(MembershipConfig config, MembershipCallbacks callbacks, EtcdClient etcd);
   Status Register(std::uint64_t incarnation);
+  RemoteMember Self(std::uint64_t incarnation) const;
   void KeepAliveLoop();
   void WatchLoop();
   void Publish();  // calls callbacks_.members with the current map; requires callback_mu_

@@ -23,6 +23,7 @@ const std::set<std::string_view> kGauges = {
     "connections_active",
     "frame_bytes_buffered",
     "request_rings_open",
+    "remote_objects_under_replicated",
 };
 // Counter names whose unit is not at an end of the name.
 const std::map<std::string_view, std::string_view> kRenamed = {

@@ -157,6 +157,14 @@ std::optional<TierKind> ObjectStore::TopCopy(const StoredObject& obj, bool mappe
   return std::nullopt;
 }
 
+std::optional<TierKind> ObjectStore::ReadSource(const StoredObject& obj, bool mapped_only) const {
+  for (TierKind k : by_level_) {
+    const ObjectCopy& c = obj.copy(k);
+    if (c.present && (!mapped_only || mapped(k)) && tier(k)->LikelyReadable(c.extent)) return k;
+  }
+  return TopCopy(obj, mapped_only);
+}
+
 void ObjectStore::UpdateTopLocked(StoredObject& obj) {
   if (auto top = TopCopy(obj, false)) obj.meta.tier = *top;
 }

@@ -441,6 +441,9 @@ class ObjectStore {
   bool on_device(TierKind kind) const { return on_device_[static_cast<int>(kind)]; }
   // The present copy nearest the top; with mapped_only, only tiers clients can map.
   std::optional<TierKind> TopCopy(const StoredObject& obj, bool mapped_only) const;
+  // The copy to read from: the top one whose tier expects the read to answer now (a remote copy
+  // whose peers are silent is passed over for a guard copy below), else the top one.
+  std::optional<TierKind> ReadSource(const StoredObject& obj, bool mapped_only) const;
   void UpdateTopLocked(StoredObject& obj);
   ObjectMeta MetaLocked(const StoredObject& obj) const;
   // What a pin returns: MetaLocked, or its scalars only (PinOptions::bytes_meta_only), of the

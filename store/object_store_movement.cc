@@ -394,7 +394,7 @@ Status ObjectStore::MoveOnDemandLocked(StoreLock& lock, std::uint64_t id, TierKi
   auto dst = AllocateLocked(lock, to, obj->meta.size, {-1, obj->pool}, true, MovePriority::kDemand);
   if (!dst.ok()) return dst.status();
   obj = index_.Find(id);
-  const auto from = obj != nullptr ? TopCopy(*obj, mapped_source_only) : std::nullopt;
+  const auto from = obj != nullptr ? ReadSource(*obj, mapped_source_only) : std::nullopt;
   if (obj == nullptr || obj->doomed || obj->move || obj->copy(to).present || !from) {
     if (dst->length > 0) (void)tier(to)->Free(*dst);
     return Status::Aborted("the object changed while room was made");  // look again

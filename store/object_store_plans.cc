@@ -107,7 +107,7 @@ Status ObjectStore::StartPrefetch(const std::string& ns, const std::string& key,
     return Status::AlreadyExists("already in hbm");
   }
   if (obj->move) return Status::Aborted(ns + "/" + key + " is moving");
-  auto from = TopCopy(*obj, false);
+  auto from = ReadSource(*obj, false);
   if (!from) return Status::Internal(ns + "/" + key + " has no copy");
   if (obj->meta.size == 0) {
     // Nothing to copy: it is in hbm as soon as that is recorded. `done` is never called before

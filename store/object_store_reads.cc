@@ -45,7 +45,12 @@ Result<std::pair<StoredObject*, TierKind>> ObjectStore::EnsureMappedLocked(Store
     // record is read again before the caller hears of it. The bytes returned are checked anyway.
     Status e = obj->last_move_error;
     if (e.code() == StatusCode::kAborted) continue;  // a copy lost with its peers: read another
-    bool transient = e.code() == StatusCode::kIoError || e.code() == StatusCode::kDataLoss;
+    // A copy whose peers did not answer in time: with another copy (a guard on nvme), that one
+    // is read next (its tier now says the first is not readable).
+    const bool unanswered =
+        e.code() == StatusCode::kUnavailable || e.code() == StatusCode::kDeadlineExceeded;
+    bool transient = e.code() == StatusCode::kIoError || e.code() == StatusCode::kDataLoss ||
+                     (unanswered && obj->present_copies() > 1);
     if (e.ok() || !transient || ++read_failures >= kReadAttempts) {
       return e.ok() ? Status::Aborted("object kept moving; try again") : e;
     }

@@ -221,7 +221,14 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("member-ttl", po::value(&c.cluster.member_ttl_s)->default_value(5),
      "seconds of the cluster lease: a silent node counts as dead after this long")
     ("lend-grace-ms", po::value(&c.cluster.lender.borrower_grace_ms)->default_value(30000),
-     "memory lent to a node that left the cluster is freed after this long")
+     "memory lent to a node is freed once it has been out of the membership and silent on the "
+     "peer link this long")
+    ("lend-share-probation-ms",
+     po::value(&c.cluster.lender.share_probation_ms)->default_value(10000),
+     "a member's part of --lend is kept for it this long after it joins, then only once it has "
+     "proved on the peer link that it holds the cluster's secret")
+    ("remote-peer-lost-ms", po::value(&c.cluster.remote.peer_lost_ms)->default_value(30000),
+     "a peer silent this long counts as gone: its copies are rebuilt on the others")
     ("lend-reserved-share", po::value(&c.cluster.lender.reserved_share)->default_value(0.5, "0.5"),
      "part of --lend split evenly among the cluster's other nodes and kept for each until it "
      "takes it (0: first come, first served)")

@@ -22,6 +22,7 @@ Status RemoteTierConfig::validate() const {
     return Status::InvalidArgument("remote I/O threads and connections must be positive");
   }
   if (io_timeout_ms == 0) return Status::InvalidArgument("the remote I/O timeout must be positive");
+  if (peer_lost_ms == 0) return Status::InvalidArgument("--remote-peer-lost-ms must be positive");
   if (piece_bytes == 0 || piece_bytes > (64ull << 20)) {
     return Status::InvalidArgument("remote transfer pieces must be of 1 byte to 64 MiB");
   }
@@ -30,11 +31,7 @@ Status RemoteTierConfig::validate() const {
 
 RemoteTier::RemoteTier(RemoteTierConfig config, transport::PeerAuth auth,
                        transport::PeerIdentity self, const Clock* clock)
-    : config_(config),
-      auth_(std::move(auth)),
-      clock_(clock),
-      self_incarnation_(self.incarnation),
-      self_(std::move(self)) {
+    : config_(config), auth_(std::move(auth)), clock_(clock), self_(std::move(self)) {
   for (std::uint32_t i = 0; i < config_.io_threads; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -82,28 +79,23 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   std::string address;
   {
     std::lock_guard lock(peer.pool_mu);
-    while (!peer.idle.empty() && !conn) {
+    if (!peer.idle.empty()) {
       conn = std::move(peer.idle.back());
       peer.idle.pop_back();
-      // Made as an earlier incarnation of ours: the lender would take it for that one.
-      if (conn->client().incarnation != self_incarnation_) conn.reset();
     }
     address = peer.address;
   }
   if (!conn) {
-    transport::PeerIdentity self;
-    {
-      std::lock_guard lock(mu_);
-      self = self_;
-    }
     // Only the member we know proves it is there, and we prove ourselves to it alone: someone
     // else at that address (the peer restarted, or a relay passing another lender's challenge
     // through) gets nothing.
     const transport::PeerIdentity member{peer.member.node_id, peer.member.incarnation};
-    auto c =
-        transport::PeerConnection::Connect(address, auth_, self, config_.io_timeout_ms, &member);
+    bool refused = false;
+    auto c = transport::PeerConnection::Connect(address, auth_, self_, config_.io_timeout_ms,
+                                                &member, &refused);
     if (!c.ok()) {
       peer.heard_failure = true;
+      peer.heard_refused = refused;
       return Status(c.status().code(),
                     "peer " + peer.member.node_id + " at " + address + ": " + c.status().message());
     }
@@ -113,6 +105,10 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   Status s = conn->Call(request, payload, payload_length, response, read_dst, read_capacity);
   if (conn->broken()) {
     peer.heard_failure = true;
+    // The others kept idle are likely broken too (the peer stopped or restarted): the next
+    // request connects afresh, and learns at once whether anything listens there.
+    std::lock_guard lock(peer.pool_mu);
+    peer.idle.clear();
     return s;
   }
   if (s.code() == StatusCode::kNotFound &&
@@ -125,9 +121,9 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   response->set_lend_free(std::min(response->lend_free(), peer.member.lend_bytes));
   peer.heard_free = response->lend_free();
   peer.heard_success = true;
+  peer.heard_refused = false;
   std::lock_guard lock(peer.pool_mu);
-  if (peer.idle.size() < config_.connections_per_peer &&
-      conn->client().incarnation == self_incarnation_) {
+  if (peer.idle.size() < config_.connections_per_peer) {
     peer.idle.push_back(std::move(conn));
   }
   return s;
@@ -179,11 +175,10 @@ void RemoteTier::ReleaseReplicaLocked(const Replica& r) {
 Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
   if (size == 0) return Status::InvalidArgument("empty remote extent");
   std::lock_guard lock(mu_);
-  if (!borrowing_) return Status::Unavailable("remote: this node lost its cluster lease");
   // Peers with the most granted room first, so replicas spread.
   std::vector<Peer*> order;
   for (auto& [id, p] : peers_) {
-    if (!p->dead && p->responsive && p->adopt_from == 0) order.push_back(p.get());
+    if (UsableLocked(*p)) order.push_back(p.get());
   }
   std::sort(order.begin(), order.end(), [this](const Peer* a, const Peer* b) {
     return FreeGrantedLocked(*a) > FreeGrantedLocked(*b);
@@ -352,6 +347,22 @@ std::uint64_t RemoteTier::CapacityLocked() const {
   return raw / config_.replicas;
 }
 
+bool RemoteTier::UsableLocked(const Peer& p) const {
+  // A failure the I/O threads just heard counts now, not at the next pass: no more moves are
+  // sent to a peer that stopped answering.
+  return !p.dead && p.responsive && !p.unconfirmed && !p.heard_failure;
+}
+
+bool RemoteTier::LikelyReadable(const Extent& extent) const {
+  std::lock_guard lock(mu_);
+  auto it = sets_.find(extent.offset);
+  if (it == sets_.end()) return true;  // the read says what is wrong
+  for (const Replica& r : it->second.replicas) {
+    if (!r.peer->dead && r.peer->responsive && !r.peer->heard_failure) return true;
+  }
+  return it->second.replicas.empty();  // none left: the read says NOT_FOUND at once
+}
+
 std::uint64_t RemoteTier::used_bytes() const {
   std::lock_guard lock(mu_);
   return used_;
@@ -359,13 +370,8 @@ std::uint64_t RemoteTier::used_bytes() const {
 
 Status RemoteTier::CheckWritable() {
   std::lock_guard lock(mu_);
-  if (!borrowing_) return Status::Unavailable("remote: this node lost its cluster lease");
   std::size_t responsive = 0;
-  for (const auto& [id, p] : peers_) {
-    // A failure the I/O threads just heard counts now, not at the next pass: no more moves are
-    // sent to a peer that stopped answering.
-    responsive += !p->dead && p->responsive && !p->heard_failure ? 1 : 0;
-  }
+  for (const auto& [id, p] : peers_) responsive += UsableLocked(*p) ? 1 : 0;
   if (responsive < config_.replicas) {
     return Status::Unavailable("remote: " + std::to_string(responsive) + " responsive peers, " +
                                std::to_string(config_.replicas) + " replicas wanted");
@@ -393,19 +399,20 @@ TierStats RemoteTier::Stats() const {
   std::vector<std::string> why;
   for (const auto& [id, p] : peers_) {
     responsive += p->responsive ? 1 : 0;
-    if (!p->responsive) {
+    if (p->unconfirmed) {
+      why.push_back("checking that peer " + p->member.node_id +
+                    " still holds our regions (this node's cluster lease lapsed)");
+    } else if (!p->responsive && p->introduced) {
+      // (A member never reached holds nothing of ours: it degrades nothing. It may not even
+      // exist: anyone who can write to etcd can add a record.)
       why.push_back("peer " + p->member.node_id + " at " + p->member.address +
                     " does not answer (" + std::to_string(p->failures) + " failures)");
-    }
-    if (p->adopt_from != 0) {
-      why.push_back("peer " + p->member.node_id + " is handing over an earlier life's regions");
     }
   }
   if (short_sets > 0) {
     why.push_back(std::to_string(short_sets) + " objects have fewer copies than wanted (a peer " +
                   "that left: rebuilding them)");
   }
-  if (!borrowing_) why.push_back("not borrowing: this node's membership is being renewed");
   if (!why.empty()) {
     s.state = "degraded";
   } else if (responsive < config_.replicas) {
@@ -422,8 +429,9 @@ std::vector<RemotePeerInfo> RemoteTier::Peers() const {
   std::vector<RemotePeerInfo> out;
   for (const auto& [id, p] : peers_) {
     RemotePeerInfo info;
-    info.member = p->member;
+    info.in_membership = p->in_membership;
     info.responsive = p->responsive;
+    info.in_membership = p->in_membership;
     info.lend_free = p->lend_free;
     info.failures = p->failures;
     for (const auto& [rid, r] : p->regions) {
@@ -438,7 +446,11 @@ std::vector<RemotePeerInfo> RemoteTier::Peers() const {
 
 RemoteTierCounters RemoteTier::counters() const {
   std::lock_guard lock(mu_);
-  return counters_;
+  RemoteTierCounters c = counters_;
+  for (const auto& [id, set] : sets_) {
+    c.under_replicated += set.written && set.replicas.size() < set.wanted ? 1 : 0;
+  }
+  return c;
 }
 
 std::vector<RemoteTier::ReplicaLocation> RemoteTier::LocateForTest(const Extent& extent) const {

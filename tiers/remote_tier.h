@@ -5,9 +5,15 @@
 // tier's own thread), and objects' extents are carved out of those regions here, so Allocate
 // and Free never touch the network (the store calls them under its lock). Every extent has
 // `replicas` copies on different peers, written in parallel; a read takes the first replica
-// whose bytes match the checksum, so one peer's death or a corrupted copy loses nothing. When
-// the membership drops a peer (SetMembers), its replicas are dropped and re-created from the
-// survivors in the background; the tier says "degraded" until they are.
+// whose bytes match the checksum, so one peer's death or a corrupted copy loses nothing.
+//
+// A peer is gone when that is known, not when etcd forgets it: when the membership names it as
+// a new incarnation (it restarted), when it left the membership and refuses connections (nothing
+// listens there), or when it has not answered for peer_lost_ms. Then its replicas are dropped
+// and re-created from the survivors in the background; the tier says "degraded" until they are.
+// A peer that left the membership but still answers is kept (etcd restarted empty, or a record
+// deleted: the peer and our bytes there are fine). A peer met anew is asked first to free what
+// it held of ours before (Info.release_all), and used once it answers.
 //
 // A cache object (AllocationHint::cache) has one copy: losing it costs a refetch, not data.
 //
@@ -17,7 +23,7 @@
 // io_timeout_ms per piece); one maintenance thread asks lenders for regions, probes peers and
 // repairs replica sets. Locking: mu_ guards peers, regions and replica sets; no socket I/O
 // happens under it. Each peer's connection pool and address have a lock of their own, taken
-// after mu_ when both are held; a member's node id and incarnation never change.
+// after mu_ when both are held; a member's node id and incarnation never change, nor do ours.
 #pragma once
 
 #include <atomic>
@@ -74,6 +80,8 @@ struct RemoteTierConfig {
   bool background_maintenance = true;
   std::uint32_t probe_interval_ms = 1000;  // Info to each peer: room, and liveness
   std::uint64_t max_repair_bytes_per_pass = 256ull << 20;
+  // A peer silent this long is gone: its replicas are rebuilt elsewhere (--remote-peer-lost-ms).
+  std::uint32_t peer_lost_ms = 30'000;
   Status validate() const;
 };
 
@@ -81,6 +89,7 @@ struct RemoteTierConfig {
 struct RemotePeerInfo {
   RemoteMember member;
   bool responsive = true;           // its last request or probe succeeded
+  bool in_membership = true;        // false: it left it, and is kept while it answers
   std::uint64_t lend_free = 0;      // as it last said
   std::uint64_t granted_bytes = 0;  // regions it granted this node
   std::uint64_t used_bytes = 0;     // of those, holding replicas
@@ -89,18 +98,19 @@ struct RemotePeerInfo {
 };
 
 struct RemoteTierCounters {
-  std::uint64_t peers_lost = 0;         // dropped by the membership
+  std::uint64_t peers_lost = 0;         // known gone: restarted, stopped, or silent too long
+  std::uint64_t peers_lost_silent = 0;  // of those, silent for peer_lost_ms
   std::uint64_t replicas_lost = 0;      // with them
   std::uint64_t replicas_repaired = 0;  // re-created on another peer
   std::uint64_t extents_lost = 0;       // every replica gone: reads fail with DATA_LOSS
   std::uint64_t read_failovers = 0;     // a replica failed and another served the read
   std::uint64_t grants = 0;
   std::uint64_t grant_failures = 0;
-  std::uint64_t regions_adopted = 0;      // kept across a new incarnation of ours
-  std::uint64_t regions_not_adopted = 0;  // freed by their lender before we came back
   // Regions a lender no longer held for us while both of us lived on (its probe's answer): their
   // replicas are dropped (replicas_lost, extents_lost) and repaired from the survivors.
   std::uint64_t regions_lost = 0;
+  // Now (not a count of events): written objects with fewer copies than wanted, being rebuilt.
+  std::uint64_t under_replicated = 0;
 };
 
 class RemoteTier final : public Tier {
@@ -123,19 +133,20 @@ class RemoteTier final : public Tier {
   // number of replicas.
   std::uint64_t capacity() const override;
   std::uint64_t used_bytes() const override;
-  // UNAVAILABLE with fewer responsive peers than replicas (or after StopBorrowing).
+  // UNAVAILABLE with fewer usable peers than replicas: answering, and (after Suspect) known to
+  // still hold our regions.
   Status CheckWritable() override;
+  // Some replica's peer answers (or was not heard failing since it last did).
+  bool LikelyReadable(const Extent& extent) const override;
 
-  // The cluster's members other than this node. A peer that left, or came back as another
-  // incarnation, is dead: its replicas are dropped and repaired from the survivors.
+  // The cluster's members (this node's record is skipped). A member named as another incarnation
+  // than before restarted: its replicas are dropped and repaired from the survivors. One missing
+  // is kept while it answers (see above).
   void SetMembers(const std::vector<RemoteMember>& members);
-  // This node lost its lease: no more borrowing until SetMembers is called again.
-  void StopBorrowing();
-  // This node registered again as a new incarnation (its lease lapsed: frozen, or cut off from
-  // etcd). Each lender is asked to hand what the old incarnation borrowed over to the new one
-  // (by the maintenance thread, at once); replicas in regions a lender freed meanwhile (its
-  // grace period ran out) are dropped, and counted in extents_lost when they were the last.
-  void Reincarnate(std::uint64_t incarnation);
+  // This node's cluster lease lapsed (it was frozen, or cut off from etcd): a lender that did not
+  // hear from it meanwhile may have freed its regions. Each peer is used again once a probe has
+  // checked our regions there; those freed are dropped (regions_lost) and repaired.
+  void Suspect();
   std::vector<RemotePeerInfo> Peers() const;
   RemoteTierCounters counters() const;
   // Runs one maintenance pass now (grants, probes, repairs): tests call it instead of waiting.
@@ -186,10 +197,14 @@ class RemoteTier final : public Tier {
   void WorkerLoop();
   void MaintenanceLoop();
   void WakeMaintenance();
-  void AdoptRegions();
   void GrantRegions();
   void ProbePeers();
-  // An Info request for p, asking after the next kMaxInfoRegions of our regions there.
+  // Drops the peers known gone (see the top of this file).
+  void DropLostPeersLocked(std::uint64_t now_us);
+  // Answering, checked since a lapse of our lease, and not just heard failing.
+  bool UsableLocked(const Peer& p) const;
+  // An Info request for p, asking after the next kMaxInfoRegions of our regions there (or, for a
+  // peer just met, asking it to free what it held of ours before).
   wire::peer::Request ProbeLocked(Peer& p);
   // Drops the regions the peer's Info reply says it no longer holds for us, with their replicas.
   void DropMissingRegionsLocked(const std::shared_ptr<Peer>& p,
@@ -208,17 +223,14 @@ class RemoteTier final : public Tier {
   const transport::PeerAuth auth_;
   const Clock* clock_;
 
-  // Read without mu_ by the I/O threads, to tell a pooled connection of an earlier life.
-  std::atomic<std::uint64_t> self_incarnation_;
+  const transport::PeerIdentity self_;  // this process's life: never changes
   mutable std::mutex mu_;
-  transport::PeerIdentity self_;                        // guarded by mu_
   std::map<std::string, std::shared_ptr<Peer>> peers_;  // guarded by mu_
   std::unordered_map<std::uint64_t, ReplicaSet> sets_;  // guarded by mu_
   std::uint64_t next_set_ = 1;                          // guarded by mu_
   std::uint64_t used_ = 0;                              // guarded by mu_: sum of set sizes
   std::uint64_t peak_used_ = 0;                         // guarded by mu_
   std::uint64_t wanted_region_ = 0;  // guarded by mu_: a failed Allocate's size, for the next grant
-  bool borrowing_ = true;            // guarded by mu_
   RemoteTierCounters counters_;      // guarded by mu_
   std::uint64_t allocations_ = 0, frees_ = 0, failed_allocations_ = 0;        // guarded by mu_
   std::uint64_t checksum_failures_ = 0, read_errors_ = 0, write_errors_ = 0;  // guarded by mu_

@@ -1,6 +1,6 @@
 // RemoteTier, the membership side and the maintenance thread's passes: peers met and dropped
-// (SetMembers, Reincarnate), regions adopted after a new incarnation, probes, grants ahead of
-// need and repairs of replica sets short of copies. The data path is in remote_tier.cc.
+// (SetMembers, DropLostPeersLocked, Suspect), probes, grants ahead of need and repairs of
+// replica sets short of copies. The data path is in remote_tier.cc.
 #include <algorithm>
 #include <cstdlib>
 #include <set>
@@ -41,7 +41,6 @@ void RemoteTier::MaintenanceLoop() {
 
 void RemoteTier::RunMaintenance() {
   std::lock_guard pass(maintenance_pass_mu_);
-  AdoptRegions();
   ProbePeers();
   GrantRegions();
   RepairSets();
@@ -49,25 +48,39 @@ void RemoteTier::RunMaintenance() {
 
 void RemoteTier::SetMembers(const std::vector<RemoteMember>& members) {
   std::lock_guard lock(mu_);
-  borrowing_ = true;
   std::map<std::string, const RemoteMember*> now;
   for (const RemoteMember& m : members) {
     if (m.node_id != self_.node_id) now[m.node_id] = &m;
   }
   for (auto it = peers_.begin(); it != peers_.end();) {
+    Peer& p = *it->second;
     auto found = now.find(it->first);
-    if (found == now.end() || found->second->incarnation != it->second->member.incarnation) {
-      spdlog::warn("remote: peer {} (incarnation {:x}) is gone; dropping its replicas", it->first,
-                   it->second->member.incarnation);
+    if (found != now.end() && found->second->incarnation != p.member.incarnation) {
+      spdlog::warn("remote: peer {} restarted (incarnation {:x}, was {:x}); dropping its replicas",
+                   it->first, found->second->incarnation, p.member.incarnation);
       DropPeerLocked(it->second);
-      it = peers_.erase(it);
-    } else {
-      // Same incarnation at another address: new connections go there.
-      std::lock_guard pool(it->second->pool_mu);
-      it->second->member.address = found->second->address;
-      it->second->address = found->second->address;
-      ++it;
+      it = peers_.erase(it);  // met anew below, as the new incarnation
+      continue;
     }
+    if (found == now.end()) {
+      if (!p.introduced) {  // never reached: it holds nothing of ours
+        it = peers_.erase(it);
+        continue;
+      }
+      if (p.in_membership) {
+        spdlog::warn("remote: peer {} left the membership; kept while it answers", it->first);
+      }
+      p.in_membership = false;
+      ++it;
+      continue;
+    }
+    if (!p.in_membership) spdlog::info("remote: peer {} is a member again", it->first);
+    p.in_membership = true;
+    // Same incarnation at another address: new connections go there.
+    std::lock_guard pool(p.pool_mu);
+    p.member.address = found->second->address;
+    p.address = found->second->address;
+    ++it;
   }
   for (const auto& [id, m] : now) {
     if (peers_.count(id) != 0) continue;
@@ -98,25 +111,39 @@ void RemoteTier::DropReplicasLocked(const std::function<bool(const Replica&)>& g
   }
 }
 
-void RemoteTier::StopBorrowing() {
-  std::lock_guard lock(mu_);
-  borrowing_ = false;
+void RemoteTier::DropLostPeersLocked(std::uint64_t now_us) {
+  const std::uint64_t bound = std::uint64_t{config_.peer_lost_ms} * 1000;
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    Peer& p = *it->second;
+    const bool silent_too_long = p.silent_since_us != 0 && now_us - p.silent_since_us >= bound;
+    // Left the membership and nothing listens at its address: it stopped, or died.
+    const bool stopped = !p.in_membership && p.heard_refused;
+    if (!silent_too_long && !stopped) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("remote: peer {} is gone ({}); dropping its replicas", it->first,
+                 stopped ? "it left the membership and refuses connections"
+                         : "silent for " + std::to_string(config_.peer_lost_ms) + " ms");
+    if (silent_too_long) ++counters_.peers_lost_silent;
+    DropPeerLocked(it->second);
+    // Still a member: the next view meets it anew (and it frees what it held of ours then).
+    it = peers_.erase(it);
+  }
 }
 
-void RemoteTier::Reincarnate(std::uint64_t incarnation) {
+void RemoteTier::Suspect() {
   {
     std::lock_guard lock(mu_);
-    if (incarnation == self_.incarnation) return;
-    const std::uint64_t previous = self_.incarnation;
-    self_.incarnation = incarnation;
-    self_incarnation_ = incarnation;
     for (auto& [id, p] : peers_) {
-      // Regions held under an even earlier incarnation, not yet adopted, stay under that one.
-      if (!p->dead && !p->regions.empty() && p->adopt_from == 0) p->adopt_from = previous;
-      std::lock_guard pool(p->pool_mu);
-      p->idle.clear();
+      if (!p->introduced) continue;
+      p->unconfirmed = true;
+      p->next_probe_us = 0;
     }
   }
+  spdlog::warn(
+      "remote: this node's cluster lease lapsed; checking every peer still holds our "
+      "regions before using it again");
   WakeMaintenance();
 }
 
@@ -126,50 +153,6 @@ void RemoteTier::WakeMaintenance() {
     maintenance_wanted_ = true;
   }
   maintenance_cv_.notify_one();
-}
-
-void RemoteTier::AdoptRegions() {
-  std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>> due;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [id, p] : peers_) {
-      if (!p->dead && p->adopt_from != 0) due.emplace_back(p, p->adopt_from);
-    }
-  }
-  for (auto& [p, previous] : due) {
-    wire::peer::Request request;
-    request.mutable_adopt()->set_previous_incarnation(previous);
-    wire::peer::Response response;
-    Status s = Exchange(*p, &request, nullptr, 0, &response);
-    // Not reached: the next pass asks again (a peer that died leaves through the membership).
-    // Refused: the lender keeps nothing of ours.
-    const bool answered = s.ok() || s.code() == StatusCode::kInvalidArgument ||
-                          s.code() == StatusCode::kNotFound ||
-                          s.code() == StatusCode::kResourceExhausted;
-    if (!answered) continue;
-    const std::set<std::uint64_t> kept(response.adopted_regions().begin(),
-                                       response.adopted_regions().end());
-    std::lock_guard lock(mu_);
-    if (p->dead || p->adopt_from != previous) continue;
-    p->adopt_from = 0;
-    std::uint64_t lost = 0;
-    for (auto it = p->regions.begin(); it != p->regions.end();) {
-      if (kept.count(it->first) != 0) {
-        ++counters_.regions_adopted;
-        ++it;
-        continue;
-      }
-      const std::uint64_t region = it->first;
-      // (The peer captured by value: clang before 16 cannot capture a structured binding.)
-      DropReplicasLocked(
-          [&, peer = p](const Replica& r) { return r.peer == peer && r.region == region; });
-      it = p->regions.erase(it);
-      ++lost;
-    }
-    counters_.regions_not_adopted += lost;
-    spdlog::info("remote: {} kept {} of our regions after we rejoined ({} were freed)",
-                 p->member.node_id, kept.size(), lost);
-  }
 }
 
 void RemoteTier::ProbePeers() {
@@ -184,6 +167,7 @@ void RemoteTier::ProbePeers() {
       if (p->heard_failure.exchange(false)) {
         ++p->failures;
         p->responsive = false;
+        if (p->silent_since_us == 0) p->silent_since_us = now;
       }
       if (p->heard_success.exchange(false)) p->responsive = true;
       if (const std::uint64_t f = p->heard_free.exchange(~0ull); f != ~0ull) p->lend_free = f;
@@ -198,28 +182,44 @@ void RemoteTier::ProbePeers() {
     auto& p = due[i];
     wire::peer::Response response;
     Status s = Exchange(*p, &probes[i], nullptr, 0, &response);
+    if (!s.ok() && s.code() != StatusCode::kDeadlineExceeded) {
+      // Perhaps a kept connection the peer had closed: once more on a fresh one (a silent peer,
+      // DEADLINE_EXCEEDED, is not asked twice).
+      response.Clear();
+      s = Exchange(*p, &probes[i], nullptr, 0, &response);
+    }
     std::lock_guard lock(mu_);
     p->heard_failure = false;
     p->heard_success = false;
     p->heard_free = ~0ull;
     if (s.ok()) {
       p->responsive = true;
+      p->silent_since_us = 0;
       p->lend_free = response.lend_free();
+      if (probes[i].info().release_all()) p->introduced = true;
       DropMissingRegionsLocked(p, response);
+      // Every region of ours there checked (in turns when there are many) since our lease
+      // lapsed: it is used again.
+      if (p->unconfirmed && p->next_region_check == 0) p->unconfirmed = false;
     } else {
-      if (p->responsive)
+      if (p->responsive || !p->introduced)
         spdlog::warn("remote: peer {} does not answer: {}", p->member.node_id, s.ToString());
       p->responsive = false;
+      if (p->silent_since_us == 0) p->silent_since_us = now;
       ++p->failures;
     }
   }
+  std::lock_guard lock(mu_);
+  DropLostPeersLocked(clock_->NowMicros());
 }
 
 wire::peer::Request RemoteTier::ProbeLocked(Peer& p) {
   wire::peer::Request request;
   auto* info = request.mutable_info();
-  // Regions still held under an earlier incarnation of ours are the adoption's to settle.
-  if (p.adopt_from != 0) return request;
+  if (!p.introduced) {
+    info->set_release_all(true);  // we hold none of its regions: it may free what it kept
+    return request;
+  }
   const std::size_t n = std::min<std::size_t>(p.regions.size(), transport::kMaxInfoRegions);
   auto it = p.regions.lower_bound(p.next_region_check);
   for (std::size_t i = 0; i < n; ++i) {
@@ -233,7 +233,7 @@ wire::peer::Request RemoteTier::ProbeLocked(Peer& p) {
 
 void RemoteTier::DropMissingRegionsLocked(const std::shared_ptr<Peer>& p,
                                           const wire::peer::Response& response) {
-  if (p->dead || p->adopt_from != 0) return;
+  if (p->dead) return;
   std::uint64_t lost = 0;
   for (std::uint64_t region : response.missing_regions()) {
     if (p->regions.erase(region) == 0) continue;  // not asked about, or gone already
@@ -258,14 +258,13 @@ void RemoteTier::GrantRegions() {
   std::vector<Ask> asks;
   {
     std::lock_guard lock(mu_);
-    if (!borrowing_) return;
     const std::uint64_t want = std::max(config_.region_bytes, wanted_region_);
     // Room is short when little is free in all, or no free extent is large enough for a
     // typical object (a quarter region) or for the one that last found no room.
     const std::uint64_t extent = std::max(config_.region_bytes / 4, wanted_region_);
     wanted_region_ = 0;
     for (auto& [id, p] : peers_) {
-      if (p->dead || !p->responsive || p->adopt_from != 0) continue;
+      if (!UsableLocked(*p)) continue;
       const std::uint64_t headroom = std::uint64_t{config_.headroom_regions} * config_.region_bytes;
       std::uint64_t largest = 0;
       for (const auto& [rid, r] : p->regions) {
@@ -330,7 +329,6 @@ void RemoteTier::RepairSets() {
   std::vector<Job> jobs;
   {
     std::lock_guard lock(mu_);
-    if (!borrowing_) return;
     std::uint64_t budget = config_.max_repair_bytes_per_pass;
     std::vector<std::uint64_t> ids;
     for (auto& [id, set] : sets_) {
@@ -347,7 +345,7 @@ void RemoteTier::RepairSets() {
       for (const Replica& r : set.replicas) used.insert(r.peer.get());
       Replica target;
       for (auto& [node, p] : peers_) {
-        if (p->dead || !p->responsive || p->adopt_from != 0 || used.count(p.get()) != 0) continue;
+        if (!UsableLocked(*p) || used.count(p.get()) != 0) continue;
         if (CarveLocked(*p, set.size, &target)) {
           target.peer = p;
           break;

@@ -21,11 +21,14 @@ struct RemoteTier::Peer {
   // guarded by RemoteTier::mu_
   std::map<std::uint64_t, Region> regions;
   std::uint64_t lend_free = 0;
-  bool responsive = true;
+  // Its last request or probe succeeded. A peer just met is not, until its first probe (which
+  // also frees whatever it held of ours before: Info.release_all) answers.
+  bool responsive = false;
+  bool introduced = false;    // that first probe answered
+  bool in_membership = true;  // (a peer that left it is kept while it answers)
+  bool unconfirmed = false;   // our lease lapsed: not used until a probe says it holds our regions
   bool dead = false;
-  // Our earlier incarnation, under which this peer still holds our regions until they are
-  // adopted by the current one (0: nothing to adopt). Nothing is carved there meanwhile.
-  std::uint64_t adopt_from = 0;
+  std::uint64_t silent_since_us = 0;  // its first failure since it last answered (0: answering)
   std::uint64_t failures = 0;
   std::uint64_t next_probe_us = 0;
   // Where the next probe's check of our regions starts (the region id after the last checked):
@@ -39,6 +42,8 @@ struct RemoteTier::Peer {
   std::atomic<std::uint64_t> heard_free{~0ull};
   std::atomic<bool> heard_failure{false};
   std::atomic<bool> heard_success{false};
+  // A connection was refused outright: nothing listens at its address (it stopped or died).
+  std::atomic<bool> heard_refused{false};
   // A transfer was told a region of ours is not ours there: probe now, not at the next interval.
   std::atomic<bool> heard_missing{false};
 };

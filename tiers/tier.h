@@ -161,6 +161,10 @@ class Tier {
   virtual PoolSpace SpaceOf(std::uint32_t /*pool*/) const { return {capacity(), used_bytes()}; }
   // OK when the tier takes writes now; RESOURCE_EXHAUSTED when full, UNAVAILABLE while degraded.
   virtual Status CheckWritable() { return Status::Ok(); }
+  // Whether a read of the extent can be expected to answer now: false where every place that
+  // holds it is known not to (peers that do not answer), so that a reader with another copy
+  // reads that one instead of waiting out a timeout. Cheap: no I/O.
+  virtual bool LikelyReadable(const Extent& /*extent*/) const { return true; }
   // Starts TierStats::peak_used_bytes again from the use now.
   virtual void ResetPeak() {}
   const Watermarks& watermarks() const { return watermarks_; }

@@ -89,9 +89,6 @@ class PeerServer {
   void Stop();
   std::uint16_t port() const { return port_; }
   PeerServerCounters counters() const;
-  // After a new registration: connections prove the new incarnation, and requests naming the
-  // old one are refused.
-  void set_incarnation(std::uint64_t incarnation) { incarnation_ = incarnation; }
   PeerIdentity self() const { return {self_node_, incarnation_.load()}; }
 
  private:

@@ -126,7 +126,7 @@ void Requests(const std::uint8_t* data, std::size_t size) {
       if (request.id() & 16) live["b"] = 3;
       (*lender)->SetLiveBorrowers(live);
     }
-    if (request.id() % 97 == 96) (*lender)->DropAll();
+    if (request.id() % 97 == 96) (*lender)->DropAllForTest();
   }
   const LenderStats stats = (*lender)->stats();
   if (stats.granted_bytes > stats.capacity) std::abort();

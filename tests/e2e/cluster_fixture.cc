@@ -32,19 +32,37 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-EtcdProcess::EtcdProcess() {
+EtcdProcess::EtcdProcess(std::string netns, std::string host) : netns_(std::move(netns)) {
   if (::access("/usr/bin/etcd", X_OK) != 0) return;
   char tmpl[] = "/tmp/tierpool-etcd-XXXXXX";
   dir_ = ::mkdtemp(tmpl);
-  url_ = "http://127.0.0.1:" + std::to_string(FreePort());
-  peer_url_ = "http://127.0.0.1:" + std::to_string(FreePort());
+  if (netns_.empty()) {
+    url_ = "http://127.0.0.1:" + std::to_string(FreePort());
+    peer_url_ = "http://127.0.0.1:" + std::to_string(FreePort());
+  } else {  // a namespace of its own: its ports are free
+    url_ = "http://" + host + ":2379";
+    peer_url_ = "http://" + host + ":2380";
+  }
   Start();
+}
+
+std::string EtcdProcess::Post(const std::string& path, const std::string& json, int* rc) const {
+  const std::string prefix = netns_.empty() ? "" : "ip netns exec " + netns_ + " ";
+  return RunShell(prefix + "curl -sf -m 2 -X POST " + url_ + "/v3/" + path + " -d '" + json + "'",
+                  rc);
+}
+
+bool EtcdProcess::Wipe() {
+  Kill();
+  fs::remove_all(dir_ + "/data");
+  return Start();
 }
 
 bool EtcdProcess::Start() {
   pid_ = ::fork();
   if (pid_ == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (!netns_.empty() && !EnterNetns(netns_)) ::_exit(126);
     const std::string log = dir_ + "/etcd.log";
     std::freopen(log.c_str(), "a", stdout);
     std::freopen(log.c_str(), "a", stderr);
@@ -57,7 +75,7 @@ bool EtcdProcess::Start() {
   ready_ = false;
   for (int i = 0; i < 100 && !ready_; ++i) {
     int rc = 0;
-    RunShell("curl -sf -m 1 -X POST " + url_ + "/v3/kv/range -d '{\"key\":\"AA==\"}'", &rc);
+    Post("kv/range", "{\"key\":\"AA==\"}", &rc);
     ready_ = rc == 0;
     if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -97,7 +115,7 @@ std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& s
                                     "--node-id",
                                     node,
                                     "--peer-listen",
-                                    "127.0.0.1:0",
+                                    o.peer_host + ":0",
                                     "--peer-auth",
                                     secret,
                                     "--lend",
@@ -105,7 +123,9 @@ std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& s
                                     "--member-ttl",
                                     "2",
                                     "--lend-grace-ms",
-                                    std::to_string(o.lend_grace_ms)};
+                                    std::to_string(o.lend_grace_ms),
+                                    "--remote-peer-lost-ms",
+                                    std::to_string(o.peer_lost_ms)};
   flags.insert(flags.end(), o.extra_flags.begin(), o.extra_flags.end());
   return flags;
 }
@@ -149,8 +169,8 @@ std::string RemoteSummary(const ServerProcess& node) {
   }
   for (const char* name :
        {"remote_peers", "remote_peers_responsive", "remote_peers_lost", "remote_replicas_lost",
-        "remote_replicas_repaired", "remote_extents_lost", "remote_regions_adopted",
-        "remote_regions_not_adopted", "remote_grants"}) {
+        "remote_replicas_repaired", "remote_extents_lost", "remote_regions_lost",
+        "remote_peers_lost_silent", "remote_grants"}) {
     out += std::string(", ") + name + " " + std::to_string(st->counter(name));
   }
   return out;

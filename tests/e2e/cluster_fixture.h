@@ -18,10 +18,12 @@ namespace tierpool::testing {
 // A free TCP port on 127.0.0.1 (bound and released: good enough for a test).
 int FreePort();
 
-// A single-member etcd (Debian's /usr/bin/etcd) on free loopback ports.
+// A single-member etcd (Debian's /usr/bin/etcd) on free loopback ports, or on `host` inside the
+// network namespace `netns`.
 class EtcdProcess {
  public:
-  EtcdProcess();
+  EtcdProcess() : EtcdProcess("", "") {}
+  EtcdProcess(std::string netns, std::string host);
   ~EtcdProcess();
   EtcdProcess(const EtcdProcess&) = delete;
   EtcdProcess& operator=(const EtcdProcess&) = delete;
@@ -32,17 +34,25 @@ class EtcdProcess {
   // restart, or a crash and a supervisor, does.
   void Kill();
   bool Start();
+  // Killed, its data deleted, and started again empty: every lease and record gone.
+  bool Wipe();
+  // A request to its v3 JSON API (path: "kv/put", ...), from where clients reach it.
+  std::string Post(const std::string& path, const std::string& json, int* rc) const;
 
  private:
+  std::string netns_;
   pid_t pid_ = -1;
   std::string dir_, url_, peer_url_;
   bool ready_ = false;
 };
 
 struct NodeOptions {
+  std::string peer_host = "127.0.0.1";  // where its peer listener binds
+  std::string netns;                    // the network namespace it runs in ("": this one)
   std::string dram = "32M";
   std::string lend = "96M";
   int lend_grace_ms = 2000;
+  int peer_lost_ms = 3000;  // --remote-peer-lost-ms: a silent peer's copies are rebuilt after it
   std::vector<std::string> extra_flags;  // appended to each node's
 };
 

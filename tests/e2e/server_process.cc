@@ -1,5 +1,7 @@
 #include "tests/e2e/server_process.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -25,7 +27,15 @@ namespace {
 std::atomic<int> g_counter{0};
 }
 
-ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket)
+bool EnterNetns(const std::string& name) {
+  const int fd = ::open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::setns(fd, CLONE_NEWNET) == 0;
+  ::close(fd);
+  return ok;
+}
+
+ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket, std::string netns)
     : socket_(std::move(socket)) {
   if (socket_.empty()) {
     socket_ = "/tmp/tierpool-test-" + std::to_string(::getpid()) + "-" +
@@ -47,6 +57,7 @@ ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket)
     // A test that dies (a sanitizer abort) must not leave its server running.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::signal(SIGXFSZ, SIG_IGN);  // inherited across exec: past LimitFileSize, writes fail
+    if (!netns.empty() && !EnterNetns(netns)) ::_exit(126);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -13,8 +13,10 @@ namespace tierpool::testing {
 class ServerProcess {
  public:
   // extra: flags added to "--socket PATH --no-populate --log-level warn". socket: PATH (empty:
-  // a fresh one), e.g. an earlier server's, to start the next daemon where clients wait.
-  explicit ServerProcess(std::vector<std::string> extra = {}, std::string socket = "");
+  // a fresh one), e.g. an earlier server's, to start the next daemon where clients wait. netns:
+  // a network namespace (ip netns) to run it in; clients still reach it by its socket's path.
+  explicit ServerProcess(std::vector<std::string> extra = {}, std::string socket = "",
+                         std::string netns = "");
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -51,6 +53,9 @@ class ServerProcess {
 std::uint64_t ServerCounter(Client& c, std::string_view name);
 // The same from a stat reply already at hand (several counters of one moment).
 std::uint64_t ServerCounter(const ServerStats& stat, std::string_view name);
+
+// In the child of a fork: joins the network namespace `name` (/run/netns/NAME); false if not.
+bool EnterNetns(const std::string& name);
 
 // Runs a shell command; returns what it printed (stdout and stderr) and sets *rc to its exit
 // status.

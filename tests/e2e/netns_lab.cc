@@ -1,0 +1,77 @@
+#include "tests/e2e/netns_lab.h"
+
+#include <unistd.h>
+
+#include <atomic>
+
+#include "tests/e2e/server_process.h"
+
+namespace tierpool::testing {
+
+namespace {
+std::atomic<int> g_labs{0};
+}
+
+bool NetLab::Run(const std::string& cmd) {
+  int rc = 0;
+  const std::string out = RunShell(cmd + " 2>&1", &rc);
+  if (rc != 0 && why_.empty()) why_ = cmd + ": " + out;
+  return rc == 0;
+}
+
+NetLab::NetLab(int hosts) {
+  // Short, unique names: a veth name has at most 15 characters.
+  const std::string tag =
+      "tp" + std::to_string(::getpid() % 100000) + "x" + std::to_string(g_labs++);
+  hub_ = tag + "h";
+  if (!Run("ip netns add " + hub_)) return;
+  ok_ = Run("ip -n " + hub_ + " link set lo up") &&
+        Run("ip -n " + hub_ + " link add br0 type bridge") &&
+        Run("ip -n " + hub_ + " link set br0 up");
+  for (int i = 0; ok_ && i < hosts; ++i) {
+    const std::string host = tag + "n" + std::to_string(i);
+    const std::string inside = tag + "a" + std::to_string(i),
+                      outside = tag + "b" + std::to_string(i);
+    if (!Run("ip netns add " + host)) {
+      ok_ = false;
+      break;
+    }
+    hosts_.push_back(host);
+    hub_ends_.push_back(outside);
+    ok_ = Run("ip link add " + inside + " type veth peer name " + outside) &&
+          Run("ip link set " + inside + " netns " + host) &&
+          Run("ip link set " + outside + " netns " + hub_) &&
+          Run("ip -n " + hub_ + " link set " + outside + " master br0 up") &&
+          Run("ip -n " + host + " addr add " + ip(i) + "/24 dev " + inside) &&
+          Run("ip -n " + host + " link set " + inside + " up") &&
+          Run("ip -n " + host + " link set lo up");
+  }
+}
+
+NetLab::~NetLab() {
+  // Deleting a namespace deletes its veth ends, and with them their peers.
+  for (const auto& h : hosts_) Run("ip netns del " + h);
+  if (!hub_.empty()) Run("ip netns del " + hub_);
+}
+
+bool NetLab::Cut(int a, int b) {
+  return Run("ip -n " + ns(a) + " route add blackhole " + ip(b) + "/32") &&
+         Run("ip -n " + ns(b) + " route add blackhole " + ip(a) + "/32");
+}
+
+bool NetLab::Heal(int a, int b) {
+  const bool one = Run("ip -n " + ns(a) + " route del blackhole " + ip(b) + "/32");
+  const bool two = Run("ip -n " + ns(b) + " route del blackhole " + ip(a) + "/32");
+  return one && two;
+}
+
+bool NetLab::Limit(int host, const std::string& rate) {
+  return Run("ip netns exec " + hub_ + " tc qdisc add dev " + hub_ends_[host] + " root tbf rate " +
+             rate + " burst 64kb latency 500ms");
+}
+
+bool NetLab::Unlimit(int host) {
+  return Run("ip netns exec " + hub_ + " tc qdisc del dev " + hub_ends_[host] + " root");
+}
+
+}  // namespace tierpool::testing

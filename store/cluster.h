@@ -1,8 +1,9 @@
 // A sidecar's part in a cluster: what it lends (store/lender.h) behind the peer listener
 // (transport/peer_server.h), what it borrows (the remote tier, tiers/remote_tier.h), and its
 // membership in etcd (store/membership.h), wired together: the membership's view of the others
-// goes to the remote tier (peers) and to the lender (borrowers that left), and a lapsed lease
-// stops both until the node is back as a new incarnation.
+// goes to the remote tier (peers) and to the lender (borrowers), and a lapsed lease makes the
+// remote tier check what its peers still hold before using them again (the node registers again
+// under the same incarnation).
 //
 // Thread safety: Create, TakeRemoteTier, Start and Stop from one thread; the rest from any.
 #pragma once

@@ -256,7 +256,14 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
   o.dram = "24M";
   NetCluster c("soak", o, 4);
   NETCLUSTER_OR_SKIP(c);
-  ASSERT_TRUE(c.Joined()) << RemoteSummary(c.node(0));
+  // a, the writer, borrowing from the three others (they may not all have room from each other).
+  ASSERT_TRUE(c.node(0).WaitFor(
+      [](const ServerStats& s) {
+        return s.members.size() == 4 && s.counter("remote_peers_responsive") == 3 &&
+               s.counter("remote_grants") >= 3;
+      },
+      20'000))
+      << RemoteSummary(c.node(0));
   struct Version {
     std::uint64_t seed;
     std::size_t size;

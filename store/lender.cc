@@ -142,16 +142,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
         return;
       }
       if (request.info().release_all()) {
-        std::uint64_t freed = 0;
-        for (auto it = regions_.begin(); it != regions_.end();) {
-          auto next = std::next(it);
-          if (!it->second.released && it->second.node_id == peer.node_id &&
-              it->second.incarnation == peer.incarnation) {
-            ReleaseLocked(it);
-            ++freed;
-          }
-          it = next;
-        }
+        const std::uint64_t freed = ReleaseHolderLocked(peer.node_id, peer.incarnation);
         counters_.regions_released_unknown += freed;
         if (freed > 0) {
           spdlog::info("freed {} regions {} no longer knows of (it met this node anew)", freed,
@@ -272,22 +263,27 @@ void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) 
     auto [m, fresh] = missing_since_.emplace(h, now);
     if (fresh || now - m->second < grace) continue;
     if (auto heard = heard_.find(h); heard != heard_.end() && now - heard->second < grace) continue;
-    std::uint64_t freed = 0;
-    for (auto it = regions_.begin(); it != regions_.end();) {
-      auto next = std::next(it);
-      if (!it->second.released && it->second.node_id == h.first &&
-          it->second.incarnation == h.second) {
-        ++freed;
-        ReleaseLocked(it);
-      }
-      it = next;
-    }
+    const std::uint64_t freed = ReleaseHolderLocked(h.first, h.second);
     counters_.regions_reclaimed += freed;
     missing_since_.erase(m);
     heard_.erase(h);
     spdlog::info("freed {} regions lent to {} (incarnation {:x}), gone from the cluster", freed,
                  h.first, h.second);
   }
+}
+
+std::uint64_t Lender::ReleaseHolderLocked(const std::string& node, std::uint64_t incarnation) {
+  std::uint64_t freed = 0;
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    auto next = std::next(it);
+    if (!it->second.released && it->second.node_id == node &&
+        it->second.incarnation == incarnation) {
+      ReleaseLocked(it);
+      ++freed;
+    }
+    it = next;
+  }
+  return freed;
 }
 
 void Lender::DropAllForTest() {

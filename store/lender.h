@@ -111,6 +111,8 @@ class Lender final : public transport::PeerHandler {
   Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock);
   void EndTransfer(std::uint64_t id);
   void ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it);
+  // Every region one borrower incarnation holds; returns how many.
+  std::uint64_t ReleaseHolderLocked(const std::string& node, std::uint64_t incarnation);
   // Free bytes that `node` may ask for: what is free, less what other members' parts keep.
   std::uint64_t RoomForLocked(const std::string& node) const;
   // Whether a member has a part: it has spoken on the peer link as that incarnation, or was

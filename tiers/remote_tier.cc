@@ -353,6 +353,12 @@ bool RemoteTier::UsableLocked(const Peer& p) const {
   return !p.dead && p.responsive && !p.unconfirmed && !p.heard_failure;
 }
 
+std::uint64_t RemoteTier::UnderReplicatedLocked() const {
+  std::uint64_t n = 0;
+  for (const auto& [id, set] : sets_) n += set.replicas.size() < set.wanted ? 1 : 0;
+  return n;
+}
+
 bool RemoteTier::LikelyReadable(const Extent& extent) const {
   std::lock_guard lock(mu_);
   auto it = sets_.find(extent.offset);
@@ -393,8 +399,7 @@ TierStats RemoteTier::Stats() const {
   s.read_errors = read_errors_;
   s.write_errors = write_errors_;
   s.checksum_failures = checksum_failures_;
-  std::size_t short_sets = 0;
-  for (const auto& [id, set] : sets_) short_sets += set.replicas.size() < set.wanted ? 1 : 0;
+  const std::uint64_t short_sets = UnderReplicatedLocked();
   std::size_t responsive = 0;
   std::vector<std::string> why;
   for (const auto& [id, p] : peers_) {
@@ -447,9 +452,7 @@ std::vector<RemotePeerInfo> RemoteTier::Peers() const {
 RemoteTierCounters RemoteTier::counters() const {
   std::lock_guard lock(mu_);
   RemoteTierCounters c = counters_;
-  for (const auto& [id, set] : sets_) {
-    c.under_replicated += set.written && set.replicas.size() < set.wanted ? 1 : 0;
-  }
+  c.under_replicated = UnderReplicatedLocked();
   return c;
 }
 

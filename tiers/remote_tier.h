@@ -218,6 +218,8 @@ class RemoteTier final : public Tier {
   void DropReplicasLocked(const std::function<bool(const Replica&)>& gone);
   std::uint64_t FreeGrantedLocked(const Peer& peer) const;
   std::uint64_t CapacityLocked() const;
+  // Sets with fewer copies than wanted (the tier's "degraded", and the counter).
+  std::uint64_t UnderReplicatedLocked() const;
 
   const RemoteTierConfig config_;
   const transport::PeerAuth auth_;

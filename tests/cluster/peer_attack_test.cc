@@ -241,19 +241,27 @@ TEST(PeerHandshake, ARelayCannotPassANodesProofThroughToALender) {
   }
 }
 
+// A "lender" at `listener`: accepts one connection, authenticates as it should, and reads one
+// request (an invalid fd when any of that fails).
+UniqueFd AcceptOneRequest(const LoopbackListener& listener, wire::peer::Request* request) {
+  UniqueFd fd(::accept(listener.fd.get(), nullptr, nullptr));
+  if (!fd.valid()) return fd;
+  (void)transport::SetSocketTimeouts(fd.get(), 2000);
+  if (!transport::AcceptHandshake(fd.get(), *PeerAuth::FromSecret(kSecret), {"slow", 9}).ok() ||
+      !transport::ReceivePeerMessage(fd.get(), request).ok()) {
+    return UniqueFd();
+  }
+  return fd;
+}
+
 TEST(PeerConnection, AReplyTrickledInCostsOneTimeout) {
   // A "lender" that authenticates properly, then answers a request a byte at a time.
   const LoopbackListener listener = ListenOnLoopback(4);
   ASSERT_TRUE(listener.fd.valid());
   std::thread lender([&] {
-    UniqueFd fd(::accept(listener.fd.get(), nullptr, nullptr));
-    if (!fd.valid()) return;
-    (void)transport::SetSocketTimeouts(fd.get(), 2000);
-    if (!transport::AcceptHandshake(fd.get(), *PeerAuth::FromSecret(kSecret), {"slow", 9}).ok()) {
-      return;
-    }
     wire::peer::Request request;
-    if (!transport::ReceivePeerMessage(fd.get(), &request).ok()) return;
+    UniqueFd fd = AcceptOneRequest(listener, &request);
+    if (!fd.valid()) return;
     const std::string header = Header(100);
     if (::send(fd.get(), header.data(), header.size(), MSG_NOSIGNAL) < 0) return;
     (void)TrickleUntilClosed(fd.get(), std::chrono::seconds(3));
@@ -282,14 +290,9 @@ TEST(PeerConnection, AReplyThatKeepsMovingOnASlowLinkCompletes) {
   ASSERT_TRUE(listener.fd.valid());
   constexpr std::uint64_t kBytes = 3u << 20;
   std::thread lender([&] {
-    UniqueFd fd(::accept(listener.fd.get(), nullptr, nullptr));
-    if (!fd.valid()) return;
-    (void)transport::SetSocketTimeouts(fd.get(), 2000);
-    if (!transport::AcceptHandshake(fd.get(), *PeerAuth::FromSecret(kSecret), {"slow", 9}).ok()) {
-      return;
-    }
     wire::peer::Request request;
-    if (!transport::ReceivePeerMessage(fd.get(), &request).ok()) return;
+    UniqueFd fd = AcceptOneRequest(listener, &request);
+    if (!fd.valid()) return;
     wire::peer::Response response;
     response.set_id(request.id());
     response.set_payload_length(kBytes);

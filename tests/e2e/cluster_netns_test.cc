@@ -95,6 +95,15 @@ std::uint64_t Reclaimed(NetCluster& c) {
          Counter(c.node(2), "lend_regions_reclaimed");
 }
 
+// a's objects "t0".."t<count-1>" byte for byte, no copy of them lost, and no lender freed what
+// a borrowed.
+void ExpectEveryObjectKept(NetCluster& c, int count) {
+  CheckAll(c.node(0), count, kSize);
+  EXPECT_EQ(Counter(c.node(0), "remote_extents_lost"), 0u);
+  EXPECT_EQ(Counter(c.node(0), "remote_regions_lost"), 0u);
+  EXPECT_EQ(Reclaimed(c), 0u);
+}
+
 #define NETCLUSTER_OR_SKIP(c) \
   if (const std::string why = (c).skip_reason(); !why.empty()) GTEST_SKIP() << why
 
@@ -117,10 +126,7 @@ TEST(ClusterAcrossHosts, EtcdRestartedEmptyLosesNothing) {
   ASSERT_TRUE(
       c.node(0).WaitFor([](const ServerStats& s) { return RemoteState(s) == "ok"; }, 10'000))
       << RemoteSummary(c.node(0));
-  CheckAll(c.node(0), 16, kSize);
-  EXPECT_EQ(Counter(c.node(0), "remote_extents_lost"), 0u);
-  EXPECT_EQ(Counter(c.node(0), "remote_regions_lost"), 0u);
-  EXPECT_EQ(Reclaimed(c), 0u);
+  ExpectEveryObjectKept(c, 16);
 }
 
 // Before: a borrower cut from etcd alone past its lease and the lenders' grace kept
@@ -146,10 +152,7 @@ TEST(ClusterAcrossHosts, ABorrowerCutFromEtcdAloneLosesNothing) {
   ASSERT_TRUE(c.lab().Heal(c.host(0), kEtcdHost));
   ASSERT_TRUE(
       c.node(1).WaitFor([](const ServerStats& s) { return s.members.size() == 3; }, 15'000));
-  CheckAll(c.node(0), 24, kSize);
-  EXPECT_EQ(Counter(c.node(0), "remote_extents_lost"), 0u);
-  EXPECT_EQ(Counter(c.node(0), "remote_regions_lost"), 0u);
-  EXPECT_EQ(Reclaimed(c), 0u);
+  ExpectEveryObjectKept(c, 24);
 }
 
 // Before: a node whose member key was deleted (its lease alive) never registered again, its

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "tests/e2e/server_process.h"
@@ -19,7 +20,7 @@ bool NetLab::Run(const std::string& cmd) {
   return rc == 0;
 }
 
-NetLab::NetLab(int hosts) {
+NetLab::NetLab(int hosts, const std::vector<int>& impairable) {
   // Short, unique names: a veth name has at most 15 characters.
   const std::string tag =
       "tp" + std::to_string(::getpid() % 100000) + "x" + std::to_string(g_labs++);
@@ -38,17 +39,53 @@ NetLab::NetLab(int hosts) {
     }
     hosts_.push_back(host);
     hub_ends_.push_back(outside);
+    const bool impaired = std::count(impairable.begin(), impairable.end(), i) != 0;
     ok_ = Run("ip link add " + inside + " type veth peer name " + outside) &&
           Run("ip link set " + inside + " netns " + host) &&
           Run("ip link set " + outside + " netns " + hub_) &&
-          Run("ip -n " + hub_ + " link set " + outside + " master br0 up") &&
+          (impaired ? ConnectThroughForwarder(i, tag)
+                    : Run("ip -n " + hub_ + " link set " + outside + " master br0 up")) &&
           Run("ip -n " + host + " addr add " + ip(i) + "/24 dev " + inside) &&
+          (impairable.empty() ||
+           Run("ip -n " + host + " link set dev " + inside + " gso_max_segs 1")) &&
           Run("ip -n " + host + " link set " + inside + " up") &&
           Run("ip -n " + host + " link set lo up");
   }
 }
 
+bool NetLab::ConnectThroughForwarder(int i, const std::string& tag) {
+  // host <-> outside ... forwarder ... near <-> far (in the bridge)
+  const std::string outside = hub_ends_[i], near = tag + "c" + std::to_string(i),
+                    far = tag + "d" + std::to_string(i);
+  if (!Run("ip -n " + hub_ + " link add " + near + " type veth peer name " + far) ||
+      !Run("ip -n " + hub_ + " link set " + far + " master br0 up") ||
+      !Run("ip -n " + hub_ + " link set " + near + " promisc on up") ||
+      !Run("ip -n " + hub_ + " link set " + outside + " promisc on up")) {
+    return false;
+  }
+  auto forwarder = std::make_unique<FrameForwarder>(hub_, outside, near);
+  if (!forwarder->ok()) {
+    why_ = "frame forwarder: " + forwarder->why();
+    return false;
+  }
+  forwarders_[i] = std::move(forwarder);
+  return true;
+}
+
+bool NetLab::Impair(int host, double loss, std::uint32_t delay_ms) {
+  auto it = forwarders_.find(host);
+  if (it == forwarders_.end()) return false;
+  it->second->Set(loss, delay_ms);
+  return true;
+}
+
+std::uint64_t NetLab::FramesDropped(int host) const {
+  auto it = forwarders_.find(host);
+  return it == forwarders_.end() ? 0 : it->second->dropped();
+}
+
 NetLab::~NetLab() {
+  forwarders_.clear();  // before their devices go
   // Deleting a namespace deletes its veth ends, and with them their peers.
   for (const auto& h : hosts_) Run("ip netns del " + h);
   if (!hub_.empty()) Run("ip netns del " + hub_);

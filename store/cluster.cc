@@ -28,7 +28,8 @@ class NoLending final : public transport::PeerHandler {
     response->set_message("this node lends nothing (--lend 0)");
   }
   Result<transport::PeerTransfer> BeginTransfer(const transport::PeerIdentity&,
-                                                const wire::peer::RegionRange&, bool) override {
+                                                const wire::peer::RegionRange&, bool,
+                                                int) override {
     return Status::NotFound("this node lends nothing (--lend 0)");
   }
   void FillRoom(const transport::PeerIdentity&, wire::peer::Response*) override {}
@@ -180,6 +181,7 @@ void Cluster::VisitCounters(
     visit("lend_regions_adopted", l.regions_adopted);
     visit("lend_regions_released_unknown", l.regions_released_unknown);
     visit("lend_share_refusals", l.share_refusals);
+    visit("lend_fenced_writes", l.fenced_writes);
     visit("lend_borrowing_members", l.borrowing_members);
   }
   if (remote_ != nullptr) {
@@ -192,6 +194,8 @@ void Cluster::VisitCounters(
     visit("remote_peers_lost", r.peers_lost);
     visit("remote_replicas_lost", r.replicas_lost);
     visit("remote_replicas_repaired", r.replicas_repaired);
+    visit("remote_repair_bytes", r.repair_bytes);
+    visit("remote_ranges_fenced", r.ranges_fenced);
     visit("remote_extents_lost", r.extents_lost);
     visit("remote_read_failovers", r.read_failovers);
     visit("remote_grants", r.grants);

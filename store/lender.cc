@@ -1,5 +1,8 @@
 #include "store/lender.h"
 
+#include <sys/socket.h>
+
+#include <chrono>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -87,7 +90,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
     response->set_code(static_cast<std::uint32_t>(s.code()));
     response->set_message(s.message());
   };
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   heard_[{peer.node_id, peer.incarnation}] = clock_->NowMicros();
   switch (request.op_case()) {
     case wire::peer::Request::kGrant: {
@@ -136,7 +139,8 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
       return;
     }
     case wire::peer::Request::kInfo: {
-      if (request.info().regions_size() > transport::kMaxInfoRegions) {
+      if (request.info().regions_size() > transport::kMaxInfoRegions ||
+          request.info().fences_size() > transport::kMaxInfoRegions) {
         refuse(Status::InvalidArgument("an info request asks after at most " +
                                        std::to_string(transport::kMaxInfoRegions) + " regions"));
         return;
@@ -156,6 +160,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
           response->add_missing_regions(id);
         }
       }
+      if (request.info().fences_size() > 0) FenceLocked(lock, peer, request.info(), response);
       return;
     }
     case wire::peer::Request::kAdopt: {
@@ -184,7 +189,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
 
 Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdentity& peer,
                                                       const wire::peer::RegionRange& range,
-                                                      bool /*write*/) {
+                                                      bool write, int socket) {
   std::lock_guard lock(mu_);
   heard_[{peer.node_id, peer.incarnation}] = clock_->NowMicros();
   auto it = regions_.find(range.region());
@@ -199,19 +204,69 @@ Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdent
       range.length() > r.range.length - range.offset()) {
     return Status::InvalidArgument("range outside region " + std::to_string(range.region()));
   }
+  if (write && range.sequence() < r.fence) {
+    ++counters_.fenced_writes;
+    return Status::Aborted("a write to region " + std::to_string(range.region()) +
+                           " sent before its borrower gave up on it (fenced)");
+  }
   ++r.transfers;
+  const std::uint64_t transfer = next_transfer_++;
+  if (write) r.writing[transfer] = Writing{range.sequence(), socket};
   transport::PeerTransfer t;
   t.data = arena_->base() + r.range.offset + range.offset();
   const std::uint64_t id = range.region();
-  t.hold = std::shared_ptr<void>(nullptr, [this, id](void*) { EndTransfer(id); });
+  t.hold =
+      std::shared_ptr<void>(nullptr, [this, id, transfer](void*) { EndTransfer(id, transfer); });
   return t;
 }
 
-void Lender::EndTransfer(std::uint64_t id) {
+void Lender::EndTransfer(std::uint64_t id, std::uint64_t transfer) {
   std::lock_guard lock(mu_);
   auto it = regions_.find(id);
   if (it == regions_.end()) return;
+  if (it->second.writing.erase(transfer) > 0) transfer_ended_.notify_all();
   if (--it->second.transfers == 0 && it->second.released) ReleaseLocked(it);
+}
+
+void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::PeerIdentity& peer,
+                         const wire::peer::Info& info, wire::peer::Response* response) {
+  // The caller's regions among those named (one it no longer holds takes no write: fenced).
+  std::map<std::uint64_t, std::uint64_t> below;
+  for (const auto& f : info.fences()) {
+    auto it = regions_.find(f.region());
+    if (it == regions_.end()) {
+      response->add_fenced_regions(f.region());
+      continue;
+    }
+    Region& r = it->second;
+    if (r.node_id != peer.node_id || r.incarnation != peer.incarnation) continue;
+    r.fence = std::max(r.fence, f.below());
+    below[f.region()] = r.fence;
+  }
+  // A payload still arriving for a write below the fence is cut off where it is: its
+  // connection is shut down (the server's thread then fails the receive and lets go).
+  auto stopping = [&](std::uint64_t id) {
+    auto it = regions_.find(id);
+    if (it == regions_.end()) return false;
+    for (const auto& [transfer, w] : it->second.writing) {
+      if (w.sequence < below[id]) return true;
+    }
+    return false;
+  };
+  for (const auto& [id, fence] : below) {
+    for (const auto& [transfer, w] : regions_.at(id).writing) {
+      if (w.sequence < fence && w.socket >= 0) {
+        ::shutdown(w.socket, SHUT_RDWR);
+        ++counters_.fenced_writes;
+      }
+    }
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (const auto& [id, fence] : below) {
+    if (transfer_ended_.wait_until(lock, until, [&] { return !stopping(id); })) {
+      response->add_fenced_regions(id);
+    }
+  }
 }
 
 void Lender::ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it) {

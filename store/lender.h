@@ -22,10 +22,17 @@
 // everything. A peer that is not a member has no part. Every reply tells the asker the room it may
 // still ask for (FillRoom), not the lender's free bytes.
 //
+// A write's payload goes straight into its region, so one its borrower gave up on (a stalled
+// link) could land after the borrower put another object there; the borrower fences the region
+// first (Info.fences): writes numbered below the fence are refused, and those still arriving
+// are cut off by shutting their connections down before the fence is answered.
+//
 // Locking: mu_ guards the regions and the allocator; bytes are copied (by the peer server's
-// connection threads) with it released, under a transfer hold.
+// connection threads) with it released, under a transfer hold. A fence waits on
+// transfer_ended_ (with mu_ released) for the writes it cut off to let go.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -71,7 +78,8 @@ struct LenderStats {
   std::uint64_t regions_adopted = 0;    // taken over by their borrower's next incarnation
   std::uint64_t regions_released_unknown = 0;  // freed at a borrower's word (Info.release_all)
   std::uint64_t share_refusals = 0;            // grants refused for room kept for other members
-  std::uint64_t borrowing_members = 0;         // live members reserved_share is split among
+  std::uint64_t fenced_writes = 0;      // writes refused or cut off by their borrower's fence
+  std::uint64_t borrowing_members = 0;  // live members reserved_share is split among
 };
 
 class Lender final : public transport::PeerHandler {
@@ -82,8 +90,8 @@ class Lender final : public transport::PeerHandler {
   void Handle(const transport::PeerIdentity& peer, const wire::peer::Request& request,
               wire::peer::Response* response) override;
   Result<transport::PeerTransfer> BeginTransfer(const transport::PeerIdentity& peer,
-                                                const wire::peer::RegionRange& range,
-                                                bool write) override;
+                                                const wire::peer::RegionRange& range, bool write,
+                                                int socket) override;
   void FillRoom(const transport::PeerIdentity& peer, wire::peer::Response* response) override;
 
   // The borrowers the membership knows now (node id -> incarnation; not this node), at every
@@ -101,15 +109,26 @@ class Lender final : public transport::PeerHandler {
   std::uint64_t HeldBytesForTest() const;
 
  private:
+  // A write in flight: its number (RegionRange.sequence) and the connection it arrives on.
+  struct Writing {
+    std::uint64_t sequence = 0;
+    int socket = -1;
+  };
   struct Region {
     std::string node_id;
     std::uint64_t incarnation = 0;
     AllocatedRange range;
-    std::uint32_t transfers = 0;  // in flight now
-    bool released = false;        // freed once transfers reaches 0
+    std::uint32_t transfers = 0;               // in flight now
+    bool released = false;                     // freed once transfers reaches 0
+    std::uint64_t fence = 0;                   // writes numbered below it are refused (Info.fences)
+    std::map<std::uint64_t, Writing> writing;  // by transfer id
   };
   Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock);
-  void EndTransfer(std::uint64_t id);
+  void EndTransfer(std::uint64_t id, std::uint64_t transfer);
+  // Info.fences: raises each region's fence, stops the writes below it still arriving, and waits
+  // (a second at most) for them to end; lists in the response the regions done.
+  void FenceLocked(std::unique_lock<std::mutex>& lock, const transport::PeerIdentity& peer,
+                   const wire::peer::Info& info, wire::peer::Response* response);
   void ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it);
   // Every region one borrower incarnation holds; returns how many.
   std::uint64_t ReleaseHolderLocked(const std::string& node, std::uint64_t incarnation);
@@ -127,7 +146,9 @@ class Lender final : public transport::PeerHandler {
   std::unordered_map<std::uint64_t, Region> regions_;                             // guarded by mu_
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> missing_since_;  // guarded by mu_
   std::uint64_t next_region_ = 1;                                                 // guarded by mu_
-  std::map<std::string, std::uint64_t> live_;                                     // guarded by mu_
+  std::uint64_t next_transfer_ = 1;                                               // guarded by mu_
+  std::condition_variable transfer_ended_;     // with mu_: a fence waits for the writes it stopped
+  std::map<std::string, std::uint64_t> live_;  // guarded by mu_
   // When each borrower incarnation last made an authenticated request here.
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> heard_;  // guarded by mu_
   // When each live member incarnation was first listed.

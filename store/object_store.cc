@@ -385,6 +385,8 @@ void ObjectStore::ReleaseOwner(std::uint64_t owner) {
 void ObjectStore::RunMaintenance() {
   std::lock_guard lock(mu_);
   ExpireLocked(clock_->NowMicros());
+  TakeLostCopiesLocked();
+  ReplaceLostCopiesLocked();
   RelieveWatermarksLocked();
 }
 

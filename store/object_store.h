@@ -247,6 +247,11 @@ struct StoreStats {
   // Copies whose peers left, dropped when a read found them gone; the object was read from
   // another of its copies.
   std::uint64_t copies_lost_read_elsewhere = 0;
+  // Copies a tier reported lost for good (Tier::TakeLostCopies), dropped before a read found
+  // them; and the retained objects among them placed in that tier again from another copy (a
+  // move started; remote: from the guard copy on nvme, paced by --remote-repair-rate).
+  std::uint64_t copies_reported_lost = 0;
+  std::uint64_t copies_replaced = 0;
 };
 
 class ObjectStore {
@@ -596,6 +601,10 @@ class ObjectStore {
   Status AdmitPinLocked(std::uint64_t owner);
   void ExpireLocked(std::uint64_t now_us);
   void RelieveWatermarksLocked();
+  // Drops the copies tiers lost for good and gives the retained objects among them a copy in
+  // that tier again (store/object_store_rebuild.cc).
+  void TakeLostCopiesLocked();
+  void ReplaceLostCopiesLocked();
   void MaintenanceLoop();
 
   StoreConfig config_;
@@ -630,6 +639,10 @@ class ObjectStore {
   std::unordered_map<std::string, std::uint64_t> hbm_peak_;      // guarded by mu_: planned ns
   std::unordered_set<std::uint64_t> overdue_;                    // guarded by mu_: owners
   std::unordered_map<std::string, NamespaceQuota> quotas_;       // guarded by mu_
+  // guarded by mu_: lost copies not yet dropped (pinned, or moving), and the objects to give a
+  // copy in a tier again, both until done or moot.
+  std::vector<std::pair<TierKind, LostCopy>> lost_copies_;
+  std::vector<std::pair<std::uint64_t, TierKind>> to_replace_;
   std::atomic<std::uint64_t> overdue_count_{0};   // overdue_.size(), read without mu_
   std::uint64_t max_reserved_bytes_ = 0;          // per client, from the fraction and the tiers
   std::uint64_t max_process_reserved_bytes_ = 0;  // the same per process (0: none)

@@ -85,8 +85,8 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   std::string socket_mode = "0600", dram = "1G", hbm = "256M", max_frame = "16M",
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
               cache_policy = "spill", link_rate = "0", mover_inflight = "256M", lend = "0",
-              hbm_group = "16M", spill_order = "remote,nvme", io_threads = "auto",
-              journal_bytes = "64M";
+              repair_rate = "256M", hbm_group = "16M", spill_order = "remote,nvme",
+              io_threads = "auto", journal_bytes = "64M";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -227,6 +227,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
      po::value(&c.cluster.lender.share_probation_ms)->default_value(10000),
      "a member's part of --lend is kept for it this long after it joins, then only once it has "
      "proved on the peer link that it holds the cluster's secret")
+    ("remote-repair-rate", po::value(&repair_rate)->default_value("256M"),
+     "bytes a second (K/M/G) at most that rebuilding copies lost with a peer starts, so clients' "
+     "transfers come first (0: no bound)")
     ("remote-peer-lost-ms", po::value(&c.cluster.remote.peer_lost_ms)->default_value(30000),
      "a peer silent this long counts as gone: its copies are rebuilt on the others")
     ("lend-reserved-share", po::value(&c.cluster.lender.reserved_share)->default_value(0.5, "0.5"),
@@ -313,6 +316,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   auto lb = parse("lend", lend);
   if (!lb.ok()) return lb.status();
   c.cluster.lend_bytes = *lb;
+  auto rr = parse("remote-repair-rate", repair_rate);
+  if (!rr.ok()) return rr.status();
+  c.cluster.remote.repair_bytes_per_sec = *rr;
   c.cluster.lender.populate = vm.count("no-populate") == 0;
   c.nvme.capacity = *nb;
   c.nvme.io_size = *nbs;

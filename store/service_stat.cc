@@ -117,6 +117,8 @@ void StoreService::Stat(wire::StatReply* reply) {
   add("copies_lost_with_peers", s.copies_lost_with_peers);
   add("guard_copies", s.guard_copies);
   add("copies_lost_read_elsewhere", s.copies_lost_read_elsewhere);
+  add("copies_reported_lost", s.copies_reported_lost);
+  add("copies_replaced", s.copies_replaced);
   add("quota_refusals", s.quota_refusals);
   add("commits_rejected", s.commits_rejected);
   add("reservations_staged", s.reservations_staged);

@@ -31,7 +31,12 @@ Status RemoteTierConfig::validate() const {
 
 RemoteTier::RemoteTier(RemoteTierConfig config, transport::PeerAuth auth,
                        transport::PeerIdentity self, const Clock* clock)
-    : config_(config), auth_(std::move(auth)), clock_(clock), self_(std::move(self)) {
+    : config_(config),
+      auth_(std::move(auth)),
+      clock_(clock),
+      self_(std::move(self)),
+      // A quarter second's bytes at once: a repair pass every 200 ms stays near the rate.
+      repair_limit_(config.repair_bytes_per_sec, config.repair_bytes_per_sec / 4 + 1, clock) {
   for (std::uint32_t i = 0; i < config_.io_threads; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -138,6 +143,7 @@ Status RemoteTier::Transfer(Peer& peer, std::uint64_t region, std::uint64_t offs
     range->set_region(region);
     range->set_offset(offset + done);
     range->set_length(n);
+    if (write) range->set_sequence(next_write_++);
     wire::peer::Response response;
     Status s = write ? Exchange(peer, &request, data + done, n, &response)
                      : Exchange(peer, &request, nullptr, 0, &response, data + done, n);
@@ -169,7 +175,24 @@ std::uint64_t RemoteTier::FreeGrantedLocked(const Peer& peer) const {
 void RemoteTier::ReleaseReplicaLocked(const Replica& r) {
   if (r.peer == nullptr || r.peer->dead) return;
   auto it = r.peer->regions.find(r.region);
-  if (it != r.peer->regions.end()) (void)it->second.allocator.Free(r.range);
+  if (it == r.peer->regions.end()) return;
+  if (r.fence_below == 0) {
+    (void)it->second.allocator.Free(r.range);
+  } else {
+    it->second.fenced.emplace_back(r.range, r.fence_below);  // the next probe fences it
+  }
+}
+
+void RemoteTier::NoteFailedWriteLocked(std::uint64_t set_id, const Peer* peer, std::uint64_t region,
+                                       std::uint64_t offset) {
+  auto it = sets_.find(set_id);
+  if (it == sets_.end()) return;
+  for (Replica& r : it->second.replicas) {
+    if (r.peer.get() == peer && r.region == region && r.range.offset == offset) {
+      // Every write numbered so far is below it, this one's pieces included.
+      r.fence_below = next_write_.load();
+    }
+  }
 }
 
 Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
@@ -192,6 +215,11 @@ Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hi
     if (!CarveLocked(*p, size, &r)) continue;
     r.peer = peers_.at(p->member.node_id);
     set.replicas.push_back(r);
+  }
+  if (set.replicas.size() == set.wanted && hint.repair && !repair_limit_.TryTake(size)) {
+    for (const Replica& r : set.replicas) ReleaseReplicaLocked(r);
+    return Status::ResourceExhausted("remote: rebuilding lost copies at --remote-repair-rate (" +
+                                     FormatBytes(config_.repair_bytes_per_sec) + "/s); later");
   }
   if (set.replicas.size() < set.wanted) {
     for (const Replica& r : set.replicas) ReleaseReplicaLocked(r);
@@ -254,6 +282,10 @@ void RemoteTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std:
     Post([this, r, info, src, pending, set_id] {
       Status s =
           Transfer(*r.peer, r.region, r.range.offset, info.size, true, const_cast<std::byte*>(src));
+      if (!s.ok()) {
+        std::lock_guard lock(mu_);
+        NoteFailedWriteLocked(set_id, r.peer.get(), r.region, r.range.offset);
+      }
       bool last = false;
       Status result;
       {
@@ -357,6 +389,11 @@ std::uint64_t RemoteTier::UnderReplicatedLocked() const {
   std::uint64_t n = 0;
   for (const auto& [id, set] : sets_) n += set.replicas.size() < set.wanted ? 1 : 0;
   return n;
+}
+
+std::vector<LostCopy> RemoteTier::TakeLostCopies() {
+  std::lock_guard lock(mu_);
+  return std::exchange(lost_, {});
 }
 
 bool RemoteTier::LikelyReadable(const Extent& extent) const {

@@ -39,6 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/byte_rate_limiter.h"
 #include "common/clock.h"
 #include "tiers/extent_allocator.h"
 #include "tiers/tier.h"
@@ -52,6 +53,7 @@ class PeerConnection;
 namespace wire::peer {
 class Request;
 class Response;
+class Info;
 }  // namespace wire::peer
 
 // A peer as the membership knows it.
@@ -79,7 +81,10 @@ struct RemoteTierConfig {
   // otherwise wake the thread at once).
   bool background_maintenance = true;
   std::uint32_t probe_interval_ms = 1000;  // Info to each peer: room, and liveness
-  std::uint64_t max_repair_bytes_per_pass = 256ull << 20;
+  // Copies rebuilt after a loss (from a surviving replica here, or from another tier's copy by
+  // the store) start at most this many bytes a second, so clients' transfers come first
+  // (--remote-repair-rate; 0: no bound).
+  std::uint64_t repair_bytes_per_sec = 256ull << 20;
   // A peer silent this long is gone: its replicas are rebuilt elsewhere (--remote-peer-lost-ms).
   std::uint32_t peer_lost_ms = 30'000;
   Status validate() const;
@@ -111,6 +116,9 @@ struct RemoteTierCounters {
   std::uint64_t regions_lost = 0;
   // Now (not a count of events): written objects with fewer copies than wanted, being rebuilt.
   std::uint64_t under_replicated = 0;
+  std::uint64_t repair_bytes = 0;  // bytes of the replicas rebuilt
+  // Ranges whose write failed, held until their lender fenced late payloads, and given back.
+  std::uint64_t ranges_fenced = 0;
 };
 
 class RemoteTier final : public Tier {
@@ -138,6 +146,8 @@ class RemoteTier final : public Tier {
   Status CheckWritable() override;
   // Some replica's peer answers (or was not heard failing since it last did).
   bool LikelyReadable(const Extent& extent) const override;
+  // Extents written whose every replica went with its peers, since the last call.
+  std::vector<LostCopy> TakeLostCopies() override;
 
   // The cluster's members (this node's record is skipped). A member named as another incarnation
   // than before restarted: its replicas are dropped and repaired from the survivors. One missing
@@ -170,11 +180,15 @@ class RemoteTier final : public Tier {
   struct Region {
     std::uint64_t bytes = 0;
     ExtentAllocator allocator;
+    // Ranges whose write failed, held back from the allocator until the lender has fenced the
+    // writes numbered below `second` (a late payload would land on whatever went there next).
+    std::vector<std::pair<AllocatedRange, std::uint64_t>> fenced;
   };
   struct Replica {
     std::shared_ptr<Peer> peer;
     std::uint64_t region = 0;
     AllocatedRange range;
+    std::uint64_t fence_below = 0;  // a write to it failed: its lender must fence below this
   };
   struct ReplicaSet {
     std::uint64_t size = 0;    // bytes asked for
@@ -212,7 +226,14 @@ class RemoteTier final : public Tier {
   void RepairSets();
   // Carves `size` bytes out of peer's regions; false when none has room.
   bool CarveLocked(Peer& peer, std::uint64_t size, Replica* out);
+  // Gives the replica's range back (or, after a failed write, holds it for a fence).
   void ReleaseReplicaLocked(const Replica& r);
+  // A write to the replica at (peer, region, offset) of set_id failed: it is fenced on release.
+  void NoteFailedWriteLocked(std::uint64_t set_id, const Peer* peer, std::uint64_t region,
+                             std::uint64_t offset);
+  // The ranges a probe's answer says are fenced go back to their regions' allocators.
+  void ReleaseFencedLocked(Peer& p, const wire::peer::Info& asked,
+                           const wire::peer::Response& response);
   void DropPeerLocked(const std::shared_ptr<Peer>& peer);
   // Removes every replica for which gone() holds, counting what is lost with it.
   void DropReplicasLocked(const std::function<bool(const Replica&)>& gone);
@@ -234,6 +255,10 @@ class RemoteTier final : public Tier {
   std::uint64_t peak_used_ = 0;                         // guarded by mu_
   std::uint64_t wanted_region_ = 0;  // guarded by mu_: a failed Allocate's size, for the next grant
   RemoteTierCounters counters_;      // guarded by mu_
+  ByteRateLimiter repair_limit_;     // guarded by mu_: repairs here and the store's rebuilds
+  std::vector<LostCopy> lost_;       // guarded by mu_: for TakeLostCopies
+  // Numbers every write request (RegionRange.sequence), so that a lender can fence late ones.
+  std::atomic<std::uint64_t> next_write_{1};
   std::uint64_t allocations_ = 0, frees_ = 0, failed_allocations_ = 0;        // guarded by mu_
   std::uint64_t checksum_failures_ = 0, read_errors_ = 0, write_errors_ = 0;  // guarded by mu_
 

@@ -107,7 +107,11 @@ void RemoteTier::DropReplicasLocked(const std::function<bool(const Replica&)>& g
     const std::size_t before = rs.size();
     rs.erase(std::remove_if(rs.begin(), rs.end(), gone), rs.end());
     counters_.replicas_lost += before - rs.size();
-    if (before > 0 && rs.empty()) ++counters_.extents_lost;
+    if (before > 0 && rs.empty()) {
+      ++counters_.extents_lost;
+      // Named by arena and offset, as the store records it (its length is the store's).
+      if (set.written) lost_.push_back({set.info.object_id, Extent{0, id, 0}});
+    }
   }
 }
 
@@ -198,6 +202,7 @@ void RemoteTier::ProbePeers() {
       p->lend_free = response.lend_free();
       if (probes[i].info().release_all()) p->introduced = true;
       DropMissingRegionsLocked(p, response);
+      ReleaseFencedLocked(*p, probes[i].info(), response);
       // Every region of ours there checked (in turns when there are many) since our lease
       // lapsed: it is used again.
       if (p->unconfirmed && p->next_region_check == 0) p->unconfirmed = false;
@@ -228,7 +233,36 @@ wire::peer::Request RemoteTier::ProbeLocked(Peer& p) {
     ++it;
   }
   p.next_region_check = it == p.regions.end() ? 0 : it->first;
+  for (const auto& [id, region] : p.regions) {
+    if (region.fenced.empty() || info->fences_size() == transport::kMaxInfoRegions) continue;
+    std::uint64_t below = 0;
+    for (const auto& f : region.fenced) below = std::max(below, f.second);
+    auto* fence = info->add_fences();
+    fence->set_region(id);
+    fence->set_below(below);
+  }
   return request;
+}
+
+void RemoteTier::ReleaseFencedLocked(Peer& p, const wire::peer::Info& asked,
+                                     const wire::peer::Response& response) {
+  std::map<std::uint64_t, std::uint64_t> sent;
+  for (const auto& f : asked.fences()) sent[f.region()] = f.below();
+  for (std::uint64_t id : response.fenced_regions()) {
+    auto region = p.regions.find(id);
+    auto fence = sent.find(id);
+    if (region == p.regions.end() || fence == sent.end()) continue;
+    auto& held = region->second.fenced;
+    for (auto it = held.begin(); it != held.end();) {
+      if (it->second > fence->second) {
+        ++it;  // failed after the probe left: the next one fences it
+        continue;
+      }
+      (void)region->second.allocator.Free(it->first);
+      ++counters_.ranges_fenced;
+      it = held.erase(it);
+    }
+  }
 }
 
 void RemoteTier::DropMissingRegionsLocked(const std::shared_ptr<Peer>& p,
@@ -319,7 +353,7 @@ void RemoteTier::GrantRegions() {
 }
 
 void RemoteTier::RepairSets() {
-  // Sets short of replicas, oldest first, up to a byte budget per pass.
+  // Sets short of replicas, oldest first, as fast as --remote-repair-rate lets them start.
   struct Job {
     std::uint64_t set_id;
     Replica source;
@@ -329,7 +363,6 @@ void RemoteTier::RepairSets() {
   std::vector<Job> jobs;
   {
     std::lock_guard lock(mu_);
-    std::uint64_t budget = config_.max_repair_bytes_per_pass;
     std::vector<std::uint64_t> ids;
     for (auto& [id, set] : sets_) {
       if (set.written && !set.repairing && !set.replicas.empty() &&
@@ -340,7 +373,6 @@ void RemoteTier::RepairSets() {
     std::sort(ids.begin(), ids.end());
     for (std::uint64_t id : ids) {
       ReplicaSet& set = sets_.at(id);
-      if (set.size > budget) break;
       std::set<Peer*> used;
       for (const Replica& r : set.replicas) used.insert(r.peer.get());
       Replica target;
@@ -352,8 +384,11 @@ void RemoteTier::RepairSets() {
         }
       }
       if (target.peer == nullptr) continue;  // no room elsewhere yet: the next pass tries again
+      if (!repair_limit_.TryTake(set.size)) {
+        ReleaseReplicaLocked(target);
+        break;
+      }
       set.repairing = true;
-      budget -= set.size;
       jobs.push_back({id, set.replicas.front(), target, set.info});
     }
   }
@@ -374,6 +409,7 @@ void RemoteTier::RepairSets() {
     auto it = sets_.find(j.set_id);
     if (it == sets_.end() || !s.ok() || j.target.peer->dead) {
       if (!s.ok()) spdlog::warn("remote: repair of a replica failed: {}", s.ToString());
+      if (!s.ok()) j.target.fence_below = next_write_.load();  // its write may have begun
       ReleaseReplicaLocked(j.target);
       if (it != sets_.end()) it->second.repairing = false;
       continue;
@@ -381,6 +417,7 @@ void RemoteTier::RepairSets() {
     it->second.repairing = false;
     it->second.replicas.push_back(j.target);
     ++counters_.replicas_repaired;
+    counters_.repair_bytes += j.info.size;
   }
 }
 

@@ -53,6 +53,17 @@ struct AllocationHint {
   // A cache object may be dropped and fetched again: a tier that keeps several copies for
   // safety (remote) keeps one.
   bool cache = false;
+  // Room for a copy that replaces one lost (the store's rebuild): a tier may pace such copies
+  // behind its clients' (remote: --remote-repair-rate) and refuse for now with
+  // RESOURCE_EXHAUSTED.
+  bool repair = false;
+};
+
+// A copy a tier lost for good (remote: every replica's peer is gone): its object, and the
+// extent the store recorded for it.
+struct LostCopy {
+  std::uint64_t object_id = 0;
+  Extent extent;
 };
 
 // One pool's room in a tier (the whole tier for a tier that is not partitioned).
@@ -165,6 +176,9 @@ class Tier {
   // holds it is known not to (peers that do not answer), so that a reader with another copy
   // reads that one instead of waiting out a timeout. Cheap: no I/O.
   virtual bool LikelyReadable(const Extent& /*extent*/) const { return true; }
+  // The copies lost for good since the last call, so that the store drops them and places its
+  // objects again before a reader finds out (tiers of this node lose nothing so: none).
+  virtual std::vector<LostCopy> TakeLostCopies() { return {}; }
   // Starts TierStats::peak_used_bytes again from the use now.
   virtual void ResetPeak() {}
   const Watermarks& watermarks() const { return watermarks_; }

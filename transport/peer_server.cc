@@ -221,7 +221,7 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request) 
                                       std::to_string(now) + ")"));
   } else if (write || read) {
     auto t =
-        handler_->BeginTransfer(session->peer, write ? request.write() : request.read(), write);
+        handler_->BeginTransfer(session->peer, write ? request.write() : request.read(), write, fd);
     if (t.ok()) {
       transfer = std::move(t).value();
     } else {

@@ -60,9 +60,12 @@ class PeerHandler {
   // Grant, release and info requests; fills the response's code and fields.
   virtual void Handle(const PeerIdentity& peer, const wire::peer::Request& request,
                       wire::peer::Response* response) = 0;
-  // A write's or read's range, checked against the peer's region; an error refuses it.
+  // A write's or read's range, checked against the peer's region; an error refuses it. `socket`
+  // is the request's connection: while the transfer is held the handler may shut it down (never
+  // close it) to stop a write's payload from landing (a fence, store/lender.h).
   virtual Result<PeerTransfer> BeginTransfer(const PeerIdentity& peer,
-                                             const wire::peer::RegionRange& range, bool write) = 0;
+                                             const wire::peer::RegionRange& range, bool write,
+                                             int socket) = 0;
   // What every reply to `peer` says of the lender's room (the room that peer may ask for).
   virtual void FillRoom(const PeerIdentity& peer, wire::peer::Response* response) = 0;
   // A peer's connection went away (or failed its handshake, with an empty identity).

@@ -44,9 +44,9 @@ RemoteTierConfig SmallConfig() {
 }
 
 std::unique_ptr<RemoteTier> Borrower(const std::vector<LendingNode*>& lenders,
-                                     RemoteTierConfig config) {
+                                     RemoteTierConfig config, const Clock* clock) {
   auto tier = std::make_unique<RemoteTier>(config, *PeerAuth::FromSecret(kSecret),
-                                           PeerIdentity{"borrower", 42});
+                                           PeerIdentity{"borrower", 42}, clock);
   std::vector<RemoteMember> members;
   for (auto* l : lenders) members.push_back(l->member);
   tier->SetMembers(members);

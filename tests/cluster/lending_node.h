@@ -33,7 +33,8 @@ RemoteTierConfig SmallConfig();
 
 // A remote tier borrowing from `lenders`, its first grants made.
 std::unique_ptr<RemoteTier> Borrower(const std::vector<LendingNode*>& lenders,
-                                     RemoteTierConfig config = SmallConfig());
+                                     RemoteTierConfig config = SmallConfig(),
+                                     const Clock* clock = SystemClock::Default());
 
 std::string Bytes(std::size_t n, std::uint32_t seed);
 Status WriteSync(Tier& t, const Extent& e, const std::string& data);

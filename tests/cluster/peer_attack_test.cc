@@ -334,9 +334,9 @@ class LyingLender final : public transport::PeerHandler {
     if (lie_ == Lie::kRegionZero) response->set_region(0);
   }
   Result<transport::PeerTransfer> BeginTransfer(const PeerIdentity& peer,
-                                                const wire::peer::RegionRange& range,
-                                                bool write) override {
-    return real_->BeginTransfer(peer, range, write);
+                                                const wire::peer::RegionRange& range, bool write,
+                                                int socket) override {
+    return real_->BeginTransfer(peer, range, write, socket);
   }
   void FillRoom(const PeerIdentity& peer, wire::peer::Response* response) override {
     real_->FillRoom(peer, response);

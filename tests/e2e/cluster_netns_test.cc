@@ -30,12 +30,23 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr std::size_t kSize = 4u << 20;
 constexpr int kEtcdHost = 0;
 
+// The hosts of `nodes` (node i is on host i + 1).
+std::vector<int> HostsOf(const std::vector<int>& nodes) {
+  std::vector<int> hosts;
+  for (int n : nodes) hosts.push_back(n + 1);
+  return hosts;
+}
+
 // etcd on host 0 and the nodes a, b, c (and more) on hosts 1 to n, each borrowing from the
-// others.
+// others; the links of `impairable` nodes may be made lossy and late (NetLab::Impair).
 class NetCluster {
  public:
-  NetCluster(const std::string& cluster, NodeOptions options = {}, int nodes = 3)
-      : lab_(nodes + 1), cluster_(cluster), options_(std::move(options)), count_(nodes) {
+  NetCluster(const std::string& cluster, NodeOptions options = {}, int nodes = 3,
+             const std::vector<int>& impairable = {})
+      : lab_(nodes + 1, HostsOf(impairable)),
+        cluster_(cluster),
+        options_(std::move(options)),
+        count_(nodes) {
     if (!lab_.ok()) return;
     etcd_ = std::make_unique<EtcdProcess>(lab_.ns(kEtcdHost), lab_.ip(kEtcdHost));
     if (!etcd_->ready()) return;
@@ -88,6 +99,13 @@ std::string Base64(const std::string& text) {
   int rc = 0;
   std::string out = RunShell("printf %s '" + text + "' | base64 -w0", &rc);
   return out;
+}
+
+ServerStats StatOf(const ServerProcess& node) {
+  auto client = node.Connect();
+  if (!client.ok()) return {};
+  auto st = (*client)->ServerStat();
+  return st.ok() ? *st : ServerStats{};
 }
 
 std::uint64_t Reclaimed(NetCluster& c) {
@@ -245,19 +263,96 @@ TEST(ClusterAcrossHosts, LargeGetsOverASlowLinkComplete) {
   ASSERT_TRUE(c.lab().Unlimit(c.host(0)));
 }
 
+// A lender's link losing a fifth of its frames and delaying the rest by 50 ms (the issue's
+// lossy link; sch_netem is missing here, so the lab's own forwarder does it) under puts and
+// gets: every object comes back byte for byte, from that lender or the other.
+TEST(ClusterAcrossHosts, ALossyLateLinkToALenderLosesNothing) {
+  NetCluster c("w7", {}, 3, {1});
+  NETCLUSTER_OR_SKIP(c);
+  ASSERT_TRUE(c.Joined()) << RemoteSummary(c.node(0));
+  Fill(c.node(0));
+  ASSERT_TRUE(c.lab().Impair(c.host(1), 0.2, 50));
+  const auto start = SteadyClock::now();
+  {
+    auto client = c.node(0).Connect();
+    ASSERT_TRUE(client.ok());
+    for (int i = 16; i < 24; ++i) {
+      Status s = PutRetained(**client, "t" + std::to_string(i), i, kSize);
+      ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    }
+  }
+  const double slowest = CheckAll(c.node(0), 24, kSize);
+  std::printf(
+      "20%% loss and 50 ms on b's link: 8 puts and 24 gets in %.1f s, slowest get %.2f s, "
+      "%llu frames dropped\n",
+      std::chrono::duration<double>(SteadyClock::now() - start).count(), slowest,
+      static_cast<unsigned long long>(c.lab().FramesDropped(c.host(1))));
+  EXPECT_GT(c.lab().FramesDropped(c.host(1)), 0u);
+  ASSERT_TRUE(c.lab().Impair(c.host(1), 0, 0));
+  ExpectEveryObjectKept(c, 24);
+}
+
+// Before: with one remote replica, an object whose lender died kept only its guard copy on
+// nvme for good (item 6). Now the store drops the lost copy as soon as the remote tier knows,
+// and places the object on a live peer again from its guard copy.
+TEST(ClusterAcrossHosts, AnObjectLeftWithOnlyItsGuardCopyGoesBackToAPeer) {
+  NodeOptions o;
+  o.extra_flags = {"--remote-replicas", "1"};
+  o.lend = "256M";  // room on c alone for every object that was on a peer
+  NetCluster c("w8", o);
+  NETCLUSTER_OR_SKIP(c);
+  ASSERT_TRUE(c.Joined()) << RemoteSummary(c.node(0));
+  Fill(c.node(0));
+  const std::uint64_t in_remote = RemoteObjects(StatOf(c.node(0)));
+  ASSERT_GT(in_remote, 0u);
+  ::kill(c.node(1).pid(), SIGKILL);
+  c.node(1).WaitGone();
+  const auto killed = SteadyClock::now();
+  ASSERT_TRUE(c.node(0).WaitFor(
+      [](const ServerStats& s) {
+        return s.counter("copies_reported_lost") > 0 &&
+               s.counter("copies_replaced") == s.counter("copies_reported_lost") &&
+               s.counter("remote_objects_under_replicated") == 0;
+      },
+      30'000))
+      << RemoteSummary(c.node(0));
+  // Each of them copied from nvme to the remote tier again (nothing else moves that way).
+  ASSERT_TRUE(c.node(0).WaitFor(
+      [](const ServerStats& s) {
+        return s.counter("link_nvme_remote_completed") == s.counter("copies_reported_lost");
+      },
+      30'000))
+      << RemoteSummary(c.node(0)) << "; " << Counter(c.node(0), "copies_replaced") << " replaced, "
+      << Counter(c.node(0), "link_nvme_remote_completed") << " landed, "
+      << Counter(c.node(0), "link_nvme_remote_failed") << " failed";
+  const ServerStats s = StatOf(c.node(0));
+  std::printf(
+      "b killed: %llu of %llu objects on peers lost their copy there; all placed on c "
+      "again %.1f s after the kill\n",
+      static_cast<unsigned long long>(s.counter("copies_reported_lost")),
+      static_cast<unsigned long long>(in_remote),
+      std::chrono::duration<double>(SteadyClock::now() - killed).count());
+  CheckAll(c.node(0), 16, kSize);
+  EXPECT_EQ(s.counter("copies_lost_with_peers"), 0u);  // none was its only copy
+  EXPECT_EQ(s.counter("link_nvme_remote_failed"), 0u);
+}
+
 // The soak (#71), out of CI (ctest -L soak sets TIERPOOL_SOAK_SECONDS): a writer on node a puts,
 // reads back and deletes retained objects while, every few seconds, one fault hits the cluster:
 // a lender cut off from a, a node cut off from etcd, etcd wiped and restarted empty, a lender
-// killed and restarted, a lender frozen, or a's link slowed to 5 MB/s. After each fault the
-// soak waits for a's copies to be rebuilt before the next. Every acknowledged object is checked
-// at the end; figures go to docs/hardening.md.
+// killed and restarted, a lender frozen, b's link losing 20% of its frames and delaying the rest
+// by 50 ms, or a's link slowed to 5 MB/s. After each fault the soak waits for a's copies to be
+// rebuilt before the next, timing how long a took to judge a killed or frozen lender gone and
+// the rebuild after it. Every acknowledged object is checked at the end; figures go to
+// docs/hardening.md.
 TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
   const char* env = std::getenv("TIERPOOL_SOAK_SECONDS");
   if (env == nullptr) GTEST_SKIP() << "a soak: set TIERPOOL_SOAK_SECONDS (ctest -L soak does)";
   const int seconds = std::max(10, std::atoi(env));
+  constexpr std::size_t kLive = 150;
   NodeOptions o;
   o.dram = "24M";
-  NetCluster c("soak", o, 4);
+  NetCluster c("soak", o, 4, {1});
   NETCLUSTER_OR_SKIP(c);
   // a, the writer, borrowing from the three others (they may not all have room from each other).
   ASSERT_TRUE(c.node(0).WaitFor(
@@ -285,7 +380,14 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
     std::uint64_t next = 0;
     while (!stop) {
       const auto start = SteadyClock::now();
-      const int pick = static_cast<int>(rng() % 10);
+      int pick = static_cast<int>(rng() % 10);
+      {
+        // At most kLive objects (about 190 MiB, half of what a can hold in dram, on its peers
+        // and on nvme): the oldest goes before more are put, so that gets find room to read
+        // into; a full node refuses puts and such gets, which is no fault's doing.
+        std::lock_guard lock(mu);
+        if (pick < 5 && order.size() >= kLive) pick = 9;
+      }
       if (pick < 5) {
         const std::string key = "s" + std::to_string(next);
         const Version v{next++, (256u << 10) + rng() % (2u << 20)};
@@ -323,7 +425,7 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
         std::string key;
         {
           std::lock_guard lock(mu);
-          if (order.size() < 120) continue;
+          if (order.size() < kLive / 2) continue;
           key = order.front();
           order.pop_front();
           acked.erase(key);  // whatever the delete says, the key is not checked again
@@ -344,12 +446,34 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
   auto healthy = [](const ServerStats& s) {
     return RemoteState(s) == "ok" && s.counter("remote_objects_under_replicated") == 0;
   };
+  // Time to detect a dead or frozen lender (a counts it gone), and how long the rebuild that
+  // follows takes, in seconds: one entry per fault that a detected.
+  std::vector<double> detect_s, rebuild_s;
+  auto seconds_since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  };
+  // Waits up to `ms` for a to count one more peer gone than `before`; true (and the time from
+  // `fault` recorded) if it did.
+  auto detected = [&](SteadyClock::time_point fault, std::uint64_t before, int ms) {
+    if (!c.node(0).WaitFor(
+            [&](const ServerStats& s) { return s.counter("remote_peers_lost") > before; }, ms)) {
+      return false;
+    }
+    detect_s.push_back(seconds_since(fault));
+    return true;
+  };
+  // After a detection: how long until a's copies are whole again.
+  auto time_rebuild = [&] {
+    const auto from = SteadyClock::now();
+    if (c.node(0).WaitFor(healthy, 30'000)) rebuild_s.push_back(seconds_since(from));
+  };
   const auto end = SteadyClock::now() + std::chrono::seconds(seconds);
   while (SteadyClock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2000 + rng() % 3000));
     const int lender = 1 + static_cast<int>(rng() % 3);
     const auto fault_ms = std::chrono::milliseconds(2000 + rng() % 5000);
-    switch (rng() % 6) {
+    const std::uint64_t lost_before = Counter(c.node(0), "remote_peers_lost");
+    switch (rng() % 7) {
       case 0:
         ++faults["lender cut off from a"];
         c.lab().Cut(c.host(0), c.host(lender));
@@ -368,19 +492,35 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
         ++faults["etcd wiped and restarted empty"];
         c.etcd().Wipe();
         break;
-      case 3:
+      case 3: {
         ++faults["lender killed and restarted"];
         ::kill(c.node(lender).pid(), SIGKILL);
+        const auto killed = SteadyClock::now();
         c.node(lender).WaitGone();
-        std::this_thread::sleep_for(std::chrono::seconds(2));
+        // Restarted at once (a new incarnation: known gone at its first record), or after 2 s.
+        if (rng() % 2 == 0) std::this_thread::sleep_for(std::chrono::seconds(2));
         c.slot(lender) = c.Start(lender);
-        break;
-      case 4: {
-        ++faults["lender frozen"];
-        Frozen frozen(c.node(lender).pid());
-        std::this_thread::sleep_for(fault_ms);
+        if (detected(killed, lost_before, 15'000)) time_rebuild();
         break;
       }
+      case 4: {
+        ++faults["lender frozen"];
+        const auto frozen_at = SteadyClock::now();
+        bool gone = false;
+        {
+          Frozen frozen(c.node(lender).pid());
+          gone = detected(frozen_at, lost_before, static_cast<int>(fault_ms.count()));
+          std::this_thread::sleep_until(frozen_at + fault_ms);
+        }
+        if (gone) time_rebuild();
+        break;
+      }
+      case 5:
+        ++faults["b's link lossy and late (20% loss, 50 ms)"];
+        c.lab().Impair(c.host(1), 0.2, 50);
+        std::this_thread::sleep_for(fault_ms);
+        c.lab().Impair(c.host(1), 0, 0);
+        break;
       default:
         ++faults["a's link slowed to 5 MB/s"];
         c.lab().Limit(c.host(0), "40mbit");
@@ -400,13 +540,23 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
   writer.join();
   EXPECT_TRUE(c.node(0).WaitFor(healthy, 60'000)) << RemoteSummary(c.node(0));
   // Every object acknowledged and not deleted, byte for byte.
-  std::uint64_t final_lost = 0, final_wrong = 0;
+  std::uint64_t final_lost = 0, final_wrong = 0, final_retried = 0;
   {
     auto client = c.node(0).Connect();
     ASSERT_TRUE(client.ok());
     std::lock_guard lock(mu);
+    // A get refused for now (no room in dram yet, a peer not answering yet) is asked again for
+    // up to a minute in all; only NOT_FOUND, DATA_LOSS or what is still refused then counts.
+    const auto patience = SteadyClock::now() + std::chrono::seconds(60);
     for (const auto& [key, v] : acked) {
       Status s = CheckObject(**client, key, v.seed, v.size);
+      for (bool first = true; !s.ok() && s.code() != StatusCode::kDataLoss &&
+                              s.code() != StatusCode::kNotFound && SteadyClock::now() < patience;
+           first = false) {
+        if (first) ++final_retried;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        s = CheckObject(**client, key, v.seed, v.size);
+      }
       if (s.ok()) continue;
       ++(s.message().find("wrong bytes") != std::string::npos ? final_wrong : final_lost);
       ADD_FAILURE() << key << ": " << s.ToString();
@@ -422,6 +572,8 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
       static_cast<unsigned long long>(lost.load()), static_cast<unsigned long long>(final_lost),
       static_cast<unsigned long long>(wrong.load()), static_cast<unsigned long long>(final_wrong),
       longest_us.load() / 1e6);
+  std::printf("  at the end, %llu gets refused for a while and asked again\n",
+              static_cast<unsigned long long>(final_retried));
   for (const auto& [what, n] : faults) std::printf("  fault: %s x%d\n", what.c_str(), n);
   std::printf(
       "  longest wait for a's copies to be whole again after a fault: %.1f s (%d over "
@@ -430,6 +582,22 @@ TEST(ClusterAcrossHostsSoak, FaultsEveryFewSecondsLoseNothing) {
       static_cast<unsigned long long>(Counter(c.node(0), "remote_replicas_repaired")),
       static_cast<unsigned long long>(Counter(c.node(0), "remote_peers_lost")),
       static_cast<unsigned long long>(Counter(c.node(0), "remote_peers_lost_silent")));
+  auto spread = [](std::vector<double> v) {
+    if (v.empty()) return std::string("none");
+    std::sort(v.begin(), v.end());
+    char line[96];
+    std::snprintf(line, sizeof line, "%zu, median %.1f s, longest %.1f s", v.size(),
+                  v[v.size() / 2], v.back());
+    return std::string(line);
+  };
+  std::printf(
+      "  lenders killed or frozen and judged gone: %s to detect; rebuilt in %s; %.1f MiB of "
+      "replicas rebuilt, %llu copies placed on a peer again from nvme; %llu ranges of failed "
+      "writes fenced before reuse\n",
+      spread(detect_s).c_str(), spread(rebuild_s).c_str(),
+      static_cast<double>(Counter(c.node(0), "remote_repair_bytes")) / (1 << 20),
+      static_cast<unsigned long long>(Counter(c.node(0), "copies_replaced")),
+      static_cast<unsigned long long>(Counter(c.node(0), "remote_ranges_fenced")));
   for (const auto& k : lost_keys) std::printf("  lost during the run: %s\n", k.c_str());
   EXPECT_EQ(lost.load(), 0u);
   EXPECT_EQ(wrong.load(), 0u);

@@ -1,5 +1,5 @@
 // The mover: the operation manager of data movement (the middle layer of store/; see
-// docs/architecture.md "Data movement"). It owns a queue of copy operations per link (a source
+// docs/architecture.md "Store"). It owns a queue of copy operations per link (a source
 // tier and a destination tier) and runs each link as one copy stream, as the replay models it:
 // operations start in priority order, then deadline order, then submission order, with the bytes
 // in flight on a link bounded. It copies bytes through the tiers' Read and Write; it never

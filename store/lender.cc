@@ -262,7 +262,8 @@ void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::Pe
     }
   }
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  for (const auto& [id, fence] : below) {
+  for (const auto& entry : below) {
+    const std::uint64_t id = entry.first;  // (clang 14 cannot capture a structured binding)
     if (transfer_ended_.wait_until(lock, until, [&] { return !stopping(id); })) {
       response->add_fenced_regions(id);
     }

@@ -24,6 +24,15 @@ const std::set<std::string_view> kGauges = {
     "frame_bytes_buffered",
     "request_rings_open",
     "remote_objects_under_replicated",
+    // The cluster's levels (store/cluster.cc): members, peers, what is lent now.
+    "cluster_members",
+    "remote_peers",
+    "remote_peers_responsive",
+    "lend_capacity_bytes",
+    "lent_bytes",
+    "lent_regions",
+    "lent_borrowers",
+    "lend_borrowing_members",
 };
 // Counter names whose unit is not at an end of the name.
 const std::map<std::string_view, std::string_view> kRenamed = {

@@ -42,6 +42,9 @@ wire::StatReply SampleStat() {
   add("puts", 7);
   add("bytes_put", 28672);
   add("objects", 5);
+  add("remote_peers", 3);
+  add("lent_bytes", 1048576);
+  add("remote_replicas_repaired", 4);
   add("link_dram_nvme_bytes", 100);
   add("link_dram_nvme_queued", 2);
   add("ns_team_a_quota_bytes", 1000);
@@ -77,6 +80,14 @@ wire::StatReply SampleStat() {
 
 TEST(Metrics, NamesFollowPrometheusConventions) {
   const std::string text = PrometheusText(SampleStat());
+  // The cluster's levels are gauges (they were exported as _total counters), its events counters.
+  EXPECT_NE(text.find("# TYPE tierpool_remote_peers gauge\ntierpool_remote_peers 3\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE tierpool_lent_bytes gauge\ntierpool_lent_bytes 1048576\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tierpool_remote_replicas_repaired_total 4\n"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE tierpool_puts_total counter\ntierpool_puts_total 7\n"),
             std::string::npos)
       << text;

@@ -195,6 +195,7 @@ void Cluster::VisitCounters(
     visit("remote_replicas_lost", r.replicas_lost);
     visit("remote_replicas_repaired", r.replicas_repaired);
     visit("remote_repair_bytes", r.repair_bytes);
+    visit("remote_replicas_corrupt", r.replicas_corrupt);
     visit("remote_ranges_fenced", r.ranges_fenced);
     visit("remote_extents_lost", r.extents_lost);
     visit("remote_read_failovers", r.read_failovers);

@@ -183,6 +183,25 @@ void RemoteTier::ReleaseReplicaLocked(const Replica& r) {
   }
 }
 
+void RemoteTier::DropCorruptReplicaLocked(std::uint64_t set_id, const Replica& bad) {
+  auto it = sets_.find(set_id);
+  if (it == sets_.end()) return;
+  auto& rs = it->second.replicas;
+  auto found = std::find_if(rs.begin(), rs.end(), [&](const Replica& r) {
+    return r.peer == bad.peer && r.region == bad.region && r.range.offset == bad.range.offset;
+  });
+  if (found == rs.end()) return;  // dropped already (by another read, or with its peer)
+  spdlog::error("remote: a replica on {} no longer matches its checksum; dropped, to be rebuilt",
+                bad.peer->member.node_id);
+  ReleaseReplicaLocked(*found);
+  rs.erase(found);
+  ++counters_.replicas_corrupt;
+  if (rs.empty() && it->second.written) {
+    ++counters_.extents_lost;
+    lost_.push_back({it->second.info.object_id, Extent{0, set_id, 0}});
+  }
+}
+
 void RemoteTier::NoteFailedWriteLocked(std::uint64_t set_id, const Peer* peer, std::uint64_t region,
                                        std::uint64_t offset) {
   auto it = sets_.find(set_id);
@@ -324,7 +343,8 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
     std::stable_partition(replicas.begin(), replicas.end(),
                           [](const Replica& r) { return r.peer->responsive; });
   }
-  Post([this, replicas, info, dst, done = std::move(done)] {
+  const std::uint64_t set_id = src.offset;
+  Post([this, replicas, info, dst, set_id, done = std::move(done)] {
     // No replica left (their peers left the cluster): the bytes are gone, NOT_FOUND, which the
     // store reads as a cache object evicted or a retained one lost.
     Status last = Status::NotFound("remote: every replica of this object is lost");
@@ -349,6 +369,7 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
       spdlog::warn("remote read: {}", s.ToString());
       std::lock_guard lock(mu_);
       ++(wrong ? checksum_failures_ : read_errors_);
+      if (wrong) DropCorruptReplicaLocked(set_id, r);  // rebuilt from a good one
       last = s;
     }
     // Never unchecked bytes: whatever the last replica left in dst is not returned as OK. A

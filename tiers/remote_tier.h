@@ -107,6 +107,7 @@ struct RemoteTierCounters {
   std::uint64_t peers_lost_silent = 0;  // of those, silent for peer_lost_ms
   std::uint64_t replicas_lost = 0;      // with them
   std::uint64_t replicas_repaired = 0;  // re-created on another peer
+  std::uint64_t replicas_corrupt = 0;   // dropped: their bytes failed the checksum (then rebuilt)
   std::uint64_t extents_lost = 0;       // every replica gone: reads fail with DATA_LOSS
   std::uint64_t read_failovers = 0;     // a replica failed and another served the read
   std::uint64_t grants = 0;
@@ -228,6 +229,9 @@ class RemoteTier final : public Tier {
   bool CarveLocked(Peer& peer, std::uint64_t size, Replica* out);
   // Gives the replica's range back (or, after a failed write, holds it for a fence).
   void ReleaseReplicaLocked(const Replica& r);
+  // A replica whose bytes failed their checksum: dropped (and counted), so that a repair makes
+  // a good one from another replica, or the store learns the copy is lost.
+  void DropCorruptReplicaLocked(std::uint64_t set_id, const Replica& bad);
   // A write to the replica at (peer, region, offset) of set_id failed: it is fenced on release.
   void NoteFailedWriteLocked(std::uint64_t set_id, const Peer* peer, std::uint64_t region,
                              std::uint64_t offset);

@@ -398,14 +398,20 @@ void RemoteTier::RepairSets() {
     Status s = buffer ? Transfer(*j.source.peer, j.source.region, j.source.range.offset,
                                  j.info.size, false, buffer.get())
                       : Status::ResourceExhausted("no memory for a repair");
+    bool corrupt_source = false;
     if (s.ok() && j.info.size > 0 && Xxh3(buffer.get(), j.info.size) != j.info.checksum) {
       s = Status::DataLoss("the surviving replica does not match its checksum");
+      corrupt_source = true;
     }
     if (s.ok()) {
       s = Transfer(*j.target.peer, j.target.region, j.target.range.offset, j.info.size, true,
                    buffer.get());
     }
     std::lock_guard lock(mu_);
+    if (corrupt_source) {
+      ++checksum_failures_;
+      DropCorruptReplicaLocked(j.set_id, j.source);  // the next pass repairs from another
+    }
     auto it = sets_.find(j.set_id);
     if (it == sets_.end() || !s.ok() || j.target.peer->dead) {
       if (!s.ok()) spdlog::warn("remote: repair of a replica failed: {}", s.ToString());

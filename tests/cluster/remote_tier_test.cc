@@ -99,6 +99,37 @@ TEST(RemoteTier, ACorruptedReplicaIsSkippedAndTwoAreDataLoss) {
   EXPECT_GE(tier->Stats().checksum_failures, 2u);
 }
 
+// A replica whose bytes went bad in its lender's memory is dropped when a read finds it, and
+// rebuilt from the good one, so the object survives the other replica going bad later. Before:
+// the bad replica stayed in its set, nothing was rebuilt, and a repair that read it first failed
+// every pass; the second corruption made the object DATA_LOSS.
+TEST(RemoteTier, ACorruptedReplicaFoundByAReadIsRebuiltFromTheGoodOne) {
+  LendingNode a = StartLender("a"), b = StartLender("b"), c = StartLender("c");
+  std::map<std::string, LendingNode*> by_id{{"a", &a}, {"b", &b}, {"c", &c}};
+  auto tier = Borrower({&a, &b, &c});
+  const std::string data = Bytes(3u << 20, 9);
+  auto e = tier->Allocate(data.size(), {});
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
+  auto where = tier->LocateForTest(*e);
+  ASSERT_EQ(where.size(), 2u);
+  by_id[where[0].node_id]->lender->RegionBytesForTest(where[0].region)[where[0].offset + 777] ^=
+      std::byte{1};
+  std::string out;
+  ASSERT_TRUE(ReadSync(*tier, *e, data, &out).ok());
+  EXPECT_EQ(tier->counters().replicas_corrupt, 1u);
+  EXPECT_EQ(tier->LocateForTest(*e).size(), 1u);
+  tier->RunMaintenance();  // the repair, from the good replica
+  EXPECT_EQ(tier->counters().replicas_repaired, 1u);
+  ASSERT_EQ(tier->LocateForTest(*e).size(), 2u);
+  EXPECT_EQ(tier->Stats().state, "ok") << tier->Stats().state_why;
+  // The replica that was good goes bad too: the rebuilt one serves.
+  by_id[where[1].node_id]->lender->RegionBytesForTest(where[1].region)[where[1].offset + 5] ^=
+      std::byte{1};
+  ASSERT_TRUE(ReadSync(*tier, *e, data, &out).ok());
+  EXPECT_TRUE(out == data);
+}
+
 TEST(RemoteTier, APeerThatLeavesIsRepairedFromTheSurvivor) {
   LendingNode a = StartLender("a"), b = StartLender("b"), c = StartLender("c");
   std::map<std::string, LendingNode*> by_id{{"a", &a}, {"b", &b}, {"c", &c}};

@@ -33,8 +33,6 @@ class ByteRateLimiter {
     return true;
   }
 
-  std::uint64_t bytes_per_sec() const { return rate_; }
-
  private:
   void Refill() {
     const std::uint64_t now = clock_->NowMicros();

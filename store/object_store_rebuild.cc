@@ -60,8 +60,8 @@ void ObjectStore::ReplaceLostCopiesLocked() {
     Tier* target = tier(kind);
     // Paced by the tier (AllocationHint::repair); no room or no budget yet: the next pass.
     const AllocationHint hint{-1, obj->pool, false, /*repair=*/true};
-    auto dst = target->CheckWritable().ok() ? target->Allocate(obj->meta.size, hint)
-                                            : Result<Extent>(Status::Unavailable("not writable"));
+    Result<Extent> dst = Status::Unavailable("not writable now");
+    if (target->CheckWritable().ok()) dst = target->Allocate(obj->meta.size, hint);
     if (!dst.ok()) {
       later.emplace_back(id, kind);
       continue;

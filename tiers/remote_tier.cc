@@ -187,30 +187,28 @@ void RemoteTier::DropCorruptReplicaLocked(std::uint64_t set_id, const Replica& b
   auto it = sets_.find(set_id);
   if (it == sets_.end()) return;
   auto& rs = it->second.replicas;
-  auto found = std::find_if(rs.begin(), rs.end(), [&](const Replica& r) {
-    return r.peer == bad.peer && r.region == bad.region && r.range.offset == bad.range.offset;
-  });
+  auto found = std::find_if(rs.begin(), rs.end(), [&](const Replica& r) { return r.Names(bad); });
   if (found == rs.end()) return;  // dropped already (by another read, or with its peer)
   spdlog::error("remote: a replica on {} no longer matches its checksum; dropped, to be rebuilt",
                 bad.peer->member.node_id);
   ReleaseReplicaLocked(*found);
   rs.erase(found);
   ++counters_.replicas_corrupt;
-  if (rs.empty() && it->second.written) {
-    ++counters_.extents_lost;
-    lost_.push_back({it->second.info.object_id, Extent{0, set_id, 0}});
-  }
+  if (rs.empty()) SetEmptiedLocked(set_id, it->second);
 }
 
-void RemoteTier::NoteFailedWriteLocked(std::uint64_t set_id, const Peer* peer, std::uint64_t region,
-                                       std::uint64_t offset) {
+void RemoteTier::SetEmptiedLocked(std::uint64_t set_id, const ReplicaSet& set) {
+  ++counters_.extents_lost;
+  // Named by arena and offset, as the store records it (its length is the store's).
+  if (set.written) lost_.push_back({set.info.object_id, Extent{0, set_id, 0}});
+}
+
+void RemoteTier::NoteFailedWriteLocked(std::uint64_t set_id, const Replica& failed) {
   auto it = sets_.find(set_id);
   if (it == sets_.end()) return;
   for (Replica& r : it->second.replicas) {
-    if (r.peer.get() == peer && r.region == region && r.range.offset == offset) {
-      // Every write numbered so far is below it, this one's pieces included.
-      r.fence_below = next_write_.load();
-    }
+    // Every write numbered so far is below it, this one's pieces included.
+    if (r.Names(failed)) r.fence_below = next_write_.load();
   }
 }
 
@@ -303,7 +301,7 @@ void RemoteTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std:
           Transfer(*r.peer, r.region, r.range.offset, info.size, true, const_cast<std::byte*>(src));
       if (!s.ok()) {
         std::lock_guard lock(mu_);
-        NoteFailedWriteLocked(set_id, r.peer.get(), r.region, r.range.offset);
+        NoteFailedWriteLocked(set_id, r);
       }
       bool last = false;
       Status result;

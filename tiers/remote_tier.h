@@ -190,6 +190,10 @@ class RemoteTier final : public Tier {
     std::uint64_t region = 0;
     AllocatedRange range;
     std::uint64_t fence_below = 0;  // a write to it failed: its lender must fence below this
+    // The same range of the same peer (a copy of the Replica taken for I/O names its original).
+    bool Names(const Replica& other) const {
+      return peer == other.peer && region == other.region && range.offset == other.range.offset;
+    }
   };
   struct ReplicaSet {
     std::uint64_t size = 0;    // bytes asked for
@@ -232,9 +236,10 @@ class RemoteTier final : public Tier {
   // A replica whose bytes failed their checksum: dropped (and counted), so that a repair makes
   // a good one from another replica, or the store learns the copy is lost.
   void DropCorruptReplicaLocked(std::uint64_t set_id, const Replica& bad);
-  // A write to the replica at (peer, region, offset) of set_id failed: it is fenced on release.
-  void NoteFailedWriteLocked(std::uint64_t set_id, const Peer* peer, std::uint64_t region,
-                             std::uint64_t offset);
+  // A write to this replica of set_id failed: its range is fenced on release.
+  void NoteFailedWriteLocked(std::uint64_t set_id, const Replica& failed);
+  // The set's last replica went: counted, and reported to the store (TakeLostCopies).
+  void SetEmptiedLocked(std::uint64_t set_id, const ReplicaSet& set);
   // The ranges a probe's answer says are fenced go back to their regions' allocators.
   void ReleaseFencedLocked(Peer& p, const wire::peer::Info& asked,
                            const wire::peer::Response& response);

@@ -107,11 +107,7 @@ void RemoteTier::DropReplicasLocked(const std::function<bool(const Replica&)>& g
     const std::size_t before = rs.size();
     rs.erase(std::remove_if(rs.begin(), rs.end(), gone), rs.end());
     counters_.replicas_lost += before - rs.size();
-    if (before > 0 && rs.empty()) {
-      ++counters_.extents_lost;
-      // Named by arena and offset, as the store records it (its length is the store's).
-      if (set.written) lost_.push_back({set.info.object_id, Extent{0, id, 0}});
-    }
+    if (before > 0 && rs.empty()) SetEmptiedLocked(id, set);
   }
 }
 

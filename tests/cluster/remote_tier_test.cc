@@ -54,6 +54,12 @@ TEST(RemoteTier, RoundTripThroughTwoReplicasOnDifferentPeers) {
   EXPECT_EQ(tier->used_bytes(), 0u);
 }
 
+// Flips one byte of a replica in its lender's memory, as a bad DIMM would.
+void FlipByte(std::map<std::string, LendingNode*>& lenders, const RemoteTier::ReplicaLocation& at,
+              std::uint64_t byte) {
+  lenders[at.node_id]->lender->RegionBytesForTest(at.region)[at.offset + byte] ^= std::byte{1};
+}
+
 TEST(RemoteTier, AWriteWhoseSourceDoesNotMatchItsChecksumFails) {
   LendingNode a = StartLender("a"), b = StartLender("b");
   auto tier = Borrower({&a, &b});
@@ -86,14 +92,12 @@ TEST(RemoteTier, ACorruptedReplicaIsSkippedAndTwoAreDataLoss) {
   auto where = tier->LocateForTest(*e);
   ASSERT_EQ(where.size(), 2u);
   // Flip a byte of the first replica a read tries, in the lender's memory.
-  by_id[where[0].node_id]->lender->RegionBytesForTest(where[0].region)[where[0].offset + 12345] ^=
-      std::byte{1};
+  FlipByte(by_id, where[0], 12345);
   std::string out;
   ASSERT_TRUE(ReadSync(*tier, *e, data, &out).ok());
   EXPECT_TRUE(out == data);
   EXPECT_EQ(tier->counters().read_failovers, 1u);
-  by_id[where[1].node_id]->lender->RegionBytesForTest(where[1].region)[where[1].offset + 99] ^=
-      std::byte{1};
+  FlipByte(by_id, where[1], 99);
   Status s = ReadSync(*tier, *e, data, &out);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
   EXPECT_GE(tier->Stats().checksum_failures, 2u);
@@ -113,8 +117,7 @@ TEST(RemoteTier, ACorruptedReplicaFoundByAReadIsRebuiltFromTheGoodOne) {
   ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
   auto where = tier->LocateForTest(*e);
   ASSERT_EQ(where.size(), 2u);
-  by_id[where[0].node_id]->lender->RegionBytesForTest(where[0].region)[where[0].offset + 777] ^=
-      std::byte{1};
+  FlipByte(by_id, where[0], 777);
   std::string out;
   ASSERT_TRUE(ReadSync(*tier, *e, data, &out).ok());
   EXPECT_EQ(tier->counters().replicas_corrupt, 1u);
@@ -124,8 +127,7 @@ TEST(RemoteTier, ACorruptedReplicaFoundByAReadIsRebuiltFromTheGoodOne) {
   ASSERT_EQ(tier->LocateForTest(*e).size(), 2u);
   EXPECT_EQ(tier->Stats().state, "ok") << tier->Stats().state_why;
   // The replica that was good goes bad too: the rebuilt one serves.
-  by_id[where[1].node_id]->lender->RegionBytesForTest(where[1].region)[where[1].offset + 5] ^=
-      std::byte{1};
+  FlipByte(by_id, where[1], 5);
   ASSERT_TRUE(ReadSync(*tier, *e, data, &out).ok());
   EXPECT_TRUE(out == data);
 }

@@ -240,13 +240,19 @@ bool ThreeNodes::Joined() const {
          c->WaitFor(meshed);
 }
 
-void Fill(ServerProcess& node, int count, std::size_t size) {
+void PutObjects(ServerProcess& node, int from, int to, std::size_t size) {
   auto client = node.Connect();
   ASSERT_TRUE(client.ok());
-  for (int i = 0; i < count; ++i) {
+  for (int i = from; i < to; ++i) {
     Status s = PutRetained(**client, "t" + std::to_string(i), i, size);
     ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
   }
+}
+
+void Fill(ServerProcess& node, int count, std::size_t size) {
+  ASSERT_NO_FATAL_FAILURE(PutObjects(node, 0, count, size));
+  auto client = node.Connect();
+  ASSERT_TRUE(client.ok());
   auto stats = (*client)->ServerStat();
   ASSERT_TRUE(stats.ok());
   ASSERT_GT(RemoteObjects(*stats), 0u);

@@ -105,6 +105,8 @@ class ThreeNodes {
 // Puts "t0".."t<count-1>" (Pattern(i, size), retained) into node; asserts that they went in and
 // that some live on the remote tier.
 void Fill(ServerProcess& node, int count = 16, std::size_t size = 4u << 20);
+// Retained objects "t<from>".."t<to - 1>" of `size` bytes (PutRetained), each acknowledged.
+void PutObjects(ServerProcess& node, int from, int to, std::size_t size);
 
 // SIGSTOP for as long as it lives: a frozen process, resumed (SIGCONT) however the test ends.
 class Frozen {

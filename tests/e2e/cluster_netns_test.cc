@@ -159,14 +159,7 @@ TEST(ClusterAcrossHosts, ABorrowerCutFromEtcdAloneLosesNothing) {
   ASSERT_TRUE(
       c.node(1).WaitFor([](const ServerStats& s) { return s.members.size() == 2; }, 15'000));
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  {
-    auto client = c.node(0).Connect();
-    ASSERT_TRUE(client.ok());
-    for (int i = 16; i < 24; ++i) {
-      Status s = PutRetained(**client, "t" + std::to_string(i), i, kSize);
-      ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(PutObjects(c.node(0), 16, 24, kSize));
   ASSERT_TRUE(c.lab().Heal(c.host(0), kEtcdHost));
   ASSERT_TRUE(
       c.node(1).WaitFor([](const ServerStats& s) { return s.members.size() == 3; }, 15'000));
@@ -273,14 +266,7 @@ TEST(ClusterAcrossHosts, ALossyLateLinkToALenderLosesNothing) {
   Fill(c.node(0));
   ASSERT_TRUE(c.lab().Impair(c.host(1), 0.2, 50));
   const auto start = SteadyClock::now();
-  {
-    auto client = c.node(0).Connect();
-    ASSERT_TRUE(client.ok());
-    for (int i = 16; i < 24; ++i) {
-      Status s = PutRetained(**client, "t" + std::to_string(i), i, kSize);
-      ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(PutObjects(c.node(0), 16, 24, kSize));
   const double slowest = CheckAll(c.node(0), 24, kSize);
   std::printf(
       "20%% loss and 50 ms on b's link: 8 puts and 24 gets in %.1f s, slowest get %.2f s, "

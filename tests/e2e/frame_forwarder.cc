@@ -129,7 +129,6 @@ void FrameForwarder::Loop() {
       for (int n = 0; n < 512; ++n) {  // a bounded batch, so the other way is served too
         const ssize_t got = ::recv(fds_[i], frame.data(), frame.size(), MSG_DONTWAIT);
         if (got <= 0) break;
-        ++frames_;
         const int out = 1 - i;
         if (ppm(rng) < loss_ppm_.load(std::memory_order_relaxed) ||
             held_bytes[out] + static_cast<std::size_t>(got) > kMaxHeldBytes) {

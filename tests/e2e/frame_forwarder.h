@@ -29,7 +29,6 @@ class FrameForwarder {
   // From now on, each frame is dropped with probability `loss` (0 to 1) and the rest delivered
   // `delay_ms` after they came.
   void Set(double loss, std::uint32_t delay_ms);
-  std::uint64_t frames() const { return frames_.load(); }
   std::uint64_t dropped() const { return dropped_.load(); }
 
  private:
@@ -42,7 +41,7 @@ class FrameForwarder {
   std::atomic<bool> stop_{false};
   std::atomic<std::uint32_t> loss_ppm_{0};
   std::atomic<std::uint32_t> delay_us_{0};
-  std::atomic<std::uint64_t> frames_{0}, dropped_{0};
+  std::atomic<std::uint64_t> dropped_{0};
   std::thread thread_;
 };
 

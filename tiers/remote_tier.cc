@@ -280,11 +280,10 @@ void RemoteTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std:
     }
     replicas = it->second.replicas;
   }
-  if (info.size > 0 && Xxh3(src, info.size) != info.checksum) {
-    done(Status::DataLoss("bytes to write to remote do not match their checksum"));
-    return;
-  }
-  // Every replica at once, each on a worker; the last to finish completes the write.
+  // Every replica at once, each on a worker, while this thread checks the source against its
+  // checksum: the hash pass and the sends overlap (issue #70), and whichever of them finishes
+  // last completes the write. Bytes sent before the check fails are never acknowledged: the
+  // write fails and the store frees the extent.
   struct Pending {
     std::mutex mu;
     std::size_t left;
@@ -292,38 +291,44 @@ void RemoteTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std:
     IoCompletion done;
   };
   auto pending = std::make_shared<Pending>();
-  pending->left = replicas.size();
+  pending->left = replicas.size() + 1;  // the replicas, and the check
   pending->done = std::move(done);
   const std::uint64_t set_id = dst.offset;
+  auto finish = [this, pending, set_id, info](const Status& s) {
+    bool last = false;
+    Status result;
+    {
+      std::lock_guard lock(pending->mu);
+      if (!s.ok() && pending->first_error.ok()) pending->first_error = s;
+      last = --pending->left == 0;
+      result = pending->first_error;
+    }
+    if (!last) return;
+    {
+      std::lock_guard lock(mu_);
+      if (!result.ok()) ++write_errors_;
+      auto it = sets_.find(set_id);
+      if (result.ok() && it != sets_.end()) {
+        it->second.info = info;
+        it->second.written = true;
+      }
+    }
+    pending->done(result);
+  };
   for (const Replica& r : replicas) {
-    Post([this, r, info, src, pending, set_id] {
+    Post([this, r, info, src, set_id, finish] {
       Status s =
           Transfer(*r.peer, r.region, r.range.offset, info.size, true, const_cast<std::byte*>(src));
       if (!s.ok()) {
         std::lock_guard lock(mu_);
         NoteFailedWriteLocked(set_id, r);
       }
-      bool last = false;
-      Status result;
-      {
-        std::lock_guard lock(pending->mu);
-        if (!s.ok() && pending->first_error.ok()) pending->first_error = s;
-        last = --pending->left == 0;
-        result = pending->first_error;
-      }
-      if (!last) return;
-      {
-        std::lock_guard lock(mu_);
-        if (!result.ok()) ++write_errors_;
-        auto it = sets_.find(set_id);
-        if (result.ok() && it != sets_.end()) {
-          it->second.info = info;
-          it->second.written = true;
-        }
-      }
-      pending->done(result);
+      finish(s);
     });
   }
+  finish(info.size > 0 && Xxh3(src, info.size) != info.checksum
+             ? Status::DataLoss("bytes to write to remote do not match their checksum")
+             : Status::Ok());
 }
 
 void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* dst,

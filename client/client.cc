@@ -472,7 +472,7 @@ Result<ServerStats> Client::ServerStat(const StatOptions& options) {
   for (const auto& m : resp.stat().members()) {
     s.members.push_back({m.node_id(), m.incarnation(), m.peer_address(), m.lend_bytes(),
                          m.lend_free(), m.granted_to_us(), m.used_by_us(), m.responsive(),
-                         m.failures(), m.self()});
+                         m.failures(), m.self(), m.transport()});
   }
   for (const auto& j : resp.stat().jobs()) {
     JobInfo info{j.id(),

@@ -69,7 +69,8 @@ nlohmann::json StatsJson(const ServerStats& s) {
                        {"used_by_us", m.used_by_us},
                        {"responsive", m.responsive},
                        {"failures", m.failures},
-                       {"self", m.self}});
+                       {"self", m.self},
+                       {"transport", m.transport}});
   }
   return {{"server_version", s.server_version},
           {"uptime_ms", s.uptime_ms},

@@ -9,14 +9,14 @@ set -euo pipefail
 
 RUN_PACKAGES=(
   build-essential cmake pkg-config git
-  liburing-dev libnuma-dev libboost-dev libboost-program-options-dev
+  liburing-dev libnuma-dev libboost-dev libboost-program-options-dev libucx-dev
   libprotobuf-dev protobuf-compiler libspdlog-dev libxxhash-dev nlohmann-json3-dev libtomlplusplus-dev libjemalloc-dev
   libonnx-dev coinor-libclp-dev coinor-libcbc-dev libhiredis-dev libssl-dev
   python3 python3-dev python3-pybind11 pybind11-dev
 )
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang
-  fio redis-server etcd-server iperf3
+  fio redis-server etcd-server iperf3 ucx-utils
   python3-torch python3-torchvision python3-numpy python3-pytest python3-prometheus-client python3-onnx
 )
 

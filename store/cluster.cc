@@ -170,6 +170,10 @@ void Cluster::VisitCounters(
   visit("peer_requests", server.requests);
   visit("peer_bytes_in", server.bytes_in);
   visit("peer_bytes_out", server.bytes_out);
+  visit("peer_ucx_requests", server.ucx_requests);
+  visit("peer_ucx_refused", server.ucx_refused);
+  visit("peer_ucx_in_bytes", server.ucx_bytes_in);
+  visit("peer_ucx_out_bytes", server.ucx_bytes_out);
   if (lender_) {
     const LenderStats l = lender_->stats();
     visit("lend_capacity_bytes", l.capacity);
@@ -204,6 +208,11 @@ void Cluster::VisitCounters(
     visit("remote_peers_lost_silent", r.peers_lost_silent);
     visit("remote_objects_under_replicated", r.under_replicated);
     visit("remote_regions_lost", r.regions_lost);
+    std::uint64_t over_ucx = 0;
+    for (const auto& p : peers) over_ucx += p.transport == "ucx" ? 1 : 0;
+    visit("remote_peers_ucx", over_ucx);
+    visit("remote_ucx_written_bytes", r.ucx_bytes_written);
+    visit("remote_ucx_read_bytes", r.ucx_bytes_read);
   }
 }
 
@@ -231,6 +240,7 @@ void Cluster::FillMembers(wire::StatReply* reply) const {
       w->set_used_by_us(it->second.used_bytes);
       w->set_responsive(it->second.responsive);
       w->set_failures(it->second.failures);
+      w->set_transport(it->second.transport);
     }
   }
 }

@@ -28,6 +28,7 @@ const std::set<std::string_view> kGauges = {
     "cluster_members",
     "remote_peers",
     "remote_peers_responsive",
+    "remote_peers_ucx",
     "lend_capacity_bytes",
     "lent_bytes",
     "lent_regions",

@@ -12,6 +12,7 @@
 #include "common/posix.h"
 #include "common/units.h"
 #include "store/config_file.h"
+#include "transport/ucx_worker.h"
 
 namespace tierpool {
 
@@ -86,7 +87,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
               cache_policy = "spill", link_rate = "0", mover_inflight = "256M", lend = "0",
               repair_rate = "256M", hbm_group = "16M", spill_order = "remote,nvme",
-              io_threads = "auto", journal_bytes = "64M";
+              io_threads = "auto", journal_bytes = "64M", peer_transport = "auto";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -230,6 +231,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("remote-repair-rate", po::value(&repair_rate)->default_value("256M"),
      "bytes a second (K/M/G) at most that rebuilding copies lost with a peer starts, so clients' "
      "transfers come first (0: no bound)")
+    ("peer-transport", po::value(&peer_transport)->default_value("auto"),
+     "how replicas' bytes move between nodes: tcp (tierpool's frames), ucx (UCX: RDMA verbs, "
+     "TCP or shared memory, as UCX_TLS allows), or auto (ucx where UCX finds an RDMA device)")
     ("remote-peer-lost-ms", po::value(&c.cluster.remote.peer_lost_ms)->default_value(30000),
      "a peer silent this long counts as gone: its copies are rebuilt on the others")
     ("lend-reserved-share", po::value(&c.cluster.lender.reserved_share)->default_value(0.5, "0.5"),
@@ -319,6 +323,15 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
   auto rr = parse("remote-repair-rate", repair_rate);
   if (!rr.ok()) return rr.status();
   c.cluster.remote.repair_bytes_per_sec = *rr;
+  if (peer_transport != "tcp" && peer_transport != "ucx" && peer_transport != "auto") {
+    return Status::InvalidArgument("--peer-transport " + peer_transport +
+                                   ": expected tcp, ucx or auto");
+  }
+  // Both sides follow it: a lender offers UCX (Info.ucx_open) and a borrower asks for it.
+  const bool ucx = peer_transport == "ucx" ||
+                   (peer_transport == "auto" && !transport::UcxRdmaTransports().empty());
+  c.cluster.peer_server.ucx = ucx;
+  c.cluster.remote.ucx = ucx;
   c.cluster.lender.populate = vm.count("no-populate") == 0;
   c.nvme.capacity = *nb;
   c.nvme.io_size = *nbs;

@@ -37,6 +37,15 @@ RemoteTier::RemoteTier(RemoteTierConfig config, transport::PeerAuth auth,
       self_(std::move(self)),
       // A quarter second's bytes at once: a repair pass every 200 ms stays near the rate.
       repair_limit_(config.repair_bytes_per_sec, config.repair_bytes_per_sec / 4 + 1, clock) {
+  if (config_.ucx) {
+    auto ucx = transport::UcxPeerClient::Create();
+    if (ucx.ok()) {
+      ucx_ = std::move(ucx).value();
+    } else {
+      spdlog::error("remote: no UCX data path ({}); replicas move over TCP frames",
+                    ucx.status().ToString());
+    }
+  }
   for (std::uint32_t i = 0; i < config_.io_threads; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -134,8 +143,59 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   return s;
 }
 
+Status RemoteTier::TransferUcx(Peer& peer, const transport::UcxRoute& route, std::uint64_t region,
+                               std::uint64_t offset, std::uint64_t length, bool write,
+                               std::byte* data) {
+  for (std::uint64_t done = 0; done < length;) {
+    const std::uint64_t n = std::min(config_.piece_bytes, length - done);
+    wire::peer::RegionRange range;
+    range.set_region(region);
+    range.set_offset(offset + done);
+    range.set_length(n);
+    if (write) range.set_sequence(next_write_++);
+    transport::UcxCallResult result;
+    Status s = ucx_->Call(route, peer.member.incarnation, range, write, data + done,
+                          config_.io_timeout_ms, &result);
+    if (result.lend_free != ~0ull) {
+      // Answered: the lender lives, whatever it said (as on TCP, Exchange).
+      peer.heard_free = std::min(result.lend_free, peer.member.lend_bytes);
+      peer.heard_success = true;
+      if (s.code() == StatusCode::kNotFound) {
+        peer.heard_missing = true;  // the lender freed a region of ours: the next pass checks
+        WakeMaintenance();
+      }
+    } else if (!s.ok() && s.code() != StatusCode::kUnimplemented) {
+      peer.heard_failure = true;
+    }
+    if (!s.ok()) {
+      return Status(s.code(), std::string(write ? "writing to" : "reading from") + " peer " +
+                                  peer.member.node_id + " over UCX: " + s.message());
+    }
+    (write ? ucx_bytes_written_ : ucx_bytes_read_) += n;
+    done += n;
+  }
+  return Status::Ok();
+}
+
 Status RemoteTier::Transfer(Peer& peer, std::uint64_t region, std::uint64_t offset,
                             std::uint64_t length, bool write, std::byte* data) {
+  if (ucx_ != nullptr) {
+    std::shared_ptr<const transport::UcxRoute> route;
+    {
+      std::lock_guard lock(peer.pool_mu);
+      route = peer.ucx;
+    }
+    if (route != nullptr) {
+      Status s = TransferUcx(peer, *route, region, offset, length, write, data);
+      if (s.code() != StatusCode::kUnimplemented) return s;
+      // UCX has no transport between us (its address names devices we cannot reach): this peer
+      // stays on TCP frames, which reached it all along. Nothing was sent over UCX.
+      spdlog::warn("remote: {}; peer {} stays on TCP", s.message(), peer.member.node_id);
+      std::lock_guard lock(peer.pool_mu);
+      peer.ucx = nullptr;
+      peer.ucx_unreachable = true;
+    }
+  }
   for (std::uint64_t done = 0; done < length;) {
     const std::uint64_t n = std::min(config_.piece_bytes, length - done);
     wire::peer::Request request;
@@ -495,11 +555,15 @@ std::vector<RemotePeerInfo> RemoteTier::Peers() const {
   std::vector<RemotePeerInfo> out;
   for (const auto& [id, p] : peers_) {
     RemotePeerInfo info;
-    info.in_membership = p->in_membership;
+    info.member = p->member;
     info.responsive = p->responsive;
     info.in_membership = p->in_membership;
     info.lend_free = p->lend_free;
     info.failures = p->failures;
+    {
+      std::lock_guard pool(p->pool_mu);
+      if (p->ucx != nullptr) info.transport = "ucx";
+    }
     for (const auto& [rid, r] : p->regions) {
       info.granted_bytes += r.bytes;
       info.used_bytes += r.allocator.stats().used_bytes;
@@ -514,6 +578,8 @@ RemoteTierCounters RemoteTier::counters() const {
   std::lock_guard lock(mu_);
   RemoteTierCounters c = counters_;
   c.under_replicated = UnderReplicatedLocked();
+  c.ucx_bytes_written = ucx_bytes_written_.load();
+  c.ucx_bytes_read = ucx_bytes_read_.load();
   return c;
 }
 

@@ -49,7 +49,9 @@ namespace tierpool {
 
 namespace transport {
 class PeerConnection;
-}
+class UcxPeerClient;
+struct UcxRoute;
+}  // namespace transport
 namespace wire::peer {
 class Request;
 class Response;
@@ -87,6 +89,10 @@ struct RemoteTierConfig {
   std::uint64_t repair_bytes_per_sec = 256ull << 20;
   // A peer silent this long is gone: its replicas are rebuilt elsewhere (--remote-peer-lost-ms).
   std::uint32_t peer_lost_ms = 30'000;
+  // Move replicas' bytes over UCX (transport/ucx_peer_client.h) with lenders that offer it; the
+  // rest, and grants and probes, stay on TCP frames (--peer-transport ucx; auto resolves to it
+  // where UCX finds an RDMA device).
+  bool ucx = false;
   Status validate() const;
 };
 
@@ -99,7 +105,8 @@ struct RemotePeerInfo {
   std::uint64_t granted_bytes = 0;  // regions it granted this node
   std::uint64_t used_bytes = 0;     // of those, holding replicas
   std::uint64_t regions = 0;
-  std::uint64_t failures = 0;  // requests that failed
+  std::uint64_t failures = 0;     // requests that failed
+  std::string transport = "tcp";  // its data path: "tcp", or "ucx" once it offered one
 };
 
 struct RemoteTierCounters {
@@ -120,6 +127,8 @@ struct RemoteTierCounters {
   std::uint64_t repair_bytes = 0;  // bytes of the replicas rebuilt
   // Ranges whose write failed, held until their lender fenced late payloads, and given back.
   std::uint64_t ranges_fenced = 0;
+  std::uint64_t ucx_bytes_written = 0;  // replicas' bytes moved over UCX
+  std::uint64_t ucx_bytes_read = 0;
 };
 
 class RemoteTier final : public Tier {
@@ -207,6 +216,9 @@ class RemoteTier final : public Tier {
   // One piece-by-piece transfer of a replica's bytes; no lock held.
   Status Transfer(Peer& peer, std::uint64_t region, std::uint64_t offset, std::uint64_t length,
                   bool write, std::byte* data);
+  // Transfer over the peer's UCX data path.
+  Status TransferUcx(Peer& peer, const transport::UcxRoute& route, std::uint64_t region,
+                     std::uint64_t offset, std::uint64_t length, bool write, std::byte* data);
   // One request to the peer on a pooled connection (opened when none is idle); the reply's
   // room figures are kept. A broken connection is closed, and the peer marked unresponsive.
   Status Exchange(Peer& peer, wire::peer::Request* request, const void* payload,
@@ -253,6 +265,7 @@ class RemoteTier final : public Tier {
 
   const RemoteTierConfig config_;
   const transport::PeerAuth auth_;
+  std::unique_ptr<transport::UcxPeerClient> ucx_;  // with config_.ucx
   const Clock* clock_;
 
   const transport::PeerIdentity self_;  // this process's life: never changes
@@ -268,6 +281,7 @@ class RemoteTier final : public Tier {
   std::vector<LostCopy> lost_;       // guarded by mu_: for TakeLostCopies
   // Numbers every write request (RegionRange.sequence), so that a lender can fence late ones.
   std::atomic<std::uint64_t> next_write_{1};
+  std::atomic<std::uint64_t> ucx_bytes_written_{0}, ucx_bytes_read_{0};
   std::uint64_t allocations_ = 0, frees_ = 0, failed_allocations_ = 0;        // guarded by mu_
   std::uint64_t checksum_failures_ = 0, read_errors_ = 0, write_errors_ = 0;  // guarded by mu_
 

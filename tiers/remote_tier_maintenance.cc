@@ -13,6 +13,7 @@
 #include "tiers/remote_tier.h"
 #include "tiers/remote_tier_peer.h"
 #include "transport/peer_wire.h"
+#include "transport/ucx_wire.h"
 
 namespace tierpool {
 namespace {
@@ -197,6 +198,15 @@ void RemoteTier::ProbePeers() {
       p->silent_since_us = 0;
       p->lend_free = response.lend_free();
       if (probes[i].info().release_all()) p->introduced = true;
+      if (probes[i].info().ucx_open() && !response.ucx_address().empty() &&
+          response.ucx_token().size() == transport::kUcxTokenBytes) {
+        auto route = std::make_shared<transport::UcxRoute>();
+        route->key = p->member.node_id + "/" + std::to_string(p->member.incarnation);
+        route->address = response.ucx_address();
+        route->token = response.ucx_token();
+        std::lock_guard pool(p->pool_mu);
+        p->ucx = std::move(route);
+      }
       DropMissingRegionsLocked(p, response);
       ReleaseFencedLocked(*p, probes[i].info(), response);
       // Every region of ours there checked (in turns when there are many) since our lease
@@ -217,6 +227,11 @@ void RemoteTier::ProbePeers() {
 wire::peer::Request RemoteTier::ProbeLocked(Peer& p) {
   wire::peer::Request request;
   auto* info = request.mutable_info();
+  if (ucx_ != nullptr) {
+    std::lock_guard pool(p.pool_mu);
+    // Until it offers its UCX data path; a lender without one answers without it, every time.
+    if (p.ucx == nullptr && !p.ucx_unreachable) info->set_ucx_open(true);
+  }
   if (!p.introduced) {
     info->set_release_all(true);  // we hold none of its regions: it may free what it kept
     return request;

@@ -12,6 +12,7 @@
 
 #include "tiers/remote_tier.h"
 #include "transport/peer_connection.h"
+#include "transport/ucx_peer_client.h"
 
 namespace tierpool {
 
@@ -38,6 +39,9 @@ struct RemoteTier::Peer {
   std::mutex pool_mu;
   std::vector<std::unique_ptr<transport::PeerConnection>> idle;
   std::string address;  // where to connect: member.address, which may move
+  // Its UCX data path, once it offered one (Info.ucx_open); null: TCP frames.
+  std::shared_ptr<const transport::UcxRoute> ucx;
+  bool ucx_unreachable = false;  // no UCX transport of ours reaches it: TCP frames for good
   // Room and failures reported by the I/O threads, folded in under mu_ by the next pass.
   std::atomic<std::uint64_t> heard_free{~0ull};
   std::atomic<bool> heard_failure{false};

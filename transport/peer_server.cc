@@ -1,5 +1,7 @@
 #include "transport/peer_server.h"
 
+#include "transport/ucx_peer_server.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -42,6 +44,13 @@ PeerServer::~PeerServer() { Stop(); }
 
 Status PeerServer::Start() {
   TIERPOOL_RETURN_IF_ERROR(config_.validate());
+  if (config_.ucx) {
+    auto ucx = UcxPeerServer::Create(config_.max_payload_bytes, handler_,
+                                     [this] { return incarnation_.load(); });
+    if (!ucx.ok())
+      return Status(ucx.status().code(), "--peer-transport ucx: " + ucx.status().message());
+    ucx_ = std::move(ucx).value();
+  }
   std::string host, port;
   TIERPOOL_RETURN_IF_ERROR(SplitHostPort(config_.listen, &host, &port));
   // Asio parses the address and binds; the accept loop then polls the descriptor so that Stop
@@ -84,6 +93,7 @@ void PeerServer::Stop() {
     for (auto& s : sessions_) ::shutdown(s->fd.get(), SHUT_RDWR);
   }
   Reap(/*all=*/true);
+  ucx_.reset();  // its thread calls the handler too
 }
 
 void PeerServer::Reap(bool all) {
@@ -229,6 +239,12 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request) 
     }
   } else {
     handler_->Handle(session->peer, request, &response);
+    if (ucx_ != nullptr && request.op_case() == wire::peer::Request::kInfo &&
+        request.info().ucx_open() && response.code() == 0) {
+      const UcxOffer offer = ucx_->Open(session->peer);
+      response.set_ucx_address(offer.address);
+      response.set_ucx_token(offer.token);
+    }
   }
   if (write) {
     // The payload follows the frame whatever the answer: into the region, or dropped.
@@ -278,6 +294,13 @@ PeerServerCounters PeerServer::counters() const {
   c.requests = requests_.load();
   c.bytes_in = bytes_in_.load();
   c.bytes_out = bytes_out_.load();
+  if (ucx_ != nullptr) {
+    const UcxPeerServerCounters u = ucx_->counters();
+    c.ucx_requests = u.requests;
+    c.ucx_refused = u.refused;
+    c.ucx_bytes_in = u.bytes_in;
+    c.ucx_bytes_out = u.bytes_out;
+  }
   return c;
 }
 

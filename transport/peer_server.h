@@ -45,6 +45,9 @@ struct PeerServerConfig {
   // An idle connection waits forever (TCP keepalive finds a dead peer).
   std::uint32_t io_timeout_ms = 10'000;
   std::uint64_t max_payload_bytes = 64ull << 20;  // one write or read; borrowers send pieces
+  // Also serve writes and reads over UCX (transport/ucx_peer_server.h) to borrowers that ask
+  // (Info.ucx_open); the handshake, grants and probes stay on this listener.
+  bool ucx = false;
   Status validate() const;
 };
 
@@ -81,7 +84,14 @@ struct PeerServerCounters {
   std::uint64_t requests = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
+  // Over UCX (PeerServerConfig.ucx): requests, refusals and bytes.
+  std::uint64_t ucx_requests = 0;
+  std::uint64_t ucx_refused = 0;
+  std::uint64_t ucx_bytes_in = 0;
+  std::uint64_t ucx_bytes_out = 0;
 };
+
+class UcxPeerServer;
 
 class PeerServer {
  public:
@@ -114,6 +124,7 @@ class PeerServer {
   const std::string self_node_;
   std::atomic<std::uint64_t> incarnation_;
   PeerHandler* const handler_;
+  std::unique_ptr<UcxPeerServer> ucx_;  // with config_.ucx, from Start
   UniqueFd listener_;
   std::uint16_t port_ = 0;
   std::thread acceptor_;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <future>
 #include <random>
 
@@ -15,6 +16,11 @@ using transport::PeerIdentity;
 
 const char kSecret[] = "a test secret of enough bytes, not for production";
 
+bool TestsOverUcx() {
+  const char* v = std::getenv("TIERPOOL_TEST_PEER_TRANSPORT");
+  return v != nullptr && std::string(v) == "ucx";
+}
+
 LendingNode StartLender(const std::string& id, std::uint64_t bytes,
                         transport::PeerServerConfig sc) {
   LendingNode n;
@@ -23,6 +29,7 @@ LendingNode StartLender(const std::string& id, std::uint64_t bytes,
   lc.borrower_grace_ms = 0;
   n.lender = std::move(Lender::Create(lc)).value();
   sc.listen = "127.0.0.1:0";
+  if (TestsOverUcx()) sc.ucx = true;
   const PeerIdentity self{id, transport::RandomIncarnation()};
   n.server = std::make_unique<transport::PeerServer>(sc, *PeerAuth::FromSecret(kSecret), self,
                                                      n.lender.get());
@@ -40,6 +47,7 @@ RemoteTierConfig SmallConfig() {
   c.piece_bytes = 1ull << 20;        // several pieces per object
   c.background_maintenance = false;  // tests run passes themselves
   c.probe_interval_ms = 0;
+  c.ucx = TestsOverUcx();
   return c;
 }
 

@@ -16,6 +16,10 @@ namespace tierpool::testing {
 
 extern const char kSecret[];
 
+// TIERPOOL_TEST_PEER_TRANSPORT=ucx: lenders offer UCX and SmallConfig's tiers use it (ctest runs
+// the suite both ways).
+bool TestsOverUcx();
+
 struct LendingNode {
   std::unique_ptr<Lender> lender;
   std::unique_ptr<transport::PeerServer> server;
@@ -28,7 +32,7 @@ LendingNode StartLender(const std::string& id, std::uint64_t bytes = 64ull << 20
                         transport::PeerServerConfig server = {});
 
 // Two replicas, 8 MiB regions, 1 MiB pieces, a 500 ms I/O timeout; no maintenance thread (the
-// tests run passes themselves).
+// tests run passes themselves); over UCX with TestsOverUcx.
 RemoteTierConfig SmallConfig();
 
 // A remote tier borrowing from `lenders`, its first grants made.

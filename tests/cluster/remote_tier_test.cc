@@ -52,6 +52,14 @@ TEST(RemoteTier, RoundTripThroughTwoReplicasOnDifferentPeers) {
   ASSERT_NO_FATAL_FAILURE(ExpectEachReadsBack(*tier, objects));
   for (auto& [e, data] : objects) EXPECT_TRUE(tier->Free(e).ok());
   EXPECT_EQ(tier->used_bytes(), 0u);
+  // Every byte went by the data path the run asked for, and the peers say which.
+  const RemoteTierCounters counters = tier->counters();
+  EXPECT_EQ(counters.ucx_bytes_written > 0, TestsOverUcx());
+  EXPECT_EQ(counters.ucx_bytes_read > 0, TestsOverUcx());
+  for (const RemotePeerInfo& p : tier->Peers()) {
+    EXPECT_EQ(p.transport, TestsOverUcx() ? "ucx" : "tcp") << p.member.node_id;
+  }
+  EXPECT_EQ(a.server->counters().ucx_bytes_in > 0, TestsOverUcx());
 }
 
 // Flips one byte of a replica in its lender's memory, as a bad DIMM would.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -95,6 +96,11 @@ EtcdProcess::~EtcdProcess() {
   if (!dir_.empty()) fs::remove_all(dir_);
 }
 
+bool TestsOverUcx() {
+  const char* v = std::getenv("TIERPOOL_TEST_PEER_TRANSPORT");
+  return v != nullptr && std::string(v) == "ucx";
+}
+
 std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& secret,
                                    const std::string& node, const std::string& cluster,
                                    const NodeOptions& o) {
@@ -126,6 +132,10 @@ std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& s
                                     std::to_string(o.lend_grace_ms),
                                     "--remote-peer-lost-ms",
                                     std::to_string(o.peer_lost_ms)};
+  // TIERPOOL_TEST_PEER_TRANSPORT=ucx: the same tests with replicas' bytes over UCX (ctest runs
+  // the cluster tests both ways); by default the data path is TCP frames, as auto picks here.
+  flags.push_back("--peer-transport");
+  flags.push_back(TestsOverUcx() ? "ucx" : "tcp");
   flags.insert(flags.end(), o.extra_flags.begin(), o.extra_flags.end());
   return flags;
 }

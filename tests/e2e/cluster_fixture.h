@@ -56,6 +56,10 @@ struct NodeOptions {
   std::vector<std::string> extra_flags;  // appended to each node's
 };
 
+// TIERPOOL_TEST_PEER_TRANSPORT=ucx: nodes move replicas' bytes over UCX (--peer-transport ucx);
+// otherwise over TCP frames. ctest runs the cluster tests both ways.
+bool TestsOverUcx();
+
 // The flags of a tierpoold that joins `cluster` in etcd as `node`, with (memory-backed) nvme
 // below: once a peer dies and the remote tier cannot place two replicas, dram spills there.
 std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& secret,

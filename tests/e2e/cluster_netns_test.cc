@@ -253,6 +253,8 @@ TEST(ClusterAcrossHosts, LargeGetsOverASlowLinkComplete) {
   const double slowest = CheckAll(c.node(0), 4, kLarge);
   std::printf("slowest 16 MiB get at 5 MB/s: %.2f s\n", slowest);
   EXPECT_EQ(Counter(c.node(0), "remote_peers_lost"), 0u);
+  // Across hosts, by the data path the run asked for (UCX finds each host's own device).
+  EXPECT_EQ(Counter(c.node(0), "remote_ucx_read_bytes") > 0, TestsOverUcx());
   ASSERT_TRUE(c.lab().Unlimit(c.host(0)));
 }
 

@@ -2,11 +2,13 @@
 // in a throwaway directory): together they hold more retained tensors than any one has dram,
 // one is killed with SIGKILL, and every tensor still comes back byte for byte. Skips when etcd
 // is not installed.
-#include <gtest/gtest.h>
 #include <signal.h>
+
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "tests/e2e/cluster_fixture.h"
@@ -32,6 +34,19 @@ TEST(Cluster, ThreeNodesHoldMoreThanOneDramAndSurviveAKilledPeer) {
   EXPECT_EQ(Counter(c, "lent_borrowers"), 2u);  // a, and b (what c frees once b is gone)
   // c keeps a part of what it lends for each of them, none for itself.
   EXPECT_EQ(Counter(c, "lend_borrowing_members"), 2u);
+  // The bytes went by the data path this run asked for (TIERPOOL_TEST_PEER_TRANSPORT), and
+  // `tierpool peers` says which for each peer a borrows from.
+  const bool ucx = TestsOverUcx();
+  EXPECT_EQ(Counter(a, "remote_ucx_written_bytes") > 0, ucx);
+  EXPECT_EQ(Counter(b, "peer_ucx_in_bytes") + Counter(c, "peer_ucx_in_bytes") > 0, ucx);
+  EXPECT_EQ(Counter(a, "remote_peers_ucx"), ucx ? 2u : 0u);
+  auto members = (*client)->ServerStat();
+  ASSERT_TRUE(members.ok());
+  for (const auto& m : members->members) {
+    if (m.self) continue;
+    EXPECT_EQ(m.transport, ucx ? "ucx" : "tcp") << m.node_id;
+    EXPECT_GT(m.granted_to_us, 0u) << m.node_id;  // 0 before: Peers() named no member
+  }
 
   // b dies without a word.
   ::kill(b.pid(), SIGKILL);

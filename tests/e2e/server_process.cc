@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -32,7 +33,13 @@ bool EnterNetns(const std::string& name) {
   if (fd < 0) return false;
   const bool ok = ::setns(fd, CLONE_NEWNET) == 0;
   ::close(fd);
-  return ok;
+  if (!ok) return false;
+  // As `ip netns exec` does: a mount namespace of our own with the namespace's sysfs on /sys, so
+  // that what lists network devices there (UCX does) sees this host's, not the machine's.
+  return ::unshare(CLONE_NEWNS) == 0 &&
+         ::mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
+         ::umount2("/sys", MNT_DETACH) == 0 &&
+         ::mount(name.c_str(), "/sys", "sysfs", 0, nullptr) == 0;
 }
 
 ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket, std::string netns)

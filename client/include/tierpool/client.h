@@ -157,7 +157,8 @@ struct ClusterMemberInfo {
   std::uint64_t used_by_us = 0;     // of those, holding replicas
   bool responsive = true;
   std::uint64_t failures = 0;
-  bool self = false;  // the server asked
+  bool self = false;      // the server asked
+  std::string transport;  // the server's data path to it: "tcp" or "ucx" (empty: not borrowed)
 };
 
 struct ServerStats {

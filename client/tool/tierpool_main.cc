@@ -43,8 +43,10 @@ commands:
                    [--plain-copies]
   bench nvme       nvme spill write / promote read against fio [--path DIR --size 1G
                    --block-size 1M --queue-depth 16 --json]
-  bench remote     remote tier put / get to lenders on loopback against iperf3 [--sizes
-                   1M,4M,64M --volume 1G --replicas 1 --in-flight 1 --json]
+  bench remote     remote tier put / get to lenders, on loopback or across a veth pair
+                   (--veth, root), against iperf3 (--transport tcp) or ucx_perftest
+                   (--transport ucx) [--sizes 1M,4M,64M --volume 1G --replicas 1
+                   --in-flight 1 --json]
   schedule ...     build a lifetime schedule from an ONNX file or a PyTorch model
   plan ...         the offload/prefetch plan for a schedule under an hbm budget
   replay ...       simulate a schedule under a policy, or sweep budgets; with --live, play it
@@ -347,15 +349,16 @@ int main(int argc, char** argv) {
       std::printf("the server is in no cluster (tierpoold --etcd joins one)\n");
       return 0;
     }
-    std::printf("%-20s %-16s %-22s %10s %10s %10s %10s %s\n", "NODE", "INCARNATION", "ADDRESS",
-                "LENDS", "FREE", "LENT US", "USED", "STATE");
+    std::printf("%-20s %-16s %-22s %10s %10s %10s %10s %-9s %s\n", "NODE", "INCARNATION", "ADDRESS",
+                "LENDS", "FREE", "LENT US", "USED", "TRANSPORT", "STATE");
     for (const auto& m : stats->members) {
       char inc[17];
       std::snprintf(inc, sizeof inc, "%016llx", static_cast<unsigned long long>(m.incarnation));
-      std::printf("%-20s %-16s %-22s %10s %10s %10s %10s %s\n", m.node_id.c_str(), inc,
+      std::printf("%-20s %-16s %-22s %10s %10s %10s %10s %-9s %s\n", m.node_id.c_str(), inc,
                   m.peer_address.c_str(), FormatBytes(m.lend_bytes).c_str(),
                   FormatBytes(m.lend_free).c_str(), FormatBytes(m.granted_to_us).c_str(),
                   FormatBytes(m.used_by_us).c_str(),
+                  m.transport.empty() ? "-" : m.transport.c_str(),
                   m.self ? "self" : (m.responsive ? "up" : "unresponsive"));
     }
     return 0;

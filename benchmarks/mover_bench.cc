@@ -2,7 +2,7 @@
 // tier whose writes copy nothing and end on a completion thread of their own, as the CUDA copy
 // engine's do (queued by the mover's link thread, answered in order by another). Small moves
 // onto a GPU ran at about 12 us each against the copy engine's 7 us per copy
-// (docs/benchmarks.md, "hbm in a GPU's memory"); this says how much of that the mover and the
+// (docs/benchmarks/hbm.md, "hbm in a GPU's memory"); this says how much of that the mover and the
 // hand-offs between its threads take. The reference in the same run is the same hand-off with
 // no mover: the link thread's loop queueing the writes itself. Run:
 // build/ci/benchmarks/mover_bench

@@ -10,9 +10,9 @@
 // out of pages this process has not touched yet otherwise takes a minor fault per 4 KiB;
 // faulting the whole read-write mapping in inside Map (MAP_POPULATE) made Connect take about
 // 60 ms per GiB of arena (470 ms for an 8 GiB dram tier on the development VM,
-// docs/benchmarks.md, "Connecting to a large arena") and gave every client page tables for all
-// of it. Granules bound what a small object faults in beyond its own pages (and the bitmap:
-// one bit per 64 KiB).
+// docs/benchmarks/redis.md, "Connecting to a large arena") and gave every client page tables for
+// all of it. Granules bound what a small object faults in beyond its own pages (and the bitmap: one
+// bit per 64 KiB).
 //
 // Locking: Map is called once, before the mappings are shared; afterwards every method is
 // const and safe from any thread (the populated-granule bitmaps are atomics; two callers that

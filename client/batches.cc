@@ -2,7 +2,7 @@
 // pipelined on the connection: every part's reserve (or get) is sent at once, and each part's
 // bytes are copied (and its commit sent) as soon as its reply arrives, while the server is still
 // working on the next part. The client's copies and messages then overlap the server's work
-// instead of following it (docs/benchmarks.md, "Batches of small objects, pipelined"). A get
+// instead of following it (docs/benchmarks/redis.md, "Batches of small objects, pipelined"). A get
 // batch of few bytes on a connection with a request ring goes whole through the ring instead:
 // there the socket's round trips cost more than the overlap saves.
 #include <algorithm>
@@ -32,7 +32,7 @@ constexpr std::size_t kMaxPipelinedBytes = 128 * 1024;
 // On a connection with a request ring, a get batch whose buffers come to at most this many
 // bytes goes in one part, as one call through the ring: its copies are too short for the overlap
 // of pipelining to pay for the socket's round trips. Measured on the development VM in turns
-// (docs/benchmarks.md, "Small batches through the ring"): 64 x 4 KiB gets 17% faster in one
+// (docs/benchmarks/redis.md, "Small batches through the ring"): 64 x 4 KiB gets 17% faster in one
 // part, 64 x 8 KiB 13%, 64 x 16 KiB the same. Put batches keep their two parts: alone they ran
 // as fast in one (64 x 4 KiB) or 7-12% slower (from 8 KiB), and with two client threads on two
 // vCPUs, waiting on their rings, at a third of the rate.

@@ -80,7 +80,7 @@ void CopyPiece(Writes writes, unsigned char* d, const unsigned char* s, std::siz
 // and the multiplies of the other interleave in the core: hashing in separate 16 KiB chunks
 // after each chunk's copy (xxhash's streaming API) took turns with the copy and ran at 16-20
 // GB/s into fresh memory at 4 MiB on the development VM, where the copy alone runs at 27 and
-// this loop at 25-27 (docs/benchmarks.md, "Copy and checksum in one loop"). The algorithm is
+// this loop at 25-27 (docs/benchmarks/redis.md, "Copy and checksum in one loop"). The algorithm is
 // frozen since xxHash 0.8.0, and tests/common/checksum_test.cc holds the result to XXH3_64bits
 // at every size and alignment; xxhash.h's internals used here are those of the 0.8 series.
 constexpr std::size_t kStripe = XXH_STRIPE_LEN;
@@ -103,9 +103,9 @@ void Accumulate(xxh_u64* acc, const unsigned char* in, std::size_t stripes) {
 // the source out of cache and the destination in it (a get's copy out of an arena into the
 // caller's buffer), the hash's multiplies fill the core's window, the next block's loads issue
 // late, and memory sits idle between blocks: on the development VM the pair ran at 7-8 GB/s at
-// 64 and 256 KiB where the copy alone runs at 12-15; prefetched, at 9.5-11 (docs/benchmarks.md,
-// "Checked gets that prefetch their source"). From a source in cache into fresh memory the
-// prefetches only cost (up to 1.7x slower), so a caller asks for them
+// 64 and 256 KiB where the copy alone runs at 12-15; prefetched, at 9.5-11
+// (docs/benchmarks/redis.md, "Checked gets that prefetch their source"). From a source in cache
+// into fresh memory the prefetches only cost (up to 1.7x slower), so a caller asks for them
 // (copy_detail::PrefetchSource).
 template <bool kStream, bool kPrefetch>
 std::uint64_t CopyAndHashLong(unsigned char* d, const unsigned char* s, std::size_t size) {
@@ -179,7 +179,7 @@ std::uint64_t CopyAndHash(Writes writes, unsigned char* d, const unsigned char* 
 // dirty, and every SSE instruction the thread ran afterwards (protobuf's parsing, std::string's
 // and the index's small copies, all built for baseline x86-64) paid for it until the next
 // vzeroupper. A daemon that had copied a few objects into replies then ran put batches a fifth
-// slower (docs/benchmarks.md, "Long keys").
+// slower (docs/benchmarks/redis.md, "Long keys").
 struct CleanUpperHalves {
   CleanUpperHalves() = default;
   CleanUpperHalves(const CleanUpperHalves&) = delete;

@@ -4,7 +4,7 @@
 // an awake thread takes the next job before it sleeps, so jobs posted faster than one thread
 // runs them do not each pay a futex wake on the posting thread and a wakeup on the pool's. (The
 // GPU copy engine's host checks: woken one per move, they held 256 KiB moves off an H200 to
-// 0.76x of the engine's rate; docs/benchmarks.md, "Completion groups and fewer checksum
+// 0.76x of the engine's rate; docs/benchmarks/hbm.md, "Completion groups and fewer checksum
 // wakes".) A burst still wakes as many threads as it needs, since a woken thread counts as
 // awake only once it runs.
 //

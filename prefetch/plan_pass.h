@@ -73,7 +73,7 @@ struct Reload {
 // needed, after their tensor's last touch). The fifth is only looked ahead into (next uses and
 // windows), not walked: for the link layout its reloads are the fourth's, an iteration later.
 // (Walking all five stalled as much in total on the bf16 corpus, 9,062.8 against 9,062.9 ms
-// over its 1,242 budgets, and took 1.1-1.2x as long: docs/benchmarks.md, "Planning time on
+// over its 1,242 budgets, and took 1.1-1.2x as long: docs/benchmarks/planning.md, "Planning time on
 // real graphs".)
 int PlannedIterations(const Schedule& s);
 

@@ -7,8 +7,8 @@
 //
 // Why beside the planner's passes: they evict on demand, by the next use (Belady), and on such a
 // loop that frees room for the next load only as the tensor before it finishes: the link idles
-// with hbm full while loads wait for room (docs/benchmarks.md, "LLM decode"). A fixed resident
-// set leaves the ring's room free ahead of time, and the tensors kept between two streamed
+// with hbm full while loads wait for room (docs/benchmarks/planning.md, "LLM decode"). A fixed
+// resident set leaves the ring's room free ahead of time, and the tensors kept between two streamed
 // ones give each load their compute to land in.
 //
 // Locking: none; a pure function of its inputs.

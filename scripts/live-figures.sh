@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Live-versus-simulated figures (docs/benchmarks.md, "Live prefetch"): each schedule under each
+# Live-versus-simulated figures (docs/benchmarks/live.md, "Live prefetch"): each schedule under each
 # profile, `none` once and reactive-lru and planned at three budgets, against a private tierpoold.
 # Usage: scripts/live-figures.sh OUTDIR SCHEDULE.pb...   (tables: scripts/live-tables.py OUTDIR)
 # ITERATION_MS (default 4000): the stretched iteration's length. The emulated job pays fixed

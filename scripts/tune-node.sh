@@ -3,7 +3,7 @@
 # /sys/kernel/mm/transparent_hugepage/shmem_enabled from "never" (Debian's default) to "advise".
 # tierpoold's arenas and its clients' mappings of them ask (madvise MADV_HUGEPAGE); other
 # programs' shared memory keeps 4 KiB pages unless it asks too. Copies of 256 KiB and up through
-# the arenas then meet a TLB entry per 2 MiB: docs/benchmarks.md, "Transparent huge pages".
+# the arenas then meet a TLB entry per 2 MiB: docs/benchmarks/redis.md, "Transparent huge pages".
 #
 # Until the next boot only; docs/operations.md ("Sizing the tiers") says how to keep it.
 #   --undo                      puts "never" back

@@ -118,7 +118,7 @@ struct PartNamespaceCounts {
 
 // An object's place in one of its owner part's lists of open reservations. Intrusive, so that a
 // put allocates nothing for them: with two std::sets instead (by owner, by deadline), batches of
-// 64 small puts ran 6% slower (docs/benchmarks.md, "Long keys").
+// 64 small puts ran 6% slower (docs/benchmarks/redis.md, "Long keys").
 struct ReservationLinks {
   StoredObject* prev = nullptr;
   StoredObject* next = nullptr;

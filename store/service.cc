@@ -485,7 +485,7 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
   std::uint64_t inline_budget = config_.max_frame_bytes - 64 * 1024;  // room for metadata
   // AUTO puts at most the inline threshold's worth of bytes in one reply: a batch of many small
   // objects comes back pinned, read from the mapping, which is 2x faster than carrying 64 x 4 KiB
-  // through the socket (docs/benchmarks.md, "The local path beside Redis").
+  // through the socket (docs/benchmarks/redis.md, "The local path beside Redis").
   std::uint64_t auto_inline_left = config_.inline_threshold_bytes;
   // Items answered by a pin go in reply->packed when the client reads them there (only size,
   // checksum, lease and extent), the rest in reply->items with their positions listed.

@@ -23,7 +23,7 @@ struct ServiceConfig {
   std::uint32_t max_frame_bytes = transport::kDefaultMaxFrameBytes;
   // Puts and AUTO gets up to this size carry their bytes in the frame; larger ones go through
   // the shared arena. 8 KiB: from 16-32 KiB up, bytes through the socket cost more than the
-  // arena path's round trips (docs/benchmarks.md, "The local path beside Redis").
+  // arena path's round trips (docs/benchmarks/redis.md, "The local path beside Redis").
   std::uint64_t inline_threshold_bytes = 8 * 1024;
   std::uint32_t max_batch_items = 4096;
   Status validate() const;

@@ -51,8 +51,8 @@ bool StoreService::MayBlock(std::uint64_t session, const wire::Request& req) {
     }
     // No probe for gets: a pin that must wait (an object only on nvme, one moving, one wanted
     // in another tier) refuses on the I/O thread before pinning anything, and a worker carries
-    // the batch on from that item. A probe looked every key up twice (docs/benchmarks.md, "Get
-    // batches: no probe, releases and pins per batch").
+    // the batch on from that item. A probe looked every key up twice (docs/benchmarks/redis.md,
+    // "Get batches: no probe, releases and pins per batch").
     case wire::Request::kReserve:
     case wire::Request::kPutInline: {
       std::uint64_t total = 0, largest = 0;

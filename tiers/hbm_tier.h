@@ -72,7 +72,7 @@ class HbmBackend {
 // Bytes are checked on the device where they can be (device_checks, tiers/cuda_xxh3.h), else on
 // the host by checksum_threads threads beside the copy engines (0: 3/4 of the host's cores, at
 // most 12): one thread's XXH3 over memory the engine just wrote runs at 7-10 GB/s, a sixth of
-// a PCIe 5 engine's rate (docs/benchmarks.md "hbm in a GPU's memory").
+// a PCIe 5 engine's rate (docs/benchmarks/hbm.md "hbm in a GPU's memory").
 struct CudaHbmOptions {
   int checksum_threads = 0;  // host checks' threads (0: 3/4 of the host's cores, at most 12)
   bool device_checks = true;

@@ -7,7 +7,7 @@
 // whatever the number of loops. Loops share nothing on the hot path (no scheduler lock, no ring
 // registry lock between threads); a second loop therefore costs a connection on the first
 // nothing, where a pool of threads running one io_context made every ring request a post onto
-// a strand (docs/benchmarks.md, "One io_context per I/O thread").
+// a strand (docs/benchmarks/redis.md, "One io_context per I/O thread").
 //
 // Locking: io() and rings() are used by this loop's thread and by the acceptor (which creates
 // sockets on io()); sessions() is atomic. Start and Stop are called by the server's owner.

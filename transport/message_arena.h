@@ -2,7 +2,7 @@
 // message of many items then costs a few block allocations instead of several per item: without
 // it, a request of another kind than the connection's last one frees and rebuilds every
 // sub-message (a oneof keeps only the member in use). The server's own time for a batch of 64
-// small gets fell from 61 to 44 us with this alone (docs/benchmarks.md, "Batches of small
+// small gets fell from 61 to 44 us with this alone (docs/benchmarks/redis.md, "Batches of small
 // objects, pipelined").
 //
 // Locking: none. Whoever owns one (a session, a client connection) uses it for one request at a

@@ -6,8 +6,8 @@
 // server; a node whose trainer keeps every core busy), a poller holds its core until its
 // window ends while a thread with work waits for one. So after polling for kPollAloneFor, each
 // turn of a poll loop yields: alone on its core the poller comes straight back, and otherwise
-// the thread with work runs. Measured on the development VM (docs/benchmarks.md, "Pollers give
-// way"): two client threads' 64 x 4 KiB get batches went from 0.99-1.00x to 1.28-1.29x one
+// the thread with work runs. Measured on the development VM (docs/benchmarks/redis.md, "Pollers
+// give way"): two client threads' 64 x 4 KiB get batches went from 0.99-1.00x to 1.28-1.29x one
 // thread's. A small request's reply comes within kPollAloneFor, so its latency is untouched;
 // yielding from the first turn cost 4 KiB requests 0.1-0.3 µs each there (a syscall per turn).
 //

@@ -201,7 +201,7 @@ Status RunSizeCases(const RunContext& run, std::uint64_t fresh_pool_bytes) {
     // out of cache as the fresh reference does (a real offload writes new tensors, not one
     // key over and over into the same two extents). Redis goes round the same keys: with one
     // key its values stayed in the cache, where tierpool's gets read memory, and its rate of
-    // 256 KiB gets moved 2.7x between runs (docs/benchmarks.md, "Packed batches").
+    // 256 KiB gets moved 2.7x between runs (docs/benchmarks/redis.md, "Packed batches").
     const std::uint64_t rounds =
         size >= kFreshFrom ? std::max<std::uint64_t>(1, fresh_pool_bytes / size) : 1;
     std::vector<std::string> keys;

@@ -550,8 +550,8 @@ int main(int argc, char** argv) {
           .hbm_budget = budget, .prefetch_margin = margin, .early_loads = !no_early_loads};
       if (lp_guided) {
         // A guide needs few boundaries: at 8 the guided plans stalled about as little as at 64,
-        // for a solve 5-40x shorter (docs/benchmarks.md, "A coarse LP guides as well"). Asked
-        // for, --lp-windows gives more (a tighter bound to print beside the plan).
+        // for a solve 5-40x shorter (docs/benchmarks/planning.md, "A coarse LP guides as well").
+        // Asked for, --lp-windows gives more (a tighter bound to print beside the plan).
         const unsigned windows = vm["lp-windows"].defaulted() ? kGuideWindows : lp_windows;
         auto built =
             BuildLpGuidedPlan(*s, lt, *profile, config, {.max_windows = std::max(windows, 2u)});
@@ -611,7 +611,8 @@ int main(int argc, char** argv) {
           FormatBytes(check->d2h_bytes).c_str());
       if (!lp_guided && check->stall_us > 0.01 * check->compute_us) {
         // Where plans stall, the guided planner stalled 36% less in total on 21 corpus budgets
-        // (docs/benchmarks.md, "A coarse LP guides as well"); it costs seconds, so it is asked.
+        // (docs/benchmarks/planning.md, "A coarse LP guides as well"); it costs seconds, so it is
+        // asked.
         std::printf("the plan stalls; --lp-guided may find one that stalls less (seconds more)\n");
       }
       return 0;

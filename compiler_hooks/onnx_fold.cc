@@ -185,6 +185,52 @@ std::optional<IntConst> TransposeConst(const IntConst& x, std::vector<std::int64
   return out;
 }
 
+// Expand: `x` broadcast to `shape` (numpy rules; the result at most 64 elements).
+std::optional<IntConst> ExpandConst(const IntConst& x, const std::vector<std::int64_t>& shape) {
+  auto dims = BroadcastDims(x.dims, shape);
+  if (!dims || Elements(*dims) > 64) return std::nullopt;
+  IntConst out{{}, *dims, x.type};
+  const std::size_t rank = dims->size();
+  std::vector<std::int64_t> pos(rank, 0);
+  for (std::uint64_t n = 0; n < Elements(*dims); ++n) {
+    // The source element: each of x's dims of 1 stays at 0.
+    std::uint64_t at = 0;
+    for (std::size_t d = rank - x.dims.size(); d < rank; ++d) {
+      const std::int64_t xd = x.dims[d - (rank - x.dims.size())];
+      at = at * static_cast<std::uint64_t>(xd) + static_cast<std::uint64_t>(xd == 1 ? 0 : pos[d]);
+    }
+    out.v.push_back(x.v[at]);
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++pos[d] < (*dims)[d]) break;
+      pos[d] = 0;
+    }
+  }
+  return out;
+}
+
+// Split of a 1-D tensor into `outputs` parts: `sizes` (an input from opset 13, an attribute
+// before) or as even as the count allows (the last part shorter).
+std::optional<std::vector<IntConst>> SplitConst(const IntConst& x, std::int64_t axis, int outputs,
+                                                std::vector<std::int64_t> sizes) {
+  if (x.dims.size() != 1 || (axis != 0 && axis != -1) || outputs <= 0) return std::nullopt;
+  const std::int64_t n = x.dims[0];
+  if (sizes.empty()) {
+    const std::int64_t each = (n + outputs - 1) / outputs;
+    for (int i = 0; i < outputs; ++i) sizes.push_back(std::min(each, n - i * each));
+  }
+  std::int64_t total = 0;
+  for (auto v : sizes) total += v < 0 ? -1 : v;
+  if (static_cast<int>(sizes.size()) != outputs || total != n) return std::nullopt;
+  std::vector<IntConst> parts;
+  std::int64_t at = 0;
+  for (auto v : sizes) {
+    parts.push_back(
+        IntConst{std::vector<std::int64_t>(x.v.begin() + at, x.v.begin() + at + v), {v}, x.type});
+    at += v;
+  }
+  return parts;
+}
+
 }  // namespace
 
 int FoldShapeArithmetic(onnx::GraphProto* g,
@@ -202,6 +248,23 @@ int FoldShapeArithmetic(onnx::GraphProto* g,
     return def;
   };
   int added = 0;
+  auto emit = [&](const std::string& name, const IntConst& c) {
+    k[name] = c;
+    if (have.count(name)) return;
+    auto* init = g->add_initializer();
+    init->set_name(name);
+    init->set_data_type(c.type);
+    for (auto d : c.dims) init->add_dims(d);
+    for (auto x : c.v) {
+      if (c.type == onnx::TensorProto::BOOL) {
+        init->add_int32_data(static_cast<std::int32_t>(x));
+      } else {
+        init->add_int64_data(x);
+      }
+    }
+    have.insert(name);
+    ++added;
+  };
   for (const auto& n : g->node()) {
     if (n.output_size() == 0 || n.output(0).empty() || k.count(n.output(0))) continue;
     const std::string& op = n.op_type();
@@ -314,6 +377,20 @@ int FoldShapeArithmetic(onnx::GraphProto* g,
       }
       if (in(4)) steps = in(4)->v;
       out = SliceConst(*in(0), in(1)->v, in(2)->v, axes, steps);
+    } else if (op == "Expand" && in(0) && in(1)) {
+      // torch's export of repeat_interleave expands its repeat counts like this.
+      out = ExpandConst(*in(0), in(1)->v);
+    } else if (op == "Split" && in(0)) {
+      std::vector<std::int64_t> sizes = in(1) ? in(1)->v : std::vector<std::int64_t>{};
+      for (const auto& a : n.attribute()) {
+        if (a.name() == "split") sizes.assign(a.ints().begin(), a.ints().end());
+      }
+      if (auto parts = SplitConst(*in(0), attr_i(n, "axis", 0), n.output_size(), sizes)) {
+        for (int i = 0; i < n.output_size(); ++i) {
+          if (!n.output(i).empty()) emit(n.output(i), (*parts)[static_cast<std::size_t>(i)]);
+        }
+      }
+      continue;
     } else if (op == "Transpose" && in(0)) {
       std::vector<std::int64_t> perm;
       for (const auto& a : n.attribute()) {
@@ -343,21 +420,11 @@ int FoldShapeArithmetic(onnx::GraphProto* g,
       }
     }
     if (!out) continue;
-    k[n.output(0)] = *out;
-    if (op == "Constant" || have.count(n.output(0))) continue;
-    auto* init = g->add_initializer();
-    init->set_name(n.output(0));
-    init->set_data_type(out->type);
-    for (auto d : out->dims) init->add_dims(d);
-    for (auto x : out->v) {
-      if (out->type == onnx::TensorProto::BOOL) {
-        init->add_int32_data(static_cast<std::int32_t>(x));
-      } else {
-        init->add_int64_data(x);
-      }
+    if (op == "Constant") {
+      k[n.output(0)] = *out;
+    } else {
+      emit(n.output(0), *out);
     }
-    have.insert(n.output(0));
-    ++added;
   }
   return added;
 }

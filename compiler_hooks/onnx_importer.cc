@@ -4,6 +4,7 @@
 
 #include "compiler_hooks/onnx_fold.h"
 #include "compiler_hooks/onnx_shape_rules.h"
+#include "compiler_hooks/onnx_tied.h"
 
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
@@ -349,11 +350,17 @@ Result<Schedule> ImportOnnxModel(onnx::ModelProto model, const std::string& path
     return id;
   };
 
-  // Weights and inputs exist before the first step.
+  // Weights and inputs exist before the first step. A tied weight's copy (an output projection's
+  // transpose of the embedding) is the weight it repeats: its readers use that tensor.
+  const auto tied = TiedInitializers(*graph);
   for (const auto& init : graph->initializer()) {
     if (folded.count(init.name())) {
       auto r = add_tensor(init.name(), -1, schedule::OTHER, "folded shape value");
       if (!r.ok()) return r.status();
+      continue;
+    }
+    if (auto t = tied.find(init.name()); t != tied.end() && tensor_of.count(t->second)) {
+      tensor_of[init.name()] = tensor_of[t->second];
       continue;
     }
     auto r = add_tensor(init.name(), -1, schedule::WEIGHT, "initializer");

@@ -134,6 +134,33 @@ TEST_F(Fold, ExpandTargetWithMinusOnes) {
   EXPECT_EQ(Folded("shape"), std::make_pair(V{1, 4, 1}, V{3}));
 }
 
+// torch's export of repeat_interleave(2, dim=1) over two heads: the counts expanded to one per
+// head, split, and each concatenated into a shape.
+TEST_F(Fold, ExpandsAndSplitsRepeatCounts) {
+  Const("count", {2}, {});
+  Const("heads", {2}, {1});
+  Node("Expand", {"count", "heads"}, "counts");  // [2, 2]
+  Const("one_each", {1, 1}, {2});
+  auto* split = Node("Split", {"counts", "one_each"}, "first");
+  split->add_output("second");
+  Const("m", {3, 4}, {2, 1});
+  Const("row", {1, 3}, {2});
+  Node("Expand", {"m", "row"}, "grid");  // a column broadcast across three
+  Const("odd", {0, 1, 2, 3, 4}, {5});
+  auto* uneven = Node("Split", {"odd"}, "a");
+  uneven->add_output("b");  // no sizes: as even as two parts allow, the last shorter
+  Const("bad", {3}, {1});
+  Node("Expand", {"odd", "bad"}, "never");  // 5 does not broadcast to 3
+  Run();
+  EXPECT_EQ(Folded("counts"), std::make_pair(V{2, 2}, V{2}));
+  EXPECT_EQ(Folded("first"), std::make_pair(V{2}, V{1}));
+  EXPECT_EQ(Folded("second"), std::make_pair(V{2}, V{1}));
+  EXPECT_EQ(Folded("grid"), std::make_pair(V{3, 3, 3, 4, 4, 4}, V{2, 3}));
+  EXPECT_EQ(Folded("a"), std::make_pair(V{0, 1, 2}, V{3}));
+  EXPECT_EQ(Folded("b"), std::make_pair(V{3, 4}, V{2}));
+  for (const auto& t : g_.initializer()) EXPECT_NE(t.name(), "never");
+}
+
 TEST_F(Fold, CastsOnlyToInt64) {
   Const("x", {5}, {1});
   Int(Node("Cast", {"x"}, "as_float"), "to", onnx::TensorProto::FLOAT);

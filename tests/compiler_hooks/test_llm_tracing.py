@@ -2,7 +2,9 @@
 attention that repeats its key/value heads with repeat_interleave, RMSNorm, SwiGLU, a causal mask
 from triu, and an embedding tied to the output projection."""
 import argparse
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -129,3 +131,49 @@ def test_grouped_query_attention_with_a_tied_embedding_traces_with_exact_weights
     for kind in ("WEIGHT", "GRADIENT", "OPTIMIZER_STATE", "SAVED_ACTIVATION", "ACTIVATION"):
         assert bytes_of(got, kind) == bytes_of(by_hand, kind), kind
     assert isinstance(tierpool_torch_schedule.build_parser(), argparse.ArgumentParser)
+
+
+def onnx_import(model, batch, seq, tmp_path):
+    """`tierpool schedule from-onnx` of the model exported at batch x seq: the schedule's JSON."""
+    tool = os.environ.get("TIERPOOL_CLI")
+    if not tool:
+        pytest.skip("TIERPOOL_CLI (the tierpool binary) not given")
+    onnx_path, out = str(tmp_path / "model.onnx"), str(tmp_path / "model.pb")
+    with torch.no_grad():
+        torch.onnx.export(model.eval(), (torch.zeros(batch, seq, dtype=torch.int64),), onnx_path,
+                          input_names=["tokens"], output_names=["logits"], opset_version=17)
+    done = subprocess.run([tool, "schedule", "from-onnx", onnx_path, "-o", out, "--json",
+                           out + ".json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with open(out + ".json") as f:
+        return json.load(f)
+
+
+def distinct_norms(model):
+    """Untrained RMSNorm weights are all ones, and the exporter keeps one copy of equal
+    initializers: trained weights are not equal, so make these differ as theirs would."""
+    torch.manual_seed(1)
+    for name, p in model.named_parameters():
+        if name.endswith(".weight") and p.dim() == 1:
+            p.data.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("repeat", ["repeat_interleave", "expand"])
+@pytest.mark.parametrize("batch,seq", [(2, 16), (1, 48)])
+def test_grouped_query_attention_exported_to_onnx_imports_with_exact_weights(repeat, batch, seq,
+                                                                             tmp_path):
+    """Before: repeat_interleave's export stopped the import on an Expand whose shape stayed
+    unknown (its repeat counts go through Expand and Split of small integer tensors, which the
+    folder did not evaluate), and the tied output projection, exported as the embedding's
+    transpose, counted its bytes a second time."""
+    model = distinct_norms(TiedLM(repeat))
+    got = onnx_import(model, batch, seq, tmp_path)
+    weights = [t for t in got["tensors"] if t.get("kind") == "WEIGHT"]
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # tied: once
+    assert sum(int(t["size_bytes"]) for t in weights) == weight_bytes
+    emb = next(t for t in weights if t["name"] == "emb.weight")
+    ops = {got["steps"][s]["op_type"] for s in emb["use_steps"]}
+    assert ops == {"Gather", "MatMul"}, ops  # looked up, and projects the output
+    logits = next(t for t in got["tensors"] if t.get("kind") == "OUTPUT")
+    assert [int(d) for d in logits["shape"]] == [batch, seq, 256]

@@ -87,7 +87,7 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
               inline_threshold = "8K", config_file, nvme_bytes = "0", nvme_block = "1M",
               cache_policy = "spill", link_rate = "0", mover_inflight = "256M", lend = "0",
               repair_rate = "256M", hbm_group = "16M", spill_order = "remote,nvme",
-              io_threads = "auto", journal_bytes = "64M", peer_transport = "auto";
+              io_threads = "auto", journal_bytes = "64M", peer_transport = "tcp";
   po::options_description opts("tierpoold options");
   // clang-format off
   opts.add_options()
@@ -231,9 +231,9 @@ Result<ServerConfig> ParseServerFlags(int argc, const char* const* argv, bool* e
     ("remote-repair-rate", po::value(&repair_rate)->default_value("256M"),
      "bytes a second (K/M/G) at most that rebuilding copies lost with a peer starts, so clients' "
      "transfers come first (0: no bound)")
-    ("peer-transport", po::value(&peer_transport)->default_value("auto"),
-     "how replicas' bytes move between nodes: tcp (tierpool's frames), ucx (UCX: RDMA verbs, "
-     "TCP or shared memory, as UCX_TLS allows), or auto (ucx where UCX finds an RDMA device)")
+    ("peer-transport", po::value(&peer_transport)->default_value("tcp"),
+     "how replicas' bytes move between nodes: tcp (tierpool's frames), ucx (UCX: RDMA verbs "
+     "or TCP, as UCX_TLS allows), or auto (ucx where UCX finds an RDMA device)")
     ("remote-peer-lost-ms", po::value(&c.cluster.remote.peer_lost_ms)->default_value(30000),
      "a peer silent this long counts as gone: its copies are rebuilt on the others")
     ("lend-reserved-share", po::value(&c.cluster.lender.reserved_share)->default_value(0.5, "0.5"),

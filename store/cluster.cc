@@ -29,7 +29,7 @@ class NoLending final : public transport::PeerHandler {
   }
   Result<transport::PeerTransfer> BeginTransfer(const transport::PeerIdentity&,
                                                 const wire::peer::RegionRange&, bool,
-                                                int) override {
+                                                transport::TransferStop) override {
     return Status::NotFound("this node lends nothing (--lend 0)");
   }
   void FillRoom(const transport::PeerIdentity&, wire::peer::Response*) override {}

@@ -189,7 +189,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
 
 Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdentity& peer,
                                                       const wire::peer::RegionRange& range,
-                                                      bool write, int socket) {
+                                                      bool write, transport::TransferStop stop) {
   std::lock_guard lock(mu_);
   heard_[{peer.node_id, peer.incarnation}] = clock_->NowMicros();
   auto it = regions_.find(range.region());
@@ -211,7 +211,11 @@ Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdent
   }
   ++r.transfers;
   const std::uint64_t transfer = next_transfer_++;
-  if (write) r.writing[transfer] = Writing{range.sequence(), socket};
+  if (write) {
+    r.writing[transfer] = Writing{range.sequence(), std::move(stop)};
+  } else if (stop) {
+    r.reading[transfer] = std::move(stop);
+  }
   transport::PeerTransfer t;
   t.data = arena_->base() + r.range.offset + range.offset();
   const std::uint64_t id = range.region();
@@ -224,6 +228,7 @@ void Lender::EndTransfer(std::uint64_t id, std::uint64_t transfer) {
   std::lock_guard lock(mu_);
   auto it = regions_.find(id);
   if (it == regions_.end()) return;
+  it->second.reading.erase(transfer);
   if (it->second.writing.erase(transfer) > 0) transfer_ended_.notify_all();
   if (--it->second.transfers == 0 && it->second.released) ReleaseLocked(it);
 }
@@ -255,8 +260,8 @@ void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::Pe
   };
   for (const auto& [id, fence] : below) {
     for (const auto& [transfer, w] : regions_.at(id).writing) {
-      if (w.sequence < fence && w.socket >= 0) {
-        ::shutdown(w.socket, SHUT_RDWR);
+      if (w.sequence < fence && w.stop) {
+        w.stop();
         ++counters_.fenced_writes;
       }
     }
@@ -272,7 +277,16 @@ void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::Pe
 
 void Lender::ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it) {
   it->second.released = true;
-  if (it->second.transfers > 0) return;  // freed when the last transfer ends
+  if (it->second.transfers > 0) {
+    // Freed when the last transfer ends; none of their bytes matter now, so they are stopped (a
+    // transfer its borrower gave up on over UCX would otherwise hold the region until UCX's
+    // keepalive found that borrower's endpoint gone).
+    for (const auto& [transfer, w] : it->second.writing) {
+      if (w.stop) w.stop();
+    }
+    for (const auto& [transfer, stop] : it->second.reading) stop();
+    return;
+  }
   (void)allocator_.Free(it->second.range);
   auto h = held_.find(it->second.node_id);
   if (h != held_.end() && (h->second -= std::min(h->second, it->second.range.length)) == 0) {

@@ -25,7 +25,8 @@
 // A write's payload goes straight into its region, so one its borrower gave up on (a stalled
 // link) could land after the borrower put another object there; the borrower fences the region
 // first (Info.fences): writes numbered below the fence are refused, and those still arriving
-// are cut off by shutting their connections down before the fence is answered.
+// are cut off (their connections shut down, their UCX receives canceled) before the fence is
+// answered.
 //
 // Locking: mu_ guards the regions and the allocator; bytes are copied (by the peer server's
 // connection threads) with it released, under a transfer hold. A fence waits on
@@ -91,7 +92,7 @@ class Lender final : public transport::PeerHandler {
               wire::peer::Response* response) override;
   Result<transport::PeerTransfer> BeginTransfer(const transport::PeerIdentity& peer,
                                                 const wire::peer::RegionRange& range, bool write,
-                                                int socket) override;
+                                                transport::TransferStop stop) override;
   void FillRoom(const transport::PeerIdentity& peer, wire::peer::Response* response) override;
 
   // The borrowers the membership knows now (node id -> incarnation; not this node), at every
@@ -109,10 +110,10 @@ class Lender final : public transport::PeerHandler {
   std::uint64_t HeldBytesForTest() const;
 
  private:
-  // A write in flight: its number (RegionRange.sequence) and the connection it arrives on.
+  // A write in flight: its number (RegionRange.sequence), and how to stop its payload.
   struct Writing {
     std::uint64_t sequence = 0;
-    int socket = -1;
+    transport::TransferStop stop;
   };
   struct Region {
     std::string node_id;
@@ -122,6 +123,9 @@ class Lender final : public transport::PeerHandler {
     bool released = false;                     // freed once transfers reaches 0
     std::uint64_t fence = 0;                   // writes numbered below it are refused (Info.fences)
     std::map<std::uint64_t, Writing> writing;  // by transfer id
+    // Reads in flight that can be stopped, by transfer id: a released region stops every transfer
+    // on it, so that one its borrower gave up on does not keep the region from being freed.
+    std::map<std::uint64_t, transport::TransferStop> reading;
   };
   Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock);
   void EndTransfer(std::uint64_t id, std::uint64_t transfer);

@@ -230,8 +230,8 @@ bool PeerServer::ServeOne(Session* session, const wire::peer::Request& request) 
     refuse(Status::FailedPrecondition("this lender restarted since (incarnation " +
                                       std::to_string(now) + ")"));
   } else if (write || read) {
-    auto t =
-        handler_->BeginTransfer(session->peer, write ? request.write() : request.read(), write, fd);
+    auto t = handler_->BeginTransfer(session->peer, write ? request.write() : request.read(), write,
+                                     [fd] { ::shutdown(fd, SHUT_RDWR); });
     if (t.ok()) {
       transfer = std::move(t).value();
     } else {
@@ -283,6 +283,10 @@ std::string PeerServer::AddressOf(const sockaddr_storage& from) {
     ::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
   }
   return text;
+}
+
+void PeerServer::StallUcxForTest(std::uint32_t ms) {
+  if (ucx_ != nullptr) ucx_->StallForTest(ms);
 }
 
 PeerServerCounters PeerServer::counters() const {

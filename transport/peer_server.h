@@ -51,6 +51,11 @@ struct PeerServerConfig {
   Status validate() const;
 };
 
+// Stops a write's payload from landing any more (a fence, store/lender.h): on TCP the request's
+// connection is shut down (never closed); over UCX its receive is canceled. Callable from any
+// thread, more than once; it does not wait.
+using TransferStop = std::function<void()>;
+
 // Bytes of a region the handler lets a request touch: data stays valid until `hold` is reset.
 struct PeerTransfer {
   std::byte* data = nullptr;
@@ -63,12 +68,12 @@ class PeerHandler {
   // Grant, release and info requests; fills the response's code and fields.
   virtual void Handle(const PeerIdentity& peer, const wire::peer::Request& request,
                       wire::peer::Response* response) = 0;
-  // A write's or read's range, checked against the peer's region; an error refuses it. `socket`
-  // is the request's connection: while the transfer is held the handler may shut it down (never
-  // close it) to stop a write's payload from landing (a fence, store/lender.h).
+  // A write's or read's range, checked against the peer's region; an error refuses it. While the
+  // transfer is held the handler may call `stop` (empty: none) to keep a write's payload from
+  // landing (a fence, store/lender.h).
   virtual Result<PeerTransfer> BeginTransfer(const PeerIdentity& peer,
                                              const wire::peer::RegionRange& range, bool write,
-                                             int socket) = 0;
+                                             TransferStop stop) = 0;
   // What every reply to `peer` says of the lender's room (the room that peer may ask for).
   virtual void FillRoom(const PeerIdentity& peer, wire::peer::Response* response) = 0;
   // A peer's connection went away (or failed its handshake, with an empty identity).
@@ -102,6 +107,8 @@ class PeerServer {
   void Stop();
   std::uint16_t port() const { return port_; }
   PeerServerCounters counters() const;
+  // For tests: the UCX data path's thread sleeps `ms` (PeerServerConfig.ucx).
+  void StallUcxForTest(std::uint32_t ms);
   PeerIdentity self() const { return {self_node_, incarnation_.load()}; }
 
  private:

@@ -21,6 +21,7 @@ struct UcxPeerClient::Op {
   bool sending = false;     // UCX still reads the caller's bytes
   bool receiving = false;   // UCX still writes into them
   bool answered = false;
+  bool heard = false;      // the lender's first word: its answer, or that a write's bytes move
   bool abandoned = false;  // its caller gave up: nothing more goes into data
   Status status;
   std::uint64_t lend_free = ~0ull;
@@ -29,7 +30,8 @@ struct UcxPeerClient::Op {
 
 Result<std::unique_ptr<UcxPeerClient>> UcxPeerClient::Create() {
   std::unique_ptr<UcxPeerClient> c(new UcxPeerClient());
-  auto worker = UcxWorker::Create("tierpool-borrower", {{kUcxAmReply, &OnReply, c.get()}});
+  auto worker = UcxWorker::Create("tierpool-borrower", {{kUcxAmReply, &OnReply, c.get()},
+                                                        {kUcxAmStarted, &OnStarted, c.get()}});
   if (!worker.ok()) return worker.status();
   c->worker_ = std::move(worker).value();
   return c;
@@ -154,6 +156,21 @@ void UcxPeerClient::Send(const std::shared_ptr<Op>& op, const UcxRoute& route) {
   Settle(op.get());
 }
 
+ucs_status_t UcxPeerClient::OnStarted(void* arg, const void* header, std::size_t header_length,
+                                      void*, std::size_t, const ucp_am_recv_param_t*) {
+  auto* self = static_cast<UcxPeerClient*>(arg);
+  UcxReplyHeader h;
+  if (header_length != sizeof h) return UCS_OK;
+  std::memcpy(&h, header, sizeof h);
+  if (h.magic != kUcxReplyMagic) return UCS_OK;
+  std::lock_guard lock(self->mu_);
+  if (auto it = self->ops_.find(h.id); it != self->ops_.end()) {
+    it->second->heard = true;
+    self->done_.notify_all();
+  }
+  return UCS_OK;
+}
+
 ucs_status_t UcxPeerClient::OnReply(void* arg, const void* header, std::size_t header_length,
                                     void* data, std::size_t length,
                                     const ucp_am_recv_param_t* param) {
@@ -168,6 +185,7 @@ ucs_status_t UcxPeerClient::OnReply(void* arg, const void* header, std::size_t h
   Op* op = it->second.get();
   if (op->answered || !op->status.ok() || op->abandoned) return UCS_OK;
   op->lend_free = h.lend_free;
+  op->heard = true;
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   if (h.code != 0) {
     op->status =
@@ -179,6 +197,7 @@ ucs_status_t UcxPeerClient::OnReply(void* arg, const void* header, std::size_t h
   } else if (rndv) {
     // The bytes come straight into the caller's buffer, once this callback has returned.
     op->receiving = true;
+    self->done_.notify_all();  // heard: the caller's wait for a first word is over
     self->worker_->Post([self, desc = data, op = it->second] {
       bool wanted = true;
       {
@@ -255,10 +274,16 @@ Status UcxPeerClient::Call(const UcxRoute& route, std::uint64_t lender_incarnati
   }
   worker_->Post([this, op, route] { Send(op, route); });
   // As on TCP (PeerDeadline::ForBytes): the stall time, and the bytes' time at the floor rate.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(stall_ms) +
+  // The lender's first word must also come within the stall time (a frozen lender costs that,
+  // not the bytes' time): a read's answer, or the word that a write's bytes are being fetched.
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(stall_ms) +
                         std::chrono::milliseconds(range.length() * 1000 / kPeerFloorBytesPerSecond);
+  const auto first_word = std::min(deadline, start + std::chrono::milliseconds(stall_ms));
   std::unique_lock lock(mu_);
-  if (!done_.wait_until(lock, deadline, [&] { return op->settled(); })) {
+  bool in_time = done_.wait_until(lock, first_word, [&] { return op->settled() || op->heard; });
+  if (in_time) in_time = done_.wait_until(lock, deadline, [&] { return op->settled(); });
+  if (!in_time) {
     // Out of time: the endpoint is closed, which cancels what is in flight on it, and we wait
     // for UCX to let go of the buffer (a cancel completes at once; bounded all the same).
     lock.unlock();

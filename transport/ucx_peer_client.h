@@ -4,10 +4,10 @@
 // for large ones: RDMA where the NIC has it); a write is done when the lender says its bytes are
 // in the region.
 //
-// A call that runs out of time (nothing moved for stall_ms, or its bytes at the floor rate of
-// transport/peer_wire.h) closes its endpoint, which cancels what UCX still had in flight on it,
-// and returns once UCX no longer touches the caller's buffer: a late read never lands in a buffer
-// its caller reused. The next call connects afresh.
+// A call that runs out of time (no word from the lender within stall_ms, or past stall_ms plus
+// its bytes at the floor rate of transport/peer_wire.h) closes its endpoint, which cancels what UCX
+// still had in flight on it, and returns once UCX no longer touches the caller's buffer: a late
+// read never lands in a buffer its caller reused. The next call connects afresh.
 //
 // Locking: mu_ guards the calls in flight (ops_); endpoints belong to the worker's progress
 // thread (transport/ucx_worker.h). Callers block on done_ with mu_ released.
@@ -58,6 +58,9 @@ class UcxPeerClient {
   UcxPeerClient() = default;
   static ucs_status_t OnReply(void* arg, const void* header, std::size_t header_length, void* data,
                               std::size_t length, const ucp_am_recv_param_t* param);
+  // kUcxAmStarted: a write's bytes are being fetched; the call's first word is in.
+  static ucs_status_t OnStarted(void* arg, const void* header, std::size_t header_length,
+                                void* data, std::size_t length, const ucp_am_recv_param_t* param);
   // On the progress thread.
   ucp_ep_h Endpoint(const UcxRoute& route, Status* error);
   void Send(const std::shared_ptr<Op>& op, const UcxRoute& route);

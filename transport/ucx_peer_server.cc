@@ -1,6 +1,8 @@
 #include "transport/ucx_peer_server.h"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/logging.h"
 #include "transport/ucx_wire.h"
@@ -13,6 +15,8 @@ struct UcxPeerServer::Transfer {
   UcxPeerServer* server = nullptr;
   PeerTransfer transfer;
   PeerIdentity peer;
+  std::uint64_t number = 0;  // in moving_, while UCX moves its bytes
+  void* request = nullptr;   // that receive or send
   ucp_ep_h ep = nullptr;
   std::uint64_t id = 0;
   std::uint64_t length = 0;
@@ -30,6 +34,17 @@ void FreeSentReply(void* request, ucs_status_t, void* user_data) {
   if (request != nullptr) ucp_request_free(request);
 }
 
+// A reply header alone, as active message `am`; it lives until sent.
+void SendHeader(ucp_ep_h ep, unsigned am, std::unique_ptr<SentReply> sent) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.user_data = sent.get();
+  p.cb.send = &FreeSentReply;
+  ucs_status_ptr_t s = ucp_am_send_nbx(ep, am, &sent->header, sizeof sent->header, nullptr, 0, &p);
+  SentReply* raw = sent.release();
+  if (s == nullptr || UCS_PTR_IS_ERR(s)) FreeSentReply(nullptr, UCS_OK, raw);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<UcxPeerServer>> UcxPeerServer::Create(
@@ -41,10 +56,25 @@ Result<std::unique_ptr<UcxPeerServer>> UcxPeerServer::Create(
       "tierpool-lender", {{kUcxAmWrite, &OnWrite, s.get()}, {kUcxAmRead, &OnRead, s.get()}});
   if (!worker.ok()) return worker.status();
   s->worker_ = std::move(worker).value();
+  s->alive_->server = s.get();
   return s;
 }
 
-UcxPeerServer::~UcxPeerServer() { worker_.reset(); }
+UcxPeerServer::~UcxPeerServer() {
+  {
+    std::lock_guard lock(alive_->mu);
+    alive_->server = nullptr;
+  }
+  worker_.reset();
+}
+
+void UcxPeerServer::Cancel(std::uint64_t transfer) {
+  auto it = moving_.find(transfer);
+  if (it == moving_.end()) return;  // done, or not begun (its bytes land before the answer)
+  // UCX 1.13 may leave an active message's transfer running (it cancels tag receives for sure);
+  // then the endpoint's keepalive (UcxWorker: every second) ends it once its borrower is gone.
+  ucp_request_cancel(worker_->worker(), it->second->request);
+}
 
 UcxOffer UcxPeerServer::Open(const PeerIdentity& peer) {
   std::lock_guard lock(mu_);
@@ -65,6 +95,10 @@ bool UcxPeerServer::Lookup(const std::uint8_t* token, PeerIdentity* peer) const 
   if (it == by_token_.end()) return false;
   *peer = it->second;
   return true;
+}
+
+void UcxPeerServer::StallForTest(std::uint32_t ms) {
+  worker_->Post([ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
 }
 
 UcxPeerServerCounters UcxPeerServer::counters() const {
@@ -120,7 +154,14 @@ ucs_status_t UcxPeerServer::Serve(bool write, const void* header, std::size_t he
   range.set_offset(h.offset);
   range.set_length(h.length);
   range.set_sequence(h.sequence);
-  auto begun = handler_->BeginTransfer(peer, range, write, /*socket=*/-1);
+  const std::uint64_t number = next_transfer_++;
+  // A fence, or its region released, stops the transfer by canceling what UCX still moves of it.
+  TransferStop stop = [alive = alive_, number] {
+    std::lock_guard lock(alive->mu);
+    UcxPeerServer* server = alive->server;
+    if (server != nullptr) server->worker_->Post([server, number] { server->Cancel(number); });
+  };
+  auto begun = handler_->BeginTransfer(peer, range, write, std::move(stop));
   if (!begun.ok()) return refuse(begun.status(), &peer);
   auto t = std::make_unique<Transfer>();
   t->server = this;
@@ -129,6 +170,7 @@ ucs_status_t UcxPeerServer::Serve(bool write, const void* header, std::size_t he
   t->ep = ep;
   t->id = h.id;
   t->length = h.length;
+  t->number = number;
   if (!write) {
     Reply(ep, h.id, &peer, Status::Ok(), std::move(t));
     return UCS_OK;
@@ -141,7 +183,8 @@ ucs_status_t UcxPeerServer::Serve(bool write, const void* header, std::size_t he
     return UCS_OK;
   }
   // Rendezvous: the bytes are fetched straight into the region (by the NIC, on RDMA), once this
-  // callback has returned.
+  // callback has returned. The borrower hears first that they are on their way.
+  Notify(ep, h.id);
   worker_->Post([this, desc = data, t = t.release()] {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -149,6 +192,7 @@ ucs_status_t UcxPeerServer::Serve(bool write, const void* header, std::size_t he
     p.cb.recv_am = [](void* request, ucs_status_t status, std::size_t, void* user_data) {
       std::unique_ptr<Transfer> done(static_cast<Transfer*>(user_data));
       UcxPeerServer* server = done->server;
+      server->moving_.erase(done->number);
       if (status == UCS_OK) server->bytes_in_ += done->length;
       done->transfer.hold.reset();
       server->Reply(done->ep, done->id, &done->peer, FromUcs(status, "receiving a write"));
@@ -156,7 +200,12 @@ ucs_status_t UcxPeerServer::Serve(bool write, const void* header, std::size_t he
     };
     ucs_status_ptr_t r =
         ucp_am_recv_data_nbx(worker_->worker(), desc, t->transfer.data, t->length, &p);
-    if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+      t->request = r;
+      moving_[t->number] = t;
+      return;
+    }
+    {
       std::unique_ptr<Transfer> done(t);
       const ucs_status_t status = r == nullptr ? UCS_OK : UCS_PTR_STATUS(r);
       if (status == UCS_OK) bytes_in_ += done->length;
@@ -165,6 +214,13 @@ ucs_status_t UcxPeerServer::Serve(bool write, const void* header, std::size_t he
     }
   });
   return UCS_INPROGRESS;  // the descriptor is ours until ucp_am_recv_data_nbx takes it
+}
+
+void UcxPeerServer::Notify(ucp_ep_h ep, std::uint64_t id) {
+  if (ep == nullptr) return;
+  auto sent = std::make_unique<SentReply>();
+  sent->header.id = id;
+  SendHeader(ep, kUcxAmStarted, std::move(sent));
 }
 
 void UcxPeerServer::Reply(ucp_ep_h ep, std::uint64_t id, const PeerIdentity* peer,
@@ -194,25 +250,24 @@ void UcxPeerServer::Reply(ucp_ep_h ep, std::uint64_t id, const PeerIdentity* pee
     p.user_data = read.get();
     p.cb.send = [](void* request, ucs_status_t sent_status, void* user_data) {
       std::unique_ptr<Transfer> done(static_cast<Transfer*>(user_data));
+      done->server->moving_.erase(done->number);
       if (sent_status == UCS_OK) done->server->bytes_out_ += done->length;
       if (request != nullptr) ucp_request_free(request);
     };
     ucs_status_ptr_t s =
         ucp_am_send_nbx(ep, kUcxAmReply, &read->reply, sizeof read->reply, bytes, length, &p);
     Transfer* raw = read.release();
-    if (s == nullptr) {
+    if (s != nullptr && !UCS_PTR_IS_ERR(s)) {
+      raw->request = s;
+      moving_[raw->number] = raw;
+    } else if (s == nullptr) {
       p.cb.send(nullptr, UCS_OK, raw);
     } else if (UCS_PTR_IS_ERR(s)) {
       p.cb.send(nullptr, UCS_PTR_STATUS(s), raw);
     }
     return;
   }
-  p.user_data = sent.get();
-  p.cb.send = &FreeSentReply;
-  ucs_status_ptr_t s =
-      ucp_am_send_nbx(ep, kUcxAmReply, &sent->header, sizeof sent->header, nullptr, 0, &p);
-  SentReply* raw = sent.release();
-  if (s == nullptr || UCS_PTR_IS_ERR(s)) FreeSentReply(nullptr, UCS_OK, raw);
+  SendHeader(ep, kUcxAmReply, std::move(sent));
 }
 
 }  // namespace tierpool::transport

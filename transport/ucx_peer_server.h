@@ -10,7 +10,8 @@
 // a stale key cannot exist (docs/protocol.md, "Peer data over UCX").
 //
 // Threads: the UCX worker's progress thread runs every request (it never blocks: the handler's
-// checks take its lock only briefly). Locking: mu_ guards the tokens; counters are atomics.
+// checks take its lock only briefly). Locking: mu_ guards the tokens; alive_->mu the server's
+// address for fences; counters are atomics; moving_ is the progress thread's alone.
 #pragma once
 
 #include <atomic>
@@ -50,9 +51,17 @@ class UcxPeerServer {
   // new one for its next incarnation (the earlier one's stops working).
   UcxOffer Open(const PeerIdentity& peer);
   UcxPeerServerCounters counters() const;
+  // For tests: the progress thread sleeps `ms` (a lender that stalls with requests in flight).
+  void StallForTest(std::uint32_t ms);
 
  private:
   struct Transfer;
+  // Lets a fence's stop (PeerHandler::BeginTransfer) reach this server while it lives: the lender
+  // may hold a stop past it.
+  struct Alive {
+    std::mutex mu;
+    UcxPeerServer* server = nullptr;  // guarded by mu
+  };
   UcxPeerServer(std::uint64_t max_payload_bytes, PeerHandler* handler,
                 std::function<std::uint64_t()> incarnation)
       : max_payload_bytes_(max_payload_bytes),
@@ -68,11 +77,21 @@ class UcxPeerServer {
   void Reply(ucp_ep_h ep, std::uint64_t id, const PeerIdentity* peer, const Status& status,
              std::unique_ptr<Transfer> read = nullptr);
   bool Lookup(const std::uint8_t* token, PeerIdentity* peer) const;
+  // Tells the borrower that a write's bytes are being fetched (kUcxAmStarted).
+  void Notify(ucp_ep_h ep, std::uint64_t id);
+  // A transfer's receive or send canceled (a fence, or its region released), if UCX is still
+  // moving its bytes. Progress thread.
+  void Cancel(std::uint64_t transfer);
 
   const std::uint64_t max_payload_bytes_;
   PeerHandler* const handler_;
   const std::function<std::uint64_t()> incarnation_;
   std::unique_ptr<UcxWorker> worker_;
+  std::shared_ptr<Alive> alive_ = std::make_shared<Alive>();
+  // The progress thread's: transfers whose bytes UCX is moving (a write's receive, a read's
+  // send), by transfer number.
+  std::map<std::uint64_t, Transfer*> moving_;
+  std::uint64_t next_transfer_ = 1;
   mutable std::mutex mu_;
   std::map<std::string, PeerIdentity> by_token_;  // guarded by mu_
   std::map<std::string, std::string> by_node_;    // guarded by mu_: node id -> its token

@@ -13,6 +13,9 @@ namespace tierpool::transport {
 inline constexpr unsigned kUcxAmWrite = 1;  // borrower -> lender: header, then the payload
 inline constexpr unsigned kUcxAmRead = 2;   // borrower -> lender: header alone
 inline constexpr unsigned kUcxAmReply = 3;  // lender -> borrower: header, then a read's bytes
+// lender -> borrower, a reply header alone: a write's bytes are being fetched (its answer
+// follows once they are in), so the borrower knows the lender lives while they move.
+inline constexpr unsigned kUcxAmStarted = 4;
 
 inline constexpr std::uint32_t kUcxRequestMagic = 0x31525054;  // "TPR1"
 inline constexpr std::uint32_t kUcxReplyMagic = 0x31415054;    // "TPA1"

@@ -4,6 +4,7 @@
 #include <uct/api/uct.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/logging.h"
@@ -41,6 +42,13 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& name,
   ucp_config_t* config = nullptr;
   // Reads UCX_TLS and the other UCX_* variables.
   TIERPOOL_RETURN_IF_ERROR(FromUcs(ucp_config_read(nullptr, nullptr, &config), "UCX config"));
+  // An endpoint whose other side is gone (a borrower that gave up on a transfer closes its
+  // endpoint; a lender that died) fails what is in flight on it once UCX's keepalive finds out:
+  // every second here, not UCX's 20 s, unless UCX_KEEPALIVE_INTERVAL says otherwise. Until then a
+  // lender's region stays held by such a transfer.
+  if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+    (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

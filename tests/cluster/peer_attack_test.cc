@@ -335,8 +335,8 @@ class LyingLender final : public transport::PeerHandler {
   }
   Result<transport::PeerTransfer> BeginTransfer(const PeerIdentity& peer,
                                                 const wire::peer::RegionRange& range, bool write,
-                                                int socket) override {
-    return real_->BeginTransfer(peer, range, write, socket);
+                                                transport::TransferStop stop) override {
+    return real_->BeginTransfer(peer, range, write, std::move(stop));
   }
   void FillRoom(const PeerIdentity& peer, wire::peer::Response* response) override {
     real_->FillRoom(peer, response);

@@ -358,8 +358,8 @@ TEST(Lender, AdoptsOnlyTheSameNodesEarlierIncarnation) {
   wire::peer::RegionRange range;
   range.set_region(region);
   range.set_length(4096);
-  EXPECT_TRUE(lender->BeginTransfer({"alice", 2}, range, false, -1).ok());
-  EXPECT_EQ(lender->BeginTransfer({"alice", 1}, range, false, -1).status().code(),
+  EXPECT_TRUE(lender->BeginTransfer({"alice", 2}, range, false, {}).ok());
+  EXPECT_EQ(lender->BeginTransfer({"alice", 1}, range, false, {}).status().code(),
             StatusCode::kNotFound);
   // alice's new incarnation is live: the region stays.
   lender->SetLiveBorrowers({{"alice", 2}});
@@ -387,7 +387,8 @@ TEST(Lender, AFenceStopsALatePayloadAndRefusesWritesSentBeforeIt) {
   range.set_region(region);
   range.set_length(4096);
   range.set_sequence(5);
-  auto late = lender->BeginTransfer({"alice", 1}, range, true, sv[0]);
+  auto late =
+      lender->BeginTransfer({"alice", 1}, range, true, [fd = sv[0]] { ::shutdown(fd, SHUT_RDWR); });
   ASSERT_TRUE(late.ok()) << late.status().ToString();
   // The server's thread receiving its payload: it lets go once its connection is shut down.
   transport::PeerTransfer receiving = std::move(late).value();
@@ -408,12 +409,12 @@ TEST(Lender, AFenceStopsALatePayloadAndRefusesWritesSentBeforeIt) {
   server.join();
   ASSERT_EQ(fenced.fenced_regions_size(), 1);
   EXPECT_EQ(fenced.fenced_regions(0), region);
-  EXPECT_EQ(lender->BeginTransfer({"alice", 1}, range, true, -1).status().code(),
+  EXPECT_EQ(lender->BeginTransfer({"alice", 1}, range, true, {}).status().code(),
             StatusCode::kAborted);  // sent before the fence
   range.set_sequence(6);
-  EXPECT_TRUE(lender->BeginTransfer({"alice", 1}, range, true, -1).ok());
+  EXPECT_TRUE(lender->BeginTransfer({"alice", 1}, range, true, {}).ok());
   range.set_sequence(1);
-  EXPECT_TRUE(lender->BeginTransfer({"alice", 1}, range, false, -1).ok());  // reads are not fenced
+  EXPECT_TRUE(lender->BeginTransfer({"alice", 1}, range, false, {}).ok());  // reads are not fenced
   EXPECT_EQ(lender->stats().fenced_writes, 2u);  // one cut off, one refused
   ::close(sv[0]);
   ::close(sv[1]);

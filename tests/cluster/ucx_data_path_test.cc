@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "store/lender.h"
 #include "tests/cluster/lending_node.h"
@@ -200,6 +201,29 @@ TEST_F(UcxDataPath, ALenderThatStopsFailsTheCallWithinItsDeadline) {
   // 500 ms of stall and a second per MiB at the floor rate, and the cancel.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
   EXPECT_EQ(out, std::string(data.size(), 'z'));  // nothing landed in a failed read's buffer
+}
+
+// A lender that stalls with a read in flight: the call fails at its deadline and returns only
+// once UCX no longer writes into its buffer. The answer the lender sends when it wakes lands
+// nowhere, and the next call connects afresh and is answered.
+TEST_F(UcxDataPath, AReadThatTimesOutNeverWritesIntoItsBufferAfterItReturns) {
+  Session s = Open(lender_, {"borrower", 7});
+  const std::uint64_t region = s.Grant(4u << 20);
+  const std::string data = Bytes(1u << 20, 8);  // a rendezvous: fetched into the buffer
+  ASSERT_TRUE(Write(client(), s, Range(region, 0, data.size()), data).ok());
+  lender_.server->StallUcxForTest(2500);
+  std::string out(data.size(), 'z');
+  const auto start = std::chrono::steady_clock::now();
+  // Its deadline: 200 ms of stall and a second for the MiB at the floor rate.
+  Status r = client().Call(s.route, s.lender_incarnation, Range(region, 0, data.size()), false,
+                           reinterpret_cast<std::byte*>(out.data()), 200, nullptr);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.code(), StatusCode::kDeadlineExceeded) << r.ToString();
+  EXPECT_LT(took, std::chrono::milliseconds(2400));              // before the lender woke
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // it wakes and answers
+  EXPECT_EQ(out, std::string(data.size(), 'z'));
+  ASSERT_TRUE(Read(client(), s, Range(region, 0, data.size()), &out).ok());
+  EXPECT_TRUE(out == data);
 }
 
 TEST_F(UcxDataPath, ALenderWithoutUcxOffersNoRoute) {

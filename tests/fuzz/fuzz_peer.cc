@@ -82,7 +82,7 @@ void Requests(const std::uint8_t* data, std::size_t size) {
     const bool write = request.op_case() == wire::peer::Request::kWrite;
     if (write || request.op_case() == wire::peer::Request::kRead) {
       const auto& range = write ? request.write() : request.read();
-      auto t = (*lender)->BeginTransfer(peer, range, write, -1);
+      auto t = (*lender)->BeginTransfer(peer, range, write, {});
       if (t.ok()) {
         auto g = granted.find(range.region());
         std::byte* base = (*lender)->RegionBytesForTest(range.region());

@@ -1,15 +1,14 @@
 #include "benchmarks/bench_netns.h"
 
-#include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+
+#include "common/posix.h"
 
 namespace tierpool {
 
@@ -56,16 +55,7 @@ BenchNetns::~BenchNetns() {
   if (!name_.empty()) Sh("ip netns del " + name_);
 }
 
-bool BenchNetns::EnterInChild() const {
-  const int fd = ::open(("/run/netns/" + name_).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool entered = ::setns(fd, CLONE_NEWNET) == 0;
-  ::close(fd);
-  return entered && ::unshare(CLONE_NEWNS) == 0 &&
-         ::mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
-         ::umount2("/sys", MNT_DETACH) == 0 &&
-         ::mount(name_.c_str(), "/sys", "sysfs", 0, nullptr) == 0;
-}
+bool BenchNetns::EnterInChild() const { return EnterNetworkNamespace(name_); }
 
 pid_t SpawnQuiet(const std::vector<std::string>& argv, const BenchNetns* netns) {
   const pid_t pid = ::fork();

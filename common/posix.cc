@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -148,6 +149,17 @@ int UsableCores() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+bool EnterNetworkNamespace(const std::string& name) {
+  const int fd = ::open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool entered = ::setns(fd, CLONE_NEWNET) == 0;
+  ::close(fd);
+  return entered && ::unshare(CLONE_NEWNS) == 0 &&
+         ::mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
+         ::umount2("/sys", MNT_DETACH) == 0 &&
+         ::mount(name.c_str(), "/sys", "sysfs", 0, nullptr) == 0;
 }
 
 }  // namespace tierpool

@@ -72,4 +72,9 @@ bool ShmemHugePagesOnAdvice(const std::string& setting = ShmemHugePagesSetting()
 // hardware_concurrency counts the machine's).
 int UsableCores();
 
+// In the child of a fork (one thread): joins the network namespace `name` (/run/netns/NAME), with
+// a mount namespace of its own that has the namespace's sysfs on /sys, as `ip netns exec` gives
+// (what lists network devices there, UCX for one, then sees that namespace's). False if not.
+bool EnterNetworkNamespace(const std::string& name);
+
 }  // namespace tierpool

@@ -209,13 +209,8 @@ Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdent
     return Status::Aborted("a write to region " + std::to_string(range.region()) +
                            " sent before its borrower gave up on it (fenced)");
   }
-  ++r.transfers;
   const std::uint64_t transfer = next_transfer_++;
-  if (write) {
-    r.writing[transfer] = Writing{range.sequence(), std::move(stop)};
-  } else if (stop) {
-    r.reading[transfer] = std::move(stop);
-  }
+  r.in_flight[transfer] = InFlight{write, range.sequence(), std::move(stop)};
   transport::PeerTransfer t;
   t.data = arena_->base() + r.range.offset + range.offset();
   const std::uint64_t id = range.region();
@@ -228,9 +223,12 @@ void Lender::EndTransfer(std::uint64_t id, std::uint64_t transfer) {
   std::lock_guard lock(mu_);
   auto it = regions_.find(id);
   if (it == regions_.end()) return;
-  it->second.reading.erase(transfer);
-  if (it->second.writing.erase(transfer) > 0) transfer_ended_.notify_all();
-  if (--it->second.transfers == 0 && it->second.released) ReleaseLocked(it);
+  auto& in_flight = it->second.in_flight;
+  auto t = in_flight.find(transfer);
+  if (t == in_flight.end()) return;
+  if (t->second.write) transfer_ended_.notify_all();  // a fence may wait for it
+  in_flight.erase(t);
+  if (in_flight.empty() && it->second.released) ReleaseLocked(it);
 }
 
 void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::PeerIdentity& peer,
@@ -248,19 +246,19 @@ void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::Pe
     r.fence = std::max(r.fence, f.below());
     below[f.region()] = r.fence;
   }
-  // A payload still arriving for a write below the fence is cut off where it is: its
-  // connection is shut down (the server's thread then fails the receive and lets go).
+  // A payload still arriving for a write below the fence is cut off where it is (its stop: the
+  // TCP connection shut down, the UCX receive canceled), and the transfer then lets go.
   auto stopping = [&](std::uint64_t id) {
     auto it = regions_.find(id);
     if (it == regions_.end()) return false;
-    for (const auto& [transfer, w] : it->second.writing) {
-      if (w.sequence < below[id]) return true;
+    for (const auto& [transfer, w] : it->second.in_flight) {
+      if (w.write && w.sequence < below[id]) return true;
     }
     return false;
   };
   for (const auto& [id, fence] : below) {
-    for (const auto& [transfer, w] : regions_.at(id).writing) {
-      if (w.sequence < fence && w.stop) {
+    for (const auto& [transfer, w] : regions_.at(id).in_flight) {
+      if (w.write && w.sequence < fence && w.stop) {
         w.stop();
         ++counters_.fenced_writes;
       }
@@ -277,14 +275,13 @@ void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::Pe
 
 void Lender::ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it) {
   it->second.released = true;
-  if (it->second.transfers > 0) {
+  if (!it->second.in_flight.empty()) {
     // Freed when the last transfer ends; none of their bytes matter now, so they are stopped (a
     // transfer its borrower gave up on over UCX would otherwise hold the region until UCX's
     // keepalive found that borrower's endpoint gone).
-    for (const auto& [transfer, w] : it->second.writing) {
+    for (const auto& [transfer, w] : it->second.in_flight) {
       if (w.stop) w.stop();
     }
-    for (const auto& [transfer, stop] : it->second.reading) stop();
     return;
   }
   (void)allocator_.Free(it->second.range);

@@ -110,8 +110,10 @@ class Lender final : public transport::PeerHandler {
   std::uint64_t HeldBytesForTest() const;
 
  private:
-  // A write in flight: its number (RegionRange.sequence), and how to stop its payload.
-  struct Writing {
+  // A transfer in flight: a write's number (RegionRange.sequence), and how to stop it (a fence
+  // stops the writes below it; a released region stops every transfer on it).
+  struct InFlight {
+    bool write = false;
     std::uint64_t sequence = 0;
     transport::TransferStop stop;
   };
@@ -119,13 +121,9 @@ class Lender final : public transport::PeerHandler {
     std::string node_id;
     std::uint64_t incarnation = 0;
     AllocatedRange range;
-    std::uint32_t transfers = 0;               // in flight now
-    bool released = false;                     // freed once transfers reaches 0
-    std::uint64_t fence = 0;                   // writes numbered below it are refused (Info.fences)
-    std::map<std::uint64_t, Writing> writing;  // by transfer id
-    // Reads in flight that can be stopped, by transfer id: a released region stops every transfer
-    // on it, so that one its borrower gave up on does not keep the region from being freed.
-    std::map<std::uint64_t, transport::TransferStop> reading;
+    bool released = false;    // freed once no transfer is in flight
+    std::uint64_t fence = 0;  // writes numbered below it are refused (Info.fences)
+    std::map<std::uint64_t, InFlight> in_flight;  // by transfer id
   };
   Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock);
   void EndTransfer(std::uint64_t id, std::uint64_t transfer);

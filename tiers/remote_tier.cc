@@ -125,17 +125,10 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
     peer.idle.clear();
     return s;
   }
-  if (s.code() == StatusCode::kNotFound &&
-      (request->has_read() || request->has_write() || request->has_release())) {
-    peer.heard_missing = true;  // the lender freed a region of ours: the next pass checks all
-    WakeMaintenance();
-  }
-  // What a lender says it has free is never more than it lends (its membership record): a
-  // larger figure would be counted as room, and summed over peers could wrap.
-  response->set_lend_free(std::min(response->lend_free(), peer.member.lend_bytes));
-  peer.heard_free = response->lend_free();
-  peer.heard_success = true;
-  peer.heard_refused = false;
+  response->set_lend_free(
+      HeardAnswer(peer, response->lend_free(),
+                  s.code() == StatusCode::kNotFound &&
+                      (request->has_read() || request->has_write() || request->has_release())));
   std::lock_guard lock(peer.pool_mu);
   if (peer.idle.size() < config_.connections_per_peer) {
     peer.idle.push_back(std::move(conn));
@@ -143,75 +136,75 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   return s;
 }
 
-Status RemoteTier::TransferUcx(Peer& peer, const transport::UcxRoute& route, std::uint64_t region,
-                               std::uint64_t offset, std::uint64_t length, bool write,
-                               std::byte* data) {
-  for (std::uint64_t done = 0; done < length;) {
-    const std::uint64_t n = std::min(config_.piece_bytes, length - done);
-    wire::peer::RegionRange range;
-    range.set_region(region);
-    range.set_offset(offset + done);
-    range.set_length(n);
-    if (write) range.set_sequence(next_write_++);
-    transport::UcxCallResult result;
-    Status s = ucx_->Call(route, peer.member.incarnation, range, write, data + done,
-                          config_.io_timeout_ms, &result);
-    if (result.lend_free != ~0ull) {
-      // Answered: the lender lives, whatever it said (as on TCP, Exchange).
-      peer.heard_free = std::min(result.lend_free, peer.member.lend_bytes);
-      peer.heard_success = true;
-      if (s.code() == StatusCode::kNotFound) {
-        peer.heard_missing = true;  // the lender freed a region of ours: the next pass checks
-        WakeMaintenance();
-      }
-    } else if (!s.ok() && s.code() != StatusCode::kUnimplemented) {
-      peer.heard_failure = true;
-    }
-    if (!s.ok()) {
-      return Status(s.code(), std::string(write ? "writing to" : "reading from") + " peer " +
-                                  peer.member.node_id + " over UCX: " + s.message());
-    }
-    (write ? ucx_bytes_written_ : ucx_bytes_read_) += n;
-    done += n;
+std::uint64_t RemoteTier::HeardAnswer(Peer& peer, std::uint64_t lend_free, bool region_missing) {
+  if (region_missing) {
+    peer.heard_missing = true;  // the lender freed a region of ours: the next pass checks all
+    WakeMaintenance();
   }
-  return Status::Ok();
+  // What a lender says it has free is never more than it lends (its membership record): a
+  // larger figure would be counted as room, and summed over peers could wrap.
+  const std::uint64_t free = std::min(lend_free, peer.member.lend_bytes);
+  peer.heard_free = free;
+  peer.heard_success = true;
+  peer.heard_refused = false;
+  return free;
+}
+
+Status RemoteTier::MoveOverTcp(Peer& peer, const wire::peer::RegionRange& range, bool write,
+                               std::byte* data) {
+  wire::peer::Request request;
+  *(write ? request.mutable_write() : request.mutable_read()) = range;
+  wire::peer::Response response;
+  return write ? Exchange(peer, &request, data, range.length(), &response)
+               : Exchange(peer, &request, nullptr, 0, &response, data, range.length());
+}
+
+Status RemoteTier::MoveOverUcx(Peer& peer, const transport::UcxRoute& route,
+                               const wire::peer::RegionRange& range, bool write, std::byte* data) {
+  transport::UcxCallResult result;
+  Status s = ucx_->Call(route, peer.member.incarnation, range, write, data, config_.io_timeout_ms,
+                        &result);
+  if (result.lend_free != ~0ull) {
+    // Answered: the lender lives, whatever it said.
+    HeardAnswer(peer, result.lend_free, s.code() == StatusCode::kNotFound);
+  } else if (!s.ok() && s.code() != StatusCode::kUnimplemented) {
+    peer.heard_failure = true;
+  }
+  if (s.ok()) (write ? ucx_bytes_written_ : ucx_bytes_read_) += range.length();
+  return s;
 }
 
 Status RemoteTier::Transfer(Peer& peer, std::uint64_t region, std::uint64_t offset,
                             std::uint64_t length, bool write, std::byte* data) {
+  std::shared_ptr<const transport::UcxRoute> route;
   if (ucx_ != nullptr) {
-    std::shared_ptr<const transport::UcxRoute> route;
-    {
-      std::lock_guard lock(peer.pool_mu);
-      route = peer.ucx;
-    }
-    if (route != nullptr) {
-      Status s = TransferUcx(peer, *route, region, offset, length, write, data);
-      if (s.code() != StatusCode::kUnimplemented) return s;
+    std::lock_guard lock(peer.pool_mu);
+    route = peer.ucx;
+  }
+  for (std::uint64_t done = 0; done < length;) {
+    wire::peer::RegionRange range;
+    range.set_region(region);
+    range.set_offset(offset + done);
+    range.set_length(std::min(config_.piece_bytes, length - done));
+    if (write) range.set_sequence(next_write_++);
+    Status s = route != nullptr ? MoveOverUcx(peer, *route, range, write, data + done)
+                                : MoveOverTcp(peer, range, write, data + done);
+    if (route != nullptr && s.code() == StatusCode::kUnimplemented) {
       // UCX has no transport between us (its address names devices we cannot reach): this peer
-      // stays on TCP frames, which reached it all along. Nothing was sent over UCX.
+      // stays on TCP frames, which reached it all along. Nothing of this piece went over UCX.
       spdlog::warn("remote: {}; peer {} stays on TCP", s.message(), peer.member.node_id);
       std::lock_guard lock(peer.pool_mu);
       peer.ucx = nullptr;
       peer.ucx_unreachable = true;
+      route = nullptr;
+      continue;
     }
-  }
-  for (std::uint64_t done = 0; done < length;) {
-    const std::uint64_t n = std::min(config_.piece_bytes, length - done);
-    wire::peer::Request request;
-    wire::peer::RegionRange* range = write ? request.mutable_write() : request.mutable_read();
-    range->set_region(region);
-    range->set_offset(offset + done);
-    range->set_length(n);
-    if (write) range->set_sequence(next_write_++);
-    wire::peer::Response response;
-    Status s = write ? Exchange(peer, &request, data + done, n, &response)
-                     : Exchange(peer, &request, nullptr, 0, &response, data + done, n);
     if (!s.ok()) {
       return Status(s.code(), std::string(write ? "writing to" : "reading from") + " peer " +
-                                  peer.member.node_id + ": " + s.message());
+                                  peer.member.node_id + (route != nullptr ? " over UCX" : "") +
+                                  ": " + s.message());
     }
-    done += n;
+    done += range.length();
   }
   return Status::Ok();
 }

@@ -56,6 +56,7 @@ namespace wire::peer {
 class Request;
 class Response;
 class Info;
+class RegionRange;
 }  // namespace wire::peer
 
 // A peer as the membership knows it.
@@ -216,9 +217,13 @@ class RemoteTier final : public Tier {
   // One piece-by-piece transfer of a replica's bytes; no lock held.
   Status Transfer(Peer& peer, std::uint64_t region, std::uint64_t offset, std::uint64_t length,
                   bool write, std::byte* data);
-  // Transfer over the peer's UCX data path.
-  Status TransferUcx(Peer& peer, const transport::UcxRoute& route, std::uint64_t region,
-                     std::uint64_t offset, std::uint64_t length, bool write, std::byte* data);
+  // One piece of a Transfer: over TCP frames (Exchange), or over the peer's UCX data path.
+  Status MoveOverTcp(Peer& peer, const wire::peer::RegionRange& range, bool write, std::byte* data);
+  Status MoveOverUcx(Peer& peer, const transport::UcxRoute& route,
+                     const wire::peer::RegionRange& range, bool write, std::byte* data);
+  // A lender answered, whatever it said: it lives. Notes its room (at most what it lends, which
+  // this returns) and, when it said a region of ours is gone, brings the next probe forward.
+  std::uint64_t HeardAnswer(Peer& peer, std::uint64_t lend_free, bool region_missing);
   // One request to the peer on a pooled connection (opened when none is idle); the reply's
   // room figures are kept. A broken connection is closed, and the peer marked unresponsive.
   Status Exchange(Peer& peer, wire::peer::Request* request, const void* payload,

@@ -53,6 +53,8 @@ class PeerDeadline {
   // Sets the socket's receive (or send) timeout to the time left before one call blocks (at
   // most the stall time); DEADLINE_EXCEEDED when none is left.
   Status Arm(int fd, bool sending) const;
+  // When the exchange as a whole must be over (none: no deadline).
+  std::optional<std::chrono::steady_clock::time_point> at() const { return at_; }
 
  private:
   std::optional<std::chrono::steady_clock::time_point> at_;

@@ -28,6 +28,17 @@ struct UcxPeerClient::Op {
   bool settled() const { return (answered || !status.ok()) && !sending && !receiving; }
 };
 
+namespace {
+
+// A reply header as the lender sent it, checked for its size and magic.
+bool ReadReplyHeader(const void* header, std::size_t length, UcxReplyHeader* h) {
+  if (length != sizeof *h) return false;
+  std::memcpy(h, header, sizeof *h);
+  return h->magic == kUcxReplyMagic;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<UcxPeerClient>> UcxPeerClient::Create() {
   std::unique_ptr<UcxPeerClient> c(new UcxPeerClient());
   auto worker = UcxWorker::Create("tierpool-borrower", {{kUcxAmReply, &OnReply, c.get()},
@@ -39,18 +50,7 @@ Result<std::unique_ptr<UcxPeerClient>> UcxPeerClient::Create() {
 
 UcxPeerClient::~UcxPeerClient() {
   worker_->Post([this] {
-    for (auto& [key, ep] : endpoints_) {
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-      if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
-        while (ucp_request_check_status(r) == UCS_INPROGRESS)
-          ucp_worker_progress(worker_->worker());
-        ucp_request_free(r);
-      }
-    }
-    endpoints_.clear();
+    while (!endpoints_.empty()) Close(endpoints_.begin()->first, Status::Unavailable("closing"));
   });
   worker_.reset();  // runs that first
 }
@@ -160,9 +160,7 @@ ucs_status_t UcxPeerClient::OnStarted(void* arg, const void* header, std::size_t
                                       void*, std::size_t, const ucp_am_recv_param_t*) {
   auto* self = static_cast<UcxPeerClient*>(arg);
   UcxReplyHeader h;
-  if (header_length != sizeof h) return UCS_OK;
-  std::memcpy(&h, header, sizeof h);
-  if (h.magic != kUcxReplyMagic) return UCS_OK;
+  if (!ReadReplyHeader(header, header_length, &h)) return UCS_OK;
   std::lock_guard lock(self->mu_);
   if (auto it = self->ops_.find(h.id); it != self->ops_.end()) {
     it->second->heard = true;
@@ -176,9 +174,7 @@ ucs_status_t UcxPeerClient::OnReply(void* arg, const void* header, std::size_t h
                                     const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxPeerClient*>(arg);
   UcxReplyHeader h;
-  if (header_length != sizeof h) return UCS_OK;  // not an answer of ours
-  std::memcpy(&h, header, sizeof h);
-  if (h.magic != kUcxReplyMagic) return UCS_OK;
+  if (!ReadReplyHeader(header, header_length, &h)) return UCS_OK;  // not an answer of ours
   std::lock_guard lock(self->mu_);
   auto it = self->ops_.find(h.id);
   if (it == self->ops_.end()) return UCS_OK;  // a call forgotten (answered late): dropped
@@ -276,10 +272,9 @@ Status UcxPeerClient::Call(const UcxRoute& route, std::uint64_t lender_incarnati
   // As on TCP (PeerDeadline::ForBytes): the stall time, and the bytes' time at the floor rate.
   // The lender's first word must also come within the stall time (a frozen lender costs that,
   // not the bytes' time): a read's answer, or the word that a write's bytes are being fetched.
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::milliseconds(stall_ms) +
-                        std::chrono::milliseconds(range.length() * 1000 / kPeerFloorBytesPerSecond);
-  const auto first_word = std::min(deadline, start + std::chrono::milliseconds(stall_ms));
+  const auto deadline = *PeerDeadline::ForBytes(stall_ms, range.length()).at();
+  const auto first_word =
+      std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(stall_ms));
   std::unique_lock lock(mu_);
   bool in_time = done_.wait_until(lock, first_word, [&] { return op->settled() || op->heard; });
   if (in_time) in_time = done_.wait_until(lock, deadline, [&] { return op->settled(); });

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <future>
 #include <random>
 
@@ -15,11 +14,6 @@ using transport::PeerAuth;
 using transport::PeerIdentity;
 
 const char kSecret[] = "a test secret of enough bytes, not for production";
-
-bool TestsOverUcx() {
-  const char* v = std::getenv("TIERPOOL_TEST_PEER_TRANSPORT");
-  return v != nullptr && std::string(v) == "ucx";
-}
 
 LendingNode StartLender(const std::string& id, std::uint64_t bytes,
                         transport::PeerServerConfig sc) {

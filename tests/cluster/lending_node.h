@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "store/lender.h"
+#include "tests/testing/peer_transport.h"
 #include "tiers/remote_tier.h"
 #include "transport/peer_server.h"
 
 namespace tierpool::testing {
 
 extern const char kSecret[];
-
-// TIERPOOL_TEST_PEER_TRANSPORT=ucx: lenders offer UCX and SmallConfig's tiers use it (ctest runs
-// the suite both ways).
-bool TestsOverUcx();
 
 struct LendingNode {
   std::unique_ptr<Lender> lender;

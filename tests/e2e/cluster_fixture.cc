@@ -12,10 +12,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "common/posix.h"
 
 namespace tierpool::testing {
 
@@ -63,7 +64,7 @@ bool EtcdProcess::Start() {
   pid_ = ::fork();
   if (pid_ == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (!netns_.empty() && !EnterNetns(netns_)) ::_exit(126);
+    if (!netns_.empty() && !EnterNetworkNamespace(netns_)) ::_exit(126);
     const std::string log = dir_ + "/etcd.log";
     std::freopen(log.c_str(), "a", stdout);
     std::freopen(log.c_str(), "a", stderr);
@@ -94,11 +95,6 @@ void EtcdProcess::Kill() {
 EtcdProcess::~EtcdProcess() {
   Kill();
   if (!dir_.empty()) fs::remove_all(dir_);
-}
-
-bool TestsOverUcx() {
-  const char* v = std::getenv("TIERPOOL_TEST_PEER_TRANSPORT");
-  return v != nullptr && std::string(v) == "ucx";
 }
 
 std::vector<std::string> NodeFlags(const EtcdProcess& etcd, const std::string& secret,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/e2e/server_process.h"
+#include "tests/testing/peer_transport.h"
 #include "tierpool/client.h"
 
 namespace tierpool::testing {
@@ -55,10 +56,6 @@ struct NodeOptions {
   int peer_lost_ms = 3000;  // --remote-peer-lost-ms: a silent peer's copies are rebuilt after it
   std::vector<std::string> extra_flags;  // appended to each node's
 };
-
-// TIERPOOL_TEST_PEER_TRANSPORT=ucx: nodes move replicas' bytes over UCX (--peer-transport ucx);
-// otherwise over TCP frames. ctest runs the cluster tests both ways.
-bool TestsOverUcx();
 
 // The flags of a tierpoold that joins `cluster` in etcd as `node`, with (memory-backed) nvme
 // below: once a peer dies and the remote tier cannot place two replicas, dram spills there.

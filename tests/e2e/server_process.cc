@@ -1,9 +1,8 @@
 #include "tests/e2e/server_process.h"
 
-#include <fcntl.h>
-#include <sched.h>
+#include "common/posix.h"
+
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -28,20 +27,6 @@ namespace {
 std::atomic<int> g_counter{0};
 }
 
-bool EnterNetns(const std::string& name) {
-  const int fd = ::open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::setns(fd, CLONE_NEWNET) == 0;
-  ::close(fd);
-  if (!ok) return false;
-  // As `ip netns exec` does: a mount namespace of our own with the namespace's sysfs on /sys, so
-  // that what lists network devices there (UCX does) sees this host's, not the machine's.
-  return ::unshare(CLONE_NEWNS) == 0 &&
-         ::mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
-         ::umount2("/sys", MNT_DETACH) == 0 &&
-         ::mount(name.c_str(), "/sys", "sysfs", 0, nullptr) == 0;
-}
-
 ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket, std::string netns)
     : socket_(std::move(socket)) {
   if (socket_.empty()) {
@@ -64,7 +49,7 @@ ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket,
     // A test that dies (a sanitizer abort) must not leave its server running.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::signal(SIGXFSZ, SIG_IGN);  // inherited across exec: past LimitFileSize, writes fail
-    if (!netns.empty() && !EnterNetns(netns)) ::_exit(126);
+    if (!netns.empty() && !EnterNetworkNamespace(netns)) ::_exit(126);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -54,10 +54,6 @@ std::uint64_t ServerCounter(Client& c, std::string_view name);
 // The same from a stat reply already at hand (several counters of one moment).
 std::uint64_t ServerCounter(const ServerStats& stat, std::string_view name);
 
-// In the child of a fork: joins the network namespace `name` (/run/netns/NAME), with its sysfs
-// on /sys as `ip netns exec` gives; false if not.
-bool EnterNetns(const std::string& name);
-
 // Runs a shell command; returns what it printed (stdout and stderr) and sets *rc to its exit
 // status.
 std::string RunShell(const std::string& cmd, int* rc);

@@ -639,7 +639,7 @@ TEST_F(ObjectStoreTest, PutsInParallelIntoTheSameNamesBesideGetsAndEvictions) {
     std::memcpy(b.data() + 8, &version, sizeof(version));
     return b;
   };
-  std::atomic<int> bad{0}, puts_ok{0}, gets_ok{0};
+  std::atomic<int> bad{0}, puts_ok{0}, gets_ok{0}, writers_left{kWriters};
   std::vector<std::thread> threads;
   for (int w = 0; w < kWriters; ++w) {
     threads.emplace_back([&, w] {
@@ -688,12 +688,15 @@ TEST_F(ObjectStoreTest, PutsInParallelIntoTheSameNamesBesideGetsAndEvictions) {
         }
         if (n % 97 == 0) (void)store_->Delete("ns", key(i));
       }
+      --writers_left;
     });
   }
   for (int r = 0; r < kReaders; ++r) {
     threads.emplace_back([&, r] {
       const std::uint64_t owner = kOwner + 20 + static_cast<std::uint64_t>(r);
-      for (int n = 0; n < kRounds * 4; ++n) {
+      // Readers go on until the writers are done: on a busy 2-core machine they could
+      // otherwise finish every round before the first put lands, and check nothing.
+      for (int n = 0; n < kRounds * 4 || writers_left.load() > 0; ++n) {
         const int i = (n + r * 11) % kKeys;
         auto pinned = store_->Pin("ns", key(i), owner);
         if (!pinned.ok()) {

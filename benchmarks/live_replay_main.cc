@@ -24,6 +24,7 @@
 #include "common/units.h"
 #include "prefetch/cost_model.h"
 #include "prefetch/planner.h"
+#include "prefetch/recompute.h"
 #include "prefetch/report.h"
 
 namespace po = boost::program_options;
@@ -59,6 +60,7 @@ struct Flags {
   double iteration_ms = 1500;
   double margin = PlannerConfig{}.prefetch_margin;
   bool no_early_loads = false;
+  double recompute_share = 0;
   std::uint64_t calibrate_bytes = 8ull << 20;
 };
 
@@ -70,6 +72,8 @@ struct PolicyRun {
   double stretch = 1;
   std::string link_rate;  // the private server's cap ("" with --socket)
   std::size_t plan_actions = 0;
+  std::uint32_t recomputed = 0;  // activations the plan recomputes, and their compute
+  double recompute_us = 0;
   ReplayReport predicted;
   live::LiveReport live;
   std::vector<std::string> failed;  // checks that failed, each saying what to change
@@ -209,21 +213,36 @@ Result<PolicyRun> RunPolicy(const Flags& f, const Job& job, const DeviceProfile&
 
   std::optional<schedule::Plan> plan = given_plan;
   if (p == Policy::kPlanned && !plan) {
-    auto built = BuildPlan(
-        s, *job.lt, calibrated,
-        {.hbm_budget = budget, .prefetch_margin = f.margin, .early_loads = !f.no_early_loads});
+    auto built = BuildPlan(s, *job.lt, calibrated,
+                           {.hbm_budget = budget,
+                            .prefetch_margin = f.margin,
+                            .early_loads = !f.no_early_loads,
+                            .recompute_share = f.recompute_share});
     if (!built.ok()) return built.status();
     plan = std::move(built).value();
   }
+  // A plan that recomputes runs on the schedule with its recomputes applied: each copy is a
+  // tensor of its own, put when its step (which runs its defining step's compute too) ends.
+  const Lifetimes* lt = job.lt.get();
+  std::optional<Lifetimes> rewritten_lt;
+  if (plan && !plan->recomputes().empty()) {
+    run.recomputed = static_cast<std::uint32_t>(plan->recomputes_size());
+    run.recompute_us = RecomputeUs(s, *plan);
+    auto rewritten = ApplyRecomputes(s, plan->recomputes());
+    if (!rewritten.ok()) return rewritten.status();
+    s = std::move(rewritten).value();
+    plan->clear_recomputes();
+    lt = &rewritten_lt.emplace(s);
+  }
   if (plan) run.plan_actions = static_cast<std::size_t>(plan->actions_size());
-  auto predicted = Replay(s, *job.lt, calibrated,
+  auto predicted = Replay(s, *lt, calibrated,
                           {.policy = p,
                            .hbm_budget = run.budget,
                            .plan = plan ? &*plan : nullptr,
                            .lower_bound = false});
   if (!predicted.ok()) return predicted.status();
   run.predicted = std::move(predicted).value();
-  auto live = live::RunLive(**client, s, *job.lt,
+  auto live = live::RunLive(**client, s, *lt,
                             {.policy = p,
                              .budget = budget,
                              .plan = plan ? &*plan : nullptr,
@@ -282,6 +301,12 @@ void PrintRun(const Job& job, const DeviceProfile& profile, const PolicyRun& run
       static_cast<unsigned long long>(run.live.get_errors),
       static_cast<unsigned long long>(run.live.not_in_hbm), run.live.overrun_us / 1000,
       run.live.room_wait_us / 1000);
+  if (run.recomputed > 0) {
+    std::printf(
+        "recomputes: %u activations made again in backward instead of moved (%.3f ms of "
+        "compute per iteration, in the step times above)\n",
+        run.recomputed, run.recompute_us / 1000);
+  }
   if (run.policy == Policy::kPlanned) {
     const live::LiveReport& l = run.live;
     std::printf(
@@ -366,6 +391,8 @@ json RunJson(const Job& job, const DeviceProfile& profile, const PolicyRun& run)
             {"failed", run.failed}}},
           {"executor",
            {{"plan_actions", run.plan_actions},
+            {"recomputed", run.recomputed},
+            {"recompute_us", run.recompute_us},
             {"hits", run.live.hits},
             {"late", run.live.late},
             {"misses", run.live.misses},
@@ -410,6 +437,9 @@ int main(int argc, char** argv) {
     ("verify", po::value(&f.verify)->default_value("all"),
      "all: every byte read back is compared; stamp: 64 bytes at each end")
     ("margin", po::value(&f.margin)->default_value(f.margin), "planner prefetch margin")
+    ("recompute", po::value(&f.recompute_share),
+     "plan with recomputes adding at most this share of the compute (0.05), as `tierpool plan "
+     "--recompute` does")
     ("no-early-loads", po::bool_switch(&f.no_early_loads),
      "plan without the rounds the planner adds where its plan stalls (early loads, reload-aware "
      "evictions), as `tierpool plan --no-early-loads` does")

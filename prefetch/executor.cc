@@ -100,6 +100,13 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
                                    ": start tierpoold with a larger --hbm, or ask for less");
   }
   TIERPOOL_RETURN_IF_ERROR(ValidatePlan(spec.plan, s));
+  // A recompute is the trainer's to carry out (it makes the tensor again; the executor only
+  // moves what is put), and its copy is a tensor the job's keys do not name.
+  if (!spec.plan.recomputes().empty()) {
+    return Status::InvalidArgument(
+        "the plan recomputes " + std::to_string(spec.plan.recomputes_size()) +
+        " activations, which the executor cannot carry out: plan this job without --recompute");
+  }
   auto lt = std::make_unique<Lifetimes>(spec.schedule);
   // A budget below what one step holds at once would miss that step's uses every iteration.
   if (Status floor = BelowStepFloor(budget, s, *lt); !floor.ok()) {

@@ -8,6 +8,7 @@
 #include "common/posix.h"
 #include "common/units.h"
 #include "prefetch/plan_pass.h"
+#include "prefetch/recompute.h"
 #include "prefetch/simulator.h"
 #include "prefetch/streamed_tensors.h"
 
@@ -53,6 +54,9 @@ Status PlannerConfig::validate() const {
   if (hbm_budget == 0) return Status::InvalidArgument("hbm budget must be > 0");
   if (!(prefetch_margin >= 1.0 && prefetch_margin <= 100)) {
     return Status::InvalidArgument("prefetch margin must be in [1, 100]");
+  }
+  if (!(recompute_share >= 0 && recompute_share <= 1)) {
+    return Status::InvalidArgument("the recompute share must be in [0, 1] of the compute");
   }
   return Status::Ok();
 }
@@ -244,17 +248,89 @@ void TryEarlyLoads(const Schedule& s, const Lifetimes& lt, const DeviceProfile& 
   }
 }
 
+// The plan that moves tensors (no recompute): the rounds, then where it stalls early loads and
+// streamed tensors.
+Result<Candidate> PlanMoves(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                            const PlannerConfig& config) {
+  auto best = PlanRounds(s, lt, d, config, {});
+  if (!best.ok()) return best;
+  const double compute = ComputeUs(s);
+  if (!config.choose_by_replay || !Stalls(*best, compute)) return best;
+  if (config.early_loads) TryEarlyLoads(s, lt, d, config, &*best);
+  if (Stalls(*best, compute)) TryStreamedTensors(s, lt, d, config.hbm_budget, &*best);
+  return best;
+}
+
+// Where the plan that moves tensors stalls: the plans for the schedule with recomputes
+// (recompute.h), the candidates that free the most bytes for their compute taken greedily up to
+// a sixteenth, an eighth, a quarter, a half and all of the compute the config allows, each
+// planned and replayed (on a core of their own where there are), then the midpoints beside the
+// fastest; kept where one runs faster than the plan that moves tensors only, its added compute
+// included. (Too few recomputes leave the link behind; too many cost more than the stall they
+// save; between the two the replay decides.)
+void TryRecomputes(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
+                   const PlannerConfig& config, Candidate* best) {
+  const auto candidates = RecomputeCandidates(s, lt);
+  if (candidates.empty()) return;
+  const double cap = config.recompute_share * ComputeUs(s);
+  PlannerConfig moves_only = config;
+  moves_only.recompute_share = 0;
+  std::vector<std::size_t> tried_sizes;  // a set is known by its size (greedy: prefixes differ)
+  struct Tried {
+    double part;
+    double time_us;
+  };
+  std::vector<Tried> tried;
+  auto plan_parts = [&](const std::vector<double>& parts) {
+    std::vector<std::pair<double, std::future<Result<Candidate>>>> runs;
+    for (double part : parts) {
+      auto set = ChooseRecomputes(s, lt, candidates, part * cap);
+      if (set.empty() ||
+          std::find(tried_sizes.begin(), tried_sizes.end(), set.size()) != tried_sizes.end()) {
+        continue;
+      }
+      tried_sizes.push_back(set.size());
+      auto plan_with = [&, set = std::move(set)]() -> Result<Candidate> {
+        google::protobuf::RepeatedPtrField<schedule::Recompute> field(set.begin(), set.end());
+        auto rewritten = ApplyRecomputes(s, field);
+        if (!rewritten.ok()) return rewritten.status();
+        const Lifetimes rewritten_lt(*rewritten);
+        auto c = PlanMoves(*rewritten, rewritten_lt, d, moves_only);
+        if (c.ok()) *c->plan.mutable_recomputes() = std::move(field);
+        return c;
+      };
+      runs.emplace_back(part,
+                        std::async(UsableCores() > 1 ? std::launch::async : std::launch::deferred,
+                                   std::move(plan_with)));
+    }
+    for (auto& [part, run] : runs) {
+      auto next = run.get();
+      if (!next.ok()) continue;
+      tried.push_back({part, next->time_us});
+      if (next->time_us < best->time_us) *best = std::move(next).value();
+    }
+  };
+  plan_parts({1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0});
+  if (tried.empty()) return;
+  std::sort(tried.begin(), tried.end(), [](auto a, auto b) { return a.part < b.part; });
+  const auto fastest = std::min_element(tried.begin(), tried.end(),
+                                        [](auto a, auto b) { return a.time_us < b.time_us; });
+  std::vector<double> midpoints;
+  if (fastest != tried.begin()) midpoints.push_back((fastest->part + (fastest - 1)->part) / 2);
+  if (fastest + 1 != tried.end()) midpoints.push_back((fastest->part + (fastest + 1)->part) / 2);
+  plan_parts(midpoints);
+}
+
 Result<schedule::Plan> BuildPlan(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                                  const PlannerConfig& config) {
   TIERPOOL_RETURN_IF_ERROR(config.validate());
   // The floor named at the first refusal, not the first step the walk finds short of room.
   TIERPOOL_RETURN_IF_ERROR(BelowStepFloor(config.hbm_budget, s, lt));
-  auto best = PlanRounds(s, lt, d, config, {});
+  auto best = PlanMoves(s, lt, d, config);
   if (!best.ok()) return best.status();
-  const double compute = ComputeUs(s);
-  if (!config.choose_by_replay || !Stalls(*best, compute)) return std::move(best->plan);
-  if (config.early_loads) TryEarlyLoads(s, lt, d, config, &*best);
-  if (Stalls(*best, compute)) TryStreamedTensors(s, lt, d, config.hbm_budget, &*best);
+  if (config.recompute_share > 0 && config.choose_by_replay && Stalls(*best, ComputeUs(s))) {
+    TryRecomputes(s, lt, d, config, &*best);
+  }
   return std::move(best->plan);
 }
 

@@ -11,9 +11,10 @@
 // prefetch that does not fit waits a step. Reloads are then laid out back to back on the link
 // and the plan made again; each candidate is replayed and the fastest kept. Where the plan still
 // stalls, the rounds run again with loads issued ahead of their windows into free room and with
-// evictions that keep reloads on time (plan_pass.h: EarlyLoads, PassOptions). Repeating schedules
-// are planned over five iterations and the middle one is kept (plan_pass.h): the plan is for
-// the steady state, and repeats every iteration. docs/schedules.md has the whole story.
+// evictions that keep reloads on time (plan_pass.h: EarlyLoads, PassOptions); with a recompute
+// share, also for the schedule with some activations recomputed instead (recompute.h). Repeating
+// schedules are planned over five iterations and the middle one is kept (plan_pass.h): the plan is
+// for the steady state, and repeats every iteration. docs/schedules.md has the whole story.
 #pragma once
 
 #include "prefetch/device_profile.h"
@@ -35,6 +36,10 @@ struct PlannerConfig {
   // the fastest replay. Two to three times the planning time where it runs; off: the plans of
   // the planner before them.
   bool early_loads = true;
+  // Where the plan still stalls, also plans with recomputes (recompute.h) adding at most this
+  // share of the iteration's compute, and keeps the fastest replay, the recompute's time
+  // included. 0: tensors are only kept or moved.
+  double recompute_share = 0;
   Status validate() const;
 };
 

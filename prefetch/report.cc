@@ -32,6 +32,11 @@ json ReportObject(const ReplayReport& r) {
             {"missing_at_use", r.missing_at_use},
             {"budget_violations", r.budget_violations},
             {"bad_actions", r.bad_actions}};
+  if (r.recomputed > 0) {
+    j["recomputed"] = r.recomputed;
+    j["recomputed_bytes"] = r.recomputed_bytes;
+    j["recompute_us"] = r.recompute_us;
+  }
   if (!r.problems.empty()) j["problems"] = r.problems;
   return j;
 }
@@ -276,7 +281,8 @@ Result<SweepResult> Sweep(const Schedule& s, const Lifetimes& lt, const DevicePr
     if (reactive.ok()) row.reactive = std::move(reactive).value();
     const PlannerConfig config{.hbm_budget = row.budget,
                                .prefetch_margin = options.prefetch_margin,
-                               .early_loads = options.early_loads};
+                               .early_loads = options.early_loads,
+                               .recompute_share = options.recompute_share};
     auto t0 = std::chrono::steady_clock::now();
     auto plan = BuildPlan(s, lt, d, config);
     w.planning_ms =
@@ -411,6 +417,18 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
                   FormatBytes(row.budget).c_str(), BudgetShare(row).c_str());
     o << buf;
   }
+  bool recomputes = false;
+  for (const auto& row : r.rows) {
+    if (!row.planned_ok || row.planned.recomputed == 0) continue;
+    if (!recomputes)
+      o << "planned with recomputes (in its overhead; the bounds are for plans that only move):";
+    recomputes = true;
+    std::snprintf(buf, sizeof(buf), " %s: %u (%s, %.3f ms);", BudgetShare(row).c_str(),
+                  row.planned.recomputed, FormatBytes(row.planned.recomputed_bytes).c_str(),
+                  row.planned.recompute_us / 1000);
+    o << buf;
+  }
+  if (recomputes) o << "\n";
   if (r.none.peak_hbm > 0 && s.steps_size() > 0) {
     std::snprintf(buf, sizeof(buf), "no policy keeps a budget below %s (%.1f%% of the peak): ",
                   FormatBytes(r.step_floor_bytes).c_str(), 100 * r.step_floor_fraction());

@@ -70,7 +70,8 @@ struct SweepOptions {
   double lowest = 0.2;         // ...to this fraction
   double prefetch_margin = PlannerConfig{}.prefetch_margin;
   bool early_loads = PlannerConfig{}.early_loads;
-  bool lp_bound = true;  // solve the transfer LP at each budget (transfer_lp.h)
+  double recompute_share = 0;  // PlannerConfig's: the planned column may recompute
+  bool lp_bound = true;        // solve the transfer LP at each budget (transfer_lp.h)
   TransferLpOptions lp;
   // Budgets worked on at once, each on its own thread (the rows are the same whatever the
   // number; the planning times are each budget's own wall time, so more jobs than free cores

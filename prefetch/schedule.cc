@@ -114,7 +114,14 @@ Result<Schedule> LoadSchedule(const std::string& path, std::uint64_t max_bytes) 
 
 Status ValidatePlan(const schedule::Plan& plan, const Schedule& s) {
   const auto steps = static_cast<std::uint32_t>(s.steps_size());
-  const auto tensors = static_cast<std::uint32_t>(s.tensors_size());
+  // A plan that recomputes is for the schedule with its recomputes applied: one more tensor
+  // for each (recompute.h checks the recomputes themselves when it applies them).
+  if (plan.recomputes_size() > s.tensors_size()) {
+    return Status::InvalidArgument("the plan recomputes " + std::to_string(plan.recomputes_size()) +
+                                   " tensors, more than the schedule's " +
+                                   std::to_string(s.tensors_size()));
+  }
+  const auto tensors = static_cast<std::uint32_t>(s.tensors_size() + plan.recomputes_size());
   // Every replay of every planning pass checks its plan: the message is built only on a problem.
   auto bad = [](int i, const std::string& what) {
     return Status::InvalidArgument("plan action " + std::to_string(i) + ": " + what);
@@ -136,6 +143,7 @@ Status ValidatePlan(const schedule::Plan& plan, const Schedule& s) {
   // every progress report carry them all out again).
   std::uint64_t events = 0;
   for (const auto& t : s.tensors()) events += 1 + t.use_steps_size() + t.update_steps_size();
+  events += 8 * static_cast<std::uint64_t>(plan.recomputes_size());
   if (static_cast<std::uint64_t>(plan.actions_size()) > 4 * events + 64) {
     return Status::InvalidArgument(
         "the plan has " + std::to_string(plan.actions_size()) + " actions, more than four per " +

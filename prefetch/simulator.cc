@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/units.h"
+#include "prefetch/recompute.h"
 
 namespace tierpool::prefetch {
 
@@ -563,6 +564,18 @@ Result<ReplayReport> Replay(const Schedule& s, const Lifetimes& lt, const Device
     return Status::InvalidArgument("the planned policy needs a plan");
   }
   if (options.plan != nullptr) TIERPOOL_RETURN_IF_ERROR(ValidatePlan(*options.plan, s));
+  if (options.plan != nullptr && !options.plan->recomputes().empty()) {
+    Schedule rewritten;
+    auto applied = ScheduleForPlan(s, *options.plan, &rewritten);
+    if (!applied.ok()) return applied.status();
+    const Lifetimes rewritten_lt(rewritten);
+    Simulation sim(rewritten, rewritten_lt, d, options);
+    ReplayReport r = sim.Run();
+    r.recomputed = static_cast<std::uint32_t>(options.plan->recomputes_size());
+    r.recomputed_bytes = RecomputeBytes(s, *options.plan);
+    r.recompute_us = RecomputeUs(s, *options.plan);
+    return r;
+  }
   Simulation sim(s, lt, d, options);
   return sim.Run();
 }

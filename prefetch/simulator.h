@@ -39,6 +39,11 @@ struct ReplayReport {
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
   std::uint64_t actions = 0;  // transfers and frees issued
+  // What the plan recomputes (recompute.h): tensors, their bytes, and the compute that adds to
+  // the iteration (in compute_us and time_us already).
+  std::uint32_t recomputed = 0;
+  std::uint64_t recomputed_bytes = 0;
+  double recompute_us = 0;
   // Invariant breaches (a correct plan has none): uses that found their tensor absent,
   // moments over the budget, actions on tensors that were dead or in the wrong place.
   std::uint64_t missing_at_use = 0;
@@ -70,7 +75,9 @@ struct ReplayOptions {
 double StallLowerBound(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                        std::uint64_t budget);
 
-// Repeating schedules run two iterations (the first warms up) and report the second.
+// Repeating schedules run two iterations (the first warms up) and report the second. A plan
+// that recomputes is replayed on the schedule with its recomputes applied (recompute.h).
+
 Result<ReplayReport> Replay(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                             const ReplayOptions& options);
 

@@ -91,6 +91,9 @@ constexpr const char* kUsage = R"(usage:
                               [--jobs 1: budgets worked on at once, a thread each]
   plan and replay: [--no-early-loads: skip the rounds the planner adds where its plan stalls
                               (early loads, reload-aware evictions): faster, may stall more]
+                              [--recompute SHARE: where the plan stalls, also recompute
+                              activations instead of moving them, adding at most SHARE
+                              (0.05 or 5%) of the compute; kept where it runs faster]
 
 SCHEDULE is a .pb or .json schedule. BUDGET is a size (40G) or a share of the no-offload
 peak (60%). NAME is a built-in device profile (h100, gh200, a100, rtx3090) or a JSON profile
@@ -127,6 +130,29 @@ Status Emit(const Schedule& s, const std::string& out, const std::string& json) 
   if (!json.empty()) TIERPOOL_RETURN_IF_ERROR(SaveScheduleJson(s, json));
   std::cout << Summary(s);
   return Status::Ok();
+}
+
+void PrintRecomputes(const ReplayReport& r) {
+  if (r.recomputed == 0) return;
+  std::printf("recomputes %u activations (%s) instead of moving them, adding %.3f ms of compute\n",
+              r.recomputed, FormatBytes(r.recomputed_bytes).c_str(), r.recompute_us / 1000);
+}
+
+// A share from the command line: "0.05" or "5%", in [0, 1]; empty is 0.
+Result<double> ParseShare(const std::string& text, const std::string& flag) {
+  if (text.empty()) return 0.0;
+  const bool percent = text.back() == '%';
+  try {
+    std::size_t used = 0;
+    const std::string number = percent ? text.substr(0, text.size() - 1) : text;
+    double v = std::stod(number, &used);
+    if (used != number.size()) throw std::invalid_argument(text);
+    if (percent) v /= 100;
+    if (!(v >= 0 && v <= 1)) throw std::out_of_range(text);
+    return v;
+  } catch (const std::exception&) {
+    return Status::InvalidArgument(flag + " '" + text + "': a share of the compute, 0.05 or 5%");
+  }
 }
 
 std::string HookPath() {
@@ -243,6 +269,7 @@ int main(int argc, char** argv) {
   unsigned lp_windows = TransferLpOptions{}.max_windows, sweep_jobs = 1;
   bool lp_guided = false;
   bool no_early_loads = false;
+  std::string recompute;
   std::string measured, device_kind, host_costs, name, chunk, split_updates, onnx_out, plan_file;
   bool updates_only = false;
   int warmup = 3, repeat = 10;
@@ -297,6 +324,8 @@ int main(int argc, char** argv) {
     ("lp-guided", po::bool_switch(&lp_guided), "plan, replay: guide the planner by the LP bound's optimum")
     ("no-early-loads", po::bool_switch(&no_early_loads),
      "plan, replay: skip the rounds with early loads and reload-aware evictions (faster, may stall more)")
+    ("recompute", po::value(&recompute),
+     "plan, replay: recompute activations, adding at most this share of the compute (0.05, 5%)")
     ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead; reorder: longest the no-offload iteration may grow")
     ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
     ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
@@ -506,6 +535,8 @@ int main(int argc, char** argv) {
     }
     ApplyCostModel(*profile, &*s);
     Lifetimes lt(*s);
+    auto recompute_share = ParseShare(recompute, "--recompute");
+    if (!recompute_share.ok()) return Fail(recompute_share.status());
     if (cmd == "replay" && sweep) {
       auto r = Sweep(*s, lt, *profile,
                      {.max_overhead = max_overhead,
@@ -513,6 +544,7 @@ int main(int argc, char** argv) {
                       .lowest = sweep_lowest,
                       .prefetch_margin = margin,
                       .early_loads = !no_early_loads,
+                      .recompute_share = *recompute_share,
                       .lp_bound = lp_windows > 0,
                       .lp = {.max_windows = std::max(lp_windows, 2u)},
                       .jobs = sweep_jobs});
@@ -546,8 +578,10 @@ int main(int argc, char** argv) {
     auto p = ParsePolicy(policy);
     if (!p.ok()) return Fail(p.status());
     if (!plan && (cmd == "plan" || *p == Policy::kPlanned)) {
-      const PlannerConfig config{
-          .hbm_budget = budget, .prefetch_margin = margin, .early_loads = !no_early_loads};
+      const PlannerConfig config{.hbm_budget = budget,
+                                 .prefetch_margin = margin,
+                                 .early_loads = !no_early_loads,
+                                 .recompute_share = *recompute_share};
       if (lp_guided) {
         // A guide needs few boundaries: at 8 the guided plans stalled about as little as at 64,
         // for a solve 5-40x shorter (docs/benchmarks/planning.md, "A coarse LP guides as well").
@@ -609,6 +643,7 @@ int main(int argc, char** argv) {
           check->compute_us > 0 ? 100 * check->stall_us / check->compute_us : 0.0,
           FormatBytes(check->peak_hbm).c_str(), FormatBytes(check->h2d_bytes).c_str(),
           FormatBytes(check->d2h_bytes).c_str());
+      PrintRecomputes(*check);
       if (!lp_guided && check->stall_us > 0.01 * check->compute_us) {
         // Where plans stall, the guided planner stalled 36% less in total on 21 corpus budgets
         // (docs/benchmarks/planning.md, "A coarse LP guides as well"); it costs seconds, so it is
@@ -630,6 +665,7 @@ int main(int argc, char** argv) {
         FormatBytes(r->peak_hbm).c_str(), r->time_us / 1000, r->compute_us / 1000,
         r->stall_us / 1000, r->stall_lower_bound_us / 1000, FormatBytes(r->h2d_bytes).c_str(),
         FormatBytes(r->d2h_bytes).c_str(), static_cast<unsigned long long>(r->actions));
+    PrintRecomputes(*r);
     for (const auto& prob : r->problems) std::printf("  problem: %s\n", prob.c_str());
     if (!json.empty()) {
       Status st = WriteFile(json, ReportJson(*r, *s));

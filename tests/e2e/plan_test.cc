@@ -363,6 +363,41 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   }
 }
 
+// A plan that recomputes an activation (made by `tierpool plan --recompute` on the profile's
+// clock) runs live: the copy is put when its step ends, every byte checked, within the budget,
+// and the activation's round trip is off the link (2 MiB less each way than the same budget's
+// plan that moves it, on this schedule).
+TEST(LiveReplayChecks, APlanThatRecomputesRunsLiveEveryByteChecked) {
+  const std::string dir = ::testing::TempDir();
+  const std::string schedule = dir + "/small-training-recompute.pb";
+  {
+    std::ofstream f(schedule, std::ios::binary);
+    ASSERT_TRUE(SmallTraining(4, 2 << 20, 512 << 10).SerializeToOstream(&f));
+  }
+  const std::string cli = TIERPOOL_CLI_PATH;
+  int rc = 0;
+  std::string out = RunShell(cli + " plan " + schedule + " --device h100 --hbm 65% " +
+                                 "--recompute 0.5 -o " + dir + "/recompute-plan.pb",
+                             &rc);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_NE(out.find("recomputes 1 activations (2.0 MiB)"), std::string::npos) << out;
+  const std::string report = dir + "/live-recompute.json";
+  out = RunShell(cli + " replay " + schedule + " --live --device h100 --policy planned --plan " +
+                     dir + "/recompute-plan.pb --verify all --iterations 2 --link-rate 100M " +
+                     "--json " + report,
+                 &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream f(report);
+  auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["executor"]["recomputed"], 1) << out;
+  EXPECT_GT(j["executor"]["recompute_us"].get<double>(), 0) << out;
+  EXPECT_EQ(j["checks"]["wrong_bytes"], 0) << out;
+  EXPECT_EQ(j["checks"]["failed_gets"], 0) << out;
+  EXPECT_EQ(j["checks"]["over_budget"], false) << out;
+  EXPECT_EQ(j["checks"]["uses_outside_hbm"], 0) << out;
+  EXPECT_LE(j["live"]["h2d_bytes"].get<std::uint64_t>(), 4u << 20) << out;
+}
+
 std::string WriteSmallTraining(std::uint64_t act, std::uint64_t weight) {
   const std::string schedule = ::testing::TempDir() + "/small-training-" + std::to_string(act) +
                                "-" + std::to_string(weight) + ".pb";

@@ -530,6 +530,13 @@ TEST_F(ExecutorTest, RegistrationChecksEverything) {
             }).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](JobSpec& s) { s.hbm_budget = 2 << 20; }).code(), StatusCode::kInvalidArgument);
+  // A plan that recomputes: its actions may name the copy, which the job has no key for.
+  const Status recomputes = bad([](JobSpec& s) {
+    s.plan.add_recomputes()->set_tensor(0);
+    *s.plan.add_actions() = Act(schedule::FREE, 3, 2);
+  });
+  EXPECT_EQ(recomputes.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(recomputes.message().find("without --recompute"), std::string::npos);
   EXPECT_EQ(bad([](JobSpec& s) { s.keys = {"k1", "k2"}; }).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](JobSpec& s) { s.keys = {"k", "k", "z"}; }).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](JobSpec& s) { s.schedule.mutable_tensors(0)->set_def_step(40); }).code(),

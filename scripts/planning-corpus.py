@@ -11,6 +11,7 @@ peak reduction a plan gets for free. Then the corpus-wide median and worst again
       [--dtypes bfloat16,float32] [--devices gh200,h100] [--sweep-step 0.05]
       [--sweep-lowest 0.3] [--jobs 2] [--timeout 900] [--work DIR] [--reuse] [--json OUT.json]
       [--split-updates 16M] [--lp-windows 64] [--recompute 0.05] [--inference-onnx]
+      [--llm [--llm-batch 4] [--llm-tokens 1024] [--llm-generate 1024:16]]
 
 A sweep's resolution is --sweep-step: "within 1% down to 45%" means 45% passed and 40% did not.
 The LP stall bound is skipped unless --lp-windows N (N > 0) asks for it: at several seconds per
@@ -28,6 +29,10 @@ SIZE (`tierpool schedule split-updates`: they stream through hbm slice by slice)
 stalls, adding at most SHARE of the compute (`tierpool replay --recompute`); each row then also
 says how many it recomputes at its smallest budget within 1%. Every row has the lower peak
 within 5% beside the one within 1%.
+--llm plans the LLM corpus instead: decoders written as current LLM code writes them
+(tierpool_models.py: grouped-query attention with repeat_interleave, rotary embeddings from
+arange, RMSNorm, SwiGLU, a triu causal mask, tied embeddings) of 100M, 300M, 0.8B and 2.9B
+parameters, each trained (batch x tokens, Adam) and decoded (`--generate --decode-only`).
 --inference-onnx plans the inference corpus instead: each model exported by
 scripts/onnx-corpus.py (opset 17, weights as graph inputs, a dynamic batch axis), imported with
 `tierpool schedule from-onnx --batch 32` (fp32, repeating: an inference server runs the graph
@@ -44,9 +49,16 @@ import sys
 import time
 
 
-def models(selected):
+# The LLM corpus (compiler_hooks/torch/tierpool_models.py, CORPUS_LLMS): each trained, and
+# decoded ("-decode": the decode loop of a generation after a prompt, its KV cache growing).
+LLMS = ("llm_100m", "llm_300m", "llm_800m", "llm_3b")
+
+
+def models(selected, llm=False):
     if selected:
         return selected.split(",")
+    if llm:
+        return [m + kind for m in LLMS for kind in ("", "-decode")]
     import torchvision
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
@@ -65,6 +77,18 @@ def run(cmd, timeout):
 def make_schedule(a, name, dtype, pb):
     """Writes name's schedule to pb: (ok, error, export_failed)."""
     size = 299 if name.startswith("inception") else 224
+    if a.llm and name.endswith("-decode"):
+        prompt, new_tokens = a.llm_generate.split(":")
+        ok, err = run([a.tool, "schedule", "from-torch", "--model",
+                       "tierpool_models:" + name[:-len("-decode")], "--generate",
+                       "%s:%s" % (prompt, new_tokens), "--decode-only", "--batch",
+                       str(a.llm_batch), "--dtype", dtype, "-o", pb], a.timeout)
+        return ok, "trace: " + err, False
+    if a.llm:
+        ok, err = run([a.tool, "schedule", "from-torch", "--model", "tierpool_models:" + name,
+                       "--input", "%dx%d:int64" % (a.llm_batch, a.llm_tokens), "--dtype", dtype,
+                       "--optimizer", "adam", "-o", pb], a.timeout)
+        return ok, "trace: " + err, False
     if not a.inference_onnx:
         ok, err = run([a.tool, "schedule", "from-torch", "--model", "torchvision.models:" + name,
                        "--input", "32x3x%dx%d" % (size, size), "--dtype", dtype,
@@ -208,6 +232,13 @@ def main():
     ap.add_argument("--recompute", default="",
                     help="let the planner recompute activations, adding at most this share of "
                          "the compute (e.g. 0.05)")
+    ap.add_argument("--llm", action="store_true",
+                    help="the LLM corpus (tierpool_models: llm_100m to llm_3b), each trained "
+                         "and decoded, instead of torchvision's")
+    ap.add_argument("--llm-batch", type=int, default=4)
+    ap.add_argument("--llm-tokens", type=int, default=1024, help="training sequence length")
+    ap.add_argument("--llm-generate", default="1024:16",
+                    help="decode: PROMPT:NEW_TOKENS (the decode loop after the prompt)")
     ap.add_argument("--inference-onnx", action="store_true",
                     help="plan ONNX inference exports at batch 32 instead of training traces")
     a = ap.parse_args()
@@ -215,7 +246,10 @@ def main():
         a.dtypes = "float32"
     a.devices = a.devices.split(",")
     os.makedirs(a.work, exist_ok=True)
-    jobs = [(m, d) for m in models(a.models) for d in a.dtypes.split(",")]
+    if a.llm:
+        a.work = a.work if a.work != "planning-corpus" else "planning-corpus-llm"
+        os.makedirs(a.work, exist_ok=True)
+    jobs = [(m, d) for m in models(a.models, a.llm) for d in a.dtypes.split(",")]
     rows = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         for result in pool.map(lambda j: one(a, *j), jobs):

@@ -91,7 +91,9 @@ def trace_generate(a):
         return torch.empty((a.batch, n), dtype=torch.int64, device="meta")
 
     def call(tok, past):
-        with torch.no_grad():
+        # On meta tensors as the traces are: repeat_interleave (grouped-query attention) needs
+        # its static form here too (it failed --decode-only's prompt call before).
+        with torch.no_grad(), static_repeats():
             out = functional_call(model, with_tied({**params, **buffers}, tied), (tok, past))
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             fail("%s must return (logits, present); it returned %s" % (a.model, type(out).__name__))

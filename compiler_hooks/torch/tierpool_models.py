@@ -162,3 +162,133 @@ def llama3_1b():
 def llama3_8b():
     """Llama 3.1 8B's shape: 32 layers, d_model 4096, 32 query and 8 key/value heads."""
     return LlamaDecoder(32, 4096, 32, 8, 14336, 128256)
+
+
+# ---- The LLM corpus: decoders written the way current LLM code writes them (#75) ----
+#
+# Grouped-query attention that repeats its key/value heads with repeat_interleave, rotary
+# embeddings computed in the graph from arange, RMSNorm, SwiGLU, a causal mask built with triu,
+# and the embedding tied to the output projection. The same module is trained
+# (`from-torch --input BxT:int64`: the loss is built from the logits) and decoded
+# (`from-torch --generate`: `logits, present = model(tokens, past)`), in several sizes.
+
+
+class CorpusAttention(torch.nn.Module):
+    def __init__(self, d_model, heads, kv_heads, rope_theta):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, d_model // heads
+        self.rope_theta = rope_theta
+        self.q_proj = torch.nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = torch.nn.Linear(d_model, kv_heads * self.head_dim, bias=False)
+        self.v_proj = torch.nn.Linear(d_model, kv_heads * self.head_dim, bias=False)
+        self.o_proj = torch.nn.Linear(d_model, d_model, bias=False)
+
+    def rope(self, x, start):
+        t, hd = x.shape[2], self.head_dim
+        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, hd, 2, device=x.device).float() / hd))
+        positions = torch.arange(start, start + t, device=x.device).float()
+        freqs = torch.outer(positions, inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        return x * cos + rotate_half(x) * sin
+
+    def forward(self, x, past):
+        b, t, d = x.shape
+        start = 0 if past is None else past[0].shape[2]
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = self.rope(q, start), self.rope(k, start)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        present = (k, v)
+        s = k.shape[2]
+        groups = self.heads // self.kv_heads
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+        scores = torch.matmul(q, k.transpose(2, 3)) / (self.head_dim ** 0.5)
+        if t > 1:
+            mask = torch.triu(torch.ones(t, s, dtype=torch.bool, device=x.device), s - t + 1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        probs = torch.nn.functional.softmax(scores.float(), dim=-1).to(q.dtype)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, d)
+        return self.o_proj(out), present
+
+
+class CorpusBlock(torch.nn.Module):
+    def __init__(self, d_model, heads, kv_heads, ffn, rope_theta):
+        super().__init__()
+        self.input_layernorm = RMSNorm(d_model)
+        self.self_attn = CorpusAttention(d_model, heads, kv_heads, rope_theta)
+        self.post_attention_layernorm = RMSNorm(d_model)
+        self.gate_proj = torch.nn.Linear(d_model, ffn, bias=False)
+        self.up_proj = torch.nn.Linear(d_model, ffn, bias=False)
+        self.down_proj = torch.nn.Linear(ffn, d_model, bias=False)
+
+    def forward(self, x, past):
+        h, present = self.self_attn(self.input_layernorm(x), past)
+        x = x + h
+        y = self.post_attention_layernorm(x)
+        x = x + self.down_proj(torch.nn.functional.silu(self.gate_proj(y)) * self.up_proj(y))
+        return x, present
+
+
+class CorpusLM(torch.nn.Module):
+    """`logits, present = model(tokens, past=None)`: every position's logits (training) unless
+    decoding (past given, or last_only), where only the last position's are made."""
+
+    def __init__(self, layers, d_model, heads, kv_heads, ffn, vocab=32000, rope_theta=10000.0):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(vocab, d_model)
+        self.layers = torch.nn.ModuleList(
+            [CorpusBlock(d_model, heads, kv_heads, ffn, rope_theta) for _ in range(layers)])
+        self.norm = RMSNorm(d_model)
+        self.lm_head = torch.nn.Linear(d_model, vocab, bias=False)
+        self.lm_head.weight = self.embed_tokens.weight  # tied
+
+    def forward(self, tokens, past=None):
+        x = self.embed_tokens(tokens)
+        presents = []
+        for i, layer in enumerate(self.layers):
+            x, present = layer(x, None if past is None else past[i])
+            presents.append(present)
+        if past is not None or not self.training:
+            x = x[:, -1:]
+        return self.lm_head(self.norm(x)), tuple(presents)
+
+
+# Sizes of the LLM corpus (layers, d_model, query and key/value heads, SwiGLU width), named by
+# their parameter count with the 32,000-token vocabulary tied: 100M, 300M, 0.8B and 2.9B.
+CORPUS_LLMS = {
+    "llm_100m": (12, 768, 12, 4, 2048),
+    "llm_300m": (24, 1024, 16, 4, 2816),
+    "llm_800m": (16, 2048, 32, 8, 5632),
+    "llm_3b": (28, 3072, 24, 8, 8192),
+}
+
+
+def _corpus_llm(name):
+    layers, d, heads, kv, ffn = CORPUS_LLMS[name]
+    return CorpusLM(layers, d, heads, kv, ffn)
+
+
+def llm_100m():
+    return _corpus_llm("llm_100m")
+
+
+def llm_300m():
+    return _corpus_llm("llm_300m")
+
+
+def llm_800m():
+    return _corpus_llm("llm_800m")
+
+
+def llm_3b():
+    return _corpus_llm("llm_3b")
+
+
+def llm_tiny():
+    """The corpus decoder at a test's size (2 layers, d_model 64, 4 query and 2 key/value heads)."""
+    return CorpusLM(2, 64, 4, 2, 96, vocab=256)

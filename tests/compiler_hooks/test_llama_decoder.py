@@ -55,3 +55,24 @@ def test_grouped_attention_matches_repeated_heads():
         scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
         ref = attn.wo((torch.softmax(scores, -1) @ v_rep).transpose(1, 2).reshape(2, 5, 64))
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_corpus_decoder_with_its_cache_matches_the_whole_sequence():
+    """The LLM corpus's decoder (repeat_interleave GQA, rotary from arange, triu mask, tied
+    embedding): decoding token by token with its cache gives the whole sequence's logits."""
+    torch.manual_seed(3)
+    model = tierpool_models.CorpusLM(2, 64, 4, 2, 96, vocab=100)
+    assert model.lm_head.weight is model.embed_tokens.weight
+    tokens = torch.randint(0, 100, (2, 10))
+    with torch.no_grad():
+        full, _ = model.train()(tokens)  # training: every position's logits
+        assert full.shape == (2, 10, 100)
+        logits, past = model.eval()(tokens[:, :6])
+        steps = [logits]
+        for i in range(6, 10):
+            logits, past = model(tokens[:, i:i + 1], past)
+            steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full[:, 5:], rtol=1e-4, atol=1e-4)
+    assert past[0][0].shape == (2, 2, 10, 16)  # B x kv_heads x context x head_dim
+    for name, (layers, d, heads, kv, ffn) in tierpool_models.CORPUS_LLMS.items():
+        assert d % heads == 0 and heads % kv == 0, name

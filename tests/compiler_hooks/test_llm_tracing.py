@@ -177,3 +177,35 @@ def test_grouped_query_attention_exported_to_onnx_imports_with_exact_weights(rep
     assert ops == {"Gather", "MatMul"}, ops  # looked up, and projects the output
     logits = next(t for t in got["tensors"] if t.get("kind") == "OUTPUT")
     assert [int(d) for d in logits["shape"]] == [batch, seq, 256]
+
+
+def corpus_lm_tiny():
+    """The LLM corpus's decoder (tierpool_models.CorpusLM) at a test's size."""
+    import tierpool_models
+    return tierpool_models.llm_tiny()
+
+
+def test_the_corpus_decoder_traces_for_training_and_decoding(tmp_path):
+    """The LLM corpus as the planning corpus traces it: trained with exact weight bytes (the tied
+    embedding once), and decoded with a KV cache that grows by each token."""
+    got = trace("corpus_lm_tiny", "2x32:int64")
+    model = corpus_lm_tiny()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert bytes_of(got, "WEIGHT") == weight_bytes
+    assert bytes_of(got, "OPTIMIZER_STATE") == 2 * weight_bytes
+    ops = {s["op_type"] for s in got["steps"]}
+    assert {"embedding", "triu", "silu", "rsqrt"} <= ops, sorted(ops)
+    tool = os.environ.get("TIERPOOL_CLI")
+    if not tool:
+        pytest.skip("TIERPOOL_CLI (the tierpool binary) not given")
+    out = str(tmp_path / "decode.pb")
+    done = subprocess.run([tool, "schedule", "from-torch", "--model",
+                           "tierpool_models:llm_tiny", "--generate", "16:3",
+                           "--decode-only", "--batch", "2", "-o", out, "--json", out + ".json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr + done.stdout
+    with open(out + ".json") as f:
+        decode = json.load(f)
+    assert bytes_of(decode, "WEIGHT") == weight_bytes
+    kv = [t for t in decode["tensors"] if t.get("kind") == "KV_CACHE"]
+    assert kv and max(int(t["size_bytes"]) for t in kv) > min(int(t["size_bytes"]) for t in kv)

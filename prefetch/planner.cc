@@ -70,9 +70,12 @@ struct Candidate {
 
 void Evaluate(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d, std::uint64_t budget,
               Candidate* c) {
-  auto r = Replay(
-      s, lt, d,
-      {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &c->plan, .lower_bound = false});
+  auto r = Replay(s, lt, d,
+                  {.policy = Policy::kPlanned,
+                   .hbm_budget = budget,
+                   .plan = &c->plan,
+                   .lower_bound = false,
+                   .name_stall_causes = false});
   if (!r.ok() || r->breaches() > 0) return;
   c->time_us = r->time_us;
   c->replay = std::move(r).value();

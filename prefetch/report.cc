@@ -18,6 +18,19 @@ namespace tierpool::prefetch {
 using nlohmann::json;
 
 namespace {
+json StallCausesJson(const ReplayReport& r) {
+  json out = json::array();
+  for (const auto& c : r.stall_causes) {
+    out.push_back({{"why", c.why},
+                   {"tensor", c.tensor},
+                   {"bytes", c.bytes},
+                   {"step", c.step},
+                   {"step_name", c.step_name},
+                   {"us", c.us}});
+  }
+  return out;
+}
+
 json ReportObject(const ReplayReport& r) {
   json j = {{"policy", r.policy},
             {"hbm_budget_bytes", r.budget},
@@ -37,10 +50,33 @@ json ReportObject(const ReplayReport& r) {
     j["recomputed_bytes"] = r.recomputed_bytes;
     j["recompute_us"] = r.recompute_us;
   }
+  if (!r.stall_causes.empty()) j["stall_causes"] = StallCausesJson(r);
   if (!r.problems.empty()) j["problems"] = r.problems;
   return j;
 }
 }  // namespace
+
+std::string StallCausesText(const ReplayReport& r, const std::string& lead) {
+  std::string out;
+  char buf[512];
+  for (const auto& c : r.stall_causes) {
+    const bool in = c.why.find("prefetch") != std::string::npos ||
+                    c.why.find("fetch on demand") != std::string::npos;
+    const bool out_link =
+        c.why.find("evicting") != std::string::npos || c.why.find("offload") != std::string::npos;
+    const std::string what =
+        c.tensor.empty() ? "" : " for " + c.tensor + " (" + FormatBytes(c.bytes) + ")";
+    const std::string why = c.why.starts_with("stall: ") ? c.why.substr(7) : c.why;
+    std::snprintf(buf, sizeof(buf), "%s%.3f ms waiting: %s%s%s, from step %u (%s)\n", lead.c_str(),
+                  c.us / 1000, why.c_str(), what.c_str(),
+                  in         ? " on the host->hbm link"
+                  : out_link ? " on the hbm->host link"
+                             : "",
+                  c.step, c.step_name.c_str());
+    out += buf;
+  }
+  return out;
+}
 
 std::string ReportJson(const ReplayReport& r, const Schedule& s) {
   json j = ReportObject(r);
@@ -474,6 +510,8 @@ std::string SweepTable(const SweepResult& r, const Schedule& s, const DeviceProf
                   "planned stall over the best lower bound: at most %.2fx (at %.0f%%)\n", worst_gap,
                   100 * r.rows[worst_gap_row].fraction);
     o << buf;
+    // Where the plan is farthest from the bound, what it waits for.
+    if (worst_gap > 1.25) o << StallCausesText(r.rows[worst_gap_row].planned, "  its stall: ");
   }
   if (guided_made > 0) {
     std::snprintf(buf, sizeof(buf),

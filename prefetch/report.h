@@ -14,6 +14,9 @@
 namespace tierpool::prefetch {
 
 std::string ReportJson(const ReplayReport& r, const Schedule& s);
+// A replay's largest causes of stall, a line each after `lead`: how long, waiting for what (and
+// on which link), and from which step.
+std::string StallCausesText(const ReplayReport& r, const std::string& lead);
 // Chrome trace event format: compute and stalls, h2d and d2h transfers on their own tracks,
 // hbm and host bytes as counters.
 std::string ChromeTraceJson(const ReplayReport& r);

@@ -100,6 +100,7 @@ class Simulation {
     if (o_.policy != Policy::kNone && o_.lower_bound) {
       r_.stall_lower_bound_us = StallLowerBound(s_, lt_, d_, budget_);
     }
+    NameStallCauses();
     return std::move(r_);
   }
 
@@ -179,22 +180,53 @@ class Simulation {
   }
 
   // Advances to completions until pred holds; the wait is stall. False if nothing can change.
+  // `tensor`: the one waited for, where there is one (the stall's cause is then named by it).
   template <typename Pred>
-  bool WaitUntil(Pred pred, const char* why = "stall") {
+  bool WaitUntil(Pred pred, const char* why = "stall", std::uint32_t tensor = kNoTensor) {
     double t0 = now_;
     while (!pred()) {
       double next = NextCompletion();
       if (next == std::numeric_limits<double>::infinity()) break;
       AdvanceTo(next);
     }
-    Stall(t0, why);
+    Stall(t0, why, tensor);
     return pred();
   }
-  void Stall(double t0, const char* why) {
+  void Stall(double t0, const char* why, std::uint32_t tensor = kNoTensor) {
     if (now_ <= t0 || !measuring_) return;
     r_.stall_us += now_ - t0;
+    if (o_.name_stall_causes) {
+      auto& cause = causes_[{why, tensor}];
+      if (cause.us == 0) cause.step = step_;
+      cause.us += now_ - t0;
+    }
     if (o_.record_timeline)
       r_.timeline.push_back({TimelineEvent::Kind::kStall, t0, now_ - t0, why});
+  }
+  static constexpr std::uint32_t kNoTensor = std::numeric_limits<std::uint32_t>::max();
+  struct CauseTotal {
+    double us = 0;
+    std::uint32_t step = 0;  // where it first stalled
+  };
+  std::map<std::pair<const char*, std::uint32_t>, CauseTotal> causes_;  // literals' addresses
+  std::uint32_t step_ = 0;  // the step running (or about to)
+
+  // The largest causes of the measured iteration's stall, into the report.
+  void NameStallCauses() {
+    std::vector<StallCause> all;
+    for (const auto& [key, total] : causes_) {
+      StallCause c;
+      c.why = key.first;
+      c.tensor = key.second == kNoTensor ? "" : name(key.second);
+      if (key.second != kNoTensor) c.bytes = s_.tensors(static_cast<int>(key.second)).size_bytes();
+      c.step = total.step;
+      c.step_name = s_.steps(static_cast<int>(total.step)).name();
+      c.us = total.us;
+      all.push_back(std::move(c));
+    }
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.us > b.us; });
+    if (all.size() > kStallCauses) all.resize(kStallCauses);
+    r_.stall_causes = std::move(all);
   }
 
   void StartTransfer(std::uint32_t t, bool h2d) {
@@ -246,7 +278,7 @@ class Simulation {
         if (dirty_[victim]) {
           where_[victim] = Where::kOut;
           StartTransfer(victim, false);
-          WaitUntil([&] { return where_[victim] == Where::kHost; }, "stall: evicting");
+          WaitUntil([&] { return where_[victim] == Where::kHost; }, "stall: evicting", victim);
         } else {
           ToHost(victim);
           if (measuring_) ++r_.actions;
@@ -306,6 +338,7 @@ class Simulation {
   }
 
   void Step(std::uint32_t i) {
+    step_ = i;
     // Plan actions issued as the step starts; those with a delay wait for their moment during
     // the step's compute.
     std::vector<const schedule::Action*> delayed;
@@ -328,14 +361,14 @@ class Simulation {
         Fetch(t, needs);
       }
       if (where_[t] == Where::kIn) {
-        WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: prefetch late");
+        WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: prefetch late", t);
       }
       if (where_[t] == Where::kOut) {
         if (o_.policy == Policy::kPlanned) {
           Problem(&r_.missing_at_use,
                   name(t) + " is being offloaded when step " + std::to_string(i) + " needs it");
         }
-        WaitUntil([&] { return where_[t] != Where::kOut; }, "stall: offload of a needed tensor");
+        WaitUntil([&] { return where_[t] != Where::kOut; }, "stall: offload of a needed tensor", t);
       }
       if (where_[t] == Where::kHost) {
         if (o_.policy == Policy::kPlanned) {
@@ -344,7 +377,7 @@ class Simulation {
                                           ") needs it");
         }
         Fetch(t, needs);
-        WaitUntil([&] { return where_[t] == Where::kHbm; }, "stall: fetch on demand");
+        WaitUntil([&] { return where_[t] == Where::kHbm; }, "stall: fetch on demand", t);
       }
     }
     for (auto t : lt_.defined_at(i)) {
@@ -426,10 +459,10 @@ class Simulation {
         if (!Alive(t, a.kind() == schedule::FREE ? "free" : "offload", step)) return;
         Unqueue(t);  // a prefetch still waiting for room is simply not made
         if (where_[t] == Where::kIn) {
-          WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: transfer order");
+          WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: transfer order", t);
         }
         if (stays_[t]) {  // its earlier copy-out is still running: transfers run in order
-          WaitUntil([&] { return !stays_[t]; }, "stall: transfer order");
+          WaitUntil([&] { return !stays_[t]; }, "stall: transfer order", t);
         }
         if (where_[t] != Where::kHbm) return;  // already out: nothing to do
         if (dirty_[t]) {

@@ -28,6 +28,19 @@ struct TimelineEvent {
   double value = 0;  // bytes, for counters
 };
 
+// One cause of a replay's stall: what it waited for (the timeline's stall names: a prefetch
+// late, room, an eviction, a fetch on demand, the order of transfers), the tensor waited for
+// where there is one, the step where it first stalled so, and the time in all.
+struct StallCause {
+  std::string why;
+  std::string tensor;  // "" where the wait is for room, not one tensor
+  std::uint64_t bytes = 0;
+  std::uint32_t step = 0;
+  std::string step_name;
+  double us = 0;
+};
+inline constexpr std::size_t kStallCauses = 5;
+
 struct ReplayReport {
   std::string policy;
   std::uint64_t budget = 0;  // 0: unlimited
@@ -51,6 +64,8 @@ struct ReplayReport {
   std::uint64_t bad_actions = 0;
   std::uint64_t breaches() const { return missing_at_use + budget_violations + bad_actions; }
   std::vector<std::string> problems;  // the first few, spelled out
+  // The measured iteration's largest causes of stall (at most kStallCauses), largest first.
+  std::vector<StallCause> stall_causes;
   // When each step's compute began, from the measured iteration's start: the clock the
   // planner re-plans on, stalls included.
   std::vector<double> compute_start_us;
@@ -62,7 +77,8 @@ struct ReplayOptions {
   std::uint64_t hbm_budget = 0;          // required for reactive-lru and planned
   const schedule::Plan* plan = nullptr;  // required for planned
   bool record_timeline = false;
-  bool lower_bound = true;  // compute stall_lower_bound_us (off in the planner's own replays)
+  bool lower_bound = true;        // compute stall_lower_bound_us (off in the planner's own replays)
+  bool name_stall_causes = true;  // fill stall_causes (off in the planner's own replays)
 };
 
 // A lower bound on the stall any policy has under the budget, from the schedule alone. At a

@@ -644,6 +644,9 @@ int main(int argc, char** argv) {
           FormatBytes(check->peak_hbm).c_str(), FormatBytes(check->h2d_bytes).c_str(),
           FormatBytes(check->d2h_bytes).c_str());
       PrintRecomputes(*check);
+      if (check->stall_us > 0.01 * check->compute_us) {
+        std::cout << "where it stalls:\n" << StallCausesText(*check, "  ");
+      }
       if (!lp_guided && check->stall_us > 0.01 * check->compute_us) {
         // Where plans stall, the guided planner stalled 36% less in total on 21 corpus budgets
         // (docs/benchmarks/planning.md, "A coarse LP guides as well"); it costs seconds, so it is
@@ -666,6 +669,9 @@ int main(int argc, char** argv) {
         r->stall_us / 1000, r->stall_lower_bound_us / 1000, FormatBytes(r->h2d_bytes).c_str(),
         FormatBytes(r->d2h_bytes).c_str(), static_cast<unsigned long long>(r->actions));
     PrintRecomputes(*r);
+    if (r->stall_us > 0.01 * r->compute_us) {
+      std::cout << "where it stalls:\n" << StallCausesText(*r, "  ");
+    }
     for (const auto& prob : r->problems) std::printf("  problem: %s\n", prob.c_str());
     if (!json.empty()) {
       Status st = WriteFile(json, ReportJson(*r, *s));

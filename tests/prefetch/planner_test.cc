@@ -74,6 +74,24 @@ TEST(StallLowerBound, MatchesAHandWorkedCase) {
   ASSERT_TRUE(reactive.ok());
   EXPECT_EQ(reactive->budget_violations, 0u);
   EXPECT_GE(reactive->stall_us, 1800.0);
+  // Every microsecond of that stall is named: what it waited for, largest first, and from where.
+  ASSERT_FALSE(reactive->stall_causes.empty());
+  double named = 0;
+  for (std::size_t i = 0; i < reactive->stall_causes.size(); ++i) {
+    named += reactive->stall_causes[i].us;
+    if (i > 0) {
+      EXPECT_LE(reactive->stall_causes[i].us, reactive->stall_causes[i - 1].us);
+    }
+  }
+  EXPECT_NEAR(named, reactive->stall_us, 1e-6);
+  const auto& first = reactive->stall_causes.front();
+  EXPECT_FALSE(first.why.empty());
+  EXPECT_LT(first.step, 3u);
+  EXPECT_EQ(first.step_name, s.steps(static_cast<int>(first.step)).name());
+  bool waited_for_a = false;
+  for (const auto& c : reactive->stall_causes) waited_for_a |= c.tensor == s.tensors(0).name();
+  EXPECT_TRUE(waited_for_a);
+  EXPECT_NE(StallCausesText(*reactive, "  ").find(" ms waiting: "), std::string::npos);
 }
 
 TEST(Planner, RefusesABudgetBelowAStepsWorkingSet) {

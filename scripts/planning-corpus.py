@@ -156,6 +156,8 @@ def one(a, name, dtype):
             "fraction": best.get("fraction", 1.0),
             "peak_reduction": best.get("peak_reduction", 0.0),
             "peak_reduction_within_5": 1.0 - within5_peak / max(sw["none"]["peak_hbm_bytes"], 1),
+            "recomputed_anywhere": sum(r["planned"].get("recomputed", 0) for r in sw["rows"]
+                                       if "planned" in r),
             "recomputed_at_smallest": next((r["planned"].get("recomputed", 0)
                                             for r in sw["rows"]
                                             if abs(r["fraction"] - best.get("fraction", 1.0))
@@ -232,6 +234,9 @@ def main():
     ap.add_argument("--recompute", default="",
                     help="let the planner recompute activations, adding at most this share of "
                          "the compute (e.g. 0.05)")
+    ap.add_argument("--expect-recompute", action="store_true",
+                    help="with --recompute: fail unless some plan of every graph recomputes (a "
+                         "check for graphs known to gain from it)")
     ap.add_argument("--llm", action="store_true",
                     help="the LLM corpus (tierpool_models: llm_100m to llm_3b), each trained "
                          "and decoded, instead of torchvision's")
@@ -299,6 +304,14 @@ def main():
                 "%d of %d" % (sum(1 for f in floors if f > 0.7), len(floors)) if floors else "-",
                 sum(r["breaches"] for r in good),
                 100 * statistics.median(r["peak_reduction_within_5"] for r in good)))
+    if a.recompute:
+        planned = [r for r in rows if "error" not in r]
+        never = [r["model"] for r in planned if not r.get("recomputed_anywhere")]
+        print()
+        print("graphs with plans that recompute: %d of %d%s" % (
+            len(planned) - len(never), len(planned),
+            "" if not never else " (none in: %s)" % ", ".join(sorted(set(never)))))
+        failed_any |= a.expect_recompute and bool(never)
     if a.lp_windows:
         print()
         print("| profile | dtype | graphs | median lower peak within 1%: planned / better plan | "

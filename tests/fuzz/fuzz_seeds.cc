@@ -8,11 +8,14 @@
 #include <fstream>
 #include <string>
 
+#include "prefetch/device_profile.h"
+#include "prefetch/planner.h"
 #include "prefetch/schedule.h"
 #include "proto/peer.pb.h"
 #include "store/etcd_wire.h"
 #include "store/membership.h"
 #include "store/snapshot.h"
+#include "tests/fuzz/replay_schedule.h"
 #include "tests/fuzz/store_harness.h"
 #include "transport/framing.h"
 #include "transport/peer_auth.h"
@@ -238,6 +241,30 @@ void Schedules(const fs::path& dir) {
         R"("tensors":[{"id":0,"name":"w","sizeBytes":"64","defStep":-1,"useSteps":[1]}]})");
 }
 
+// Plans for the replay target's chain (replay_schedule.h): the planner's own at 75% of its
+// peak with recomputes, and the same with one recompute only.
+void Replays(const fs::path& dir) {
+  const prefetch::Schedule s = fuzz::ReplayChain();
+  const prefetch::Lifetimes lt(s);
+  const auto d = prefetch::BuiltinProfile("h100").value();
+  auto plan = prefetch::BuildPlan(
+      s, lt, d,
+      {.hbm_budget = static_cast<std::uint64_t>(0.75 * static_cast<double>(lt.peak_bytes())),
+       .recompute_share = 0.5});
+  std::string bytes;
+  if (plan.ok()) {
+    plan->SerializeToString(&bytes);
+    Write(dir, "planned", bytes);
+  }
+  schedule::Plan one;
+  one.set_schedule("chain");
+  auto* r = one.add_recomputes();
+  r->set_tensor(4);  // x1, made again at the step before its first backward use
+  r->set_at_step(8);
+  one.SerializeToString(&bytes);
+  Write(dir, "one-recompute", bytes);
+}
+
 void Onnx(const fs::path& dir) {
   onnx::ModelProto model;
   model.set_ir_version(7);
@@ -434,6 +461,7 @@ int main(int argc, char** argv) {
   Frames(out / "frames");
   Plans(out / "plan");
   Schedules(out / "schedule");
+  Replays(out / "replay");
   Onnx(out / "onnx");
   Configs(out / "config");
   NamespacePolicies(out / "namespace_policy");

@@ -5,16 +5,15 @@
 //   plan SCHEDULE --device NAME --hbm BUDGET -o PLAN.pb [--json PLAN.json]
 //   replay SCHEDULE --device NAME --hbm BUDGET --policy P [--json R.json] [--trace T.json] [--svg
 //   M.svg] replay SCHEDULE --device NAME --sweep [--max-overhead 0.01] [--json SWEEP.json]
-#include <google/protobuf/util/json_util.h>
+// This file parses the flags and runs the `schedule ...` commands; plan_replay.cc runs `plan` and
+// `replay`.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
@@ -23,7 +22,9 @@
 #include "compiler_hooks/onnx_generate.h"
 #include "compiler_hooks/onnx_importer.h"
 #include "compiler_hooks/onnx_reorder.h"
+#include "compiler_hooks/tool/plan_replay.h"
 #include "compiler_hooks/tool/schedule_summary.h"
+#include "compiler_hooks/tool/tool_common.h"
 #include "prefetch/cost_model.h"
 #include "prefetch/guided_plan.h"
 #include "prefetch/planner.h"
@@ -34,11 +35,12 @@
 namespace po = boost::program_options;
 using namespace tierpool;
 using namespace tierpool::prefetch;
+using tierpool::tool::Fail;
+using tierpool::tool::PlanOrReplay;
+using tierpool::tool::SplitUpdates;
+using tierpool::tool::WriteFile;
 
 namespace {
-
-// Boundaries of the LP that guides a single plan (plan|replay --lp-guided) unless asked.
-constexpr unsigned kGuideWindows = 8;
 
 constexpr const char* kUsage = R"(usage:
   tierpool schedule from-onnx MODEL.onnx -o OUT.pb [--json OUT.json] [--device NAME] [--batch N]
@@ -100,29 +102,6 @@ peak (60%). NAME is a built-in device profile (h100, gh200, a100, rtx3090) or a 
 file (docs/cost-model.md); `schedule profile` prints one to start a file from.
 )";
 
-int Fail(const Status& s) {
-  std::cerr << "tierpool: " << s.ToString() << "\n";
-  return 1;
-}
-
-// split-updates with a chunk size as the user wrote it ("16M").
-Result<SplitUpdatesResult> SplitUpdates(const Schedule& s, const std::string& chunk) {
-  auto bytes = ParseByteSize(chunk);
-  if (!bytes.ok()) return bytes.status();
-  return SplitOptimizerUpdates(s, *bytes);
-}
-
-// "-" is standard output.
-Status WriteFile(const std::string& path, const std::string& data) {
-  if (path == "-") {
-    std::cout << data;
-    return std::cout ? Status::Ok() : Status::IoError("cannot write to standard output");
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-  return out ? Status::Ok() : Status::IoError("cannot write " + path);
-}
-
 Status Emit(const Schedule& s, const std::string& out, const std::string& json) {
   if (out.empty() && json.empty())
     return Status::InvalidArgument("give -o OUT.pb and/or --json OUT.json");
@@ -130,29 +109,6 @@ Status Emit(const Schedule& s, const std::string& out, const std::string& json) 
   if (!json.empty()) TIERPOOL_RETURN_IF_ERROR(SaveScheduleJson(s, json));
   std::cout << Summary(s);
   return Status::Ok();
-}
-
-void PrintRecomputes(const ReplayReport& r) {
-  if (r.recomputed == 0) return;
-  std::printf("recomputes %u activations (%s) instead of moving them, adding %.3f ms of compute\n",
-              r.recomputed, FormatBytes(r.recomputed_bytes).c_str(), r.recompute_us / 1000);
-}
-
-// A share from the command line: "0.05" or "5%", in [0, 1]; empty is 0.
-Result<double> ParseShare(const std::string& text, const std::string& flag) {
-  if (text.empty()) return 0.0;
-  const bool percent = text.back() == '%';
-  try {
-    std::size_t used = 0;
-    const std::string number = percent ? text.substr(0, text.size() - 1) : text;
-    double v = std::stod(number, &used);
-    if (used != number.size()) throw std::invalid_argument(text);
-    if (percent) v /= 100;
-    if (!(v >= 0 && v <= 1)) throw std::out_of_range(text);
-    return v;
-  } catch (const std::exception&) {
-    return Status::InvalidArgument(flag + " '" + text + "': a share of the compute, 0.05 or 5%");
-  }
 }
 
 std::string HookPath() {
@@ -258,19 +214,13 @@ Result<ReorderResult> RefineOrder(const Schedule& s, const DeviceProfile& device
 int main(int argc, char** argv) {
   LogToStderr();
   std::vector<std::string> args;
-  std::string out, json, device = "h100", hbm, policy = "planned", trace, svg,
-                         python = "/usr/bin/python3", hook;
+  std::string out, json, device = "h100", python = "/usr/bin/python3", hook;
   std::vector<std::string> dims, data_inputs;
   TorchTraceArgs torch;
+  tool::PlanReplayFlags plan_replay;
   std::int64_t batch = 1;
-  double max_overhead = 0.01, sweep_step = 0.05, sweep_lowest = 0.2,
-         margin = PlannerConfig{}.prefetch_margin;
-  bool sweep = false;
-  unsigned lp_windows = TransferLpOptions{}.max_windows, sweep_jobs = 1;
-  bool lp_guided = false;
-  bool no_early_loads = false;
-  std::string recompute;
-  std::string measured, device_kind, host_costs, name, chunk, split_updates, onnx_out, plan_file;
+  double max_overhead = 0.01;
+  std::string measured, device_kind, host_costs, name, chunk, onnx_out;
   bool updates_only = false;
   int warmup = 3, repeat = 10;
   double dispatch = 0, eager_ms = 0;
@@ -310,30 +260,30 @@ int main(int argc, char** argv) {
     ("dispatch-us", po::value(&dispatch)->default_value(0), "fit-profile: host time per kernel")
     ("eager-ms", po::value(&eager_ms)->default_value(0),
      "fit-profile: the whole step's measured time, to fit the host time per kernel to")
-    ("hbm", po::value(&hbm), "hbm budget: a size or a percentage of the no-offload peak")
-    ("policy", po::value(&policy)->default_value("planned"), "none, reactive-lru or planned")
-    ("plan", po::value(&plan_file), "replay: a plan made earlier (.pb or .json) instead of planning")
-    ("trace", po::value(&trace), "replay: Chrome trace (open in Perfetto)")
-    ("svg", po::value(&svg), "replay: SVG of each tier's use over time")
-    ("sweep", po::bool_switch(&sweep), "replay: try budgets from 100% down")
+    ("hbm", po::value(&plan_replay.hbm), "hbm budget: a size or a percentage of the no-offload peak")
+    ("policy", po::value(&plan_replay.policy)->default_value("planned"), "none, reactive-lru or planned")
+    ("plan", po::value(&plan_replay.plan_file), "replay: a plan made earlier (.pb or .json) instead of planning")
+    ("trace", po::value(&plan_replay.trace), "replay: Chrome trace (open in Perfetto)")
+    ("svg", po::value(&plan_replay.svg), "replay: SVG of each tier's use over time")
+    ("sweep", po::bool_switch(&plan_replay.sweep), "replay: try budgets from 100% down")
     ("chunk", po::value(&chunk), "split-updates: the largest slice of a tensor (e.g. 16M)")
     ("onnx-out", po::value(&onnx_out), "reorder of a MODEL.onnx: write the reordered model")
     ("updates-only", po::bool_switch(&updates_only), "reorder: only move optimizer updates")
-    ("split-updates", po::value(&split_updates),
+    ("split-updates", po::value(&plan_replay.split_updates),
      "plan, replay: split optimizer updates into slices of at most this size first")
-    ("lp-guided", po::bool_switch(&lp_guided), "plan, replay: guide the planner by the LP bound's optimum")
-    ("no-early-loads", po::bool_switch(&no_early_loads),
+    ("lp-guided", po::bool_switch(&plan_replay.lp_guided), "plan, replay: guide the planner by the LP bound's optimum")
+    ("no-early-loads", po::bool_switch(&plan_replay.no_early_loads),
      "plan, replay: skip the rounds with early loads and reload-aware evictions (faster, may stall more)")
-    ("recompute", po::value(&recompute),
+    ("recompute", po::value(&plan_replay.recompute),
      "plan, replay: recompute activations, adding at most this share of the compute (0.05, 5%)")
     ("max-overhead", po::value(&max_overhead)->default_value(0.01), "sweep: allowed time overhead; reorder: longest the no-offload iteration may grow")
-    ("sweep-step", po::value(&sweep_step)->default_value(0.05), "sweep: budget step")
-    ("sweep-lowest", po::value(&sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
-    ("lp-windows", po::value(&lp_windows)->default_value(TransferLpOptions{}.max_windows),
+    ("sweep-step", po::value(&plan_replay.sweep_step)->default_value(0.05), "sweep: budget step")
+    ("sweep-lowest", po::value(&plan_replay.sweep_lowest)->default_value(0.2), "sweep: lowest budget tried")
+    ("lp-windows", po::value(&plan_replay.lp_windows)->default_value(TransferLpOptions{}.max_windows),
      "sweep: boundaries of the LP stall bound (0: skip it); plan, replay --lp-guided: of the LP "
      "that guides (default there 8)")
-    ("jobs", po::value(&sweep_jobs)->default_value(1), "sweep: budgets worked on at once")
-    ("prefetch-margin", po::value(&margin)->default_value(PlannerConfig{}.prefetch_margin),
+    ("jobs", po::value(&plan_replay.sweep_jobs)->default_value(1), "sweep: budgets worked on at once")
+    ("prefetch-margin", po::value(&plan_replay.margin)->default_value(PlannerConfig{}.prefetch_margin),
      "plan: prefetch windows cover this many times a transfer's estimated time")
     ("args", po::value(&args), "positional");
   // clang-format on
@@ -526,195 +476,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if ((cmd == "replay" || cmd == "plan") && args.size() == 2) {
-    auto s = LoadSchedule(args[1]);
-    if (!s.ok()) return Fail(s.status());
-    if (!split_updates.empty()) {
-      auto r = SplitUpdates(*s, split_updates);
-      if (!r.ok()) return Fail(r.status());
-      *s = std::move(r->schedule);
-    }
-    ApplyCostModel(*profile, &*s);
-    Lifetimes lt(*s);
-    auto recompute_share = ParseShare(recompute, "--recompute");
-    if (!recompute_share.ok()) return Fail(recompute_share.status());
-    if (cmd == "replay" && sweep) {
-      auto r = Sweep(*s, lt, *profile,
-                     {.max_overhead = max_overhead,
-                      .step = sweep_step,
-                      .lowest = sweep_lowest,
-                      .prefetch_margin = margin,
-                      .early_loads = !no_early_loads,
-                      .recompute_share = *recompute_share,
-                      .lp_bound = lp_windows > 0,
-                      .lp = {.max_windows = std::max(lp_windows, 2u)},
-                      .jobs = sweep_jobs});
-      if (!r.ok()) return Fail(r.status());
-      std::cout << SweepTable(*r, *s, *profile);
-      if (!json.empty()) {
-        Status st = WriteFile(json, SweepJson(*r, *s, *profile));
-        if (!st.ok()) return Fail(st);
-      }
-      return 0;
-    }
-    std::optional<schedule::Plan> plan;
-    if (!plan_file.empty()) {
-      if (cmd != "replay" || policy != "planned" || lp_guided) {
-        return Fail(Status::InvalidArgument(
-            "--plan replays a plan made earlier: `replay` with the planned policy only"));
-      }
-      auto loaded = LoadPlan(plan_file, *s);
-      if (!loaded.ok()) return Fail(loaded.status());
-      plan = std::move(loaded).value();
-    }
-    if (hbm.empty() && !(cmd == "replay" && policy == "none") && !plan) {
-      return Fail(Status::InvalidArgument("give --hbm BUDGET (a size, or a % of the peak)"));
-    }
-    std::uint64_t budget = plan ? plan->hbm_budget_bytes() : 0;  // a plan's own, unless given
-    if (!hbm.empty()) {
-      auto b = ParseHbmBudget(hbm, lt.peak_bytes());
-      if (!b.ok()) return Fail(b.status());
-      budget = *b;
-    }
-    auto p = ParsePolicy(policy);
-    if (!p.ok()) return Fail(p.status());
-    if (!plan && (cmd == "plan" || *p == Policy::kPlanned)) {
-      const PlannerConfig config{.hbm_budget = budget,
-                                 .prefetch_margin = margin,
-                                 .early_loads = !no_early_loads,
-                                 .recompute_share = *recompute_share};
-      if (lp_guided) {
-        // A guide needs few boundaries: at 8 the guided plans stalled about as little as at 64,
-        // for a solve 5-40x shorter (docs/benchmarks/planning.md, "A coarse LP guides as well").
-        // Asked for, --lp-windows gives more (a tighter bound to print beside the plan).
-        const unsigned windows = vm["lp-windows"].defaulted() ? kGuideWindows : lp_windows;
-        auto built =
-            BuildLpGuidedPlan(*s, lt, *profile, config, {.max_windows = std::max(windows, 2u)});
-        if (!built.ok()) return Fail(built.status());
-        char guided[64] = "not made (nothing to guide)";
-        const auto& g = built->guidance;
-        if (g.replay) std::snprintf(guided, sizeof(guided), "%.3f ms", g.replay->stall_us / 1000);
-        std::printf(
-            "LP bound %.3f ms%s (%.1f s); stall of the plain plan %.3f ms, guided %s: "
-            "kept the %s one\n",
-            g.lp.stall_us / 1000, g.lp.proven ? "" : " (unproven)", g.lp.solve_ms / 1000,
-            built->plain_replay.stall_us / 1000, guided, built->guided ? "guided" : "plain");
-        plan = std::move(built->plan);
-      } else {
-        auto built = BuildPlan(*s, lt, *profile, config);
-        if (!built.ok()) return Fail(built.status());
-        plan = std::move(built).value();
-      }
-    }
-    if (cmd == "plan") {
-      if (out.empty() && json.empty()) return Fail(Status::InvalidArgument("give -o PLAN.pb"));
-      // What the plan does on the profile's clock, as `replay --policy planned` would show it.
-      // A plan whose replay breaks the budget or loses a copy is the planner's bug: it is
-      // reported and not written, so that no executor is handed it.
-      auto check = Replay(*s, lt, *profile,
-                          {.policy = Policy::kPlanned, .hbm_budget = budget, .plan = &*plan});
-      if (!check.ok()) return Fail(check.status());
-      if (check->breaches() > 0) {
-        for (const auto& prob : check->problems) std::printf("  problem: %s\n", prob.c_str());
-        return Fail(Status::Internal(
-            "the plan breaks " + std::to_string(check->breaches()) +
-            " invariant(s) in replay (a planner bug: please report it with the schedule); "
-            "not written"));
-      }
-      if (!out.empty()) {
-        std::ofstream f(out, std::ios::binary | std::ios::trunc);
-        if (!plan->SerializeToOstream(&f)) return Fail(Status::IoError("cannot write " + out));
-      }
-      if (!json.empty()) {
-        std::string text;
-        google::protobuf::util::JsonPrintOptions jo;
-        jo.add_whitespace = true;
-        jo.preserve_proto_field_names = true;
-        (void)google::protobuf::util::MessageToJsonString(*plan, &text, jo);
-        Status st = WriteFile(json, text);
-        if (!st.ok()) return Fail(st);
-      }
-      std::printf("plan for %s under %s on %s: %d actions, predicted peak %s\n", s->name().c_str(),
-                  FormatBytes(budget).c_str(), profile->name.c_str(), plan->actions_size(),
-                  FormatBytes(plan->predicted_peak_bytes()).c_str());
-      std::printf(
-          "replayed: iteration %.3f ms = compute %.3f ms + stall %.3f ms (%+.2f%%), "
-          "peak hbm %s, h2d %s, d2h %s\n",
-          check->time_us / 1000, check->compute_us / 1000, check->stall_us / 1000,
-          check->compute_us > 0 ? 100 * check->stall_us / check->compute_us : 0.0,
-          FormatBytes(check->peak_hbm).c_str(), FormatBytes(check->h2d_bytes).c_str(),
-          FormatBytes(check->d2h_bytes).c_str());
-      PrintRecomputes(*check);
-      if (check->stall_us > 0.01 * check->compute_us) {
-        std::cout << "where it stalls:\n" << StallCausesText(*check, "  ");
-      }
-      if (!lp_guided && check->stall_us > 0.01 * check->compute_us) {
-        // Where plans stall, the guided planner stalled 36% less in total on 21 corpus budgets
-        // (docs/benchmarks/planning.md, "A coarse LP guides as well"); it costs seconds, so it is
-        // asked.
-        std::printf("the plan stalls; --lp-guided may find one that stalls less (seconds more)\n");
-      }
-      return 0;
-    }
-    auto r = Replay(*s, lt, *profile,
-                    {.policy = *p,
-                     .hbm_budget = budget,
-                     .plan = plan ? &*plan : nullptr,
-                     .record_timeline = !trace.empty() || !svg.empty()});
-    if (!r.ok()) return Fail(r.status());
-    std::printf(
-        "%s, %s, budget %s: peak hbm %s, time %.3f ms (compute %.3f ms, stall %.3f ms, "
-        "lower bound %.3f ms), h2d %s, d2h %s, %llu actions\n",
-        s->name().c_str(), r->policy.c_str(), budget ? FormatBytes(budget).c_str() : "none",
-        FormatBytes(r->peak_hbm).c_str(), r->time_us / 1000, r->compute_us / 1000,
-        r->stall_us / 1000, r->stall_lower_bound_us / 1000, FormatBytes(r->h2d_bytes).c_str(),
-        FormatBytes(r->d2h_bytes).c_str(), static_cast<unsigned long long>(r->actions));
-    PrintRecomputes(*r);
-    if (r->stall_us > 0.01 * r->compute_us) {
-      std::cout << "where it stalls:\n" << StallCausesText(*r, "  ");
-    }
-    for (const auto& prob : r->problems) std::printf("  problem: %s\n", prob.c_str());
-    if (!json.empty()) {
-      Status st = WriteFile(json, ReportJson(*r, *s));
-      if (!st.ok()) return Fail(st);
-    }
-    if (!trace.empty()) {
-      Status st = WriteFile(trace, ChromeTraceJson(*r));
-      if (!st.ok()) return Fail(st);
-    }
-    if (!svg.empty()) {
-      // Beside the run: the schedule without offload, and under the other policy (planned
-      // beside reactive-lru, or reactive-lru beside planned), so the picture shows why a run
-      // is slower, not only that it kept the budget.
-      std::vector<ReplayReport> beside;
-      auto add = [&](Policy other, const schedule::Plan* other_plan) -> Status {
-        auto o = Replay(*s, lt, *profile,
-                        {.policy = other,
-                         .hbm_budget = other == Policy::kNone ? 0 : budget,
-                         .plan = other_plan,
-                         .record_timeline = true});
-        if (!o.ok()) return o.status();
-        beside.push_back(std::move(o).value());
-        return Status::Ok();
-      };
-      std::optional<schedule::Plan> other_plan;
-      if (*p != Policy::kNone) {
-        if (Status e = add(Policy::kNone, nullptr); !e.ok()) return Fail(e);
-        if (*p == Policy::kPlanned) {
-          if (Status e = add(Policy::kReactiveLru, nullptr); !e.ok()) return Fail(e);
-        } else {
-          auto built = BuildPlan(*s, lt, *profile, {.hbm_budget = budget});
-          if (built.ok()) {
-            other_plan = std::move(built).value();
-            if (Status e = add(Policy::kPlanned, &*other_plan); !e.ok()) return Fail(e);
-          }
-        }
-      }
-      std::vector<const ReplayReport*> others;
-      for (const auto& o : beside) others.push_back(&o);
-      Status st = WriteFile(svg, MemorySvg(*r, s->name() + " on " + profile->name, others));
-      if (!st.ok()) return Fail(st);
-    }
-    return r->breaches() == 0 ? 0 : 3;
+    plan_replay.out = out;
+    plan_replay.json = json;
+    plan_replay.max_overhead = max_overhead;
+    plan_replay.lp_windows_given = !vm["lp-windows"].defaulted();
+    return PlanOrReplay(cmd, args[1], *profile, plan_replay);
   }
   std::cerr << "tierpool: unknown command\n" << kUsage;
   return 2;

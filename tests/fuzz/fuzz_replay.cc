@@ -4,12 +4,12 @@
 #include "prefetch/simulator.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/quiet_logs.h"
-#include "tests/fuzz/replay_schedule.h"
+#include "tests/prefetch/random_schedule.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tierpool;
   fuzz::QuietLogs();
-  static const prefetch::Schedule s = fuzz::ReplayChain();
+  static const prefetch::Schedule s = prefetch::TrainingChain(6, 1 << 20, 50).s;
   static const prefetch::Lifetimes lt(s);
   static const prefetch::DeviceProfile d = prefetch::BuiltinProfile("h100").value();
   schedule::Plan plan;

@@ -15,8 +15,8 @@
 #include "store/etcd_wire.h"
 #include "store/membership.h"
 #include "store/snapshot.h"
-#include "tests/fuzz/replay_schedule.h"
 #include "tests/fuzz/store_harness.h"
+#include "tests/prefetch/random_schedule.h"
 #include "transport/framing.h"
 #include "transport/peer_auth.h"
 #include "transport/peer_wire.h"
@@ -241,14 +241,14 @@ void Schedules(const fs::path& dir) {
         R"("tensors":[{"id":0,"name":"w","sizeBytes":"64","defStep":-1,"useSteps":[1]}]})");
 }
 
-// Plans for the replay target's chain (replay_schedule.h): the planner's own at 75% of its
-// peak with recomputes, and the same with one recompute only.
+// Plans for the replay target's chain (random_schedule.h, TrainingChain of six layers): the
+// planner's own at 75% of its peak (recompute allowed), and a plan of one recompute.
 void Replays(const fs::path& dir) {
-  const prefetch::Schedule s = fuzz::ReplayChain();
-  const prefetch::Lifetimes lt(s);
+  const prefetch::Chain chain = prefetch::TrainingChain(6, 1 << 20, 50);
+  const prefetch::Lifetimes lt(chain.s);
   const auto d = prefetch::BuiltinProfile("h100").value();
   auto plan = prefetch::BuildPlan(
-      s, lt, d,
+      chain.s, lt, d,
       {.hbm_budget = static_cast<std::uint64_t>(0.75 * static_cast<double>(lt.peak_bytes())),
        .recompute_share = 0.5});
   std::string bytes;
@@ -257,10 +257,10 @@ void Replays(const fs::path& dir) {
     Write(dir, "planned", bytes);
   }
   schedule::Plan one;
-  one.set_schedule("chain");
+  one.set_schedule(chain.s.name());
   auto* r = one.add_recomputes();
-  r->set_tensor(4);  // x1, made again at the step before its first backward use
-  r->set_at_step(8);
+  r->set_tensor(chain.x(1));  // made again at the step before its first backward use
+  r->set_at_step(chain.backward(2) - 1);
   one.SerializeToString(&bytes);
   Write(dir, "one-recompute", bytes);
 }

@@ -104,6 +104,56 @@ inline Schedule TwoTensors(double step0_us = 100.0) {
   return s;
 }
 
+// A chain trained for one iteration: forward steps f0..f(k-1), each making activation x_i from
+// x_(i-1) and weight w_i, then backward steps b(k-1)..b0, b_i reading x_i and x_(i-1). The
+// loss step (the last forward one) also uses a workspace of `workspace` activations, so that a
+// step holding a recompute's copy and inputs stays within the schedule's step floor (the
+// recompute tests' schedule, and the replay fuzz target's).
+struct Chain {
+  Schedule s;
+  std::uint32_t k;
+  std::uint32_t x(std::uint32_t i) const { return 2 + 2 * i; }             // tensor ids
+  std::uint32_t backward(std::uint32_t i) const { return 2 * k - 1 - i; }  // b_i's step
+};
+
+inline Chain TrainingChain(std::uint32_t k, std::uint64_t bytes, double compute_us,
+                           int workspace = 6) {
+  Chain c{.k = k};
+  Schedule& s = c.s;
+  s.set_format_version(1);
+  s.set_name("chain");
+  for (std::uint32_t i = 0; i < 2 * k; ++i) {
+    auto* st = s.add_steps();
+    st->set_name(i < k ? "f" + std::to_string(i) : "b" + std::to_string(2 * k - 1 - i));
+    st->set_compute_us(compute_us);
+    st->set_kernel_us(compute_us);
+  }
+  auto add = [&](const std::string& name, std::uint64_t size, int def,
+                 std::vector<std::uint32_t> uses, schedule::TensorKind kind) {
+    std::sort(uses.begin(), uses.end());
+    uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
+    auto* t = s.add_tensors();
+    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
+    t->set_name(name);
+    t->set_size_bytes(size);
+    t->set_def_step(def);
+    t->set_kind(kind);
+    for (auto u : uses) t->add_use_steps(u);
+  };
+  add("input", bytes, -1, {0, c.backward(0)}, schedule::INPUT);  // id 0
+  add("workspace", workspace * bytes, static_cast<int>(k) - 2, {k - 1}, schedule::ACTIVATION);
+  for (std::uint32_t i = 0; i < k; ++i) {
+    std::vector<std::uint32_t> uses = {c.backward(i)};
+    if (i + 1 < k) {
+      uses.push_back(i + 1);
+      uses.push_back(c.backward(i + 1));
+    }
+    add("x" + std::to_string(i), bytes, static_cast<int>(i), uses, schedule::SAVED_ACTIVATION);
+    add("w" + std::to_string(i), bytes / 16, -1, {i, c.backward(i)}, schedule::WEIGHT);
+  }
+  return c;
+}
+
 // Appends a tensor of one dimension, `elements` long, of element_bytes each (bfloat16 when 2,
 // else float32), made by step `def` (-1: before the schedule starts).
 inline schedule::Tensor* AddShapedTensor(Schedule& s, const std::string& name,

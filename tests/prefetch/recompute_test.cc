@@ -11,57 +11,9 @@
 namespace tierpool::prefetch {
 namespace {
 
-// A chain trained for one iteration: forward steps f0..f(k-1), each making activation x_i from
-// x_(i-1) and weight w_i, then backward steps b(k-1)..b0, b_i reading x_i and x_(i-1). The
-// loss step (the last forward one) also uses a workspace of `workspace` activations, so that a
-// step holding a recompute's copy and inputs stays within the schedule's step floor.
-struct Chain {
-  Schedule s;
-  std::uint32_t k;
-  std::uint32_t x(std::uint32_t i) const { return 2 + 2 * i; }             // tensor ids
-  std::uint32_t backward(std::uint32_t i) const { return 2 * k - 1 - i; }  // b_i's step
-};
-
-Chain MakeChain(std::uint32_t k, std::uint64_t bytes, double compute_us, int workspace = 6) {
-  Chain c{.k = k};
-  Schedule& s = c.s;
-  s.set_format_version(1);
-  s.set_name("chain");
-  for (std::uint32_t i = 0; i < 2 * k; ++i) {
-    auto* st = s.add_steps();
-    st->set_name(i < k ? "f" + std::to_string(i) : "b" + std::to_string(2 * k - 1 - i));
-    st->set_compute_us(compute_us);
-    st->set_kernel_us(compute_us);
-  }
-  auto add = [&](const std::string& name, std::uint64_t size, int def,
-                 std::vector<std::uint32_t> uses, schedule::TensorKind kind) {
-    std::sort(uses.begin(), uses.end());
-    uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
-    auto* t = s.add_tensors();
-    t->set_id(static_cast<std::uint32_t>(s.tensors_size() - 1));
-    t->set_name(name);
-    t->set_size_bytes(size);
-    t->set_def_step(def);
-    t->set_kind(kind);
-    for (auto u : uses) t->add_use_steps(u);
-  };
-  add("input", bytes, -1, {0, c.backward(0)}, schedule::INPUT);  // id 0
-  add("workspace", workspace * bytes, static_cast<int>(k) - 2, {k - 1}, schedule::ACTIVATION);
-  for (std::uint32_t i = 0; i < k; ++i) {
-    std::vector<std::uint32_t> uses = {c.backward(i)};
-    if (i + 1 < k) {
-      uses.push_back(i + 1);
-      uses.push_back(c.backward(i + 1));
-    }
-    add("x" + std::to_string(i), bytes, static_cast<int>(i), uses, schedule::SAVED_ACTIVATION);
-    add("w" + std::to_string(i), bytes / 16, -1, {i, c.backward(i)}, schedule::WEIGHT);
-  }
-  return c;
-}
-
 // The chain of 8 with a temporary that step `reader` alone reads (made the step before).
 Chain WithTemporaryReadBy(std::uint32_t reader) {
-  Chain c = MakeChain(8, 1 << 20, 100);
+  Chain c = TrainingChain(8, 1 << 20, 100);
   auto* tmp = c.s.add_tensors();
   tmp->set_id(static_cast<std::uint32_t>(c.s.tensors_size() - 1));
   tmp->set_name("tmp");
@@ -82,7 +34,7 @@ google::protobuf::RepeatedPtrField<schedule::Recompute> One(std::uint32_t tensor
 }
 
 TEST(Recompute, TheCopyTakesTheUsesAfterTheGapAndItsStepTheDefiningCompute) {
-  const Chain c = MakeChain(8, 1 << 20, 100);
+  const Chain c = TrainingChain(8, 1 << 20, 100);
   ASSERT_TRUE(Validate(c.s).ok()) << Validate(c.s).ToString();
   const std::uint32_t x2 = c.x(2);
   const std::uint32_t at = c.backward(3) - 1;  // the step before x2's first backward use
@@ -121,7 +73,7 @@ TEST(Recompute, TheCopyTakesTheUsesAfterTheGapAndItsStepTheDefiningCompute) {
 }
 
 TEST(Recompute, RecomputesThatAreNotAllowedAreRefusedByName) {
-  const Chain c = MakeChain(8, 1 << 20, 100);
+  const Chain c = TrainingChain(8, 1 << 20, 100);
   const std::uint32_t x2 = c.x(2), at = c.backward(3) - 1;
   struct Case {
     std::uint32_t tensor, at;
@@ -159,7 +111,7 @@ TEST(Recompute, RecomputesThatAreNotAllowedAreRefusedByName) {
 }
 
 TEST(Recompute, CandidatesAddNoMemoryAndTheCheapestPerByteComeFirst) {
-  Chain c = MakeChain(8, 1 << 20, 100);
+  Chain c = TrainingChain(8, 1 << 20, 100);
   c.s.mutable_steps(4)->set_compute_us(10);  // x4 is ten times cheaper to make again
   const Lifetimes lt(c.s);
   auto cand = RecomputeCandidates(c.s, lt);
@@ -191,7 +143,7 @@ TEST(Recompute, CandidatesAddNoMemoryAndTheCheapestPerByteComeFirst) {
 // plan with recomputes replays faster, holds the budget, and breaks no invariant; with no share
 // allowed, the planner recomputes nothing.
 TEST(Recompute, PlansRecomputeWhereTheLinkCannotKeepUp) {
-  const Chain c = MakeChain(16, 55'000'000, 100);  // 1 ms each way per activation
+  const Chain c = TrainingChain(16, 55'000'000, 100);  // 1 ms each way per activation
   const Lifetimes lt(c.s);
   auto device = BuiltinProfile("h100");
   ASSERT_TRUE(device.ok());
@@ -218,7 +170,7 @@ TEST(Recompute, PlansRecomputeWhereTheLinkCannotKeepUp) {
 }
 
 TEST(Recompute, PlansWithBadRecomputesAreRefusedNotReplayed) {
-  const Chain c = MakeChain(8, 1 << 20, 100);
+  const Chain c = TrainingChain(8, 1 << 20, 100);
   const Lifetimes lt(c.s);
   auto device = BuiltinProfile("h100");
   ASSERT_TRUE(device.ok());
@@ -252,8 +204,8 @@ TEST(Recompute, InvariantsHoldOnRandomChainsWithRecomputes) {
   ASSERT_TRUE(device.ok());
   int recomputed = 0;
   for (int round = 0; round < 8; ++round) {
-    Chain c = MakeChain(6 + static_cast<std::uint32_t>(rng() % 20), (1 << 20) + rng() % (8 << 20),
-                        20 + static_cast<double>(rng() % 200));
+    Chain c = TrainingChain(6 + static_cast<std::uint32_t>(rng() % 20),
+                            (1 << 20) + rng() % (8 << 20), 20 + static_cast<double>(rng() % 200));
     for (int i = 0; i < c.s.steps_size(); ++i) {
       c.s.mutable_steps(i)->set_compute_us(5 + static_cast<double>(rng() % 300));
     }

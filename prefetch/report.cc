@@ -60,19 +60,13 @@ std::string StallCausesText(const ReplayReport& r, const std::string& lead) {
   std::string out;
   char buf[512];
   for (const auto& c : r.stall_causes) {
-    const bool in = c.why.find("prefetch") != std::string::npos ||
-                    c.why.find("fetch on demand") != std::string::npos;
-    const bool out_link =
-        c.why.find("evicting") != std::string::npos || c.why.find("offload") != std::string::npos;
     const std::string what =
         c.tensor.empty() ? "" : " for " + c.tensor + " (" + FormatBytes(c.bytes) + ")";
     const std::string why = c.why.starts_with("stall: ") ? c.why.substr(7) : c.why;
+    const std::string link = c.link.empty() ? "" : " on the " + c.link + " link";
     std::snprintf(buf, sizeof(buf), "%s%.3f ms waiting: %s%s%s, from step %u (%s)\n", lead.c_str(),
-                  c.us / 1000, why.c_str(), what.c_str(),
-                  in         ? " on the host->hbm link"
-                  : out_link ? " on the hbm->host link"
-                             : "",
-                  c.step, c.step_name.c_str());
+                  c.us / 1000, why.c_str(), what.c_str(), link.c_str(), c.step,
+                  c.step_name.c_str());
     out += buf;
   }
   return out;

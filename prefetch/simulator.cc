@@ -4,6 +4,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "common/units.h"
 #include "prefetch/recompute.h"
@@ -179,10 +180,23 @@ class Simulation {
     }
   }
 
+  // What a stall waits for (the timeline's name for it), and the link it waits on, if one.
+  struct Wait {
+    const char* why;
+    const char* link;
+  };
+  static constexpr Wait kRoom{"stall: room", ""};
+  static constexpr Wait kEvicting{"stall: evicting", "hbm->host"};
+  static constexpr Wait kRoomOffloading{"stall: room (offloads in flight)", "hbm->host"};
+  static constexpr Wait kPrefetchLate{"stall: prefetch late", "host->hbm"};
+  static constexpr Wait kOffloadOfNeeded{"stall: offload of a needed tensor", "hbm->host"};
+  static constexpr Wait kFetchOnDemand{"stall: fetch on demand", "host->hbm"};
+  static constexpr Wait kTransferOrder{"stall: transfer order", ""};
+
   // Advances to completions until pred holds; the wait is stall. False if nothing can change.
   // `tensor`: the one waited for, where there is one (the stall's cause is then named by it).
   template <typename Pred>
-  bool WaitUntil(Pred pred, const char* why = "stall", std::uint32_t tensor = kNoTensor) {
+  bool WaitUntil(Pred pred, const Wait& why, std::uint32_t tensor = kNoTensor) {
     double t0 = now_;
     while (!pred()) {
       double next = NextCompletion();
@@ -192,23 +206,23 @@ class Simulation {
     Stall(t0, why, tensor);
     return pred();
   }
-  void Stall(double t0, const char* why, std::uint32_t tensor = kNoTensor) {
+  void Stall(double t0, const Wait& why, std::uint32_t tensor) {
     if (now_ <= t0 || !measuring_) return;
     r_.stall_us += now_ - t0;
     if (o_.name_stall_causes) {
-      auto& cause = causes_[{why, tensor}];
+      auto& cause = causes_[{&why, tensor}];
       if (cause.us == 0) cause.step = step_;
       cause.us += now_ - t0;
     }
     if (o_.record_timeline)
-      r_.timeline.push_back({TimelineEvent::Kind::kStall, t0, now_ - t0, why});
+      r_.timeline.push_back({TimelineEvent::Kind::kStall, t0, now_ - t0, why.why});
   }
   static constexpr std::uint32_t kNoTensor = std::numeric_limits<std::uint32_t>::max();
   struct CauseTotal {
     double us = 0;
     std::uint32_t step = 0;  // where it first stalled
   };
-  std::map<std::pair<const char*, std::uint32_t>, CauseTotal> causes_;  // literals' addresses
+  std::map<std::pair<const Wait*, std::uint32_t>, CauseTotal> causes_;
   std::uint32_t step_ = 0;  // the step running (or about to)
 
   // The largest causes of the measured iteration's stall, into the report.
@@ -216,7 +230,8 @@ class Simulation {
     std::vector<StallCause> all;
     for (const auto& [key, total] : causes_) {
       StallCause c;
-      c.why = key.first;
+      c.why = key.first->why;
+      c.link = key.first->link;
       c.tensor = key.second == kNoTensor ? "" : name(key.second);
       if (key.second != kNoTensor) c.bytes = s_.tensors(static_cast<int>(key.second)).size_bytes();
       c.step = total.step;
@@ -224,7 +239,10 @@ class Simulation {
       c.us = total.us;
       all.push_back(std::move(c));
     }
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.us > b.us; });
+    // Largest first; ties in the order they began (the map's order is of addresses).
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+      return std::tie(b.us, a.step, a.why, a.tensor) < std::tie(a.us, b.step, b.why, b.tensor);
+    });
     if (all.size() > kStallCauses) all.resize(kStallCauses);
     r_.stall_causes = std::move(all);
   }
@@ -272,13 +290,13 @@ class Simulation {
           if (victim == n_ || last_access_[t] < last_access_[victim]) victim = t;
         }
         if (victim == n_) {
-          if (!WaitUntil([&] { return occupancy_ + bytes <= budget_; }, "stall: room")) return;
+          if (!WaitUntil([&] { return occupancy_ + bytes <= budget_; }, kRoom)) return;
           continue;
         }
         if (dirty_[victim]) {
           where_[victim] = Where::kOut;
           StartTransfer(victim, false);
-          WaitUntil([&] { return where_[victim] == Where::kHost; }, "stall: evicting", victim);
+          WaitUntil([&] { return where_[victim] == Where::kHost; }, kEvicting, victim);
         } else {
           ToHost(victim);
           if (measuring_) ++r_.actions;
@@ -288,7 +306,7 @@ class Simulation {
     }
     // The compute stream's need comes first: queued prefetches wait until it is met.
     reserved_ = bytes;
-    WaitUntil([&] { return occupancy_ + bytes <= budget_; }, "stall: room (offloads in flight)");
+    WaitUntil([&] { return occupancy_ + bytes <= budget_; }, kRoomOffloading);
     reserved_ = 0;
   }
 
@@ -361,14 +379,14 @@ class Simulation {
         Fetch(t, needs);
       }
       if (where_[t] == Where::kIn) {
-        WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: prefetch late", t);
+        WaitUntil([&] { return where_[t] != Where::kIn; }, kPrefetchLate, t);
       }
       if (where_[t] == Where::kOut) {
         if (o_.policy == Policy::kPlanned) {
           Problem(&r_.missing_at_use,
                   name(t) + " is being offloaded when step " + std::to_string(i) + " needs it");
         }
-        WaitUntil([&] { return where_[t] != Where::kOut; }, "stall: offload of a needed tensor", t);
+        WaitUntil([&] { return where_[t] != Where::kOut; }, kOffloadOfNeeded, t);
       }
       if (where_[t] == Where::kHost) {
         if (o_.policy == Policy::kPlanned) {
@@ -377,7 +395,7 @@ class Simulation {
                                           ") needs it");
         }
         Fetch(t, needs);
-        WaitUntil([&] { return where_[t] == Where::kHbm; }, "stall: fetch on demand", t);
+        WaitUntil([&] { return where_[t] == Where::kHbm; }, kFetchOnDemand, t);
       }
     }
     for (auto t : lt_.defined_at(i)) {
@@ -459,10 +477,10 @@ class Simulation {
         if (!Alive(t, a.kind() == schedule::FREE ? "free" : "offload", step)) return;
         Unqueue(t);  // a prefetch still waiting for room is simply not made
         if (where_[t] == Where::kIn) {
-          WaitUntil([&] { return where_[t] != Where::kIn; }, "stall: transfer order", t);
+          WaitUntil([&] { return where_[t] != Where::kIn; }, kTransferOrder, t);
         }
         if (stays_[t]) {  // its earlier copy-out is still running: transfers run in order
-          WaitUntil([&] { return !stays_[t]; }, "stall: transfer order", t);
+          WaitUntil([&] { return !stays_[t]; }, kTransferOrder, t);
         }
         if (where_[t] != Where::kHbm) return;  // already out: nothing to do
         if (dirty_[t]) {

@@ -34,6 +34,7 @@ struct TimelineEvent {
 struct StallCause {
   std::string why;
   std::string tensor;  // "" where the wait is for room, not one tensor
+  std::string link;    // "host->hbm", "hbm->host", or "" where the wait is on neither alone
   std::uint64_t bytes = 0;
   std::uint32_t step = 0;
   std::string step_name;

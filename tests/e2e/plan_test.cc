@@ -315,6 +315,21 @@ TEST(Plans, AFreeThatOvertakesTheReleaseOfItsViewStillFreesTheCopy) {
   EXPECT_EQ(st->jobs[0].counter("dropped_clean"), 1u);
 }
 
+std::string WriteSmallTraining(std::uint64_t act, std::uint64_t weight) {
+  const std::string schedule = ::testing::TempDir() + "/small-training-" + std::to_string(act) +
+                               "-" + std::to_string(weight) + ".pb";
+  std::ofstream f(schedule, std::ios::binary);
+  EXPECT_TRUE(SmallTraining(4, act, weight).SerializeToOstream(&f));
+  return schedule;
+}
+
+// A live replay's report says no get returned wrong bytes or failed and hbm kept the budget.
+void ExpectLiveChecksClean(const nlohmann::json& j, const std::string& out) {
+  EXPECT_EQ(j["checks"]["wrong_bytes"], 0) << out;
+  EXPECT_EQ(j["checks"]["failed_gets"], 0) << out;
+  EXPECT_EQ(j["checks"]["over_budget"], false) << out;
+}
+
 class LiveReplay : public ::testing::TestWithParam<const char*> {};
 
 // A parameter as a test or file name: every character but letters and digits as '_'.
@@ -344,9 +359,7 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   ASSERT_EQ(rc, 0) << out;
   std::ifstream f(report);
   auto j = nlohmann::json::parse(f);
-  EXPECT_EQ(j["checks"]["wrong_bytes"], 0) << out;
-  EXPECT_EQ(j["checks"]["failed_gets"], 0) << out;
-  EXPECT_EQ(j["checks"]["over_budget"], false) << out;
+  ExpectLiveChecksClean(j, out);
   EXPECT_GT(j["live"]["time_us"].get<double>(), 0);
   EXPECT_GT(j["simulated"]["time_us"].get<double>(), 0);
   EXPECT_GT(j["calibration"]["h2d_gbps"].get<double>(), 0);
@@ -369,11 +382,7 @@ TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
 // plan that moves it, on this schedule).
 TEST(LiveReplayChecks, APlanThatRecomputesRunsLiveEveryByteChecked) {
   const std::string dir = ::testing::TempDir();
-  const std::string schedule = dir + "/small-training-recompute.pb";
-  {
-    std::ofstream f(schedule, std::ios::binary);
-    ASSERT_TRUE(SmallTraining(4, 2 << 20, 512 << 10).SerializeToOstream(&f));
-  }
+  const std::string schedule = WriteSmallTraining(2 << 20, 512 << 10);
   const std::string cli = TIERPOOL_CLI_PATH;
   int rc = 0;
   std::string out = RunShell(cli + " plan " + schedule + " --device h100 --hbm 65% " +
@@ -391,19 +400,9 @@ TEST(LiveReplayChecks, APlanThatRecomputesRunsLiveEveryByteChecked) {
   auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j["executor"]["recomputed"], 1) << out;
   EXPECT_GT(j["executor"]["recompute_us"].get<double>(), 0) << out;
-  EXPECT_EQ(j["checks"]["wrong_bytes"], 0) << out;
-  EXPECT_EQ(j["checks"]["failed_gets"], 0) << out;
-  EXPECT_EQ(j["checks"]["over_budget"], false) << out;
+  ExpectLiveChecksClean(j, out);
   EXPECT_EQ(j["checks"]["uses_outside_hbm"], 0) << out;
   EXPECT_LE(j["live"]["h2d_bytes"].get<std::uint64_t>(), 4u << 20) << out;
-}
-
-std::string WriteSmallTraining(std::uint64_t act, std::uint64_t weight) {
-  const std::string schedule = ::testing::TempDir() + "/small-training-" + std::to_string(act) +
-                               "-" + std::to_string(weight) + ".pb";
-  std::ofstream f(schedule, std::ios::binary);
-  EXPECT_TRUE(SmallTraining(4, act, weight).SerializeToOstream(&f));
-  return schedule;
 }
 
 TEST(LiveReplayChecks, AServerThatCannotHoldTheRunIsRefusedFirstWithWhatToChange) {

@@ -198,9 +198,10 @@ Result<Schedule> ApplyRecomputes(const Schedule& s,
     for (auto u : after) made->add_use_steps(u);
     for (auto in : inputs) {
       auto* x = out.mutable_tensors(static_cast<int>(in))->mutable_use_steps();
-      auto pos = std::lower_bound(x->begin(), x->end(), at);
-      if (pos == x->end() || *pos != at) x->Add(at);
-      std::sort(x->begin(), x->end());
+      if (!std::binary_search(x->begin(), x->end(), at)) {
+        x->Add(at);
+        std::sort(x->begin(), x->end());
+      }
     }
     const schedule::Step& from = s.steps(static_cast<int>(producer));
     schedule::Step* to = out.mutable_steps(static_cast<int>(at));

@@ -315,9 +315,22 @@ TEST(Plans, AFreeThatOvertakesTheReleaseOfItsViewStillFreesTheCopy) {
   EXPECT_EQ(st->jobs[0].counter("dropped_clean"), 1u);
 }
 
+// A parameter as a test or file name: every character but letters and digits as '_'.
+std::string AsName(std::string s) {
+  for (auto& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return s;
+}
+
+// SmallTraining(4, act, weight) in a file of the running test's own: ctest runs these tests as
+// separate processes at once, and one that rewrote a file another read from failed that one
+// ("schedule format version 0", in a clean clone's CI run).
 std::string WriteSmallTraining(std::uint64_t act, std::uint64_t weight) {
-  const std::string schedule = ::testing::TempDir() + "/small-training-" + std::to_string(act) +
-                               "-" + std::to_string(weight) + ".pb";
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string schedule = ::testing::TempDir() + "/small-training-" +
+                               AsName(std::string(test->test_suite_name()) + "." + test->name()) +
+                               "-" + std::to_string(act) + "-" + std::to_string(weight) + ".pb";
   std::ofstream f(schedule, std::ios::binary);
   EXPECT_TRUE(SmallTraining(4, act, weight).SerializeToOstream(&f));
   return schedule;
@@ -332,21 +345,9 @@ void ExpectLiveChecksClean(const nlohmann::json& j, const std::string& out) {
 
 class LiveReplay : public ::testing::TestWithParam<const char*> {};
 
-// A parameter as a test or file name: every character but letters and digits as '_'.
-std::string AsName(std::string s) {
-  for (auto& c : s) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return s;
-}
-
 TEST_P(LiveReplay, SmallScheduleEveryByteChecked) {
   const std::string dir = ::testing::TempDir();
-  const std::string schedule = dir + "/small-training.pb";
-  {
-    std::ofstream f(schedule, std::ios::binary);
-    ASSERT_TRUE(SmallTraining(4, 2 << 20, 512 << 10).SerializeToOstream(&f));
-  }
+  const std::string schedule = WriteSmallTraining(2 << 20, 512 << 10);
   // A policy and the options after it ("planned --no-early-loads": the planner without its
   // added rounds, an option of the live replay's own).
   const std::string policy = GetParam();

@@ -8,6 +8,7 @@
 #include "common/no_wait_scope.h"
 #include "common/units.h"
 #include "prefetch/planner.h"
+#include "prefetch/recompute.h"
 
 namespace tierpool::prefetch {
 
@@ -82,8 +83,21 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
   if (spec.keys.empty()) {
     for (const auto& t : s.tensors()) spec.keys.push_back(t.name());
   }
+  TIERPOOL_RETURN_IF_ERROR(ValidatePlan(spec.plan, s));
+  // A plan that recomputes is for the schedule with its recomputes applied: the trainer makes
+  // each copy again at its step and puts it under its tensor's key with "@recompute" added, and
+  // the executor moves it like any other tensor the job puts.
+  if (!spec.plan.recomputes().empty()) {
+    auto rewritten = ApplyRecomputes(spec.schedule, spec.plan.recomputes());
+    if (!rewritten.ok()) return rewritten.status();
+    for (const auto& r : spec.plan.recomputes()) {
+      spec.keys.push_back(spec.keys[r.tensor()] + "@recompute");
+    }
+    spec.schedule = std::move(rewritten).value();
+  }
+  const auto tensors_planned = static_cast<std::uint32_t>(spec.schedule.tensors_size());
   auto job = std::make_unique<Job>();
-  for (std::uint32_t t = 0; t < tensors; ++t) {
+  for (std::uint32_t t = 0; t < tensors_planned; ++t) {
     if (spec.keys[t].empty()) {
       return Status::InvalidArgument("tensor " + std::to_string(t) + " has an empty key");
     }
@@ -98,14 +112,6 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
     return Status::InvalidArgument("an hbm budget of " + FormatBytes(budget) +
                                    " is above the hbm tier's " + FormatBytes(hbm_capacity_) +
                                    ": start tierpoold with a larger --hbm, or ask for less");
-  }
-  TIERPOOL_RETURN_IF_ERROR(ValidatePlan(spec.plan, s));
-  // A recompute is the trainer's to carry out (it makes the tensor again; the executor only
-  // moves what is put), and its copy is a tensor the job's keys do not name.
-  if (!spec.plan.recomputes().empty()) {
-    return Status::InvalidArgument(
-        "the plan recomputes " + std::to_string(spec.plan.recomputes_size()) +
-        " activations, which the executor cannot carry out: plan this job without --recompute");
   }
   auto lt = std::make_unique<Lifetimes>(spec.schedule);
   // A budget below what one step holds at once would miss that step's uses every iteration.

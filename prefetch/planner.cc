@@ -273,7 +273,8 @@ Result<Candidate> PlanMoves(const Schedule& s, const Lifetimes& lt, const Device
 // save; between the two the replay decides.)
 void TryRecomputes(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                    const PlannerConfig& config, Candidate* best) {
-  const auto candidates = RecomputeCandidates(s, lt);
+  // A recompute's step may touch up to the budget: the rewritten schedule's floor stays within it.
+  const auto candidates = RecomputeCandidates(s, lt, 1 << 20, config.hbm_budget);
   if (candidates.empty()) return;
   const double cap = config.recompute_share * ComputeUs(s);
   PlannerConfig moves_only = config;
@@ -287,7 +288,7 @@ void TryRecomputes(const Schedule& s, const Lifetimes& lt, const DeviceProfile& 
   auto plan_parts = [&](const std::vector<double>& parts) {
     std::vector<std::pair<double, std::future<Result<Candidate>>>> runs;
     for (double part : parts) {
-      auto set = ChooseRecomputes(s, lt, candidates, part * cap);
+      auto set = ChooseRecomputes(s, lt, candidates, part * cap, config.hbm_budget);
       if (set.empty() ||
           std::find(tried_sizes.begin(), tried_sizes.end(), set.size()) != tried_sizes.end()) {
         continue;

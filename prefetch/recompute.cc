@@ -13,6 +13,25 @@ bool RecomputableKind(schedule::TensorKind k) {
   return k == schedule::ACTIVATION || k == schedule::SAVED_ACTIVATION;
 }
 
+// What a recompute of `t` reads: its recipe's inputs, else its defining step's.
+std::vector<std::uint32_t> MadeFrom(const Schedule& s, const Lifetimes& lt, std::uint32_t t) {
+  const auto& x = s.tensors(static_cast<int>(t));
+  if (x.has_recipe()) return {x.recipe().inputs().begin(), x.recipe().inputs().end()};
+  return lt.used_at(static_cast<std::uint32_t>(x.def_step()));
+}
+
+// What a recompute of `t` costs: its recipe's compute, else its defining step's.
+double MakeUs(const Schedule& s, const schedule::Tensor& t) {
+  if (t.has_recipe()) return t.recipe().compute_us();
+  return s.steps(t.def_step()).compute_us();
+}
+
+// Whether `t` may be recomputed at all in `s`: a schedule whose steps do not list what their
+// ops read recomputes only tensors that carry their recipe.
+bool MayRecompute(const Schedule& s, const schedule::Tensor& t) {
+  return RecomputableKind(t.kind()) && (t.has_recipe() || !s.recipes_only());
+}
+
 // Steps that update some tensor in place (an optimizer's): running one again is not pure.
 std::vector<bool> UpdatingSteps(const Schedule& s) {
   std::vector<bool> out(static_cast<std::size_t>(s.steps_size()), false);
@@ -39,7 +58,7 @@ bool TouchedAt(const Lifetimes& lt, std::uint32_t t, std::uint32_t step) {
 // its defining step that `at` does not touch already.
 std::uint64_t AddedAt(const Schedule& s, const Lifetimes& lt, std::uint32_t t, std::uint32_t at) {
   std::uint64_t b = s.tensors(static_cast<int>(t)).size_bytes();
-  for (auto in : lt.used_at(static_cast<std::uint32_t>(lt.def(t)))) {
+  for (auto in : MadeFrom(s, lt, t)) {
     if (!TouchedAt(lt, in, at)) b += s.tensors(static_cast<int>(in)).size_bytes();
   }
   return b;
@@ -52,14 +71,16 @@ bool HasUseFrom(const schedule::Tensor& t, std::uint32_t step) {
 }  // namespace
 
 std::vector<RecomputeCandidate> RecomputeCandidates(const Schedule& s, const Lifetimes& lt,
-                                                    std::uint64_t min_bytes) {
+                                                    std::uint64_t min_bytes,
+                                                    std::uint64_t step_bytes) {
+  const std::uint64_t cap = std::max(step_bytes, lt.step_floor_bytes());
   const std::vector<double> start = ComputeStarts(s);
   const std::vector<bool> updating = UpdatingSteps(s);
   std::vector<RecomputeCandidate> out;
   for (int i = 0; i < s.tensors_size(); ++i) {
     const auto& t = s.tensors(i);
     const auto id = static_cast<std::uint32_t>(i);
-    if (!RecomputableKind(t.kind()) || t.def_step() < 0 || t.update_steps_size() > 0 ||
+    if (!MayRecompute(s, t) || t.def_step() < 0 || t.update_steps_size() > 0 ||
         t.size_bytes() < min_bytes || t.use_steps().empty() ||
         updating[static_cast<std::size_t>(t.def_step())]) {
       continue;
@@ -80,10 +101,9 @@ std::vector<RecomputeCandidate> RecomputeCandidates(const Schedule& s, const Lif
       prev = u;
     }
     if (at == 0) continue;
-    // Every input of the defining step in hbm at `at` anyway.
-    const auto producer = static_cast<std::uint32_t>(t.def_step());
+    // Every input in hbm at `at` anyway.
     bool inputs_live = true;
-    for (auto in : lt.used_at(producer)) {
+    for (auto in : MadeFrom(s, lt, id)) {
       if (!lt.persistent(in) &&
           !(lt.def(in) < static_cast<int>(at) && lt.NextUse(in, at) != kNoUse)) {
         inputs_live = false;
@@ -91,11 +111,11 @@ std::vector<RecomputeCandidate> RecomputeCandidates(const Schedule& s, const Lif
       }
     }
     if (!inputs_live) continue;
-    if (TouchedBytes(s, lt, at) + AddedAt(s, lt, id, at) > lt.step_floor_bytes()) continue;
+    if (TouchedBytes(s, lt, at) + AddedAt(s, lt, id, at) > cap) continue;
     RecomputeCandidate c;
     c.tensor = id;
     c.at_step = at;
-    c.cost_us = s.steps(static_cast<int>(producer)).compute_us();
+    c.cost_us = MakeUs(s, t);
     c.bytes = t.size_bytes();
     c.freed_byte_us = static_cast<double>(t.size_bytes()) * std::max(gap, 0.0);
     if (c.freed_byte_us <= 0) continue;
@@ -111,7 +131,8 @@ std::vector<RecomputeCandidate> RecomputeCandidates(const Schedule& s, const Lif
 
 std::vector<schedule::Recompute> ChooseRecomputes(const Schedule& s, const Lifetimes& lt,
                                                   const std::vector<RecomputeCandidate>& c,
-                                                  double cost_cap_us) {
+                                                  double cost_cap_us, std::uint64_t step_bytes) {
+  const std::uint64_t cap = std::max(step_bytes, lt.step_floor_bytes());
   std::vector<schedule::Recompute> out;
   std::unordered_set<std::uint32_t> chosen, inputs;
   std::vector<std::uint64_t> added(static_cast<std::size_t>(s.steps_size()), 0);
@@ -119,10 +140,10 @@ std::vector<schedule::Recompute> ChooseRecomputes(const Schedule& s, const Lifet
   for (const auto& k : c) {
     if (cost + k.cost_us > cost_cap_us) continue;
     if (inputs.count(k.tensor) > 0) continue;
-    const auto& in = lt.used_at(static_cast<std::uint32_t>(lt.def(k.tensor)));
+    const auto in = MadeFrom(s, lt, k.tensor);
     if (std::any_of(in.begin(), in.end(), [&](auto t) { return chosen.count(t) > 0; })) continue;
     const std::uint64_t more = AddedAt(s, lt, k.tensor, k.at_step);
-    if (TouchedBytes(s, lt, k.at_step) + added[k.at_step] + more > lt.step_floor_bytes()) continue;
+    if (TouchedBytes(s, lt, k.at_step) + added[k.at_step] + more > cap) continue;
     added[k.at_step] += more;
     cost += k.cost_us;
     chosen.insert(k.tensor);
@@ -160,6 +181,9 @@ Result<Schedule> ApplyRecomputes(const Schedule& s,
     if (at >= steps) return bad("the schedule has " + std::to_string(steps) + " steps");
     const schedule::Tensor& t = s.tensors(static_cast<int>(id));
     if (!RecomputableKind(t.kind())) return bad("only activations are recomputed");
+    if (!MayRecompute(s, t))
+      return bad(
+          "the tensor has no recipe, and the schedule's steps do not list what their ops read");
     if (t.def_step() < 0 || t.update_steps_size() > 0) {
       return bad("the tensor is persistent or updated in place");
     }
@@ -173,7 +197,11 @@ Result<Schedule> ApplyRecomputes(const Schedule& s,
     }
     // The inputs as they stand at `at` (a copy made before it stands for its tensor).
     std::vector<std::uint32_t> inputs;
-    for (auto in : used_at[producer]) {
+    const std::vector<std::uint32_t> made_from =
+        t.has_recipe()
+            ? std::vector<std::uint32_t>(t.recipe().inputs().begin(), t.recipe().inputs().end())
+            : used_at[producer];
+    for (auto in : made_from) {
       const std::uint32_t now =
           copy[in] >= 0 && copy_at[in] < at ? static_cast<std::uint32_t>(copy[in]) : in;
       const schedule::Tensor& x = out.tensors(static_cast<int>(now));
@@ -203,12 +231,19 @@ Result<Schedule> ApplyRecomputes(const Schedule& s,
         std::sort(x->begin(), x->end());
       }
     }
-    const schedule::Step& from = s.steps(static_cast<int>(producer));
     schedule::Step* to = out.mutable_steps(static_cast<int>(at));
-    to->set_compute_us(to->compute_us() + from.compute_us());
-    to->set_kernel_us(to->kernel_us() + from.kernel_us());
-    to->set_flops(to->flops() + from.flops());
-    to->set_bytes_touched(to->bytes_touched() + from.bytes_touched());
+    if (t.has_recipe()) {
+      // The op alone: its time, on the step's clock (its kernels too, where they are split).
+      const double us = t.recipe().compute_us();
+      to->set_compute_us(to->compute_us() + us);
+      if (to->kernel_us() > 0) to->set_kernel_us(to->kernel_us() + us);
+    } else {
+      const schedule::Step& from = s.steps(static_cast<int>(producer));
+      to->set_compute_us(to->compute_us() + from.compute_us());
+      to->set_kernel_us(to->kernel_us() + from.kernel_us());
+      to->set_flops(to->flops() + from.flops());
+      to->set_bytes_touched(to->bytes_touched() + from.bytes_touched());
+    }
     copy[id] = copy_id;
     copy_at[id] = at;
   }
@@ -229,8 +264,8 @@ double RecomputeUs(const Schedule& s, const schedule::Plan& plan) {
   double us = 0;
   for (const auto& r : plan.recomputes()) {
     if (r.tensor() >= static_cast<std::uint32_t>(s.tensors_size())) continue;
-    const int def = s.tensors(static_cast<int>(r.tensor())).def_step();
-    if (def >= 0 && def < s.steps_size()) us += s.steps(def).compute_us();
+    const auto& t = s.tensors(static_cast<int>(r.tensor()));
+    if (t.def_step() >= 0 && t.def_step() < s.steps_size()) us += MakeUs(s, t);
   }
   return us;
 }

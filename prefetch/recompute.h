@@ -7,11 +7,13 @@
 // A recompute is a rewrite of the schedule: the tensor T keeps its uses before the gap; a new
 // tensor T' (T's size and kind, named "T@recompute") is defined at `at_step`, the step before
 // the use after the gap, and takes T's uses after it; `at_step` gains the defining step's
-// compute (its time, kernels, flops and bytes) and uses that step's inputs. Everything that
-// reads a schedule (the planner, the simulator, the LP, the live replay) then accounts for the
-// recompute by reading the rewritten one. A recompute is allowed only where it adds no memory:
-// each input of the defining step is in hbm at `at_step` anyway (it is persistent, or defined
-// before and used at or after it), and the step's bytes stay within the schedule's step floor.
+// compute (its time, kernels, flops and bytes) and uses that step's inputs; where T carries a
+// recipe (the op that made it, when its defining step is not that op: a recorded trainer's),
+// the recipe's inputs and compute instead. Everything that reads a schedule (the planner, the
+// simulator, the LP, the live replay) then accounts for the recompute by reading the rewritten
+// one. A recompute is allowed only where it keeps no input longer: each input is in hbm at
+// `at_step` anyway (it is persistent, or defined before and used at or after it), and the
+// step's bytes stay within the plan's budget (or the schedule's step floor, if that is more).
 //
 // Plain functions on values: no state, no locking. docs/schedules.md ("Recompute") has the
 // format.
@@ -35,16 +37,19 @@ struct RecomputeCandidate {
 };
 
 // Every activation of `s` that may be recomputed across the longest gap between its uses, most
-// bytes freed per microsecond of compute first. Tensors of at most `min_bytes` are left out.
+// bytes freed per microsecond of compute first. Tensors of at most `min_bytes` are left out, and
+// recomputes that would make their step touch more than `step_bytes` or the schedule's step
+// floor, whichever is more (a planner passes its budget: the plan stays feasible).
 std::vector<RecomputeCandidate> RecomputeCandidates(const Schedule& s, const Lifetimes& lt,
-                                                    std::uint64_t min_bytes = 1 << 20);
+                                                    std::uint64_t min_bytes = 1 << 20,
+                                                    std::uint64_t step_bytes = 0);
 
 // The greedy choice of candidates (in their order) whose costs add up to at most `cost_cap_us`,
 // none of them an input of another's defining step (so that no recompute stretches the life of
 // another's input): the recomputes for a plan.
 std::vector<schedule::Recompute> ChooseRecomputes(const Schedule& s, const Lifetimes& lt,
                                                   const std::vector<RecomputeCandidate>& c,
-                                                  double cost_cap_us);
+                                                  double cost_cap_us, std::uint64_t step_bytes = 0);
 
 // `s` with the recomputes applied in order (the file's header says how). INVALID_ARGUMENT,
 // naming the recompute, for one that is not allowed: an unknown tensor, one that is not an

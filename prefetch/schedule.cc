@@ -24,6 +24,26 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+// A recipe reads other tensors that exist when the tensor is defined, and costs a sane time.
+Status ValidateRecipe(const Schedule& s, const schedule::Tensor& t, const std::string& who) {
+  const auto& r = t.recipe();
+  if (!(r.compute_us() >= 0) || r.compute_us() > 1e12) {
+    return Status::InvalidArgument(who + ": its recipe has a negative or absurd compute time");
+  }
+  if (r.inputs_size() > 64) return Status::InvalidArgument(who + ": its recipe reads too much");
+  for (auto in : r.inputs()) {
+    if (in >= static_cast<std::uint32_t>(s.tensors_size()) || in == t.id()) {
+      return Status::InvalidArgument(who + ": its recipe reads tensor " + std::to_string(in) +
+                                     ", not another tensor of the schedule");
+    }
+    const int def = s.tensors(static_cast<int>(in)).def_step();
+    if (t.def_step() < 0 || def > t.def_step()) {
+      return Status::InvalidArgument(who + ": its recipe reads tensor " + std::to_string(in) +
+                                     ", which is defined after it");
+    }
+  }
+  return Status::Ok();
+}
 }  // namespace
 
 Status Validate(const Schedule& s) {
@@ -81,6 +101,7 @@ Status Validate(const Schedule& s) {
     for (auto u : t.update_steps()) {
       if (u >= n) return Status::InvalidArgument(who + " is updated outside the schedule");
     }
+    if (t.has_recipe()) TIERPOOL_RETURN_IF_ERROR(ValidateRecipe(s, t, who));
   }
   return Status::Ok();
 }

@@ -506,6 +506,28 @@ TEST_F(ExecutorTest, NextIterationIssuesWhatTheLastOneLeft) {
   EXPECT_FALSE(exec_.Progress(job, kOwner, 0, 3).ok());  // backwards
 }
 
+// A plan that recomputes runs on the schedule with its recomputes applied: the copy the trainer
+// puts again has its tensor's key with "@recompute" added, and the plan's actions move it.
+TEST_F(ExecutorTest, APlanThatRecomputesMovesTheCopyUnderItsOwnKey) {
+  JobSpec spec;
+  spec.ns = "job";
+  spec.schedule = SixSteps();
+  spec.schedule.mutable_tensors(0)->set_kind(schedule::SAVED_ACTIVATION);
+  auto* r = spec.plan.add_recomputes();
+  r->set_tensor(0);  // a: defined at 0, used at 2 and 5; made again at 3 for its use at 5
+  r->set_at_step(3);
+  *spec.plan.add_actions() = Act(schedule::OFFLOAD, 3, 3, true);  // the copy, tensor 3
+  spec.keys = {"k/a", "k/b", "k/c"};
+  spec.hbm_budget = 10'000;
+  auto job = exec_.Register(std::move(spec), kOwner);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(exec_.Covers("job", "k/a@recompute"));
+  control_.objs["k/a@recompute"] = {1000, true, false, false};
+  ASSERT_TRUE(exec_.Progress(*job, kOwner, 0, 4).ok());
+  ASSERT_EQ(control_.log.size(), 1u);
+  EXPECT_EQ(control_.log[0], "O:k/a@recompute");
+}
+
 TEST_F(ExecutorTest, RegistrationChecksEverything) {
   auto bad = [&](std::function<void(JobSpec&)> edit) {
     JobSpec spec;
@@ -530,13 +552,16 @@ TEST_F(ExecutorTest, RegistrationChecksEverything) {
             }).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](JobSpec& s) { s.hbm_budget = 2 << 20; }).code(), StatusCode::kInvalidArgument);
-  // A plan that recomputes: its actions may name the copy, which the job has no key for.
+  // A recompute that is not allowed (tensor a is no activation): refused, named.
   const Status recomputes = bad([](JobSpec& s) {
-    s.plan.add_recomputes()->set_tensor(0);
+    auto* r = s.plan.add_recomputes();
+    r->set_tensor(0);
+    r->set_at_step(3);
     *s.plan.add_actions() = Act(schedule::FREE, 3, 2);
   });
   EXPECT_EQ(recomputes.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(recomputes.message().find("without --recompute"), std::string::npos);
+  EXPECT_NE(recomputes.message().find("only activations"), std::string::npos)
+      << recomputes.message();
   EXPECT_EQ(bad([](JobSpec& s) { s.keys = {"k1", "k2"}; }).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](JobSpec& s) { s.keys = {"k", "k", "z"}; }).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](JobSpec& s) { s.schedule.mutable_tensors(0)->set_def_step(40); }).code(),

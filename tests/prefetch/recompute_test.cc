@@ -227,3 +227,53 @@ TEST(Recompute, InvariantsHoldOnRandomChainsWithRecomputes) {
 
 }  // namespace
 }  // namespace tierpool::prefetch
+
+namespace tierpool::prefetch {
+namespace {
+
+// A trainer's recorded steps do not list what their ops read: there a tensor is recomputed from
+// its recipe (the op that made it: its inputs and its time), and only a tensor that has one.
+TEST(Recompute, ARecipeSaysWhatTheOpReadsAndWhatItCosts) {
+  Chain c = TrainingChain(8, 1 << 20, 100);
+  c.s.set_recipes_only(true);
+  const std::uint32_t x2 = c.x(2), at = c.backward(3) - 1;
+  auto* recipe = c.s.mutable_tensors(static_cast<int>(x2))->mutable_recipe();
+  recipe->add_inputs(c.x(1));
+  recipe->set_compute_us(7);
+  ASSERT_TRUE(Validate(c.s).ok()) << Validate(c.s).ToString();
+  const Lifetimes lt(c.s);
+  auto cand = RecomputeCandidates(c.s, lt);
+  ASSERT_EQ(cand.size(), 1u);
+  EXPECT_EQ(cand[0].tensor, x2);
+  EXPECT_DOUBLE_EQ(cand[0].cost_us, 7);
+  auto r = ApplyRecomputes(c.s, One(x2, at));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto uses = [&](std::uint32_t t) {
+    const auto& u = r->tensors(static_cast<int>(t)).use_steps();
+    return std::find(u.begin(), u.end(), at) != u.end();
+  };
+  EXPECT_TRUE(uses(c.x(1)));       // the recipe's input
+  EXPECT_FALSE(uses(c.x(2) + 1));  // w2, which the defining step reads, is not
+  EXPECT_DOUBLE_EQ(r->steps(static_cast<int>(at)).compute_us(), 107);
+  schedule::Plan plan;
+  *plan.mutable_recomputes() = One(x2, at);
+  EXPECT_DOUBLE_EQ(RecomputeUs(c.s, plan), 7);
+  // A tensor without one is refused by name.
+  auto none = ApplyRecomputes(c.s, One(c.x(3), c.backward(4) - 1));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no recipe"), std::string::npos)
+      << none.status().ToString();
+  // A recipe from outside is checked: it reads tensors of the schedule defined by then.
+  Schedule later = c.s;
+  later.mutable_tensors(static_cast<int>(x2))->mutable_recipe()->add_inputs(c.x(5));
+  EXPECT_NE(Validate(later).message().find("defined after it"), std::string::npos);
+  Schedule self = c.s;
+  self.mutable_tensors(static_cast<int>(x2))->mutable_recipe()->add_inputs(x2);
+  EXPECT_NE(Validate(self).message().find("not another tensor"), std::string::npos);
+  Schedule negative = c.s;
+  negative.mutable_tensors(static_cast<int>(x2))->mutable_recipe()->set_compute_us(-1);
+  EXPECT_NE(Validate(negative).message().find("absurd compute"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tierpool::prefetch

@@ -10,6 +10,10 @@ run's median in the same invocation.
 
     PYTHONPATH=build/ci/python /usr/bin/python3 benchmarks/python_offload_bench.py \\
         --tierpoold build/ci/store/tierpoold --tool build/ci/client/tierpool --json out.json
+
+``--device PROFILE`` plans for that link instead of the one measured through the server (a
+slow one makes moving every saved activation stall), and ``--recompute SHARE`` lets the plan
+recompute saved activations for up to that share of the compute (docs/python.md, "Recompute").
 """
 
 import argparse
@@ -49,14 +53,15 @@ def start(tierpoold, dram, hbm):
     raise RuntimeError("tierpoold did not start")
 
 
-def run(sock, case, budget, steps):
+def run(sock, case, budget, steps, **options):
     """Trains; returns (losses, step times, the closed job or None)."""
     model = case.build()
     opt = case.optimizer(model.parameters())
     torch.manual_seed(1)
     losses, times = [], []
     with tierpool.Client(sock, "bench-%s-%s" % (case.name, budget)) as c:
-        job = tt.offload(model, opt, c, budget=budget, at_least_floor=True) if budget else None
+        job = (tt.offload(model, opt, c, budget=budget, at_least_floor=True, **options)
+               if budget else None)
         for i in range(steps):
             t0 = time.perf_counter()
             x, y = case.batch(i)
@@ -79,8 +84,13 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--budgets", default="80%,60%,40%")
     ap.add_argument("--models", default="mlp,resnet18,encoder,tied")
+    ap.add_argument("--device", help="a device profile to plan for (default: the measured link)")
+    ap.add_argument("--recompute", default="0", help="share of the compute recompute may add")
     ap.add_argument("--json")
     a = ap.parse_args()
+    options = {"recompute": a.recompute}
+    if a.device:
+        options["device"] = a.device
     os.environ["TIERPOOL_TOOL"] = a.tool
     torch.backends.mkldnn.enabled = False  # the bit-identical check needs PyTorch's kernels
     proc, sock = start(a.tierpoold, "6G", "3G")
@@ -93,7 +103,7 @@ def main():
             plain = statistics.median(ref_times[1:])
             print("%-9s plain: %.3f s a step" % (case.name, plain), flush=True)
             for budget in a.budgets.split(","):
-                losses, times, job = run(sock, case, budget, a.steps)
+                losses, times, job = run(sock, case, budget, a.steps, **options)
                 step = statistics.median(times[1:])
                 reports = job.reports
                 row = {
@@ -110,25 +120,29 @@ def main():
                     "hits": reports[-1].hits, "late": reports[-1].late,
                     "misses": reports[-1].misses, "late_wait_us": reports[-1].late_wait_us,
                     "identical": losses == ref_losses,
+                    "recomputes": len(job.plan_doc.get("recomputes", [])),
+                    "recomputed": reports[-1].recomputed,
                     "plan_stall_ms": job.plan_summary.strip().splitlines()[-1],
                 }
                 rows.append(row)
                 print("%-9s %4s: kept %3.0f%% (floor %3.0f%%), working set %6.1f MiB of %6.1f "
                       "(%.2fx), step %.3f s = %.3fx plain, %.1f%% actions carried out, "
-                      "%.1f/%.1f MiB in/out, %d late, %d misses, identical %s"
+                      "%.1f/%.1f MiB in/out, %d late, %d misses, %d recomputed, identical %s"
                       % (case.name, budget, 100 * job.budget / job.no_offload_peak,
                          100 * job.floor[0] / job.no_offload_peak, row["working_set"] / 2**20,
                          job.budget / 2**20, row["working_set"] / job.budget, step,
                          row["ratio"], 100 * row["carried_out"], row["link_in"] / 2**20,
                          row["link_out"] / 2**20, row["late"], row["misses"],
-                         row["identical"]), flush=True)
+                         row["recomputed"], row["identical"]), flush=True)
+                print("          plan: %s" % " / ".join(
+                    line.strip() for line in job.plan_summary.strip().splitlines()[:3]))
     finally:
         proc.terminate()
         proc.wait()
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "scale": a.scale, "rows": rows}, f,
-                      indent=1)
+            json.dump({"date": time.strftime("%Y-%m-%d"), "scale": a.scale,
+                       "device": a.device, "recompute": a.recompute, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,39 @@ def test_the_plan_is_carried_out_within_the_budget(server, name, budget):
         assert r.working_set <= job.budget + slack, r
 
 
+@pytest.mark.parametrize("name", ["mlp", "tied"])
+def test_a_plan_that_recomputes_trains_to_the_bit(server, name, tmp_path):
+    """On a link too slow to move every saved activation in time, the plan makes some again in
+    backward (a GELU's output from its input, a layer norm's from its input and weights): they
+    are never stored when saved, are made at the plan's step, and training is plain training
+    to the bit."""
+    profile = tmp_path / "slow-link.json"
+    profile.write_text(json.dumps({"base": "h100", "name": "slow-link", "h2d_gbps": 0.02,
+                                   "d2h_gbps": 0.02, "link_latency_us": 10}))
+    got = train(server, CASES[name], "60%", "recompute-" + name, device=str(profile),
+                recompute="50%")
+    check_identical(plain(server, name), got)
+    job, left = got[2], got[3]
+    assert left == 0
+    planned = job.plan_doc.get("recomputes", [])
+    assert planned, job.plan_summary
+    assert "recomputes" in job.plan_summary
+    for r in job.reports:
+        print("%s, recomputing %d: %s" % (name, len(planned), r))
+        assert r.recomputed == len(planned), r
+        assert r.recomputed_late == 0 and not r.diverged, r
+        assert r.skipped_absent == 0 and r.failed == 0 and r.unplanned == 0, r
+
+
+def test_recompute_takes_a_share_of_the_compute(server):
+    case = CASES["mlp"]
+    model = case.build()
+    with tierpool.Client(server, "recompute-bad") as c:
+        for bad in ("150%", -0.1, "x", True):
+            with pytest.raises(tierpool.InvalidArgument, match="recompute"):
+                tt.offload(model, case.optimizer(model.parameters()), c, recompute=bad)
+
+
 @pytest.fixture
 def own_server():
     """A server of the test's own: the link counters compared are the whole server's, and the
@@ -326,6 +359,53 @@ def test_a_step_that_leaves_the_recorded_one_is_still_exact(server):
     job = got[2]
     assert job.reports[1].diverged and "event" in job.reports[1].diverged
     assert not job.reports[0].diverged and not job.reports[2].diverged
+    assert got[3] == 0
+
+
+class GeluSwitch(torch.nn.Module):
+    """GELUs whose outputs a plan on a slow link recomputes, and a layer run only when
+    ``extra`` is set, after every saved tensor: the step leaves the recorded one before any
+    recompute's step."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(256, 1024)
+        self.b = torch.nn.Linear(1024, 1024)
+        self.c = torch.nn.Linear(1024, 256)
+        self.d = torch.nn.Linear(256, 256)
+        self.extra = False
+
+    def forward(self, x):
+        h = self.c(torch.nn.functional.gelu(self.b(torch.nn.functional.gelu(self.a(x)))))
+        return h + self.d(h) if self.extra else h
+
+
+def test_a_step_that_leaves_the_recorded_one_recomputes_as_backward_reads(server, tmp_path):
+    def batch(i):
+        g = offload_models._gen(i)
+        return torch.randn(1024, 256, generator=g), torch.randint(0, 256, (1024,), generator=g)
+
+    case = offload_models.Case("gelu-switch", GeluSwitch, batch,
+                               lambda p: torch.optim.SGD(p, lr=0.1))
+
+    def flip(model, step):
+        model.extra = step == 1  # the third step runs the extra layer
+
+    profile = tmp_path / "slow-link.json"
+    profile.write_text(json.dumps({"base": "h100", "name": "slow-link", "h2d_gbps": 0.02,
+                                   "d2h_gbps": 0.02, "link_latency_us": 10}))
+    ref = train(server, case, None, "gelu-switch-plain", between=flip)
+    got = train(server, case, "70%", "gelu-switch", between=flip, device=str(profile),
+                recompute="50%")
+    check_identical(ref, got)
+    job = got[2]
+    planned = len(job.plan_doc.get("recomputes", []))
+    assert planned >= 1, job.plan_summary
+    left = job.reports[1]
+    assert left.diverged and left.recomputed == 0 and left.recomputed_late == planned, left
+    for r in (job.reports[0], job.reports[2]):
+        assert not r.diverged and r.recomputed == planned and r.recomputed_late == 0, r
     assert got[3] == 0
 
 

@@ -78,6 +78,8 @@ class StepReport:
     bytes_out: int
     link_in: int
     link_out: int
+    recomputed: int
+    recomputed_late: int
     reads_below_hbm: int
     unplanned: int
     diverged: str
@@ -107,4 +109,5 @@ def offload(model: torch.nn.Module, optimizer: torch.optim.Optimizer, client: Cl
             budget: Union[str, float, int] = ..., *, device: Optional[str] = ...,
             min_bytes: int = ..., prefix: Optional[str] = ..., name: Optional[str] = ...,
             keep_objects: bool = ..., at_least_floor: bool = ..., workdir: Optional[str] = ...,
-            on_step: Optional[Any] = ...) -> OffloadJob: ...
+            on_step: Optional[Any] = ...,
+            recompute: Union[str, float] = ...) -> OffloadJob: ...

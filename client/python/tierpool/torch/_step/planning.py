@@ -73,9 +73,10 @@ def write_profile(path, h2d_gbps, d2h_gbps, latency_us):
                    "d2h_gbps": d2h_gbps, "link_latency_us": latency_us}, f)
 
 
-def plan(tool, workdir, schedule, hbm_budget, device):
+def plan(tool, workdir, schedule, hbm_budget, device, recompute=0):
     """Writes the schedule, plans it under ``hbm_budget`` bytes on ``device`` (a profile name or
-    file) and returns (schedule .pb bytes, plan .pb bytes, the plan as JSON, what the tool
+    file), recomputing activations for at most ``recompute`` of the compute where moving them
+    stalls, and returns (schedule .pb bytes, plan .pb bytes, the plan as JSON, what the tool
     printed)."""
     sched_json = os.path.join(workdir, "schedule.json")
     sched_pb = os.path.join(workdir, "schedule.pb")
@@ -84,8 +85,9 @@ def plan(tool, workdir, schedule, hbm_budget, device):
     with open(sched_json, "w") as f:
         json.dump(schedule, f)
     run_tool(tool, "schedule", "convert", sched_json, "-o", sched_pb)
+    more = ["--recompute", repr(float(recompute))] if recompute else []
     out = run_tool(tool, "plan", sched_pb, "--device", device, "--hbm", str(int(hbm_budget)),
-                   "-o", plan_pb, "--json", plan_json)
+                   "-o", plan_pb, "--json", plan_json, *more)
     with open(sched_pb, "rb") as f:
         sched_bytes = f.read()
     with open(plan_pb, "rb") as f:

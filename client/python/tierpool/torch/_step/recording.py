@@ -78,6 +78,7 @@ class Recording:
         self.grad_tensor = {}  # param index -> tensor id
         self.state_tensor = {}  # (param index, state name) -> tensor id
         self.module_params = collections.defaultdict(set)  # module index -> params it reads
+        self.recipes = {}  # pack sequence number -> the recipe that can make it again
         self.t_end = None
 
     def _tensor(self, key, kind, nbytes, dtype, shape, def_step):
@@ -254,6 +255,32 @@ class Layout:
         self.update_step = {ev[1]: step_of[k] for k, ev in enumerate(self.events)
                             if ev[0] == "update"}
         self._use_steps = sorted({u for t in self.tensors for u in t.uses})
+        self.recipes = rec.recipes
+        self.recomputed = {}  # pack sequence number -> (the step it is made at, its copy's key)
+        self.recomputes_at = collections.defaultdict(list)  # step -> pack sequence numbers
+
+    def set_recomputes(self, recomputes):
+        """The plan's recomputes (schedule.proto's ``Recompute``: tensor, at_step)."""
+        seq_of = {p.tensor: seq for seq, p in enumerate(self.packs) if p.tensor is not None}
+        for r in recomputes:
+            tid, at = int(r.get("tensor", 0)), int(r.get("at_step", 0))
+            seq = seq_of.get(tid)
+            if seq is None or seq not in self.recipes:
+                raise ValueError("the plan recomputes tensor %d, which has no recipe" % tid)
+            self.recomputed[seq] = (at, self.tensors[tid].key + "@recompute")
+            self.recomputes_at[at].append(seq)
+
+    def read_key(self, seq, step):
+        """The key backward reads pack ``seq`` from at ``step``: its copy's once it is made."""
+        made = self.recomputed.get(seq)
+        if made is not None and step > made[0]:
+            return made[1]
+        return self.key(self.packs[seq].tensor)
+
+    def used_before(self, seq, step):
+        """Whether a step before ``step`` reads pack ``seq`` (after the one that saves it)."""
+        t = self.tensors[self.packs[seq].tensor]
+        return any(u < step for u in t.uses)
 
     def key(self, tid):
         return self.tensors[tid].key
@@ -261,8 +288,10 @@ class Layout:
     def held(self, kind=None):
         return [t for t in self.tensors if t.kind != WORKSPACE and (kind is None or t.kind == kind)]
 
-    def schedule(self):
-        """The schedule in protobuf's JSON mapping (repeating: a training loop)."""
+    def schedule(self, recipes=False):
+        """The schedule in protobuf's JSON mapping (repeating: a training loop); with
+        ``recipes``, the recipe of each saved activation that has one, and only those may be
+        recomputed."""
         steps = []
         for s, (label, phase, seconds) in enumerate(self.steps):
             touched = sum(extent_bytes(self.tensors[t].nbytes) for t in self._touched(s))
@@ -278,8 +307,14 @@ class Layout:
             if t.updates:
                 d["update_steps"] = t.updates
             tensors.append(d)
+        if recipes:
+            for seq, r in self.recipes.items():
+                inputs = [self.packs[i].tensor for i in r.saved_inputs()]
+                inputs += [self.param_tensor[i] for i in r.param_inputs()]
+                tensors[self.packs[seq].tensor]["recipe"] = {
+                    "inputs": sorted(set(inputs)), "compute_us": max(r.seconds, 0.0) * 1e6}
         return {"format_version": 1, "name": self.name, "source": "tierpool.torch.offload",
-                "repeats": True, "steps": steps, "tensors": tensors}
+                "repeats": True, "steps": steps, "tensors": tensors, "recipes_only": recipes}
 
     def _touched(self, s):
         if not hasattr(self, "_touch"):

@@ -49,6 +49,8 @@ class StepReport:
     bytes_out: int = 0
     link_in: int = 0
     link_out: int = 0
+    recomputed: int = 0  # saved activations the plan recomputes, made again at their step
+    recomputed_late: int = 0  # ... made when backward read them (the step had diverged)
     reads_below_hbm: int = 0  # views the server gave from dram (copied into the trainer)
     unplanned: int = 0  # tensors stored under keys the plan does not name
     diverged: str = ""  # where the step left the recorded one, if it did
@@ -83,6 +85,9 @@ class StepReport:
                                         self.misses, _mib(self.bytes_in), _mib(self.bytes_out),
                                         _mib(self.link_in), _mib(self.link_out)),
         ]
+        if self.recomputed or self.recomputed_late:
+            lines.append("  recomputed %d saved activations at their steps, %d when read"
+                         % (self.recomputed, self.recomputed_late))
         if self.reads_below_hbm or self.unplanned or self.diverged:
             lines.append("  %d reads from below hbm, %d unplanned tensors%s"
                          % (self.reads_below_hbm, self.unplanned,

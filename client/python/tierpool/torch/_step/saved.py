@@ -23,7 +23,10 @@ class _Ref:
 class SavedActivation(_Ref):
     """An activation in tierpool (``key``), or, while the first step is recorded, in memory."""
 
-    __slots__ = ("key", "dtype", "shape", "restore", "nbytes", "tensor", "last", "original")
+    # remake: where the plan recomputes it, its recipe (recipes.Remake); key is None until it is
+    # stored or made.
+    __slots__ = ("key", "dtype", "shape", "restore", "nbytes", "tensor", "last", "original",
+                 "remake")
 
     def __del__(self):
         job = self.job
@@ -47,12 +50,14 @@ class SavedTensors:
         self._saved_of = {}  # id(tensor) -> (weakref to it, its version, weakref to its ref)
         self._owner = {}  # key -> the SavedActivation that stored it last (weak)
         self.garbage = []  # keys autograd has let go, deleted at the next step
+        self.by_seq = {}  # pack sequence number -> weak ref to its SavedActivation, this iteration
         # While the first step is recorded: bytes of saved activations held for backward alone
         # (the tensor the model made is gone, as it will be once a copy is in tierpool).
         self.held_bytes = 0
 
     def new_iteration(self):
         self.seq = 0
+        self.by_seq.clear()
 
     # ---- pack ----
 
@@ -70,15 +75,16 @@ class SavedTensors:
                 return ref
         stored, restore = views.dense(t)
         ref = SavedActivation()
-        ref.job, ref.unpacked, ref.last, ref.original = job, False, None, None
+        ref.job, ref.unpacked, ref.last, ref.original, ref.remake = job, False, None, None, None
         ref.seq = self.seq
         self.seq += 1
         ref.dtype, ref.shape, ref.restore = t.dtype, tuple(stored.shape), restore
         ref.nbytes = views.nbytes(stored)
-        ref.key, ref.tensor = job.store_activation(ref, stored)
+        self.by_seq[ref.seq] = weakref.ref(ref)
+        ref.key, ref.tensor = job.store_activation(ref, stored, t)
         if ref.key is not None:
             self._owner[ref.key] = weakref.ref(ref)
-        else:
+        elif ref.tensor is not None:
             # Recording: the tensor is kept as it is (no copy), and counts as held once the one
             # the model made is gone; until then it is the trainer's, as it is when the plan
             # runs (the copy in tierpool beside it).
@@ -136,6 +142,7 @@ class SavedTensors:
             if ref.original() is None:
                 self.held_bytes -= ref.nbytes
             ref.original = None  # no callback from here on
+        ref.remake = None
         key = ref.key
         if key is not None:
             owner = self._owner.get(key)
@@ -143,6 +150,18 @@ class SavedTensors:
                 del self._owner[key]
                 self.garbage.append(key)
         self.job.held_changed()
+
+    def rekey(self, ref, key):
+        """``ref`` is read from ``key`` from now on (its copy made again): its old key, if it
+        had one, is let go."""
+        old = ref.key
+        if old is not None:
+            owner = self._owner.get(old)
+            if owner is not None and owner() is ref:
+                del self._owner[old]
+                self.garbage.append(old)
+        ref.key = key
+        self._owner[key] = weakref.ref(ref)
 
     def take_garbage(self):
         keys, self.garbage = self.garbage, []

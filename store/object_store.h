@@ -215,6 +215,9 @@ struct StoreStats {
   // when the last reader let go; cancelled: kept instead, read or prefetched again first.
   std::uint64_t drops_after_unpin = 0;
   std::uint64_t drops_cancelled = 0;
+  // Waits for room within a plan's budget that ran out of time: what was leaving hbm did not
+  // leave (its readers held it: a job off its plan holding its own reads, say).
+  std::uint64_t plan_room_timeouts = 0;
   // Copies moved aside within their tier to open a window for an extent the free bytes allowed
   // but no free extent held (compaction), and their bytes.
   std::uint64_t relocations = 0;

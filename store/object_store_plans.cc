@@ -22,7 +22,10 @@ bool ObjectStore::WithinPlanBudgetLocked(StoreLock& lock, const std::string& ns,
       RefuseWait();
       return false;
     }
-    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+    if (moved_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      ++counters_.plan_room_timeouts;
+      break;
+    }
   }
   auto plan = planned_ns_.find(ns);
   return plan == planned_ns_.end() || ns_bytes() + want <= plan->second;

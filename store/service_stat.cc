@@ -111,6 +111,7 @@ void StoreService::Stat(wire::StatReply* reply) {
   add("clean_drops", s.clean_drops);
   add("drops_after_unpin", s.drops_after_unpin);
   add("drops_cancelled", s.drops_cancelled);
+  add("plan_room_timeouts", s.plan_room_timeouts);
   add("relocations", s.relocations);
   add("relocated_bytes", s.relocated_bytes);
   add("quarantined", s.quarantined);

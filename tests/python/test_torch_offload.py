@@ -395,10 +395,18 @@ def test_a_step_that_leaves_the_recorded_one_recomputes_as_backward_reads(server
     profile = tmp_path / "slow-link.json"
     profile.write_text(json.dumps({"base": "h100", "name": "slow-link", "h2d_gbps": 0.02,
                                    "d2h_gbps": 0.02, "link_latency_us": 10}))
+    def room_timeouts():
+        with tierpool.Client(server, "stat") as c:
+            return c.stat()["counters"].get("plan_room_timeouts", 0)
+
     ref = train(server, case, None, "gelu-switch-plain", between=flip)
+    before = room_timeouts()
     got = train(server, case, "70%", "gelu-switch", between=flip, device=str(profile),
                 recompute="50%")
     check_identical(ref, got)
+    # Off its plan, the step asked hbm for nothing: no read waited out the server's room wait
+    # on copies its own reads held (41 s of a 1.5 s step, before).
+    assert room_timeouts() == before
     job = got[2]
     planned = len(job.plan_doc.get("recomputes", []))
     assert planned >= 1, job.plan_summary

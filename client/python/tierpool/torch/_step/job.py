@@ -542,7 +542,7 @@ class OffloadJob:
             if key not in keys:
                 keys.append(key)
                 metas.append(meta)
-        found = self.client.views(keys, tier="hbm", strict=False)
+        found = self.client.views(keys, tier=self.step_tier(), strict=False)
         for key, mv, (dtype, shape) in zip(keys, found, metas):
             if not isinstance(mv, Exception):
                 self._reads[key] = self._tensor_of(mv, dtype, shape)
@@ -551,7 +551,15 @@ class OffloadJob:
         """Tensors over the hbm copies of ``keys`` (one round trip); where the server could give
         only a copy below hbm, a copy of it in the trainer's memory (counted)."""
         return [self._tensor_of(mv, dtype, shape)
-                for mv, (dtype, shape) in zip(self.client.views(keys, tier="hbm"), metas)]
+                for mv, (dtype, shape) in zip(self.client.views(keys, tier=self.step_tier()),
+                                              metas)]
+
+    def step_tier(self):
+        """Where a step's reads and writes ask for their copies: hbm while the step follows the
+        plan. A step that left it asks for none: the executor no longer frees room as it goes,
+        and much of the budget may be the job's own pinned reads, which a wait for room in hbm
+        would wait on until it timed out (seconds per read)."""
+        return None if self._diverged else "hbm"
 
     def _tensor_of(self, mv, dtype, shape):
         if views.in_hbm(mv):

@@ -125,7 +125,7 @@ class Updates:
                 dtype, shape = metas[j]
                 r = job.client.reserve(key, views.nbytes(old[j]),
                                        kind="weight" if j == 0 else "optimizer_state",
-                                       tier="hbm", dtype=views.dtype_name(dtype),
+                                       tier=job.step_tier(), dtype=views.dtype_name(dtype),
                                        shape=list(shape))
                 rooms.append(r)
                 t = views.over_room(r, dtype, shape)

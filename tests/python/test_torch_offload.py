@@ -136,6 +136,10 @@ def test_recompute_takes_a_share_of_the_compute(server):
         for bad in ("150%", -0.1, "x", True):
             with pytest.raises(tierpool.InvalidArgument, match="recompute"):
                 tt.offload(model, case.optimizer(model.parameters()), c, recompute=bad)
+        for good, share in (("5%", 0.05), ("0.05", 0.05), (0.05, 0.05), (0, 0.0)):
+            job = tt.offload(model, case.optimizer(model.parameters()), c, recompute=good)
+            assert job.recompute == pytest.approx(share)
+            job.close()
 
 
 @pytest.fixture

@@ -39,8 +39,12 @@ _jobs = itertools.count()
 
 def _parse_share(share):
     """``recompute``: a share of the step's compute, "5%" or 0.05 (0: recompute nothing)."""
-    if isinstance(share, str) and share.strip().endswith("%"):
-        f = float(share.strip()[:-1]) / 100
+    if isinstance(share, str):
+        text = share.strip()
+        try:
+            f = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            f = -1
     elif isinstance(share, (int, float)) and not isinstance(share, bool):
         f = float(share)
     else:
@@ -358,20 +362,20 @@ class OffloadJob:
         if i is None:
             return None
         p = self.params.held[i].param
+        # Its tierpool copy is dense: a recompute reads it so, as the op read it.
         same = (t.data_ptr() == p.data_ptr() and tuple(t.shape) == tuple(p.shape) and
-                tuple(t.stride()) == tuple(p.stride()))
+                tuple(t.stride()) == tuple(p.stride()) and p.is_contiguous())
         return i if same else None
 
     def _model_tensors(self):
-        """{identity: name} of the model's parameters the job does not hold, and its buffers:
-        a recipe reads them by name."""
+        """{identity: name} of the model's parameters the job does not hold (a norm's small
+        weight): a recipe reads them by name. Not buffers: forward may change those in place
+        (running statistics) after an op read them."""
         held = {id(h.param) for h in self.params.held}
         out = {}
-        for name, b in self.model.named_buffers():
-            out.setdefault(recipes.identity(b), ("buffer", name))
         for name, p in self.model.named_parameters():
             if id(p) not in held:
-                out.setdefault(recipes.identity(p), ("parameter", name))
+                out.setdefault(recipes.identity(p), name)
         return out
 
     def module_now(self):
@@ -424,7 +428,9 @@ class OffloadJob:
             if r is None or r.key is None or r.remake is not None:
                 return None
             inputs[seq] = r
-        return recipes.Remake(recipe, inputs, copy_key, at)
+        versions = {name: self.model.get_parameter(name)._version
+                    for name in recipe.model_inputs()}
+        return recipes.Remake(recipe, inputs, versions, copy_key, at)
 
     def _run_recipe(self, ref):
         """The tensor ``ref`` saved, made again from its inputs' copies."""
@@ -441,9 +447,13 @@ class OffloadJob:
                 return t if tuple(t.shape) == shape else t.view(shape)
             if kind == recipes.PARAM:
                 return self.read_param(what)
-            where, name = what
-            return (self.model.get_buffer(name) if where == "buffer"
-                    else self.model.get_parameter(name)).detach()
+            p = self.model.get_parameter(what)
+            if p._version != rm.versions[what]:
+                # Its bytes as the op read them are gone: no recompute gives them back.
+                raise _errors.FailedPrecondition(
+                    "parameter %s changed in place between saved tensor %d's forward and its "
+                    "recompute; offload this job without recompute" % (what, ref.seq), 5)
+            return p.detach()
 
         stored, _ = views.dense(rm.recipe.run(value_of))
         if tuple(stored.shape) != ref.shape or stored.dtype != ref.dtype:

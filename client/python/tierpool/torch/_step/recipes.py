@@ -4,7 +4,7 @@ While the first step's forward is recorded, every op is seen (job.py's dispatch 
 that is pure, deterministic and cheap (``OPS``: elementwise ops, activations, layer norm,
 softmax) leaves a recipe for its outputs, kept until another op writes there. When autograd
 saves such an output, the recipe holds if everything the op read is a parameter the job holds,
-another tensor of the model (a small parameter or a buffer, read by name), or a saved activation
+another parameter of the model (a norm's small weight, read by name), or a saved activation
 stored before; the schedule then carries it (schedule.proto's ``Recipe``: those inputs and the
 op's measured time) and the planner may recompute the tensor instead of moving it.
 
@@ -61,7 +61,7 @@ class _Bytes:
 
 class Recipe:
     """An op and what it read: each leaf of its arguments a constant, a held parameter (index),
-    a tensor of the model (name) or a saved activation ((pack sequence number, the shape the op
+    a parameter of the model the job does not hold (name) or a saved activation ((pack sequence number, the shape the op
     read it in)); ``shape``: the shape autograd saved its output in."""
 
     __slots__ = ("func", "spec", "leaves", "out", "seconds", "shape")
@@ -75,6 +75,9 @@ class Recipe:
 
     def param_inputs(self):
         return [v for k, v in self.leaves if k == PARAM]
+
+    def model_inputs(self):
+        return [v for k, v in self.leaves if k == MODEL]
 
     def run(self, value_of):
         """The op again, on the tensors ``value_of(kind, what)`` gives; no autograd."""
@@ -95,7 +98,7 @@ class Producers:
 
     def __init__(self, param_at, model_tensors):
         """``param_at(tensor)``: the held parameter the tensor is (index), or None;
-        ``model_tensors``: {identity: name} of the model's other parameters and buffers."""
+        ``model_tensors``: {identity: name} of the model's other parameters."""
         self._param_at = param_at
         self._model = model_tensors
         self._made = {}  # address -> _Seen
@@ -165,8 +168,9 @@ class Remake:
     """A saved activation the plan recomputes, on its way in a planned step: its recipe, the
     refs of the saved activations it reads (kept alive until it is made), and its copy's key."""
 
-    __slots__ = ("recipe", "inputs", "copy_key", "at_step", "made")
+    __slots__ = ("recipe", "inputs", "versions", "copy_key", "at_step", "made")
 
-    def __init__(self, recipe, inputs, copy_key, at_step):
-        self.recipe, self.inputs, self.copy_key, self.at_step = recipe, inputs, copy_key, at_step
-        self.made = False
+    def __init__(self, recipe, inputs, versions, copy_key, at_step):
+        """``versions``: each model parameter it reads (name) and its version when saved."""
+        self.recipe, self.inputs, self.versions = recipe, inputs, versions
+        self.copy_key, self.at_step, self.made = copy_key, at_step, False

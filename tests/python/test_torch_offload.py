@@ -93,6 +93,7 @@ def test_the_plan_is_carried_out_within_the_budget(server, name, budget):
     check_identical(plain(server, name), got)
     job, left = got[2], got[3]
     assert left == 0
+    assert not os.path.exists(job.workdir)  # the job's own, gone with it
     assert len(job.reports) == STEPS - 1  # the first step is recorded, then planned
     slack = 0.05 * job.no_offload_peak
     for r in job.reports:
@@ -155,8 +156,11 @@ def own_server():
 @pytest.mark.parametrize("name", list(CASES))
 def test_bytes_per_link_match_the_live_replay(own_server, name, tmp_path):
     server = own_server
-    got = train(server, CASES[name], "60%", "live-" + name)
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    got = train(server, CASES[name], "60%", "live-" + name, workdir=str(workdir))
     job = got[2]
+    assert os.path.exists(os.path.join(job.workdir, "plan.pb"))  # the caller's: kept
     tool = os.environ["TIERPOOL_TOOL"]
 
     def replay(attempt):

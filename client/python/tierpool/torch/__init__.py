@@ -46,7 +46,8 @@ def offload(model, optimizer, client, budget="60%", **options):
     link measured through the server), ``min_bytes`` (64 KiB), ``prefix`` (of the job's keys),
     ``name``, ``keep_objects`` (leave the objects when the plan ends), ``at_least_floor``
     (raise a budget below the step's floor to it instead of refusing), ``workdir`` (where the
-    schedule and plan are written), ``on_step`` (called with each ``StepReport``),
+    schedule and plan are written and kept; default: a temporary directory removed by
+    ``close()``), ``on_step`` (called with each ``StepReport``),
     ``recompute`` (a share of the step's compute, "5%" or 0.05: where moving saved activations
     would stall, the plan may make cheap ones again in backward instead, from their inputs'
     copies, with the same bytes; default 0)."""

@@ -15,6 +15,7 @@ autograd runs backward on the caller's thread).
 import gc
 import itertools
 import os
+import shutil
 import tempfile
 import time
 
@@ -27,7 +28,7 @@ from .. import _device
 from . import memory, planning, recipes, views
 from .grads import Gradients
 from .params import HeldParam, Params
-from .recording import BACKWARD, FORWARD, Recording, extent_bytes
+from .recording import BACKWARD, FORWARD, Recording
 from .report import StepReport
 from .saved import SavedTensors
 from .state import StateDicts
@@ -121,6 +122,8 @@ class OffloadJob:
         self.name = name or type(model).__name__
         self.keep_objects = keep_objects
         self.at_least_floor = at_least_floor
+        # A directory of the job's own goes when the job closes; one the caller gave stays.
+        self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="tierpool-offload-")
         self.on_step = on_step
         self.recompute = _parse_share(recompute)
@@ -787,6 +790,8 @@ class OffloadJob:
         if self.plan is not None:
             self.plan.unregister()
             self.plan = None
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         self.mode = CLOSED
 
     def __enter__(self):

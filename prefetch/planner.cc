@@ -274,7 +274,7 @@ Result<Candidate> PlanMoves(const Schedule& s, const Lifetimes& lt, const Device
 void TryRecomputes(const Schedule& s, const Lifetimes& lt, const DeviceProfile& d,
                    const PlannerConfig& config, Candidate* best) {
   // A recompute's step may touch up to the budget: the rewritten schedule's floor stays within it.
-  const auto candidates = RecomputeCandidates(s, lt, 1 << 20, config.hbm_budget);
+  const auto candidates = RecomputeCandidates(s, lt, kRecomputeMinBytes, config.hbm_budget);
   if (candidates.empty()) return;
   const double cap = config.recompute_share * ComputeUs(s);
   PlannerConfig moves_only = config;

@@ -13,11 +13,17 @@ bool RecomputableKind(schedule::TensorKind k) {
   return k == schedule::ACTIVATION || k == schedule::SAVED_ACTIVATION;
 }
 
-// What a recompute of `t` reads: its recipe's inputs, else its defining step's.
+// What a recompute of `t` reads: its recipe's inputs, else its defining step's
+// (`defining_step_inputs`).
+std::vector<std::uint32_t> MadeFrom(const schedule::Tensor& t,
+                                    const std::vector<std::uint32_t>& defining_step_inputs) {
+  if (t.has_recipe()) return {t.recipe().inputs().begin(), t.recipe().inputs().end()};
+  return defining_step_inputs;
+}
+
 std::vector<std::uint32_t> MadeFrom(const Schedule& s, const Lifetimes& lt, std::uint32_t t) {
   const auto& x = s.tensors(static_cast<int>(t));
-  if (x.has_recipe()) return {x.recipe().inputs().begin(), x.recipe().inputs().end()};
-  return lt.used_at(static_cast<std::uint32_t>(x.def_step()));
+  return MadeFrom(x, lt.used_at(static_cast<std::uint32_t>(x.def_step())));
 }
 
 // What a recompute of `t` costs: its recipe's compute, else its defining step's.
@@ -197,11 +203,7 @@ Result<Schedule> ApplyRecomputes(const Schedule& s,
     }
     // The inputs as they stand at `at` (a copy made before it stands for its tensor).
     std::vector<std::uint32_t> inputs;
-    const std::vector<std::uint32_t> made_from =
-        t.has_recipe()
-            ? std::vector<std::uint32_t>(t.recipe().inputs().begin(), t.recipe().inputs().end())
-            : used_at[producer];
-    for (auto in : made_from) {
+    for (auto in : MadeFrom(t, used_at[producer])) {
       const std::uint32_t now =
           copy[in] >= 0 && copy_at[in] < at ? static_cast<std::uint32_t>(copy[in]) : in;
       const schedule::Tensor& x = out.tensors(static_cast<int>(now));

@@ -27,6 +27,9 @@
 
 namespace tierpool::prefetch {
 
+// Activations smaller than this are not worth a recompute's bookkeeping.
+inline constexpr std::uint64_t kRecomputeMinBytes = 1 << 20;
+
 // One tensor a plan may recompute, and what it would cost and free.
 struct RecomputeCandidate {
   std::uint32_t tensor = 0;
@@ -41,7 +44,7 @@ struct RecomputeCandidate {
 // recomputes that would make their step touch more than `step_bytes` or the schedule's step
 // floor, whichever is more (a planner passes its budget: the plan stays feasible).
 std::vector<RecomputeCandidate> RecomputeCandidates(const Schedule& s, const Lifetimes& lt,
-                                                    std::uint64_t min_bytes = 1 << 20,
+                                                    std::uint64_t min_bytes = kRecomputeMinBytes,
                                                     std::uint64_t step_bytes = 0);
 
 // The greedy choice of candidates (in their order) whose costs add up to at most `cost_cap_us`,

@@ -25,10 +25,11 @@ from torch.utils._pytree import tree_flatten
 
 from ... import _errors
 from .. import _device
-from . import memory, planning, recipes, views
+from . import memory, planning, views
 from .grads import Gradients
 from .params import HeldParam, Params
 from .recording import BACKWARD, FORWARD, Recording
+from .remakes import Remakes, parse_share
 from .report import StepReport
 from .saved import SavedTensors
 from .state import StateDicts
@@ -36,24 +37,6 @@ from .updates import Updates
 
 WAITING, RECORDING, PLANNED, CLOSED = "waiting", "recording", "planned", "closed"
 _jobs = itertools.count()
-
-
-def _parse_share(share):
-    """``recompute``: a share of the step's compute, "5%" or 0.05 (0: recompute nothing)."""
-    if isinstance(share, str):
-        text = share.strip()
-        try:
-            f = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-        except ValueError:
-            f = -1
-    elif isinstance(share, (int, float)) and not isinstance(share, bool):
-        f = float(share)
-    else:
-        f = -1
-    if not 0 <= f <= 1:
-        raise _errors.InvalidArgument("recompute %r: a share of the step's compute in [0, 1] "
-                                      "(\"5%%\" or 0.05)" % (share,), 1)
-    return f
 
 
 def _parse_budget(budget):
@@ -91,8 +74,9 @@ class _ParamReads(TorchDispatchMode):
                 i = self.job.param_at(a.data_ptr(), self.starts, self.spans)
                 if i is not None:
                     self.job.rec.use_param(i, self.job.module_now())
-        if self.job.producers is not None:
-            return self.job.producers.run(func, args, kwargs or {})
+        producers = self.job.remakes.producers
+        if producers is not None:
+            return producers.run(func, args, kwargs or {})
         return func(*args, **(kwargs or {}))
 
 
@@ -126,8 +110,7 @@ class OffloadJob:
         self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="tierpool-offload-")
         self.on_step = on_step
-        self.recompute = _parse_share(recompute)
-        self.producers = None  # while recording, where the job may recompute
+        self.recompute = parse_share(recompute)
 
         held = []
         for pname, p in model.named_parameters():  # shared parameters once
@@ -135,6 +118,7 @@ class OffloadJob:
                 held.append(HeldParam(len(held), pname, p, "%s/w/%s" % (self.prefix, pname)))
         self.params = Params(self, held)
         self.saved = SavedTensors(self, self.min_bytes)
+        self.remakes = Remakes(self, self.recompute)
         self.grads = Gradients(self, held)
         self.modules = list(model.modules())
         self._module_index = {id(m): i for i, m in enumerate(self.modules)}
@@ -180,7 +164,7 @@ class OffloadJob:
         self._grads.clear()
         self._t0 = None
         self._outside_iter = 0
-        self._remade = self._remade_late = 0
+        self.remakes.new_iteration()
         self.saved.new_iteration()
 
     # ---- what collaborators ask ----
@@ -316,7 +300,7 @@ class OffloadJob:
             self.params.materialize(keep)
         if phase == BACKWARD:
             self._fetch_reads(s)
-        self._remake_at(s)
+        self.remakes.make_at(s)
 
     def _diverge(self, why):
         """The step left the recorded one: its tensors are stored under keys of their own and
@@ -331,9 +315,7 @@ class OffloadJob:
         self.mode = RECORDING
         params = [(h.name, h.nbytes, views.dtype_name(h.dtype), h.shape) for h in self.params.held]
         self.rec = Recording(self.prefix, params)
-        if self.recompute > 0:
-            self._param_by_ptr = {h.param.data_ptr(): h.index for h in self.params.held}
-            self.producers = recipes.Producers(self._held_param_at, self._model_tensors())
+        self.remakes.start_recording()
         self._stack = []
         gc.collect()
         held = sum(h.nbytes for h in self.params.held)
@@ -359,28 +341,6 @@ class OffloadJob:
         self.rec.note_outside(self._outside.take_peak() - unaccounted)
         self._total.sample()
 
-    def _held_param_at(self, t):
-        """The held parameter ``t`` is, whole and as it is laid out (index), or None."""
-        i = self._param_by_ptr.get(t.data_ptr())
-        if i is None:
-            return None
-        p = self.params.held[i].param
-        # Its tierpool copy is dense: a recompute reads it so, as the op read it.
-        same = (t.data_ptr() == p.data_ptr() and tuple(t.shape) == tuple(p.shape) and
-                tuple(t.stride()) == tuple(p.stride()) and p.is_contiguous())
-        return i if same else None
-
-    def _model_tensors(self):
-        """{identity: name} of the model's parameters the job does not hold (a norm's small
-        weight): a recipe reads them by name. Not buffers: forward may change those in place
-        (running statistics) after an op read them."""
-        held = {id(h.param) for h in self.params.held}
-        out = {}
-        for name, p in self.model.named_parameters():
-            if id(p) not in held:
-                out.setdefault(recipes.identity(p), name)
-        return out
-
     def module_now(self):
         return self._stack[-1] if self._stack else None
 
@@ -402,83 +362,13 @@ class OffloadJob:
             label = self._module_names[self.module_now()] if self._stack else "model"
             seq = self.rec.pack(ref.nbytes, views.dtype_name(ref.dtype), ref.shape, label)
             assert seq == ref.seq
-            if self.producers is not None:
-                recipe = self.producers.saved(t, seq)
-                if recipe is not None:
-                    self.rec.recipes[seq] = recipe
+            self.remakes.note_saved(t, seq)
             return None, stored
         key, planned = self._activation_key(ref)
-        if planned and ref.seq in self.layout.recomputed:
-            ref.remake = self._arm_remake(ref)
-            if ref.remake is not None and not self.layout.used_before(ref.seq,
-                                                                      ref.remake.at_step):
-                return None, None
+        if planned and self.remakes.arm(ref):
+            return None, None
         self.client.put(key, stored, kind="activation", tier="hbm" if planned else None)
         return key, None
-
-    # ---- recompute (recipes.py) ----
-
-    def _arm_remake(self, ref):
-        """The recompute of ``ref`` the plan asks for, if its inputs are stored: a Remake."""
-        at, copy_key = self.layout.recomputed[ref.seq]
-        recipe = self.layout.recipes[ref.seq]
-        if self.saved.key_in_use(copy_key):
-            return None  # an earlier forward's copy, not read yet
-        inputs = {}
-        for seq in recipe.saved_inputs():
-            w = self.saved.by_seq.get(seq)
-            r = w() if w is not None else None
-            if r is None or r.key is None or r.remake is not None:
-                return None
-            inputs[seq] = r
-        versions = {name: self.model.get_parameter(name)._version
-                    for name in recipe.model_inputs()}
-        return recipes.Remake(recipe, inputs, versions, copy_key, at)
-
-    def _run_recipe(self, ref):
-        """The tensor ``ref`` saved, made again from its inputs' copies."""
-        rm = ref.remake
-
-        def value_of(kind, what):
-            if kind == recipes.SAVED:
-                seq, shape = what
-                r = rm.inputs[seq]
-                t = self._reads.get(r.key)
-                if t is None:
-                    t = self.read_views([r.key], [(r.dtype, r.shape)])[0]
-                t = t if r.restore is None else t.permute(r.restore)
-                return t if tuple(t.shape) == shape else t.view(shape)
-            if kind == recipes.PARAM:
-                return self.read_param(what)
-            p = self.model.get_parameter(what)
-            if p._version != rm.versions[what]:
-                # Its bytes as the op read them are gone: no recompute gives them back.
-                raise _errors.FailedPrecondition(
-                    "parameter %s changed in place between saved tensor %d's forward and its "
-                    "recompute; offload this job without recompute" % (what, ref.seq), 5)
-            return p.detach()
-
-        stored, _ = views.dense(rm.recipe.run(value_of))
-        if tuple(stored.shape) != ref.shape or stored.dtype != ref.dtype:
-            raise _errors.Internal("recomputing saved tensor %d made %s %s, not %s %s"
-                                   % (ref.seq, views.dtype_name(stored.dtype),
-                                      list(stored.shape), views.dtype_name(ref.dtype),
-                                      list(ref.shape)), 8)
-        return stored
-
-    def _remake_at(self, step):
-        """The recomputes the plan makes at ``step``: each op run again, its output put where
-        backward will read it."""
-        for seq in self.layout.recomputes_at.get(step, ()):
-            w = self.saved.by_seq.get(seq)
-            ref = w() if w is not None else None
-            if ref is None or ref.remake is None or ref.remake.made:
-                continue
-            stored = self._run_recipe(ref)
-            self.client.put(ref.remake.copy_key, stored, kind="activation", tier="hbm")
-            ref.remake.made, ref.remake.inputs = True, None
-            self.saved.rekey(ref, ref.remake.copy_key)
-            self._remade += 1
 
     def _activation_key(self, ref):
         packs = self.layout.packs
@@ -525,19 +415,19 @@ class OffloadJob:
         h = self.params.held[index]
         if self.mode == RECORDING:
             return h.param.data
-        t = self._reads.get(h.key)
+        return self.read_view(h.key, h.dtype, h.shape)
+
+    def read_view(self, key, dtype, shape):
+        """The tensor over ``key``'s copy: the one the step fetched as it started, else read."""
+        t = self._reads.get(key)
         if t is None:
-            t = self.read_views([h.key], [(h.dtype, h.shape)])[0]
+            t = self.read_views([key], [(dtype, shape)])[0]
         return t
 
     def read_activation(self, ref):
-        if ref.remake is not None and not ref.remake.made:
-            # The step left the recorded one before the recompute's step: made here, kept by
-            # the trainer for its one read.
-            t = self._run_recipe(ref)
-            ref.remake.made, ref.remake.inputs = True, None
-            self._remade_late += 1
-            return t
+        made = self.remakes.make_unmade(ref)
+        if made is not None:
+            return made
         t = self._reads.pop(ref.key, None)
         if t is None:
             t = self.read_views([ref.key], [(ref.dtype, ref.shape)])[0]
@@ -637,7 +527,7 @@ class OffloadJob:
     # ---- from the recorded step to the plan ----
 
     def _finish_recording(self):
-        self.producers = None
+        self.remakes.stop_recording()
         layout = self.rec.build(self.name)
         self.no_offload_peak = max(self._total.take_peak(), 1)
         self.outside_recorded, self.outside_where = self.rec.outside_peak()
@@ -666,6 +556,7 @@ class OffloadJob:
             tool, self.workdir, layout.schedule(recipes=self.recompute > 0), hbm_budget, device,
             self.recompute)
         layout.set_recomputes(self.plan_doc.get("recomputes", []))
+        self.saved.track_seqs = bool(layout.recomputed)
         self.plan = self.client.register_plan(
             sched, plan, name=self.name, hbm_budget_bytes=hbm_budget,
             owned_prefix="" if self.keep_objects else self.prefix + "/")
@@ -745,7 +636,8 @@ class OffloadJob:
             failed=d("failed"), waited_for_room=d("waited_for_room"), hits=d("hits"),
             late=d("late"), late_wait_us=d("late_wait_us"), misses=d("misses"),
             bytes_in=d("bytes_in"), bytes_out=d("bytes_out"), link_in=d("link_in"),
-            link_out=d("link_out"), recomputed=self._remade, recomputed_late=self._remade_late,
+            link_out=d("link_out"), recomputed=self.remakes.made,
+            recomputed_late=self.remakes.made_late,
             reads_below_hbm=self._below,
             unplanned=self._unplanned_now, diverged=self._diverged)
         self.reports.append(r)

@@ -50,7 +50,10 @@ class SavedTensors:
         self._saved_of = {}  # id(tensor) -> (weakref to it, its version, weakref to its ref)
         self._owner = {}  # key -> the SavedActivation that stored it last (weak)
         self.garbage = []  # keys autograd has let go, deleted at the next step
-        self.by_seq = {}  # pack sequence number -> weak ref to its SavedActivation, this iteration
+        # Where the plan recomputes (remakes.py finds a recompute's inputs by pack): pack
+        # sequence number -> weak ref to its SavedActivation, this iteration.
+        self.track_seqs = False
+        self.by_seq = {}
         # While the first step is recorded: bytes of saved activations held for backward alone
         # (the tensor the model made is gone, as it will be once a copy is in tierpool).
         self.held_bytes = 0
@@ -80,7 +83,8 @@ class SavedTensors:
         self.seq += 1
         ref.dtype, ref.shape, ref.restore = t.dtype, tuple(stored.shape), restore
         ref.nbytes = views.nbytes(stored)
-        self.by_seq[ref.seq] = weakref.ref(ref)
+        if self.track_seqs:
+            self.by_seq[ref.seq] = weakref.ref(ref)
         ref.key, ref.tensor = job.store_activation(ref, stored, t)
         if ref.key is not None:
             self._owner[ref.key] = weakref.ref(ref)
@@ -150,6 +154,11 @@ class SavedTensors:
                 del self._owner[key]
                 self.garbage.append(key)
         self.job.held_changed()
+
+    def ref_of(self, seq):
+        """This iteration's SavedActivation of pack ``seq``, while it lives (track_seqs)."""
+        w = self.by_seq.get(seq)
+        return w() if w is not None else None
 
     def rekey(self, ref, key):
         """``ref`` is read from ``key`` from now on (its copy made again): its old key, if it

@@ -185,6 +185,7 @@ void Cluster::VisitCounters(
     visit("lend_regions_adopted", l.regions_adopted);
     visit("lend_regions_released_unknown", l.regions_released_unknown);
     visit("lend_share_refusals", l.share_refusals);
+    visit("lend_unmet_grants", l.unmet_grants);
     visit("lend_fenced_writes", l.fenced_writes);
     visit("lend_borrowing_members", l.borrowing_members);
   }
@@ -201,6 +202,7 @@ void Cluster::VisitCounters(
     visit("remote_repair_bytes", r.repair_bytes);
     visit("remote_replicas_corrupt", r.replicas_corrupt);
     visit("remote_ranges_fenced", r.ranges_fenced);
+    visit("remote_regions_given_back", r.regions_given_back);
     visit("remote_extents_lost", r.extents_lost);
     visit("remote_read_failovers", r.read_failovers);
     visit("remote_grants", r.grants);

@@ -44,6 +44,25 @@ void Lender::FillRoom(const transport::PeerIdentity& peer, wire::peer::Response*
   std::lock_guard lock(mu_);
   response->set_lend_capacity(allocator_.stats().capacity);
   response->set_lend_free(RoomForLocked(peer.node_id));
+  response->set_room_wanted(RoomWantedByOthersLocked(peer.node_id));
+}
+
+void Lender::NoteUnmetLocked(const std::string& node) {
+  ++counters_.unmet_grants;
+  const std::uint64_t now = clock_->NowMicros();
+  // Pruned here, so the map holds no more than the nodes refused within the window.
+  for (auto it = room_wanted_until_.begin(); it != room_wanted_until_.end();) {
+    it = it->second <= now ? room_wanted_until_.erase(it) : std::next(it);
+  }
+  room_wanted_until_[node] = now + std::uint64_t{config_.room_wanted_ms} * 1000;
+}
+
+bool Lender::RoomWantedByOthersLocked(const std::string& node) const {
+  const std::uint64_t now = clock_->NowMicros();
+  for (const auto& [who, until] : room_wanted_until_) {
+    if (who != node && until > now) return true;
+  }
+  return false;
 }
 
 bool Lender::SharesLocked(const std::string& member, std::uint64_t incarnation) const {
@@ -107,6 +126,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
       if (const std::uint64_t room = RoomForLocked(peer.node_id);
           bytes > room && bytes <= allocator_.stats().free_bytes) {
         ++counters_.share_refusals;
+        NoteUnmetLocked(peer.node_id);
         refuse(Status::ResourceExhausted(
             "no " + FormatBytes(bytes) + " left to lend to " + peer.node_id + " (" +
             FormatBytes(room) + " of it; the rest of what is free is kept for other members)"));
@@ -114,6 +134,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
       }
       auto range = allocator_.Allocate(bytes);
       if (!range) {
+        NoteUnmetLocked(peer.node_id);
         refuse(Status::ResourceExhausted("no " + FormatBytes(bytes) + " left to lend (" +
                                          FormatBytes(allocator_.stats().free_bytes) + " free)"));
         return;

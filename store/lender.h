@@ -22,6 +22,12 @@
 // everything. A peer that is not a member has no part. Every reply tells the asker the room it may
 // still ask for (FillRoom), not the lender's free bytes.
 //
+// Borrowers take room ahead of need (a region kept in reserve), so whoever asks first may hold
+// room it does not use while another borrower has copies to place and none is left. A grant this
+// lender cannot meet is told, for room_wanted_ms, to every other borrower in its replies
+// (Response.room_wanted): each gives back the regions it uses nothing of, and keeps none in
+// reserve meanwhile.
+//
 // A write's payload goes straight into its region, so one its borrower gave up on (a stalled
 // link) could land after the borrower put another object there; the borrower fences the region
 // first (Info.fences): writes numbered below the fence are refused, and those still arriving
@@ -66,6 +72,9 @@ struct LenderConfig {
   // has spoken on the peer link (proved it holds the secret): a record anyone wrote into etcd
   // keeps nothing from anyone for long.
   std::uint32_t share_probation_ms = 10'000;
+  // How long an ask for room that was refused is told to the other borrowers (longer than their
+  // probe interval, so each hears it).
+  std::uint32_t room_wanted_ms = 5'000;
   Status validate() const;
 };
 
@@ -79,6 +88,8 @@ struct LenderStats {
   std::uint64_t regions_adopted = 0;    // taken over by their borrower's next incarnation
   std::uint64_t regions_released_unknown = 0;  // freed at a borrower's word (Info.release_all)
   std::uint64_t share_refusals = 0;            // grants refused for room kept for other members
+  // Grants refused for want of room (share refusals among them): room_wanted is said meanwhile.
+  std::uint64_t unmet_grants = 0;
   std::uint64_t fenced_writes = 0;      // writes refused or cut off by their borrower's fence
   std::uint64_t borrowing_members = 0;  // live members reserved_share is split among
 };
@@ -139,6 +150,10 @@ class Lender final : public transport::PeerHandler {
   // Whether a member has a part: it has spoken on the peer link as that incarnation, or was
   // listed less than share_probation_ms ago.
   bool SharesLocked(const std::string& member, std::uint64_t incarnation) const;
+  // A grant to `node` could not be met: the others are told room is wanted for a while.
+  void NoteUnmetLocked(const std::string& node);
+  // Whether a borrower other than `node` was refused room within room_wanted_ms.
+  bool RoomWantedByOthersLocked(const std::string& node) const;
 
   const LenderConfig config_;
   std::unique_ptr<MemfdArena> arena_;
@@ -158,7 +173,9 @@ class Lender final : public transport::PeerHandler {
   bool members_heard_ = false;                                                   // guarded by mu_
   // Bytes granted to each node (every incarnation) and not freed yet.
   std::unordered_map<std::string, std::uint64_t> held_;  // guarded by mu_
-  LenderStats counters_;                                 // guarded by mu_
+  // Until when each node that was refused room is said to want it (expired ones pruned).
+  std::map<std::string, std::uint64_t> room_wanted_until_;  // guarded by mu_
+  LenderStats counters_;                                    // guarded by mu_
 };
 
 }  // namespace tierpool

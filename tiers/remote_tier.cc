@@ -279,10 +279,14 @@ Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hi
   ReplicaSet set;
   set.size = size;
   set.wanted = hint.cache ? 1 : config_.replicas;
+  std::vector<Peer*> short_of_room;
   for (Peer* p : order) {
     if (set.replicas.size() == set.wanted) break;
     Replica r;
-    if (!CarveLocked(*p, size, &r)) continue;
+    if (!CarveLocked(*p, size, &r)) {
+      short_of_room.push_back(p);
+      continue;
+    }
     r.peer = peers_.at(p->member.node_id);
     set.replicas.push_back(r);
   }
@@ -295,6 +299,7 @@ Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hi
     for (const Replica& r : set.replicas) ReleaseReplicaLocked(r);
     ++failed_allocations_;
     wanted_region_ = std::max(wanted_region_, size);
+    for (Peer* p : short_of_room) p->room_needed = std::max(p->room_needed, size);
     WakeMaintenance();
     return Status::ResourceExhausted("remote: no room for " + FormatBytes(size) + " on " +
                                      std::to_string(set.wanted) + " peers (" +

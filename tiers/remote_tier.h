@@ -15,6 +15,11 @@
 // deleted: the peer and our bytes there are fine). A peer met anew is asked first to free what
 // it held of ours before (Info.release_all), and used once it answers.
 //
+// Room ahead of need yields to need: a lender that could not grant another borrower's ask says
+// so (Response.room_wanted), and regions here that hold nothing go back to it; a copy this tier
+// finds no room for on a peer is asked for there even when the peer says it has none, so that
+// the others hear it.
+//
 // A cache object (AllocationHint::cache) has one copy: losing it costs a refetch, not data.
 //
 // An Extent of this tier names a replica set: offset is the set's id (arena_id is 0).
@@ -128,6 +133,8 @@ struct RemoteTierCounters {
   std::uint64_t repair_bytes = 0;  // bytes of the replicas rebuilt
   // Ranges whose write failed, held until their lender fenced late payloads, and given back.
   std::uint64_t ranges_fenced = 0;
+  // Regions that held nothing, given back because their lender said another borrower wanted room.
+  std::uint64_t regions_given_back = 0;
   std::uint64_t ucx_bytes_written = 0;  // replicas' bytes moved over UCX
   std::uint64_t ucx_bytes_read = 0;
 };
@@ -233,7 +240,13 @@ class RemoteTier final : public Tier {
   void WorkerLoop();
   void MaintenanceLoop();
   void WakeMaintenance();
+  // Regions ahead of need from each peer, and room asked for where a copy found none; regions
+  // that hold nothing go back to a peer that says another borrower wants room.
   void GrantRegions();
+  // Takes p's regions that hold nothing out of our books, for GrantRegions to release.
+  void GiveBackIdleRegionsLocked(
+      const std::shared_ptr<Peer>& p,
+      std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>>* released);
   void ProbePeers();
   // Drops the peers known gone (see the top of this file).
   void DropLostPeersLocked(std::uint64_t now_us);

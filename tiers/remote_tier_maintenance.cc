@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <set>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -197,6 +198,7 @@ void RemoteTier::ProbePeers() {
       p->responsive = true;
       p->silent_since_us = 0;
       p->lend_free = response.lend_free();
+      p->room_wanted = response.room_wanted();
       if (probes[i].info().release_all()) p->introduced = true;
       if (probes[i].info().ucx_open() && !response.ucx_address().empty() &&
           response.ucx_token().size() == transport::kUcxTokenBytes) {
@@ -295,12 +297,28 @@ void RemoteTier::DropMissingRegionsLocked(const std::shared_ptr<Peer>& p,
       p->member.node_id, lost);
 }
 
+void RemoteTier::GiveBackIdleRegionsLocked(
+    const std::shared_ptr<Peer>& p,
+    std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>>* released) {
+  for (auto it = p->regions.begin(); it != p->regions.end();) {
+    // Nothing carved from it, nothing held for a fence: no replica names it.
+    if (it->second.allocator.stats().used_bytes != 0 || !it->second.fenced.empty()) {
+      ++it;
+      continue;
+    }
+    released->emplace_back(p, it->first);
+    ++counters_.regions_given_back;
+    it = p->regions.erase(it);
+  }
+}
+
 void RemoteTier::GrantRegions() {
   struct Ask {
     std::shared_ptr<Peer> peer;
     std::uint64_t bytes;
   };
   std::vector<Ask> asks;
+  std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>> given_back;
   {
     std::lock_guard lock(mu_);
     const std::uint64_t want = std::max(config_.region_bytes, wanted_region_);
@@ -309,17 +327,32 @@ void RemoteTier::GrantRegions() {
     const std::uint64_t extent = std::max(config_.region_bytes / 4, wanted_region_);
     wanted_region_ = 0;
     for (auto& [id, p] : peers_) {
+      const std::uint64_t needed = std::exchange(p->room_needed, 0);
       if (!UsableLocked(*p)) continue;
+      if (p->room_wanted && needed == 0) {
+        // Another borrower needs room there: what we hold in reserve goes back to it.
+        GiveBackIdleRegionsLocked(p, &given_back);
+        continue;
+      }
       const std::uint64_t headroom = std::uint64_t{config_.headroom_regions} * config_.region_bytes;
       std::uint64_t largest = 0;
       for (const auto& [rid, r] : p->regions) {
         largest = std::max(largest, r.allocator.stats().largest_free_extent);
       }
-      if (FreeGrantedLocked(*p) >= headroom && largest >= extent) continue;
-      const std::uint64_t bytes = std::min(want, p->lend_free);
-      if (bytes < (1u << 20)) continue;
+      if (FreeGrantedLocked(*p) >= headroom && largest >= std::max(extent, needed)) continue;
+      std::uint64_t bytes = std::min(std::max(want, needed), p->lend_free);
+      // A copy found no room there: asked for even beyond the room it offers, so that a refusal
+      // tells the borrowers holding room in reserve there to give it back.
+      if (needed > 0) bytes = std::max(bytes, needed);
+      if (bytes < (1u << 20) && needed == 0) continue;
       asks.push_back({p, bytes});
     }
+  }
+  for (auto& [peer, region] : given_back) {
+    wire::peer::Request release;
+    release.mutable_release()->set_region(region);
+    wire::peer::Response released;
+    (void)Exchange(*peer, &release, nullptr, 0, &released);
   }
   for (auto& a : asks) {
     wire::peer::Request request;
@@ -393,6 +426,7 @@ void RemoteTier::RepairSets() {
           target.peer = p;
           break;
         }
+        p->room_needed = std::max(p->room_needed, set.size);  // the next grant pass asks for it
       }
       if (target.peer == nullptr) continue;  // no room elsewhere yet: the next pass tries again
       if (!repair_limit_.TryTake(set.size)) {

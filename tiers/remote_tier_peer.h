@@ -35,6 +35,12 @@ struct RemoteTier::Peer {
   // Where the next probe's check of our regions starts (the region id after the last checked):
   // a peer holding more than kMaxInfoRegions of ours has them checked in turns.
   std::uint64_t next_region_check = 0;
+  // It said another borrower wants room it cannot give (Response.room_wanted): regions of ours
+  // there that hold nothing go back, and none is asked for ahead of need.
+  bool room_wanted = false;
+  // The most a placement or repair found no room for there since the last grant pass: asked for
+  // even when it says it has no such room, so that it tells the others room is wanted.
+  std::uint64_t room_needed = 0;
   // guarded by pool_mu (taken after RemoteTier::mu_ when both are held)
   std::mutex pool_mu;
   std::vector<std::unique_ptr<transport::PeerConnection>> idle;

@@ -46,9 +46,10 @@ RemoteTierConfig SmallConfig() {
 }
 
 std::unique_ptr<RemoteTier> Borrower(const std::vector<LendingNode*>& lenders,
-                                     RemoteTierConfig config, const Clock* clock) {
+                                     RemoteTierConfig config, const Clock* clock,
+                                     const std::string& node_id) {
   auto tier = std::make_unique<RemoteTier>(config, *PeerAuth::FromSecret(kSecret),
-                                           PeerIdentity{"borrower", 42}, clock);
+                                           PeerIdentity{node_id, 42}, clock);
   std::vector<RemoteMember> members;
   for (auto* l : lenders) members.push_back(l->member);
   tier->SetMembers(members);

@@ -32,10 +32,11 @@ LendingNode StartLender(const std::string& id, std::uint64_t bytes = 64ull << 20
 // tests run passes themselves); over UCX with TestsOverUcx.
 RemoteTierConfig SmallConfig();
 
-// A remote tier borrowing from `lenders`, its first grants made.
+// A remote tier borrowing from `lenders` as node `node_id`, its first grants made.
 std::unique_ptr<RemoteTier> Borrower(const std::vector<LendingNode*>& lenders,
                                      RemoteTierConfig config = SmallConfig(),
-                                     const Clock* clock = SystemClock::Default());
+                                     const Clock* clock = SystemClock::Default(),
+                                     const std::string& node_id = "borrower");
 
 std::string Bytes(std::size_t n, std::uint32_t seed);
 Status WriteSync(Tier& t, const Extent& e, const std::string& data);

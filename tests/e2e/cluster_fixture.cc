@@ -176,7 +176,8 @@ std::string RemoteSummary(const ServerProcess& node) {
   for (const char* name :
        {"remote_peers", "remote_peers_responsive", "remote_peers_lost", "remote_replicas_lost",
         "remote_replicas_repaired", "remote_extents_lost", "remote_regions_lost",
-        "remote_peers_lost_silent", "remote_grants"}) {
+        "remote_peers_lost_silent", "remote_grants", "remote_objects_under_replicated",
+        "remote_regions_given_back"}) {
     out += std::string(", ") + name + " " + std::to_string(st->counter(name));
   }
   return out;

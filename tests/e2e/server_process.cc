@@ -2,6 +2,7 @@
 
 #include "common/posix.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -14,6 +15,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <thread>
@@ -44,11 +47,23 @@ ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket,
                                    "--log-level",
                                    level != nullptr ? level : "warn"};
   args.insert(args.end(), extra.begin(), extra.end());
+  // Its log goes to a file, shown only when the test fails, and after the test's own messages:
+  // several servers' warnings on the test's stderr buried which check failed (CI shows a test's
+  // first lines and its last). Chasing a failure with TIERPOOL_TEST_LOG_LEVEL shows them live.
+  if (level == nullptr) log_ = socket_ + "." + std::to_string(g_counter++) + ".log";
+  label_ = socket_;
+  for (std::size_t i = 0; i + 1 < extra.size(); ++i) {
+    if (extra[i] == "--node-id") label_ = "node " + extra[i + 1] + " (" + socket_ + ")";
+  }
   pid_ = ::fork();
   if (pid_ == 0) {
     // A test that dies (a sanitizer abort) must not leave its server running.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::signal(SIGXFSZ, SIG_IGN);  // inherited across exec: past LimitFileSize, writes fail
+    if (!log_.empty()) {
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd >= 0) ::dup2(fd, STDERR_FILENO);
+    }
     if (!netns.empty() && !EnterNetworkNamespace(netns)) ::_exit(126);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -67,7 +82,30 @@ ServerProcess::ServerProcess(std::vector<std::string> extra, std::string socket,
   }
 }
 
+void ServerProcess::ShowLogIfFailed() const {
+  if (log_.empty()) return;
+  if (::testing::Test::HasFailure()) {
+    // Its last lines: what it said as the test failed.
+    constexpr std::size_t kLines = 60;
+    std::ifstream in(log_);
+    std::deque<std::string> tail;
+    std::size_t total = 0;
+    for (std::string line; std::getline(in, line); ++total) {
+      tail.push_back(std::move(line));
+      if (tail.size() > kLines) tail.pop_front();
+    }
+    std::fprintf(stderr, "---- tierpoold, %s: the last %zu of %zu log lines ----\n", label_.c_str(),
+                 tail.size(), total);
+    for (const auto& line : tail) std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  ::unlink(log_.c_str());
+}
+
 ServerProcess::~ServerProcess() {
+  struct ShowLog {
+    const ServerProcess* server;
+    ~ShowLog() { server->ShowLogIfFailed(); }
+  } show_log{this};  // once it has stopped, whichever way this returns
   if (pid_ <= 0 || reaped_) return;
   ::kill(pid_, SIGCONT);  // a test that froze it and failed
   ::kill(pid_, SIGTERM);

@@ -12,7 +12,8 @@ namespace tierpool::testing {
 
 class ServerProcess {
  public:
-  // extra: flags added to "--socket PATH --no-populate --log-level warn". socket: PATH (empty:
+  // extra: flags added to "--socket PATH --no-populate --log-level warn". Its log is shown when
+  // the test has failed, once it stopped (TIERPOOL_TEST_LOG_LEVEL: live). socket: PATH (empty:
   // a fresh one), e.g. an earlier server's, to start the next daemon where clients wait. netns:
   // a network namespace (ip netns) to run it in; clients still reach it by its socket's path.
   explicit ServerProcess(std::vector<std::string> extra = {}, std::string socket = "",
@@ -40,7 +41,12 @@ class ServerProcess {
   bool WaitFor(const std::function<bool(const ServerStats&)>& pred, int timeout_ms = 5000) const;
 
  private:
+  // Its log on failure (see the constructor), then removes the file.
+  void ShowLogIfFailed() const;
+
   std::string socket_;
+  std::string log_;    // where its stderr goes (empty: the test's stderr)
+  std::string label_;  // its node id and socket, for its log
   pid_t pid_ = -1;
   bool started_ = false;
   int exit_status_ = -1;  // once reaped by alive()

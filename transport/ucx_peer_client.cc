@@ -110,7 +110,7 @@ void UcxPeerClient::Close(const std::string& key, const Status& why) {
   for (auto next = ops_.begin(); next != ops_.end();) {
     Op* op = (next++)->second.get();
     if (op->key != key || op->answered || !op->status.ok()) continue;
-    op->status = Status::Unavailable(why.message());
+    op->status = why.ok() ? Status::Unavailable("the UCX endpoint closed") : why;
     Settle(op);
   }
 }
@@ -279,14 +279,20 @@ Status UcxPeerClient::Call(const UcxRoute& route, std::uint64_t lender_incarnati
   bool in_time = done_.wait_until(lock, first_word, [&] { return op->settled() || op->heard; });
   if (in_time) in_time = done_.wait_until(lock, deadline, [&] { return op->settled(); });
   if (!in_time) {
-    // Out of time: the endpoint is closed, which cancels what is in flight on it, and we wait
-    // for UCX to let go of the buffer (a cancel completes at once; bounded all the same).
+    // Failed before anything else can fail it: a late answer finds it so and is dropped.
+    if (op->status.ok()) op->status = Status::DeadlineExceeded("the lender did not answer in time");
+  }
+  if (!in_time && (op->sending || op->receiving)) {
+    // UCX still reads or fills the caller's buffer: only closing the endpoint stops that (it
+    // cancels what is in flight on it, and fails the other calls on it). We wait for UCX to let
+    // go of the buffer (a cancel completes at once; bounded all the same). A call that only
+    // waits for its answer leaves the endpoint alone: closing it failed every call on it, and
+    // one slow answer from a healthy lender took its other replies with it (issue #70).
     lock.unlock();
     worker_->Post([this, key = route.key] {
-      Close(key, Status::DeadlineExceeded("the lender did not answer in time"));
+      Close(key, Status::Unavailable("a call on its endpoint ran out of time"));
     });
     lock.lock();
-    if (op->status.ok()) op->status = Status::DeadlineExceeded("the lender did not answer in time");
     if (!done_.wait_for(lock, std::chrono::seconds(5), [&] { return op->settled(); })) {
       // Forgotten once UCX lets go. Not seen in testing: a forced close cancels at once.
       op->abandoned = true;

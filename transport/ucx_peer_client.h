@@ -5,9 +5,11 @@
 // in the region.
 //
 // A call that runs out of time (no word from the lender within stall_ms, or past stall_ms plus
-// its bytes at the floor rate of transport/peer_wire.h) closes its endpoint, which cancels what UCX
-// still had in flight on it, and returns once UCX no longer touches the caller's buffer: a late
-// read never lands in a buffer its caller reused. The next call connects afresh.
+// its bytes at the floor rate of transport/peer_wire.h) fails with DEADLINE_EXCEEDED; a late
+// answer to it is dropped. Where UCX still reads or fills its buffer then, it closes its endpoint,
+// which cancels what UCX had in flight there (the other calls on it fail UNAVAILABLE), and returns
+// once UCX no longer touches the buffer: a late read never lands in a buffer its caller reused.
+// The next call connects afresh.
 //
 // Locking: mu_ guards the calls in flight (ops_); endpoints belong to the worker's progress
 // thread (transport/ucx_worker.h). Callers block on done_ with mu_ released.

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 
 #include "store/lender.h"
@@ -224,6 +225,32 @@ TEST_F(UcxDataPath, AReadThatTimesOutNeverWritesIntoItsBufferAfterItReturns) {
   EXPECT_EQ(out, std::string(data.size(), 'z'));
   ASSERT_TRUE(Read(client(), s, Range(region, 0, data.size()), &out).ok());
   EXPECT_TRUE(out == data);
+}
+
+// Two reads on one endpoint while the lender stalls: the one with the shorter deadline fails
+// with DEADLINE_EXCEEDED, and the other is answered when the lender wakes. Before: the first
+// closed the endpoint and the second failed UNAVAILABLE with it (over a lossy link, a healthy
+// lender's slow answer failed every read in flight to it, and gets found no replica); and under
+// load the first could itself come back UNAVAILABLE, the close failing it before it said why.
+TEST_F(UcxDataPath, ACallThatRunsOutOfTimeLeavesTheOthersOnItsEndpointAlone) {
+  Session s = Open(lender_, {"borrower", 7});
+  const std::uint64_t region = s.Grant(4u << 20);
+  const std::string data = Bytes(1u << 20, 9);
+  ASSERT_TRUE(Write(client(), s, Range(region, 0, data.size()), data).ok());
+  lender_.server->StallUcxForTest(1000);
+  std::string patient(data.size(), 'z');
+  auto second = std::async(std::launch::async, [&] {
+    return client().Call(s.route, s.lender_incarnation, Range(region, 0, data.size()), false,
+                         reinterpret_cast<std::byte*>(patient.data()), 5000, nullptr);
+  });
+  std::string hasty(data.size(), 'z');
+  Status first = client().Call(s.route, s.lender_incarnation, Range(region, 0, data.size()), false,
+                               reinterpret_cast<std::byte*>(hasty.data()), 100, nullptr);
+  EXPECT_EQ(first.code(), StatusCode::kDeadlineExceeded) << first.ToString();
+  Status waited = second.get();
+  EXPECT_TRUE(waited.ok()) << waited.ToString();
+  EXPECT_TRUE(patient == data);
+  EXPECT_EQ(hasty, std::string(data.size(), 'z'));  // its late answer went nowhere
 }
 
 TEST_F(UcxDataPath, ALenderWithoutUcxOffersNoRoute) {

@@ -54,7 +54,7 @@ Executor::Executor(TierControl* control, std::uint64_t hbm_capacity)
 Executor::~Executor() { Stop(); }
 
 void Executor::Start() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (timer_.joinable()) return;
   stopping_ = false;
   timer_ = std::thread([this] { TimerLoop(); });
@@ -62,7 +62,7 @@ void Executor::Start() {
 
 void Executor::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -143,7 +143,7 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
   job->plan = std::move(spec.plan);
   job->keys = std::move(spec.keys);
   job->budget = budget;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (job_by_ns_.count(job->ns) != 0) {
     return Status::AlreadyExists("namespace " + job->ns + " already has a registered plan");
   }
@@ -166,7 +166,7 @@ Result<std::uint64_t> Executor::Register(JobSpec spec, std::uint64_t owner) {
 }
 
 Status Executor::Unregister(std::uint64_t job_id, std::uint64_t owner) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + std::to_string(job_id));
   if (it->second->owner != owner) {
@@ -180,7 +180,7 @@ Status Executor::Unregister(std::uint64_t job_id, std::uint64_t owner) {
 }
 
 std::vector<std::pair<std::uint64_t, std::string>> Executor::UnregisterOwner(std::uint64_t owner) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::pair<std::uint64_t, std::string>> gone;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     if (it->second->owner == owner) {
@@ -196,7 +196,7 @@ std::vector<std::pair<std::uint64_t, std::string>> Executor::UnregisterOwner(std
 }
 
 bool Executor::HasJobs(std::uint64_t owner) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, job] : jobs_) {
     if (job->owner == owner) return true;
   }
@@ -204,7 +204,7 @@ bool Executor::HasJobs(std::uint64_t owner) const {
 }
 
 bool Executor::Covers(const std::string& ns, const std::string& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = job_by_ns_.find(ns);
   if (it == job_by_ns_.end()) return false;
   return jobs_.at(it->second)->tensor_of_key.count(key) != 0;
@@ -212,7 +212,7 @@ bool Executor::Covers(const std::string& ns, const std::string& key) const {
 
 Status Executor::Progress(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
                           std::uint32_t step, std::uint64_t outside_bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return ProgressLocked(job_id, owner, iteration, step, outside_bytes);
 }
 
@@ -275,13 +275,13 @@ Status Executor::PostProgress(std::uint64_t job_id, std::uint64_t owner, std::ui
   // timer thread may hold it for a large report): it gives the report to a worker, and the
   // job's connection waits for it there, in order, while the thread serves everyone else.
   if (!reports_.Pending(job_id)) {
-    std::unique_lock lock(mu_, std::defer_lock);
     if (ThisThreadMayWait()) {
-      lock.lock();
-    } else if (!lock.try_lock()) {
+      mu_.lock();
+    } else if (!mu_.try_lock()) {
       RefuseWait();
       return Status::Ok();
     }
+    MutexLock lock(mu_, std::adopt_lock);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end() && it->second->owner == owner &&
         SmallAdvanceLocked(*it->second, iteration, step, kInlineActions)) {
@@ -549,7 +549,7 @@ void Executor::DrainWaitingLocked(Job& job) {
 }
 
 void Executor::OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, Status s) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -563,7 +563,7 @@ void Executor::OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, 
 }
 
 void Executor::Tick() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const std::uint64_t now = control_->clock()->NowMicros();
   while (!timed_.empty() && timed_.front().due_us <= now) {
     std::pop_heap(timed_.begin(), timed_.end(), std::greater<>());
@@ -578,7 +578,7 @@ void Executor::Tick() {
 
 void Executor::NoteUse(const std::string& ns, const std::string& key, UseOutcome outcome,
                        std::uint64_t wait_us) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = job_by_ns_.find(ns);
   if (it == job_by_ns_.end()) return;
   Job& job = *jobs_.at(it->second);
@@ -598,7 +598,7 @@ void Executor::NoteUse(const std::string& ns, const std::string& key, UseOutcome
 }
 
 std::vector<JobStatus> Executor::Jobs() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<JobStatus> out;
   for (const auto& [id, job] : jobs_) {
     out.push_back({id, job->ns, job->name, job->budget, job->iteration, job->step,
@@ -609,20 +609,20 @@ std::vector<JobStatus> Executor::Jobs() const {
 }
 
 void Executor::TimerLoop() {
-  std::unique_lock lock(mu_);
+  UniqueMutexLock lock(mu_);
   while (!stopping_) {
     if (timed_.empty()) {
-      wake_.wait_for(lock, std::chrono::milliseconds(50));
+      wake_.wait_for(lock.native(), std::chrono::milliseconds(50));
     } else {
       const std::uint64_t now = control_->clock()->NowMicros();
       const std::uint64_t due = timed_.front().due_us;
-      if (due > now) wake_.wait_for(lock, std::chrono::microseconds(due - now));
+      if (due > now) wake_.wait_for(lock.native(), std::chrono::microseconds(due - now));
     }
     if (stopping_) return;
-    lock.unlock();
+    lock.Unlock();
     DrainReports();
     Tick();
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -12,12 +12,13 @@
 // actions per def, use and update of its schedule's tensors (ValidatePlan), a connection has at
 // most kMaxJobsPerOwner plans, the server kMaxJobs, and a namespace one.
 //
-// Locking: one mutex guards the jobs. TierControl is called with it held only for calls that
-// do not block (all of them); completions take it again from mover threads. Tick and Progress
-// never block on I/O. PostProgress carries a small report out under the lock; on a server's I/O
-// thread it never waits for it (common/no_wait_scope.h: a worker carries the report on), and a
-// large report is queued under the reports' own lock (prefetch/progress_reports.h) for the
-// timer thread.
+// Locking: one mutex guards the jobs (clang checks the executor's own fields and *Locked
+// methods; a Job's fields are the same mutex's, unchecked). TierControl is called with it held only
+// for calls that do not block (all of them); completions take it again from mover threads. Tick and
+// Progress never block on I/O. PostProgress carries a small report out under the lock; on a
+// server's I/O thread it never waits for it (common/no_wait_scope.h: a worker carries the report
+// on), and a large report is queued under the reports' own lock (prefetch/progress_reports.h) for
+// the timer thread.
 #pragma once
 
 #include <condition_variable>
@@ -31,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "prefetch/progress_reports.h"
 #include "prefetch/schedule.h"
 #include "prefetch/tier_control.h"
@@ -146,40 +148,40 @@ class Executor {
 
   // All require mu_.
   Status ProgressLocked(std::uint64_t job_id, std::uint64_t owner, std::uint64_t iteration,
-                        std::uint32_t step, std::uint64_t outside_bytes);
+                        std::uint32_t step, std::uint64_t outside_bytes) REQUIRES(mu_);
   // Whether a report of (iteration, step) would carry out at most `limit` actions.
   bool SmallAdvanceLocked(const Job& job, std::uint64_t iteration, std::uint32_t step,
-                          std::size_t limit) const;
-  void AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t step);
-  void IssueLocked(Job& job, std::uint32_t action_index);
+                          std::size_t limit) const REQUIRES(mu_);
+  void AdvanceLocked(Job& job, std::uint64_t iteration, std::uint32_t step) REQUIRES(mu_);
+  void IssueLocked(Job& job, std::uint32_t action_index) REQUIRES(mu_);
   // action_step: the step the prefetch was planned at (a needed_by before it is in the next
   // iteration).
   void IssuePrefetchLocked(Job& job, std::uint32_t tensor, std::uint32_t action_step,
-                           std::uint32_t needed_by);
-  void DrainWaitingLocked(Job& job);
+                           std::uint32_t needed_by) REQUIRES(mu_);
+  void DrainWaitingLocked(Job& job) REQUIRES(mu_);
   enum class Skip : std::uint8_t { kAbsent, kInPlace, kDead };
   static void SkipLocked(Job& job, Skip why);
   // A tensor whose hbm copy waits for a reader to let go before its FREE: the copy is kept
   // (a prefetch with no transfer) and counted as issued. False for any other tensor.
-  bool KeepLeavingLocked(Job& job, const std::string& key, const TensorPlacement& p);
+  bool KeepLeavingLocked(Job& job, const std::string& key, const TensorPlacement& p) REQUIRES(mu_);
   // Hands one prefetch to the store and counts how that went.
   void StartPrefetchLocked(Job& job, const std::string& key, std::uint64_t deadline,
-                           std::uint64_t bytes, std::uint64_t hbm_used);
-  std::uint64_t DeadlineLocked(const Job& job, std::uint32_t needed_by) const;
-  void OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, Status s);
-  void TimerLoop();
+                           std::uint64_t bytes, std::uint64_t hbm_used) REQUIRES(mu_);
+  std::uint64_t DeadlineLocked(const Job& job, std::uint32_t needed_by) const REQUIRES(mu_);
+  void OnDone(std::uint64_t job_id, bool into_hbm, std::uint64_t bytes, Status s) EXCLUDES(mu_);
+  void TimerLoop() EXCLUDES(mu_);
 
   TierControl* control_;
   const std::uint64_t hbm_capacity_;
-  mutable std::mutex mu_;
-  std::map<std::uint64_t, std::unique_ptr<Job>> jobs_;
-  std::unordered_map<std::string, std::uint64_t> job_by_ns_;
-  std::vector<Timed> timed_;  // a min-heap on due_us
-  std::uint64_t next_job_ = 1;
+  mutable Mutex mu_;
+  std::map<std::uint64_t, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::uint64_t> job_by_ns_ GUARDED_BY(mu_);
+  std::vector<Timed> timed_ GUARDED_BY(mu_);  // a min-heap on due_us
+  std::uint64_t next_job_ GUARDED_BY(mu_) = 1;
   ProgressReports reports_;
   std::condition_variable wake_;
   std::thread timer_;
-  bool stopping_ = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tierpool::prefetch

@@ -7,7 +7,7 @@ namespace tierpool {
 std::uint64_t LeaseTable::Add(const Lease& lease) {
   const std::uint64_t s = ShardIndex(lease.owner);
   Shard& shard = shards_[s];
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   return AddLocked(shard, s, lease);
 }
 
@@ -24,7 +24,7 @@ void LeaseTable::AddAll(std::span<const Lease> leases, std::uint64_t* ids) {
   const std::uint64_t s = ShardIndex(leases[0].owner);
   {
     Shard& shard = shards_[s];
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (std::size_t i = 0; i < leases.size(); ++i) {
       if (ShardIndex(leases[i].owner) == s) ids[i] = AddLocked(shard, s, leases[i]);
     }
@@ -36,7 +36,7 @@ void LeaseTable::AddAll(std::span<const Lease> leases, std::uint64_t* ids) {
 
 Result<Lease> LeaseTable::Take(std::uint64_t lease_id, std::uint64_t owner) {
   Shard& shard = ShardOfId(lease_id);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   return TakeLocked(shard, lease_id, owner);
 }
 
@@ -49,7 +49,7 @@ std::size_t LeaseTable::TakeAll(std::span<const std::uint64_t> lease_ids, std::u
   const std::uint64_t own = ShardIndex(owner);
   {
     Shard& shard = shards_[own];
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (std::uint64_t id : lease_ids) {
       if (id % kShards != own) continue;  // not owner's: Take says why, below
       auto l = TakeLocked(shard, id, owner);
@@ -86,7 +86,7 @@ Result<Lease> LeaseTable::TakeLocked(Shard& shard, std::uint64_t lease_id, std::
 
 std::optional<Lease> LeaseTable::Find(std::uint64_t lease_id) const {
   const Shard& shard = ShardOfId(lease_id);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.leases.find(lease_id);
   if (it == shard.leases.end()) return std::nullopt;
   return it->second;
@@ -94,7 +94,7 @@ std::optional<Lease> LeaseTable::Find(std::uint64_t lease_id) const {
 
 void LeaseTable::ClearDeadline(std::uint64_t lease_id) {
   Shard& shard = ShardOfId(lease_id);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.leases.find(lease_id);
   if (it == shard.leases.end() || it->second.expiry_us == 0) return;
   shard.by_expiry.erase({it->second.expiry_us, lease_id});
@@ -103,14 +103,14 @@ void LeaseTable::ClearDeadline(std::uint64_t lease_id) {
 
 std::uint64_t LeaseTable::CountOf(std::uint64_t owner) const {
   const Shard& shard = shards_[ShardIndex(owner)];
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.count_of.find(owner);
   return it == shard.count_of.end() ? 0 : it->second;
 }
 
 std::vector<std::uint64_t> LeaseTable::Of(std::uint64_t owner) const {
   const Shard& shard = shards_[ShardIndex(owner)];
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   std::vector<std::uint64_t> out;
   if (shard.count_of.count(owner) == 0) return out;
   for (const auto& [id, lease] : shard.leases) {
@@ -122,7 +122,7 @@ std::vector<std::uint64_t> LeaseTable::Of(std::uint64_t owner) const {
 std::vector<std::uint64_t> LeaseTable::Due(std::uint64_t now_us) const {
   std::vector<std::uint64_t> out;
   for (const Shard& shard : shards_) {
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (const auto& [expiry, id] : shard.by_expiry) {
       if (expiry > now_us) break;
       out.push_back(id);
@@ -134,7 +134,7 @@ std::vector<std::uint64_t> LeaseTable::Due(std::uint64_t now_us) const {
 std::uint64_t LeaseTable::size() const {
   std::uint64_t n = 0;
   for (const Shard& shard : shards_) {
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     n += shard.leases.size();
   }
   return n;

@@ -2,7 +2,8 @@
 // owner (a connection), so that connections pinning at once take different locks and touch
 // different cache lines; a lease id says its shard.
 //
-// Locking: thread-safe; each shard has its own mutex, held only inside these methods. The
+// Locking: thread-safe; each shard has its own mutex (clang checks its fields), held only inside
+// these methods. The
 // ObjectStore calls in with its mu_ held, shared (a get's pin, a release) or exclusive; mu_
 // comes first, and nothing is taken while a shard's mutex is held.
 #pragma once
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "tierpool/types.h"
 
@@ -58,16 +60,18 @@ class LeaseTable {
 
  private:
   struct alignas(64) Shard {
-    mutable std::mutex mu;
-    std::uint64_t next_seq = 1;
-    std::unordered_map<std::uint64_t, Lease> leases;
-    std::set<std::pair<std::uint64_t, std::uint64_t>> by_expiry;  // (expiry_us, id)
+    mutable Mutex mu;
+    std::uint64_t next_seq GUARDED_BY(mu) = 1;
+    std::unordered_map<std::uint64_t, Lease> leases GUARDED_BY(mu);
+    std::set<std::pair<std::uint64_t, std::uint64_t>> by_expiry GUARDED_BY(mu);  // (expiry_us, id)
     // Owners holding any. Their leases are found by a walk of the shard (Of): that is done when
     // a connection closes, and a set by owner cost every get an insert and an erase.
-    std::unordered_map<std::uint64_t, std::uint64_t> count_of;
+    std::unordered_map<std::uint64_t, std::uint64_t> count_of GUARDED_BY(mu);
   };
-  static std::uint64_t AddLocked(Shard& shard, std::uint64_t s, const Lease& lease);
-  static Result<Lease> TakeLocked(Shard& shard, std::uint64_t lease_id, std::uint64_t owner);
+  static std::uint64_t AddLocked(Shard& shard, std::uint64_t s, const Lease& lease)
+      REQUIRES(shard.mu);
+  static Result<Lease> TakeLocked(Shard& shard, std::uint64_t lease_id, std::uint64_t owner)
+      REQUIRES(shard.mu);
   static std::uint64_t ShardIndex(std::uint64_t owner) { return owner % kShards; }
   Shard& ShardOfId(std::uint64_t lease_id) { return shards_[lease_id % kShards]; }
   const Shard& ShardOfId(std::uint64_t lease_id) const { return shards_[lease_id % kShards]; }

@@ -41,7 +41,7 @@ Lender::Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clo
 }
 
 void Lender::FillRoom(const transport::PeerIdentity& peer, wire::peer::Response* response) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   response->set_lend_capacity(allocator_.stats().capacity);
   response->set_lend_free(RoomForLocked(peer.node_id));
   response->set_room_wanted(RoomWantedByOthersLocked(peer.node_id));
@@ -109,7 +109,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
     response->set_code(static_cast<std::uint32_t>(s.code()));
     response->set_message(s.message());
   };
-  std::unique_lock lock(mu_);
+  UniqueMutexLock lock(mu_);
   heard_[{peer.node_id, peer.incarnation}] = clock_->NowMicros();
   switch (request.op_case()) {
     case wire::peer::Request::kGrant: {
@@ -211,7 +211,7 @@ void Lender::Handle(const transport::PeerIdentity& peer, const wire::peer::Reque
 Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdentity& peer,
                                                       const wire::peer::RegionRange& range,
                                                       bool write, transport::TransferStop stop) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   heard_[{peer.node_id, peer.incarnation}] = clock_->NowMicros();
   auto it = regions_.find(range.region());
   if (it == regions_.end() || it->second.released || it->second.node_id != peer.node_id ||
@@ -241,7 +241,7 @@ Result<transport::PeerTransfer> Lender::BeginTransfer(const transport::PeerIdent
 }
 
 void Lender::EndTransfer(std::uint64_t id, std::uint64_t transfer) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = regions_.find(id);
   if (it == regions_.end()) return;
   auto& in_flight = it->second.in_flight;
@@ -252,7 +252,7 @@ void Lender::EndTransfer(std::uint64_t id, std::uint64_t transfer) {
   if (in_flight.empty() && it->second.released) ReleaseLocked(it);
 }
 
-void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::PeerIdentity& peer,
+void Lender::FenceLocked(UniqueMutexLock& lock, const transport::PeerIdentity& peer,
                          const wire::peer::Info& info, wire::peer::Response* response) {
   // The caller's regions among those named (one it no longer holds takes no write: fenced).
   std::map<std::uint64_t, std::uint64_t> below;
@@ -269,7 +269,7 @@ void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::Pe
   }
   // A payload still arriving for a write below the fence is cut off where it is (its stop: the
   // TCP connection shut down, the UCX receive canceled), and the transfer then lets go.
-  auto stopping = [&](std::uint64_t id) {
+  auto stopping = [&](std::uint64_t id) REQUIRES(mu_) {
     auto it = regions_.find(id);
     if (it == regions_.end()) return false;
     for (const auto& [transfer, w] : it->second.in_flight) {
@@ -288,7 +288,8 @@ void Lender::FenceLocked(std::unique_lock<std::mutex>& lock, const transport::Pe
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (const auto& entry : below) {
     const std::uint64_t id = entry.first;  // (clang 14 cannot capture a structured binding)
-    if (transfer_ended_.wait_until(lock, until, [&] { return !stopping(id); })) {
+    if (transfer_ended_.wait_until(lock.native(), until,
+                                   [&]() REQUIRES(mu_) { return !stopping(id); })) {
       response->add_fenced_regions(id);
     }
   }
@@ -314,7 +315,7 @@ void Lender::ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator i
 }
 
 void Lender::SetLiveBorrowers(const std::map<std::string, std::uint64_t>& live) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   live_ = live;
   members_heard_ = true;
   const std::uint64_t now = clock_->NowMicros();
@@ -375,7 +376,7 @@ std::uint64_t Lender::ReleaseHolderLocked(const std::string& node, std::uint64_t
 }
 
 void Lender::DropAllForTest() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = regions_.begin(); it != regions_.end();) {
     auto next = std::next(it);
     if (!it->second.released) ReleaseLocked(it);
@@ -385,7 +386,7 @@ void Lender::DropAllForTest() {
 }
 
 LenderStats Lender::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   LenderStats s = counters_;
   s.capacity = allocator_.stats().capacity;
   s.granted_bytes = allocator_.stats().used_bytes;
@@ -405,13 +406,13 @@ LenderStats Lender::stats() const {
 }
 
 std::byte* Lender::RegionBytesForTest(std::uint64_t region) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = regions_.find(region);
   return it == regions_.end() ? nullptr : arena_->base() + it->second.range.offset;
 }
 
 std::uint64_t Lender::HeldBytesForTest() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::uint64_t sum = 0;
   for (const auto& [node, bytes] : held_) sum += bytes;
   return sum;

@@ -34,9 +34,9 @@
 // are cut off (their connections shut down, their UCX receives canceled) before the fence is
 // answered.
 //
-// Locking: mu_ guards the regions and the allocator; bytes are copied (by the peer server's
-// connection threads) with it released, under a transfer hold. A fence waits on
-// transfer_ended_ (with mu_ released) for the writes it cut off to let go.
+// Locking: mu_ guards the regions and the allocator (clang checks it: GUARDED_BY, REQUIRES);
+// bytes are copied (by the peer server's connection threads) with it released, under a transfer
+// hold. A fence waits on transfer_ended_ (with mu_ released) for the writes it cut off to let go.
 #pragma once
 
 #include <condition_variable>
@@ -48,6 +48,7 @@
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "tiers/extent_allocator.h"
 #include "tiers/memfd_arena.h"
 #include "transport/peer_server.h"
@@ -137,45 +138,46 @@ class Lender final : public transport::PeerHandler {
     std::map<std::uint64_t, InFlight> in_flight;  // by transfer id
   };
   Lender(LenderConfig config, std::unique_ptr<MemfdArena> arena, const Clock* clock);
-  void EndTransfer(std::uint64_t id, std::uint64_t transfer);
+  void EndTransfer(std::uint64_t id, std::uint64_t transfer) EXCLUDES(mu_);
   // Info.fences: raises each region's fence, stops the writes below it still arriving, and waits
   // (a second at most) for them to end; lists in the response the regions done.
-  void FenceLocked(std::unique_lock<std::mutex>& lock, const transport::PeerIdentity& peer,
-                   const wire::peer::Info& info, wire::peer::Response* response);
-  void ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it);
+  void FenceLocked(UniqueMutexLock& lock, const transport::PeerIdentity& peer,
+                   const wire::peer::Info& info, wire::peer::Response* response) REQUIRES(mu_);
+  void ReleaseLocked(std::unordered_map<std::uint64_t, Region>::iterator it) REQUIRES(mu_);
   // Every region one borrower incarnation holds; returns how many.
-  std::uint64_t ReleaseHolderLocked(const std::string& node, std::uint64_t incarnation);
+  std::uint64_t ReleaseHolderLocked(const std::string& node, std::uint64_t incarnation)
+      REQUIRES(mu_);
   // Free bytes that `node` may ask for: what is free, less what other members' parts keep.
-  std::uint64_t RoomForLocked(const std::string& node) const;
+  std::uint64_t RoomForLocked(const std::string& node) const REQUIRES(mu_);
   // Whether a member has a part: it has spoken on the peer link as that incarnation, or was
   // listed less than share_probation_ms ago.
-  bool SharesLocked(const std::string& member, std::uint64_t incarnation) const;
+  bool SharesLocked(const std::string& member, std::uint64_t incarnation) const REQUIRES(mu_);
   // A grant to `node` could not be met: the others are told room is wanted for a while.
-  void NoteUnmetLocked(const std::string& node);
+  void NoteUnmetLocked(const std::string& node) REQUIRES(mu_);
   // Whether a borrower other than `node` was refused room within room_wanted_ms.
-  bool RoomWantedByOthersLocked(const std::string& node) const;
+  bool RoomWantedByOthersLocked(const std::string& node) const REQUIRES(mu_);
 
   const LenderConfig config_;
   std::unique_ptr<MemfdArena> arena_;
   const Clock* clock_;
-  mutable std::mutex mu_;
-  ExtentAllocator allocator_;                                                     // guarded by mu_
-  std::unordered_map<std::uint64_t, Region> regions_;                             // guarded by mu_
-  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> missing_since_;  // guarded by mu_
-  std::uint64_t next_region_ = 1;                                                 // guarded by mu_
-  std::uint64_t next_transfer_ = 1;                                               // guarded by mu_
-  std::condition_variable transfer_ended_;     // with mu_: a fence waits for the writes it stopped
-  std::map<std::string, std::uint64_t> live_;  // guarded by mu_
+  mutable Mutex mu_;
+  ExtentAllocator allocator_ GUARDED_BY(mu_);
+  std::unordered_map<std::uint64_t, Region> regions_ GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> missing_since_ GUARDED_BY(mu_);
+  std::uint64_t next_region_ GUARDED_BY(mu_) = 1;
+  std::uint64_t next_transfer_ GUARDED_BY(mu_) = 1;
+  std::condition_variable transfer_ended_;  // with mu_: a fence waits for the writes it stopped
+  std::map<std::string, std::uint64_t> live_ GUARDED_BY(mu_);
   // When each borrower incarnation last made an authenticated request here.
-  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> heard_;  // guarded by mu_
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> heard_ GUARDED_BY(mu_);
   // When each live member incarnation was first listed.
-  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> listed_since_;  // guarded by mu_
-  bool members_heard_ = false;                                                   // guarded by mu_
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> listed_since_ GUARDED_BY(mu_);
+  bool members_heard_ GUARDED_BY(mu_) = false;
   // Bytes granted to each node (every incarnation) and not freed yet.
-  std::unordered_map<std::string, std::uint64_t> held_;  // guarded by mu_
+  std::unordered_map<std::string, std::uint64_t> held_ GUARDED_BY(mu_);
   // Until when each node that was refused room is said to want it (expired ones pruned).
-  std::map<std::string, std::uint64_t> room_wanted_until_;  // guarded by mu_
-  LenderStats counters_;                                    // guarded by mu_
+  std::map<std::string, std::uint64_t> room_wanted_until_ GUARDED_BY(mu_);
+  LenderStats counters_ GUARDED_BY(mu_);
 };
 
 }  // namespace tierpool

@@ -14,7 +14,7 @@ namespace tierpool {
 void ArenaTier::AddRegion(std::uint32_t arena_id, std::byte* base, std::uint64_t size, int fd,
                           int read_only_fd, int numa_node, std::uint32_t pool,
                           std::uint64_t alignment, RegionDevice device) {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   regions_.push_back(Region{arena_id, base, size, fd, read_only_fd, numa_node, pool,
                             ExtentAllocator({.capacity = size, .alignment = alignment}),
                             std::move(device)});
@@ -33,7 +33,7 @@ const ArenaTier::Region* ArenaTier::FindRegion(std::uint32_t arena_id) const {
 }
 
 Status ArenaTier::CheckExtent(const Extent& extent) const {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   const Region* r = FindRegion(extent.arena_id);
   if (r == nullptr || extent.offset > r->size || extent.length > r->size - extent.offset) {
     return Status::Internal("extent outside every " + std::string(TierName(kind_)) + " region");
@@ -49,7 +49,7 @@ Extent ArenaTier::TakenLocked(const Region& r, const AllocatedRange& range) {
 
 std::optional<Extent> ArenaTier::TakeCached(std::uint64_t size, const AllocationHint& hint) {
   CacheSlot& slot = caches_[ThreadSlot() % kCacheSlots];
-  std::lock_guard lock(slot.mu);
+  SpinLock lock(slot.mu);
   for (auto it = slot.extents.end(); it != slot.extents.begin();) {  // the newest first
     --it;
     if (it->pool != hint.pool || (hint.numa_node >= 0 && it->numa_node != hint.numa_node)) {
@@ -77,7 +77,7 @@ Result<bool> ArenaTier::CacheFreed(const Extent& extent) {
                             " allocation could have made");
   }
   CacheSlot& slot = caches_[ThreadSlot() % kCacheSlots];
-  std::lock_guard lock(slot.mu);
+  SpinLock lock(slot.mu);
   for (const CachedExtent& c : slot.extents) {
     if (c.extent.arena_id == extent.arena_id && c.extent.offset == extent.offset) {
       return Status::Internal("free of an extent that is already free");
@@ -95,7 +95,7 @@ std::uint64_t ArenaTier::DrainCachesLocked() const {
   auto* self = const_cast<ArenaTier*>(this);
   std::uint64_t drained = 0;
   for (CacheSlot& slot : caches_) {
-    std::lock_guard lock(slot.mu);
+    SpinLock lock(slot.mu);
     for (const CachedExtent& c : slot.extents) {
       Region* r = self->FindRegion(c.extent.arena_id);
       // Checked as it was cached; a failure here is an extent freed twice, from two threads.
@@ -104,7 +104,7 @@ std::uint64_t ArenaTier::DrainCachesLocked() const {
         continue;
       }
       r->cached.bytes.fetch_sub(c.extent.length, std::memory_order_relaxed);
-      self->used_ -= c.extent.length;
+      used_ -= c.extent.length;
       drained += c.extent.length;
     }
     slot.extents.clear();
@@ -128,7 +128,7 @@ Result<Extent> ArenaTier::Allocate(std::uint64_t size, const AllocationHint& hin
   if (thread_caches_ && size > 0 && size <= kMaxCachedExtent) {
     if (auto e = TakeCached(size, hint)) return *e;
   }
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   auto found = AllocateLocked(size, hint);
   // Room may be waiting in the caches: all of it goes back before the tier says it has none.
   if (!found.ok() && thread_caches_ && DrainCachesLocked() > 0) found = AllocateLocked(size, hint);
@@ -160,7 +160,7 @@ Result<Extent> ArenaTier::AllocateLocked(std::uint64_t size, const AllocationHin
 }
 
 std::vector<Extent> ArenaTier::FreeExtents(std::uint32_t pool) const {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   DrainCachesLocked();  // the free space there is, all of it
   std::vector<Extent> out;
   for (const auto& r : regions_) {
@@ -171,7 +171,7 @@ std::vector<Extent> ArenaTier::FreeExtents(std::uint32_t pool) const {
 }
 
 Result<Extent> ArenaTier::AllocateAt(const Extent& want) {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   DrainCachesLocked();  // a cached extent in the window would hold it
   Region* r = FindRegion(want.arena_id);
   auto range = r == nullptr ? std::nullopt : r->allocator.AllocateAt(want.offset, want.length);
@@ -185,7 +185,7 @@ Result<Extent> ArenaTier::AllocateAt(const Extent& want) {
 
 Result<Extent> ArenaTier::AllocateOutside(std::uint64_t size, std::uint32_t pool,
                                           const Extent& avoid) {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   DrainCachesLocked();
   for (auto& r : regions_) {
     if (r.pool != pool) continue;
@@ -204,7 +204,7 @@ Status ArenaTier::Free(const Extent& extent) {
     if (!cached.ok()) return cached.status();
     if (*cached) return Status::Ok();
   }
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   Region* r = FindRegion(extent.arena_id);
   if (r == nullptr) return Status::Internal("free of an extent in unknown arena");
   Status s = r->allocator.Free({extent.offset, extent.length});
@@ -213,7 +213,7 @@ Status ArenaTier::Free(const Extent& extent) {
 }
 
 Result<Extent> ArenaTier::Trim(const Extent& extent, std::uint64_t keep) {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   Region* r = FindRegion(extent.arena_id);
   if (r == nullptr) return Status::Internal("trim of an extent in unknown arena");
   if (keep == 0) return Status::InvalidArgument("a trimmed extent keeps at least one byte");
@@ -234,7 +234,7 @@ std::byte* ArenaTier::HostAddress(const Extent& extent) {
 }
 
 std::vector<ArenaInfo> ArenaTier::Arenas() const {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   std::vector<ArenaInfo> out;
   for (const auto& r : regions_) {
     out.push_back({r.arena_id, kind_, r.fd, r.size, r.numa_node, r.pool, r.read_only_fd,
@@ -244,7 +244,7 @@ std::vector<ArenaInfo> ArenaTier::Arenas() const {
 }
 
 PoolSpace ArenaTier::SpaceOf(std::uint32_t pool) const {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   PoolSpace s;
   for (const auto& r : regions_) {
     if (r.pool == pool) s.capacity += r.size;
@@ -254,7 +254,7 @@ PoolSpace ArenaTier::SpaceOf(std::uint32_t pool) const {
 }
 
 std::uint64_t ArenaTier::used_bytes() const {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   return UsedLocked(std::nullopt);
 }
 
@@ -285,13 +285,13 @@ void ArenaTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std::
 }
 
 void ArenaTier::ResetPeak() {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   DrainCachesLocked();
   peak_ = used_;
 }
 
 TierStats ArenaTier::Stats() const {
-  std::lock_guard lock(mu_);
+  SpinLock lock(mu_);
   // Exact figures (free extents, fragmentation) need the cached extents back in the allocators.
   DrainCachesLocked();
   TierStats s;

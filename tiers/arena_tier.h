@@ -104,26 +104,25 @@ class ArenaTier : public Tier {
   };
   struct alignas(64) CacheSlot {
     SpinMutex mu;
-    // guarded by mu; newest last. 64: a batch of puts that replaces as many objects reserves
-    // all its room before its commit frees the old (64 x 4 KiB: 7% faster than with 16).
-    boost::container::static_vector<CachedExtent, 64> extents;
+    // Newest last. 64: a batch of puts that replaces as many objects reserves all its room
+    // before its commit frees the old (64 x 4 KiB: 7% faster than with 16).
+    boost::container::static_vector<CachedExtent, 64> extents GUARDED_BY(mu);
   };
   Region* FindRegion(std::uint32_t arena_id);
-  // Allocate from the allocators (mu_ held).
-  Result<Extent> AllocateLocked(std::uint64_t size, const AllocationHint& hint);
-  // Counts `range`, just allocated in r, in the tier's use and peak (mu_ held).
-  Extent TakenLocked(const Region& r, const AllocatedRange& range);
+  // Allocate from the allocators.
+  Result<Extent> AllocateLocked(std::uint64_t size, const AllocationHint& hint) REQUIRES(mu_);
+  // Counts `range`, just allocated in r, in the tier's use and peak.
+  Extent TakenLocked(const Region& r, const AllocatedRange& range) REQUIRES(mu_);
   const Region* FindRegion(std::uint32_t arena_id) const;
   // The allocation from the calling thread's cache, if one of its extents fits exactly.
   std::optional<Extent> TakeCached(std::uint64_t size, const AllocationHint& hint);
   // Keeps extent in the calling thread's cache. False: not cached (too large, cache full).
   Result<bool> CacheFreed(const Extent& extent);
-  // Gives every cached extent back to its allocator (mu_ held): the slow paths see all the
-  // free space there is. Returns the bytes given back.
-  std::uint64_t DrainCachesLocked() const;
-  // The allocators' used bytes, less what waits in the caches, of `pool` (nullopt: all pools;
-  // mu_ held).
-  std::uint64_t UsedLocked(std::optional<std::uint32_t> pool) const;
+  // Gives every cached extent back to its allocator: the slow paths see all the free space there
+  // is. Returns the bytes given back.
+  std::uint64_t DrainCachesLocked() const REQUIRES(mu_);
+  // The allocators' used bytes, less what waits in the caches, of `pool` (nullopt: all pools).
+  std::uint64_t UsedLocked(std::optional<std::uint32_t> pool) const REQUIRES(mu_);
 
   TierKind kind_;
   std::uint32_t level_;
@@ -132,11 +131,11 @@ class ArenaTier : public Tier {
   std::uint64_t capacity_ = 0;
   mutable SpinMutex mu_;         // held for an allocator call: a few dozen ns
   std::vector<Region> regions_;  // fixed once shared; each allocator guarded by mu_
-  // guarded by mu_: bytes the allocators handed out, cached extents included (they count as
-  // free only in used_bytes, SpaceOf and Stats); the peak is of this figure, so it may exceed
-  // the tier's true peak by what the caches held at the time
-  std::uint64_t used_ = 0;
-  std::uint64_t peak_ = 0;  // guarded by mu_
+  // Bytes the allocators handed out, cached extents included (they count as free only in
+  // used_bytes, SpaceOf and Stats); the peak is of this figure, so it may exceed the tier's true
+  // peak by what the caches held at the time.
+  mutable std::uint64_t used_ GUARDED_BY(mu_) = 0;  // (DrainCachesLocked, logically const)
+  std::uint64_t peak_ GUARDED_BY(mu_) = 0;
   // Per-thread caches (common/thread_slot.h) of extents up to kMaxCachedExtent: a thread that
   // replaces what it wrote (a KV block, an activation per step) takes its extent back without
   // mu_ and the allocators' trees, which every core's puts would otherwise pass between them,

@@ -54,7 +54,7 @@ RemoteTier::RemoteTier(RemoteTierConfig config, transport::PeerAuth auth,
 
 RemoteTier::~RemoteTier() {
   {
-    std::lock_guard lock(jobs_mu_);
+    MutexLock lock(jobs_mu_);
     stopping_ = true;
   }
   jobs_cv_.notify_all();
@@ -65,7 +65,7 @@ RemoteTier::~RemoteTier() {
 
 void RemoteTier::Post(std::function<void()> job) {
   {
-    std::lock_guard lock(jobs_mu_);
+    MutexLock lock(jobs_mu_);
     jobs_.push_back(std::move(job));
   }
   jobs_cv_.notify_one();
@@ -75,8 +75,9 @@ void RemoteTier::WorkerLoop() {
   for (;;) {
     std::function<void()> job;
     {
-      std::unique_lock lock(jobs_mu_);
-      jobs_cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      UniqueMutexLock lock(jobs_mu_);
+      jobs_cv_.wait(lock.native(),
+                    [this]() REQUIRES(jobs_mu_) { return stopping_ || !jobs_.empty(); });
       // Queued jobs still run at shutdown: each ends a mover operation someone waits for.
       if (jobs_.empty()) return;
       job = std::move(jobs_.front());
@@ -92,7 +93,7 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
   std::unique_ptr<transport::PeerConnection> conn;
   std::string address;
   {
-    std::lock_guard lock(peer.pool_mu);
+    MutexLock lock(peer.pool_mu);
     if (!peer.idle.empty()) {
       conn = std::move(peer.idle.back());
       peer.idle.pop_back();
@@ -121,7 +122,7 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
     peer.heard_failure = true;
     // The others kept idle are likely broken too (the peer stopped or restarted): the next
     // request connects afresh, and learns at once whether anything listens there.
-    std::lock_guard lock(peer.pool_mu);
+    MutexLock lock(peer.pool_mu);
     peer.idle.clear();
     return s;
   }
@@ -129,7 +130,7 @@ Status RemoteTier::Exchange(Peer& peer, wire::peer::Request* request, const void
       HeardAnswer(peer, response->lend_free(),
                   s.code() == StatusCode::kNotFound &&
                       (request->has_read() || request->has_write() || request->has_release())));
-  std::lock_guard lock(peer.pool_mu);
+  MutexLock lock(peer.pool_mu);
   if (peer.idle.size() < config_.connections_per_peer) {
     peer.idle.push_back(std::move(conn));
   }
@@ -178,7 +179,7 @@ Status RemoteTier::Transfer(Peer& peer, std::uint64_t region, std::uint64_t offs
                             std::uint64_t length, bool write, std::byte* data) {
   std::shared_ptr<const transport::UcxRoute> route;
   if (ucx_ != nullptr) {
-    std::lock_guard lock(peer.pool_mu);
+    MutexLock lock(peer.pool_mu);
     route = peer.ucx;
   }
   for (std::uint64_t done = 0; done < length;) {
@@ -193,7 +194,7 @@ Status RemoteTier::Transfer(Peer& peer, std::uint64_t region, std::uint64_t offs
       // UCX has no transport between us (its address names devices we cannot reach): this peer
       // stays on TCP frames, which reached it all along. Nothing of this piece went over UCX.
       spdlog::warn("remote: {}; peer {} stays on TCP", s.message(), peer.member.node_id);
-      std::lock_guard lock(peer.pool_mu);
+      MutexLock lock(peer.pool_mu);
       peer.ucx = nullptr;
       peer.ucx_unreachable = true;
       route = nullptr;
@@ -267,13 +268,13 @@ void RemoteTier::NoteFailedWriteLocked(std::uint64_t set_id, const Replica& fail
 
 Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hint) {
   if (size == 0) return Status::InvalidArgument("empty remote extent");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Peers with the most granted room first, so replicas spread.
   std::vector<Peer*> order;
   for (auto& [id, p] : peers_) {
     if (UsableLocked(*p)) order.push_back(p.get());
   }
-  std::sort(order.begin(), order.end(), [this](const Peer* a, const Peer* b) {
+  std::sort(order.begin(), order.end(), [this](const Peer* a, const Peer* b) REQUIRES(mu_) {
     return FreeGrantedLocked(*a) > FreeGrantedLocked(*b);
   });
   ReplicaSet set;
@@ -315,7 +316,7 @@ Result<Extent> RemoteTier::Allocate(std::uint64_t size, const AllocationHint& hi
 }
 
 Status RemoteTier::Free(const Extent& extent) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sets_.find(extent.offset);
   if (it == sets_.end())
     return Status::NotFound("no remote extent " + std::to_string(extent.offset));
@@ -330,7 +331,7 @@ void RemoteTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std:
                            IoCompletion done) {
   std::vector<Replica> replicas;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = sets_.find(dst.offset);
     if (it == sets_.end()) {
       done(Status::NotFound("no remote extent " + std::to_string(dst.offset)));
@@ -343,27 +344,30 @@ void RemoteTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std:
   // last completes the write. Bytes sent before the check fails are never acknowledged: the
   // write fails and the store frees the extent.
   struct Pending {
-    std::mutex mu;
-    std::size_t left;
-    Status first_error;
+    Mutex mu;
+    std::size_t left GUARDED_BY(mu);
+    Status first_error GUARDED_BY(mu);
     IoCompletion done;
   };
   auto pending = std::make_shared<Pending>();
-  pending->left = replicas.size() + 1;  // the replicas, and the check
+  {
+    MutexLock lock(pending->mu);          // (nobody else has it yet)
+    pending->left = replicas.size() + 1;  // the replicas, and the check
+  }
   pending->done = std::move(done);
   const std::uint64_t set_id = dst.offset;
   auto finish = [this, pending, set_id, info](const Status& s) {
     bool last = false;
     Status result;
     {
-      std::lock_guard lock(pending->mu);
+      MutexLock lock(pending->mu);
       if (!s.ok() && pending->first_error.ok()) pending->first_error = s;
       last = --pending->left == 0;
       result = pending->first_error;
     }
     if (!last) return;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!result.ok()) ++write_errors_;
       auto it = sets_.find(set_id);
       if (result.ok() && it != sets_.end()) {
@@ -378,7 +382,7 @@ void RemoteTier::WriteImpl(const Extent& dst, const RecordInfo& info, const std:
       Status s =
           Transfer(*r.peer, r.region, r.range.offset, info.size, true, const_cast<std::byte*>(src));
       if (!s.ok()) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         NoteFailedWriteLocked(set_id, r);
       }
       finish(s);
@@ -393,7 +397,7 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
                           IoCompletion done) {
   std::vector<Replica> replicas;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = sets_.find(src.offset);
     if (it == sets_.end()) {
       done(Status::NotFound("no remote extent " + std::to_string(src.offset)));
@@ -421,14 +425,14 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
       }
       if (s.ok()) {
         if (i > 0) {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           ++counters_.read_failovers;
         }
         done(Status::Ok());
         return;
       }
       spdlog::warn("remote read: {}", s.ToString());
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ++(wrong ? checksum_failures_ : read_errors_);
       if (wrong) DropCorruptReplicaLocked(set_id, r);  // rebuilt from a good one
       last = s;
@@ -446,7 +450,7 @@ void RemoteTier::ReadImpl(const Extent& src, const RecordInfo& info, std::byte* 
 }
 
 std::uint64_t RemoteTier::capacity() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return CapacityLocked();
 }
 
@@ -474,12 +478,12 @@ std::uint64_t RemoteTier::UnderReplicatedLocked() const {
 }
 
 std::vector<LostCopy> RemoteTier::TakeLostCopies() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return std::exchange(lost_, {});
 }
 
 bool RemoteTier::LikelyReadable(const Extent& extent) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sets_.find(extent.offset);
   if (it == sets_.end()) return true;  // the read says what is wrong
   for (const Replica& r : it->second.replicas) {
@@ -489,12 +493,12 @@ bool RemoteTier::LikelyReadable(const Extent& extent) const {
 }
 
 std::uint64_t RemoteTier::used_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return used_;
 }
 
 Status RemoteTier::CheckWritable() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::size_t responsive = 0;
   for (const auto& [id, p] : peers_) responsive += UsableLocked(*p) ? 1 : 0;
   if (responsive < config_.replicas) {
@@ -507,7 +511,7 @@ Status RemoteTier::CheckWritable() {
 TierStats RemoteTier::Stats() const {
   TierStats s;
   s.kind = TierKind::kRemote;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   s.capacity = CapacityLocked();
   s.used_bytes = used_;
   s.peak_used_bytes = peak_used_;
@@ -549,7 +553,7 @@ TierStats RemoteTier::Stats() const {
 }
 
 std::vector<RemotePeerInfo> RemoteTier::Peers() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<RemotePeerInfo> out;
   for (const auto& [id, p] : peers_) {
     RemotePeerInfo info;
@@ -559,7 +563,7 @@ std::vector<RemotePeerInfo> RemoteTier::Peers() const {
     info.lend_free = p->lend_free;
     info.failures = p->failures;
     {
-      std::lock_guard pool(p->pool_mu);
+      MutexLock pool(p->pool_mu);
       if (p->ucx != nullptr) info.transport = "ucx";
     }
     for (const auto& [rid, r] : p->regions) {
@@ -573,7 +577,7 @@ std::vector<RemotePeerInfo> RemoteTier::Peers() const {
 }
 
 RemoteTierCounters RemoteTier::counters() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   RemoteTierCounters c = counters_;
   c.under_replicated = UnderReplicatedLocked();
   c.ucx_bytes_written = ucx_bytes_written_.load();
@@ -582,7 +586,7 @@ RemoteTierCounters RemoteTier::counters() const {
 }
 
 std::vector<RemoteTier::ReplicaLocation> RemoteTier::LocateForTest(const Extent& extent) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<ReplicaLocation> out;
   auto it = sets_.find(extent.offset);
   if (it == sets_.end()) return out;

@@ -46,6 +46,7 @@
 
 #include "common/byte_rate_limiter.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "tiers/extent_allocator.h"
 #include "tiers/tier.h"
 #include "transport/peer_auth.h"
@@ -246,40 +247,40 @@ class RemoteTier final : public Tier {
   // Takes p's regions that hold nothing out of our books, for GrantRegions to release.
   void GiveBackIdleRegionsLocked(
       const std::shared_ptr<Peer>& p,
-      std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>>* released);
+      std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>>* released) REQUIRES(mu_);
   void ProbePeers();
   // Drops the peers known gone (see the top of this file).
-  void DropLostPeersLocked(std::uint64_t now_us);
+  void DropLostPeersLocked(std::uint64_t now_us) REQUIRES(mu_);
   // Answering, checked since a lapse of our lease, and not just heard failing.
-  bool UsableLocked(const Peer& p) const;
+  bool UsableLocked(const Peer& p) const REQUIRES(mu_);
   // An Info request for p, asking after the next kMaxInfoRegions of our regions there (or, for a
   // peer just met, asking it to free what it held of ours before).
-  wire::peer::Request ProbeLocked(Peer& p);
+  wire::peer::Request ProbeLocked(Peer& p) REQUIRES(mu_);
   // Drops the regions the peer's Info reply says it no longer holds for us, with their replicas.
   void DropMissingRegionsLocked(const std::shared_ptr<Peer>& p,
-                                const wire::peer::Response& response);
+                                const wire::peer::Response& response) REQUIRES(mu_);
   void RepairSets();
   // Carves `size` bytes out of peer's regions; false when none has room.
-  bool CarveLocked(Peer& peer, std::uint64_t size, Replica* out);
+  bool CarveLocked(Peer& peer, std::uint64_t size, Replica* out) REQUIRES(mu_);
   // Gives the replica's range back (or, after a failed write, holds it for a fence).
-  void ReleaseReplicaLocked(const Replica& r);
+  void ReleaseReplicaLocked(const Replica& r) REQUIRES(mu_);
   // A replica whose bytes failed their checksum: dropped (and counted), so that a repair makes
   // a good one from another replica, or the store learns the copy is lost.
-  void DropCorruptReplicaLocked(std::uint64_t set_id, const Replica& bad);
+  void DropCorruptReplicaLocked(std::uint64_t set_id, const Replica& bad) REQUIRES(mu_);
   // A write to this replica of set_id failed: its range is fenced on release.
-  void NoteFailedWriteLocked(std::uint64_t set_id, const Replica& failed);
+  void NoteFailedWriteLocked(std::uint64_t set_id, const Replica& failed) REQUIRES(mu_);
   // The set's last replica went: counted, and reported to the store (TakeLostCopies).
-  void SetEmptiedLocked(std::uint64_t set_id, const ReplicaSet& set);
+  void SetEmptiedLocked(std::uint64_t set_id, const ReplicaSet& set) REQUIRES(mu_);
   // The ranges a probe's answer says are fenced go back to their regions' allocators.
   void ReleaseFencedLocked(Peer& p, const wire::peer::Info& asked,
-                           const wire::peer::Response& response);
-  void DropPeerLocked(const std::shared_ptr<Peer>& peer);
+                           const wire::peer::Response& response) REQUIRES(mu_);
+  void DropPeerLocked(const std::shared_ptr<Peer>& peer) REQUIRES(mu_);
   // Removes every replica for which gone() holds, counting what is lost with it.
-  void DropReplicasLocked(const std::function<bool(const Replica&)>& gone);
-  std::uint64_t FreeGrantedLocked(const Peer& peer) const;
-  std::uint64_t CapacityLocked() const;
+  void DropReplicasLocked(const std::function<bool(const Replica&)>& gone) REQUIRES(mu_);
+  std::uint64_t FreeGrantedLocked(const Peer& peer) const REQUIRES(mu_);
+  std::uint64_t CapacityLocked() const REQUIRES(mu_);
   // Sets with fewer copies than wanted (the tier's "degraded", and the counter).
-  std::uint64_t UnderReplicatedLocked() const;
+  std::uint64_t UnderReplicatedLocked() const REQUIRES(mu_);
 
   const RemoteTierConfig config_;
   const transport::PeerAuth auth_;
@@ -287,31 +288,35 @@ class RemoteTier final : public Tier {
   const Clock* clock_;
 
   const transport::PeerIdentity self_;  // this process's life: never changes
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Peer>> peers_;  // guarded by mu_
-  std::unordered_map<std::uint64_t, ReplicaSet> sets_;  // guarded by mu_
-  std::uint64_t next_set_ = 1;                          // guarded by mu_
-  std::uint64_t used_ = 0;                              // guarded by mu_: sum of set sizes
-  std::uint64_t peak_used_ = 0;                         // guarded by mu_
-  std::uint64_t wanted_region_ = 0;  // guarded by mu_: a failed Allocate's size, for the next grant
-  RemoteTierCounters counters_;      // guarded by mu_
-  ByteRateLimiter repair_limit_;     // guarded by mu_: repairs here and the store's rebuilds
-  std::vector<LostCopy> lost_;       // guarded by mu_: for TakeLostCopies
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<Peer>> peers_ GUARDED_BY(mu_);
+  std::unordered_map<std::uint64_t, ReplicaSet> sets_ GUARDED_BY(mu_);
+  std::uint64_t next_set_ GUARDED_BY(mu_) = 1;
+  std::uint64_t used_ GUARDED_BY(mu_) = 0;  // sum of set sizes
+  std::uint64_t peak_used_ GUARDED_BY(mu_) = 0;
+  std::uint64_t wanted_region_ GUARDED_BY(mu_) = 0;  // a failed Allocate's size, for the next grant
+  RemoteTierCounters counters_ GUARDED_BY(mu_);
+  ByteRateLimiter repair_limit_ GUARDED_BY(mu_);  // repairs here and the store's rebuilds
+  std::vector<LostCopy> lost_ GUARDED_BY(mu_);    // for TakeLostCopies
   // Numbers every write request (RegionRange.sequence), so that a lender can fence late ones.
   std::atomic<std::uint64_t> next_write_{1};
   std::atomic<std::uint64_t> ucx_bytes_written_{0}, ucx_bytes_read_{0};
-  std::uint64_t allocations_ = 0, frees_ = 0, failed_allocations_ = 0;        // guarded by mu_
-  std::uint64_t checksum_failures_ = 0, read_errors_ = 0, write_errors_ = 0;  // guarded by mu_
+  std::uint64_t allocations_ GUARDED_BY(mu_) = 0;
+  std::uint64_t frees_ GUARDED_BY(mu_) = 0;
+  std::uint64_t failed_allocations_ GUARDED_BY(mu_) = 0;
+  std::uint64_t checksum_failures_ GUARDED_BY(mu_) = 0;
+  std::uint64_t read_errors_ GUARDED_BY(mu_) = 0;
+  std::uint64_t write_errors_ GUARDED_BY(mu_) = 0;
 
-  std::mutex jobs_mu_;
+  Mutex jobs_mu_;
   std::condition_variable jobs_cv_;
-  std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_
-  bool stopping_ = false;                   // guarded by jobs_mu_ (and read by maintenance)
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(jobs_mu_);
+  bool stopping_ GUARDED_BY(jobs_mu_) = false;
   std::condition_variable maintenance_cv_;  // with jobs_mu_
-  bool maintenance_wanted_ = false;         // guarded by jobs_mu_
+  bool maintenance_wanted_ GUARDED_BY(jobs_mu_) = false;
   std::vector<std::thread> workers_;
   std::thread maintenance_;
-  std::mutex maintenance_pass_mu_;  // one pass at a time (the thread, or RunMaintenance)
+  Mutex maintenance_pass_mu_;  // one pass at a time (the thread, or RunMaintenance)
 };
 
 }  // namespace tierpool

@@ -31,9 +31,10 @@ std::uint64_t MaxGrantFor(std::uint64_t asked) {
 void RemoteTier::MaintenanceLoop() {
   for (;;) {
     {
-      std::unique_lock lock(jobs_mu_);
-      maintenance_cv_.wait_for(lock, std::chrono::milliseconds(config_.maintenance_interval_ms),
-                               [this] { return stopping_ || maintenance_wanted_; });
+      UniqueMutexLock lock(jobs_mu_);
+      maintenance_cv_.wait_for(
+          lock.native(), std::chrono::milliseconds(config_.maintenance_interval_ms),
+          [this]() REQUIRES(jobs_mu_) { return stopping_ || maintenance_wanted_; });
       if (stopping_) return;
       maintenance_wanted_ = false;
     }
@@ -42,14 +43,14 @@ void RemoteTier::MaintenanceLoop() {
 }
 
 void RemoteTier::RunMaintenance() {
-  std::lock_guard pass(maintenance_pass_mu_);
+  MutexLock pass(maintenance_pass_mu_);
   ProbePeers();
   GrantRegions();
   RepairSets();
 }
 
 void RemoteTier::SetMembers(const std::vector<RemoteMember>& members) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::map<std::string, const RemoteMember*> now;
   for (const RemoteMember& m : members) {
     if (m.node_id != self_.node_id) now[m.node_id] = &m;
@@ -79,7 +80,7 @@ void RemoteTier::SetMembers(const std::vector<RemoteMember>& members) {
     if (!p.in_membership) spdlog::info("remote: peer {} is a member again", it->first);
     p.in_membership = true;
     // Same incarnation at another address: new connections go there.
-    std::lock_guard pool(p.pool_mu);
+    MutexLock pool(p.pool_mu);
     p.member.address = found->second->address;
     p.address = found->second->address;
     ++it;
@@ -88,7 +89,10 @@ void RemoteTier::SetMembers(const std::vector<RemoteMember>& members) {
     if (peers_.count(id) != 0) continue;
     auto p = std::make_shared<Peer>();
     p->member = *m;
-    p->address = m->address;
+    {
+      MutexLock pool(p->pool_mu);  // (nobody else has it yet)
+      p->address = m->address;
+    }
     p->lend_free = m->lend_bytes;
     peers_[id] = std::move(p);
     spdlog::info("remote: peer {} at {} lends {}", id, m->address, FormatBytes(m->lend_bytes));
@@ -136,7 +140,7 @@ void RemoteTier::DropLostPeersLocked(std::uint64_t now_us) {
 
 void RemoteTier::Suspect() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [id, p] : peers_) {
       if (!p->introduced) continue;
       p->unconfirmed = true;
@@ -151,7 +155,7 @@ void RemoteTier::Suspect() {
 
 void RemoteTier::WakeMaintenance() {
   {
-    std::lock_guard jobs(jobs_mu_);
+    MutexLock jobs(jobs_mu_);
     maintenance_wanted_ = true;
   }
   maintenance_cv_.notify_one();
@@ -162,7 +166,7 @@ void RemoteTier::ProbePeers() {
   std::vector<wire::peer::Request> probes;
   const std::uint64_t now = clock_->NowMicros();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [id, p] : peers_) {
       if (p->dead) continue;
       // What the I/O threads heard since the last pass.
@@ -190,7 +194,7 @@ void RemoteTier::ProbePeers() {
       response.Clear();
       s = Exchange(*p, &probes[i], nullptr, 0, &response);
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     p->heard_failure = false;
     p->heard_success = false;
     p->heard_free = ~0ull;
@@ -206,7 +210,7 @@ void RemoteTier::ProbePeers() {
         route->key = p->member.node_id + "/" + std::to_string(p->member.incarnation);
         route->address = response.ucx_address();
         route->token = response.ucx_token();
-        std::lock_guard pool(p->pool_mu);
+        MutexLock pool(p->pool_mu);
         p->ucx = std::move(route);
       }
       DropMissingRegionsLocked(p, response);
@@ -222,7 +226,7 @@ void RemoteTier::ProbePeers() {
       ++p->failures;
     }
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   DropLostPeersLocked(clock_->NowMicros());
 }
 
@@ -230,7 +234,7 @@ wire::peer::Request RemoteTier::ProbeLocked(Peer& p) {
   wire::peer::Request request;
   auto* info = request.mutable_info();
   if (ucx_ != nullptr) {
-    std::lock_guard pool(p.pool_mu);
+    MutexLock pool(p.pool_mu);
     // Until it offers its UCX data path; a lender without one answers without it, every time.
     if (p.ucx == nullptr && !p.ucx_unreachable) info->set_ucx_open(true);
   }
@@ -320,7 +324,7 @@ void RemoteTier::GrantRegions() {
   std::vector<Ask> asks;
   std::vector<std::pair<std::shared_ptr<Peer>, std::uint64_t>> given_back;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const std::uint64_t want = std::max(config_.region_bytes, wanted_region_);
     // Room is short when little is free in all, or no free extent is large enough for a
     // typical object (a quarter region) or for the one that last found no room.
@@ -363,7 +367,7 @@ void RemoteTier::GrantRegions() {
     const std::uint64_t bytes = response.region_bytes();
     bool give_back = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       a.peer->lend_free = response.lend_free();
       // A lender's word is checked like any peer's: a region of another size than asked for
       // would be taken for room it never lent (or overflow the sums of room), and an id that is
@@ -406,7 +410,7 @@ void RemoteTier::RepairSets() {
   };
   std::vector<Job> jobs;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<std::uint64_t> ids;
     for (auto& [id, set] : sets_) {
       if (set.written && !set.repairing && !set.replicas.empty() &&
@@ -452,7 +456,7 @@ void RemoteTier::RepairSets() {
       s = Transfer(*j.target.peer, j.target.region, j.target.range.offset, j.info.size, true,
                    buffer.get());
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (corrupt_source) {
       ++checksum_failures_;
       DropCorruptReplicaLocked(j.set_id, j.source);  // the next pass repairs from another

@@ -19,7 +19,7 @@ namespace tierpool {
 // Everything known of one peer. Shared with I/O jobs, which may outlive its membership.
 struct RemoteTier::Peer {
   RemoteMember member;
-  // guarded by RemoteTier::mu_
+  // guarded by RemoteTier::mu_ (the analysis cannot name another object's mutex here)
   std::map<std::uint64_t, Region> regions;
   std::uint64_t lend_free = 0;
   // Its last request or probe succeeded. A peer just met is not, until its first probe (which
@@ -41,13 +41,14 @@ struct RemoteTier::Peer {
   // The most a placement or repair found no room for there since the last grant pass: asked for
   // even when it says it has no such room, so that it tells the others room is wanted.
   std::uint64_t room_needed = 0;
-  // guarded by pool_mu (taken after RemoteTier::mu_ when both are held)
-  std::mutex pool_mu;
-  std::vector<std::unique_ptr<transport::PeerConnection>> idle;
-  std::string address;  // where to connect: member.address, which may move
+  // Taken after RemoteTier::mu_ when both are held.
+  Mutex pool_mu;
+  std::vector<std::unique_ptr<transport::PeerConnection>> idle GUARDED_BY(pool_mu);
+  std::string address GUARDED_BY(pool_mu);  // where to connect: member.address, which may move
   // Its UCX data path, once it offered one (Info.ucx_open); null: TCP frames.
-  std::shared_ptr<const transport::UcxRoute> ucx;
-  bool ucx_unreachable = false;  // no UCX transport of ours reaches it: TCP frames for good
+  std::shared_ptr<const transport::UcxRoute> ucx GUARDED_BY(pool_mu);
+  // No UCX transport of ours reaches it: TCP frames for good.
+  bool ucx_unreachable GUARDED_BY(pool_mu) = false;
   // Room and failures reported by the I/O threads, folded in under mu_ by the next pass.
   std::atomic<std::uint64_t> heard_free{~0ull};
   std::atomic<bool> heard_failure{false};

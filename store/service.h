@@ -55,9 +55,33 @@ class StoreService final : public transport::RequestHandler {
   void Stat(wire::StatReply* reply);
 
  private:
-  // What Handle does; Handle times it for the latency histograms.
+  // What Handle does; Handle times it for the latency histograms. Checks what every request
+  // must pass, then hands it to its message's handler.
   bool HandleRequest(std::uint64_t session_id, const transport::PeerCredentials& peer,
                      const wire::Request& request, wire::Response* response, std::vector<int>* fds);
+  // One request, as its handler sees it.
+  struct Call {
+    std::uint64_t session;
+    const transport::PeerCredentials& peer;
+    const wire::Request& req;
+    wire::Response* resp;
+    std::vector<int>* fds;  // descriptors sent with the reply
+  };
+  // One handler per message; each returns whether there is a reply (false: one-way).
+  bool OnHello(const Call& call);
+  bool OnReserve(const Call& call);
+  bool OnCommit(const Call& call);
+  bool OnAbort(const Call& call);
+  bool OnPutInline(const Call& call);
+  bool OnGet(const Call& call);
+  bool OnRelease(const Call& call);
+  bool OnDel(const Call& call);
+  bool OnList(const Call& call);
+  bool OnStat(const Call& call);
+  bool OnPromote(const Call& call);
+  bool OnRegisterPlan(const Call& call);
+  bool OnProgress(const Call& call);
+  bool OnUnregisterPlan(const Call& call);
   void RecordLatency(const wire::Request& request, const wire::Response& response,
                      std::uint64_t took_us);
   // keys: req's, plain and packed (store/packed_items.h).

@@ -541,6 +541,11 @@ TierStats RemoteTier::Stats() const {
     why.push_back(std::to_string(short_sets) + " objects have fewer copies than wanted (a peer " +
                   "that left: rebuilding them)");
   }
+  if (repairs_without_room_ > 0) {
+    // Not rebuilding those: said, so that an operator looks at --lend rather than waits.
+    why.push_back(std::to_string(repairs_without_room_) +
+                  " of them have no other answering peer with room for another copy");
+  }
   if (!why.empty()) {
     s.state = "degraded";
   } else if (responsive < config_.replicas) {

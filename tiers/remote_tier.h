@@ -294,6 +294,8 @@ class RemoteTier final : public Tier {
   std::uint64_t next_set_ GUARDED_BY(mu_) = 1;
   std::uint64_t used_ GUARDED_BY(mu_) = 0;  // sum of set sizes
   std::uint64_t peak_used_ GUARDED_BY(mu_) = 0;
+  // Sets the last repair pass found no peer with room for (the tier's state says so).
+  std::uint64_t repairs_without_room_ GUARDED_BY(mu_) = 0;
   std::uint64_t wanted_region_ GUARDED_BY(mu_) = 0;  // a failed Allocate's size, for the next grant
   RemoteTierCounters counters_ GUARDED_BY(mu_);
   ByteRateLimiter repair_limit_ GUARDED_BY(mu_);  // repairs here and the store's rebuilds

@@ -411,6 +411,7 @@ void RemoteTier::RepairSets() {
   std::vector<Job> jobs;
   {
     MutexLock lock(mu_);
+    repairs_without_room_ = 0;
     std::vector<std::uint64_t> ids;
     for (auto& [id, set] : sets_) {
       if (set.written && !set.repairing && !set.replicas.empty() &&
@@ -432,7 +433,10 @@ void RemoteTier::RepairSets() {
         }
         p->room_needed = std::max(p->room_needed, set.size);  // the next grant pass asks for it
       }
-      if (target.peer == nullptr) continue;  // no room elsewhere yet: the next pass tries again
+      if (target.peer == nullptr) {
+        ++repairs_without_room_;  // no room elsewhere yet: the next pass tries again
+        continue;
+      }
       if (!repair_limit_.TryTake(set.size)) {
         ReleaseReplicaLocked(target);
         break;

@@ -513,6 +513,29 @@ TEST(RemoteTier, RoomKeptInReserveGoesBackToABorrowerThatNeedsIt) {
   ASSERT_NO_FATAL_FAILURE(ExpectEachReadsBack(*needy, objects));
 }
 
+// A set short of a copy with nowhere to rebuild it says so in the tier's state: before, the
+// state said only "rebuilding them", whether a rebuild could start or not.
+TEST(RemoteTier, ARepairWithNoPeerToGoToSaysSo) {
+  LendingNode a = StartLender("a"), b = StartLender("b");
+  auto tier = Borrower({&a, &b});  // two replicas: one on each
+  const std::string data = Bytes(1u << 20, 3);
+  auto e = tier->Allocate(data.size(), {});
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(WriteSync(*tier, *e, data).ok());
+  b.server->Stop();
+  tier->SetMembers({a.member});
+  tier->RunMaintenance();  // b refuses connections and has left: gone
+  ASSERT_EQ(tier->Peers().size(), 1u);
+  const TierStats stats = tier->Stats();
+  EXPECT_EQ(stats.state, "degraded");
+  EXPECT_NE(stats.state_why.find("1 of them have no other answering peer with room"),
+            std::string::npos)
+      << stats.state_why;
+  std::string out;
+  ASSERT_TRUE(ReadSync(*tier, *e, data, &out).ok());  // the survivor serves
+  EXPECT_TRUE(out == data);
+}
+
 // ---- the lender's side of the protocol ----
 
 transport::PeerConnection* Connect(LendingNode& n, const std::string& secret, PeerIdentity who,

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "common/latency_histogram.h"
 #include "store/namespace_policy.h"
@@ -84,6 +86,15 @@ class StoreService final : public transport::RequestHandler {
   bool OnUnregisterPlan(const Call& call);
   void RecordLatency(const wire::Request& request, const wire::Response& response,
                      std::uint64_t took_us);
+  // Stat's parts (store/service_stat.cc): the tiers, then named counters through `add`.
+  using CounterSink = std::function<void(const std::string&, std::uint64_t)>;
+  void AddTierStats(const StoreStats& s, wire::StatReply* reply) const;
+  void AddStoreCounters(const StoreStats& s, const CounterSink& add) const;
+  void AddTransportCounters(const CounterSink& add) const;
+  void AddLinkCounters(const StoreStats& s, const CounterSink& add) const;
+  void AddNamespaceCounters(const CounterSink& add) const;
+  void AddJobs(const CounterSink& add, wire::StatReply* reply) const;
+  void AddLatencies(const StoreStats& s, wire::StatReply* reply) const;
   // keys: req's, plain and packed (store/packed_items.h).
   void HandleGet(std::uint64_t session, const transport::PeerCredentials& peer,
                  const wire::GetRequest& req, const GetKeys& keys, wire::GetReply* reply);

@@ -20,7 +20,30 @@ void AddCounter(Message* m, const std::string& name, std::uint64_t value) {
 }  // namespace
 
 void StoreService::Stat(wire::StatReply* reply) {
-  StoreStats s = store_->Stats();
+  const StoreStats s = store_->Stats();
+  const CounterSink add = [reply](const std::string& name, std::uint64_t v) {
+    AddCounter(reply, name, v);
+  };
+  AddTierStats(s, reply);
+  AddStoreCounters(s, add);
+  AddTransportCounters(add);
+  if (journal_ != nullptr) journal_->VisitCounters(add);
+  if (const Cluster* cluster = cluster_.load()) {
+    cluster->VisitCounters(add);
+    cluster->FillMembers(reply);
+  }
+  AddLinkCounters(s, add);
+  AddNamespaceCounters(add);
+  AddJobs(add, reply);
+  reply->set_uptime_ms(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - started_)
+                                     .count()));
+  reply->set_server_version(TIERPOOL_VERSION);
+  AddLatencies(s, reply);
+}
+
+void StoreService::AddTierStats(const StoreStats& s, wire::StatReply* reply) const {
   for (const auto& t : s.tiers) {
     auto* w = reply->add_tiers();
     w->set_tier(static_cast<wire::Tier>(t.tier.kind));
@@ -42,7 +65,9 @@ void StoreService::Stat(wire::StatReply* reply) {
     w->set_checksum_failures(t.tier.checksum_failures);
     w->set_peak_used_bytes(t.tier.peak_used_bytes);
   }
-  auto add = [reply](const std::string& name, std::uint64_t v) { AddCounter(reply, name, v); };
+}
+
+void StoreService::AddStoreCounters(const StoreStats& s, const CounterSink& add) const {
   add("objects", s.objects);
   add("reservations_open", s.reservations_open);
   add("leases_open", s.leases_open);
@@ -67,6 +92,25 @@ void StoreService::Stat(wire::StatReply* reply) {
   add("nvme_reads", s.nvme_reads);
   add("nvme_read_failures", s.nvme_read_failures);
   add("corrupt_in_memory", s.corrupt_in_memory);
+  add("clean_drops", s.clean_drops);
+  add("drops_after_unpin", s.drops_after_unpin);
+  add("drops_cancelled", s.drops_cancelled);
+  add("plan_room_timeouts", s.plan_room_timeouts);
+  add("relocations", s.relocations);
+  add("relocated_bytes", s.relocated_bytes);
+  add("quarantined", s.quarantined);
+  add("copies_lost_with_peers", s.copies_lost_with_peers);
+  add("guard_copies", s.guard_copies);
+  add("copies_lost_read_elsewhere", s.copies_lost_read_elsewhere);
+  add("copies_reported_lost", s.copies_reported_lost);
+  add("copies_replaced", s.copies_replaced);
+  add("quota_refusals", s.quota_refusals);
+  add("commits_rejected", s.commits_rejected);
+  add("reservations_staged", s.reservations_staged);
+  add("staged_commits", s.staged_commits);
+}
+
+void StoreService::AddTransportCounters(const CounterSink& add) const {
   if (transport_ != nullptr) {
     auto t = transport_->stats();
     add("connections_accepted", t.connections_accepted);
@@ -90,11 +134,10 @@ void StoreService::Stat(wire::StatReply* reply) {
     add("ring_requests", t.ring_requests);
     add("ring_doorbells", t.ring_doorbells);
   }
-  if (journal_ != nullptr) journal_->VisitCounters(add);
-  if (const Cluster* cluster = cluster_.load()) {
-    cluster->VisitCounters(add);
-    cluster->FillMembers(reply);
-  }
+}
+
+void StoreService::AddLinkCounters(const StoreStats& s, const CounterSink& add) const {
+  // "link_<from>_<to>_<what>": /metrics reads the two tiers back out of the name as labels.
   for (const auto& l : s.links) {
     const std::string link =
         "link_" + std::string(TierName(l.from)) + "_" + std::string(TierName(l.to)) + "_";
@@ -108,22 +151,10 @@ void StoreService::Stat(wire::StatReply* reply) {
     add_link("queued", l.queued);
     add_link("inflight_bytes", l.inflight_bytes);
   }
-  add("clean_drops", s.clean_drops);
-  add("drops_after_unpin", s.drops_after_unpin);
-  add("drops_cancelled", s.drops_cancelled);
-  add("plan_room_timeouts", s.plan_room_timeouts);
-  add("relocations", s.relocations);
-  add("relocated_bytes", s.relocated_bytes);
-  add("quarantined", s.quarantined);
-  add("copies_lost_with_peers", s.copies_lost_with_peers);
-  add("guard_copies", s.guard_copies);
-  add("copies_lost_read_elsewhere", s.copies_lost_read_elsewhere);
-  add("copies_reported_lost", s.copies_reported_lost);
-  add("copies_replaced", s.copies_replaced);
-  add("quota_refusals", s.quota_refusals);
-  add("commits_rejected", s.commits_rejected);
-  add("reservations_staged", s.reservations_staged);
-  add("staged_commits", s.staged_commits);
+}
+
+void StoreService::AddNamespaceCounters(const CounterSink& add) const {
+  // "ns_<namespace>_<what>", "pool_<pool>_<tier>_<what>": per namespace with a quota, per pool.
   if (policy_ != nullptr) {
     for (const auto& [ns, quota] : policy_->quotas()) {
       const NamespaceUsage u = store_->UsageOf(ns);
@@ -147,6 +178,9 @@ void StoreService::Stat(wire::StatReply* reply) {
       }
     }
   }
+}
+
+void StoreService::AddJobs(const CounterSink& add, wire::StatReply* reply) const {
   if (plans_ != nullptr) {
     add("progress_reports_coalesced", plans_->reports_coalesced());
     for (const auto& j : plans_->Jobs()) {
@@ -162,11 +196,9 @@ void StoreService::Stat(wire::StatReply* reply) {
                        [w](const char* name, std::uint64_t v) { AddCounter(w, name, v); });
     }
   }
-  reply->set_uptime_ms(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::steady_clock::now() - started_)
-                                     .count()));
-  reply->set_server_version(TIERPOOL_VERSION);
+}
+
+void StoreService::AddLatencies(const StoreStats& s, wire::StatReply* reply) const {
   auto add_histogram = [reply](const char* op, std::uint64_t size_le, const LatencySnapshot& snap) {
     auto* h = reply->add_latencies();
     h->set_op(op);

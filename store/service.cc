@@ -618,30 +618,9 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
   std::vector<std::optional<Result<PinnedObject>>> ahead;
   std::vector<int> ahead_at;  // item i's entry in ahead, or -1
   if ((req.mode() == wire::AUTO || req.mode() == wire::PINNED) && known_tier) {
-    std::vector<ObjectIndex::NameView> names;
-    names.reserve(static_cast<std::size_t>(keys.size() - answered));
-    ahead_at.assign(static_cast<std::size_t>(keys.size()), -1);
-    std::optional<std::pair<std::string_view, bool>> last_ns;  // a namespace and whether mapped
-    for (int i = answered; i < keys.size(); ++i) {
-      if (!last_ns || last_ns->first != keys.ns(i)) {
-        last_ns.emplace(keys.ns(i), MapsNamespace(peer, std::string(keys.ns(i))));
-      }
-      if (!last_ns->second) continue;  // copied through the frame, or refused: in the loop
-      ahead_at[static_cast<std::size_t>(i)] = static_cast<int>(names.size());
-      names.emplace_back(keys.ns(i), keys.key(i));
-    }
-    store_->PinAllShared(names, session, options, &ahead);
+    PinAhead(session, peer, keys, answered, options, &ahead, &ahead_at);
   }
-  // Takes back what was done ahead for items no answer took (the worker does them again).
-  auto release_ahead = [&] {
-    std::vector<std::uint64_t> leases;
-    std::uint64_t misses = 0;
-    for (auto& a : ahead) {
-      if (a && a->ok()) leases.push_back((*a)->lease_id);
-      if (a && a->status().code() == StatusCode::kNotFound) ++misses;
-    }
-    if (!leases.empty() || misses > 0) (void)store_->ReleaseUnused(leases, misses, session);
-  };
+  auto release_ahead = [&] { ReleaseAhead(session, ahead); };
   for (int i = answered; i < keys.size(); ++i) {
     ns.assign(keys.ns(i));
     key.assign(keys.key(i));
@@ -728,6 +707,36 @@ void StoreService::HandleGet(std::uint64_t session, const transport::PeerCredent
     }
   }
   release_ahead();  // none are left but by a path above that answers an item without its pin
+}
+
+void StoreService::PinAhead(std::uint64_t session, const transport::PeerCredentials& peer,
+                            const GetKeys& keys, int answered, const PinOptions& options,
+                            std::vector<std::optional<Result<PinnedObject>>>* ahead,
+                            std::vector<int>* ahead_at) {
+  std::vector<ObjectIndex::NameView> names;
+  names.reserve(static_cast<std::size_t>(keys.size() - answered));
+  ahead_at->assign(static_cast<std::size_t>(keys.size()), -1);
+  std::optional<std::pair<std::string_view, bool>> last_ns;  // a namespace and whether mapped
+  for (int i = answered; i < keys.size(); ++i) {
+    if (!last_ns || last_ns->first != keys.ns(i)) {
+      last_ns.emplace(keys.ns(i), MapsNamespace(peer, std::string(keys.ns(i))));
+    }
+    if (!last_ns->second) continue;  // copied through the frame, or refused: in the loop
+    (*ahead_at)[static_cast<std::size_t>(i)] = static_cast<int>(names.size());
+    names.emplace_back(keys.ns(i), keys.key(i));
+  }
+  store_->PinAllShared(names, session, options, ahead);
+}
+
+void StoreService::ReleaseAhead(std::uint64_t session,
+                                const std::vector<std::optional<Result<PinnedObject>>>& ahead) {
+  std::vector<std::uint64_t> leases;
+  std::uint64_t misses = 0;
+  for (const auto& a : ahead) {
+    if (a && a->ok()) leases.push_back((*a)->lease_id);
+    if (a && a->status().code() == StatusCode::kNotFound) ++misses;
+  }
+  if (!leases.empty() || misses > 0) (void)store_->ReleaseUnused(leases, misses, session);
 }
 
 void StoreService::OnDisconnect(std::uint64_t session_id) {

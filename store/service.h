@@ -98,6 +98,16 @@ class StoreService final : public transport::RequestHandler {
   // keys: req's, plain and packed (store/packed_items.h).
   void HandleGet(std::uint64_t session, const transport::PeerCredentials& peer,
                  const wire::GetRequest& req, const GetKeys& keys, wire::GetReply* reply);
+  // The get's items from `answered` on that the shared path can pin, pinned at once
+  // (ObjectStore::PinAllShared); (*ahead_at)[i]: item i's entry in *ahead, or -1.
+  void PinAhead(std::uint64_t session, const transport::PeerCredentials& peer, const GetKeys& keys,
+                int answered, const PinOptions& options,
+                std::vector<std::optional<Result<PinnedObject>>>* ahead,
+                std::vector<int>* ahead_at);
+  // Takes back what was done ahead for items no answer took (a worker does them again): their
+  // pins let go, their lookups not counted.
+  void ReleaseAhead(std::uint64_t session,
+                    const std::vector<std::optional<Result<PinnedObject>>>& ahead);
   // Whether the peer is sent (and so may use) the arenas of a pool, of a namespace's pool.
   bool MapsPool(const transport::PeerCredentials& peer, std::uint32_t pool) const;
   bool MapsNamespace(const transport::PeerCredentials& peer, const std::string& ns) const;

@@ -21,6 +21,9 @@ inline std::uint64_t PrintedSeed(const char* test) {
   const std::uint64_t seed =
       fixed != nullptr ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
   std::printf("%s seed %llu\n", test, static_cast<unsigned long long>(seed));
+  // Out before the work: a test that crashes must still have named its seed (a CI run of
+  // 2026-12-08 had one die with the line still in the buffer).
+  std::fflush(stdout);
   return seed;
 }
 

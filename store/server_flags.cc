@@ -260,16 +260,17 @@ po::options_description ClusterFlags(ServerConfig& c, FlagText& t) {
   return o;
 }
 
-Result<std::uint64_t> ByteFlag(const std::string& flag, const std::string& value) {
+// A size flag's text (K/M/G suffixes) into *out; the error names the flag.
+Status ByteFlag(const std::string& flag, const std::string& value, std::uint64_t* out) {
   auto r = ParseByteSize(value);
   if (!r.ok()) return Status::InvalidArgument("--" + flag + ": " + r.status().message());
-  return r;
+  *out = *r;
+  return Status::Ok();
 }
 
 Status ApplyServerFlags(const FlagText& t, const po::variables_map& vm, ServerConfig* c) {
-  auto journal = ByteFlag("persist-journal-bytes", t.journal_bytes);
-  if (!journal.ok()) return journal.status();
-  c->persist_journal_bytes = *journal;
+  TIERPOOL_RETURN_IF_ERROR(
+      ByteFlag("persist-journal-bytes", t.journal_bytes, &c->persist_journal_bytes));
   c->metrics_required =
       vm.count("metrics-listen") != 0 && !vm["metrics-listen"].defaulted() && c->metrics.enabled();
   return Status::Ok();
@@ -288,40 +289,30 @@ Status ApplyConnectionFlags(const FlagText& t, ServerConfig* c) {
     return Status::InvalidArgument(
         "--socket-mode must be octal permissions, 0000 to 0777, like 0600");
   }
-  auto frame = ByteFlag("max-frame", t.max_frame);
-  if (!frame.ok()) return frame.status();
-  if (*frame > (1ull << 30)) return Status::InvalidArgument("--max-frame must be at most 1G");
-  auto inline_threshold = ByteFlag("inline-threshold", t.inline_threshold);
-  if (!inline_threshold.ok()) return inline_threshold.status();
+  std::uint64_t frame = 0;
+  TIERPOOL_RETURN_IF_ERROR(ByteFlag("max-frame", t.max_frame, &frame));
+  if (frame > (1ull << 30)) return Status::InvalidArgument("--max-frame must be at most 1G");
+  TIERPOOL_RETURN_IF_ERROR(
+      ByteFlag("inline-threshold", t.inline_threshold, &c->service.inline_threshold_bytes));
   auto io = ParseIoThreads(t.io_threads);
   if (!io.ok()) return io.status();
   c->transport.io_threads = *io;
-  c->transport.max_frame_bytes = static_cast<std::uint32_t>(*frame);
+  c->transport.max_frame_bytes = static_cast<std::uint32_t>(frame);
   c->service.max_frame_bytes = c->transport.max_frame_bytes;
-  c->service.inline_threshold_bytes = *inline_threshold;
   return Status::Ok();
 }
 
 Status ApplyTierFlags(const FlagText& t, const po::variables_map& vm, ServerConfig* c) {
-  auto dram = ByteFlag("dram", t.dram);
-  if (!dram.ok()) return dram.status();
-  auto hbm = ByteFlag("hbm", t.hbm);
-  if (!hbm.ok()) return hbm.status();
-  auto nvme_bytes = ByteFlag("nvme-bytes", t.nvme_bytes);
-  if (!nvme_bytes.ok()) return nvme_bytes.status();
-  auto nvme_block = ByteFlag("nvme-block-size", t.nvme_block);
-  if (!nvme_block.ok()) return nvme_block.status();
-  auto inflight = ByteFlag("mover-inflight", t.mover_inflight);
-  if (!inflight.ok()) return inflight.status();
-  auto group = ByteFlag("hbm-completion-group", t.hbm_group);
-  if (!group.ok()) return group.status();
-  auto link_rate = ByteFlag("link-rate", t.link_rate);
-  if (!link_rate.ok()) return link_rate.status();
-  c->store.mover.max_inflight_bytes_per_link = *inflight;
-  c->hbm_completion_group_bytes = *group;
-  c->store.mover.max_link_bytes_per_sec = *link_rate;
-  c->nvme.capacity = *nvme_bytes;
-  c->nvme.io_size = *nvme_block;
+  TIERPOOL_RETURN_IF_ERROR(ByteFlag("dram", t.dram, &c->dram.capacity));
+  TIERPOOL_RETURN_IF_ERROR(ByteFlag("hbm", t.hbm, &c->hbm.capacity));
+  TIERPOOL_RETURN_IF_ERROR(ByteFlag("nvme-bytes", t.nvme_bytes, &c->nvme.capacity));
+  TIERPOOL_RETURN_IF_ERROR(ByteFlag("nvme-block-size", t.nvme_block, &c->nvme.io_size));
+  TIERPOOL_RETURN_IF_ERROR(
+      ByteFlag("mover-inflight", t.mover_inflight, &c->store.mover.max_inflight_bytes_per_link));
+  TIERPOOL_RETURN_IF_ERROR(
+      ByteFlag("hbm-completion-group", t.hbm_group, &c->hbm_completion_group_bytes));
+  TIERPOOL_RETURN_IF_ERROR(
+      ByteFlag("link-rate", t.link_rate, &c->store.mover.max_link_bytes_per_sec));
   if (c->nvme.capacity > 0 && c->nvme.path.empty() && c->nvme.backend != "memory") {
     return Status::InvalidArgument("--nvme-bytes needs --nvme-path");
   }
@@ -337,20 +328,15 @@ Status ApplyTierFlags(const FlagText& t, const po::variables_map& vm, ServerConf
   } else if (t.cache_policy != "spill") {
     return Status::InvalidArgument("--cache-policy must be spill or drop");
   }
-  c->dram.capacity = *dram;
   c->dram.populate = vm.count("no-populate") == 0;
   c->dram.huge_pages = vm.count("huge-pages") != 0;
-  c->hbm.capacity = *hbm;
   return Status::Ok();
 }
 
 Status ApplyClusterFlags(const FlagText& t, const po::variables_map& vm, ServerConfig* c) {
-  auto lend = ByteFlag("lend", t.lend);
-  if (!lend.ok()) return lend.status();
-  c->cluster.lend_bytes = *lend;
-  auto repair_rate = ByteFlag("remote-repair-rate", t.repair_rate);
-  if (!repair_rate.ok()) return repair_rate.status();
-  c->cluster.remote.repair_bytes_per_sec = *repair_rate;
+  TIERPOOL_RETURN_IF_ERROR(ByteFlag("lend", t.lend, &c->cluster.lend_bytes));
+  TIERPOOL_RETURN_IF_ERROR(
+      ByteFlag("remote-repair-rate", t.repair_rate, &c->cluster.remote.repair_bytes_per_sec));
   if (t.peer_transport != "tcp" && t.peer_transport != "ucx" && t.peer_transport != "auto") {
     return Status::InvalidArgument("--peer-transport " + t.peer_transport +
                                    ": expected tcp, ucx or auto");
